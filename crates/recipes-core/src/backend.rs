@@ -1,0 +1,140 @@
+//! Layer 1: the coordination primitives every recipe needs, in ZooKeeper's data model.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+
+use crate::error::Result;
+
+/// A session id, as ZooKeeper numbers them. `0` never names a live session.
+pub type SessionId = i64;
+
+/// How a node is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CreateMode {
+    /// Stays until deleted.
+    Persistent,
+    /// Persistent, but the server deletes it some time after its last child is gone (ZooKeeper 3.5+).
+    Container,
+    /// Deleted when the creating session ends.
+    Ephemeral,
+    /// Ephemeral, with a 10-digit sequence number appended to the name by the server.
+    EphemeralSequential,
+}
+
+/// The reply to a successful create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Created {
+    /// The full path of the node made (with its sequence suffix, for sequential nodes).
+    pub path: String,
+    /// The id of the transaction that created it (ZooKeeper's czxid): strictly increasing across creates.
+    pub czxid: i64,
+}
+
+/// What the recipes read of a node's metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stat {
+    /// The id of the transaction that created the node.
+    pub czxid: i64,
+    /// The owning session of an ephemeral node, `0` for other nodes.
+    pub ephemeral_owner: SessionId,
+}
+
+impl Stat {
+    /// A stat with these fields.
+    pub fn new(czxid: i64, ephemeral_owner: SessionId) -> Self {
+        Stat {
+            czxid,
+            ephemeral_owner,
+        }
+    }
+}
+
+/// The state of a backend's session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SessionState {
+    /// Connected: requests are answered.
+    Connected,
+    /// Disconnected but the session may still be alive: locks are held, but not known to be valid.
+    Suspended,
+    /// The session expired: its ephemeral nodes are gone. A backend opens a new session for later calls.
+    Expired,
+    /// The application closed the backend.
+    Closed,
+}
+
+/// A session id together with its state, as published by [`Backend::session`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SessionStatus {
+    /// The session the state belongs to.
+    pub id: SessionId,
+    /// Its state.
+    pub state: SessionState,
+}
+
+/// A one-shot deletion watch: resolves `Ok(())` when the node is deleted, or an error when the session that set
+/// the watch ends ([`Error::SessionExpired`](crate::Error::SessionExpired), [`Error::Closed`](crate::Error::Closed)).
+pub type DeletionWatch = Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>>;
+
+/// One client session on a ZooKeeper-like coordination service: the primitives the lock recipes are built on.
+///
+/// Every recipe in this crate is written against `Arc<dyn Backend>`, so applications choose the backend at run time
+/// (ZooKeeper in production, `recipes_mem` in their tests).
+///
+/// # Contract
+/// - One value is one client session. When that session expires, the backend reports
+///   [`SessionState::Expired`] on [`session`](Backend::session), fails the requests and watches of that session
+///   with [`Error::SessionExpired`](crate::Error::SessionExpired), and opens a new session (a new id) for later
+///   calls. It never silently carries a request of an old session over to a new one.
+/// - Requests issued by one task are applied by the server in the order they are issued.
+/// - `create` of [`CreateMode::EphemeralSequential`] appends ZooKeeper's sequence: `%010d` of a signed 32-bit
+///   counter kept per parent. `czxid`s strictly increase across all creates.
+/// - A create whose reply is lost returns [`Error::ConnectionLoss`](crate::Error::ConnectionLoss); the node may
+///   or may not exist. Any error while disconnected is reported as connection loss.
+/// - `watch_deletion` registers its watch *before* it checks that the node exists, so a deletion between the
+///   check and the wait is never missed. It returns `None` when the node does not exist.
+/// - A watch fires at most once. Watches survive a disconnection that ends within the session timeout.
+/// - `create` fails with [`Error::NoNode`](crate::Error::NoNode) when the parent is missing and
+///   [`Error::NodeExists`](crate::Error::NodeExists) when a non-sequential node exists; `delete` fails with
+///   `NoNode` when the node is missing.
+#[async_trait]
+pub trait Backend: Send + Sync + fmt::Debug {
+    /// Creates a node with `data` and returns its full path and czxid.
+    ///
+    /// # Notable errors
+    /// `NoNode` (parent missing), `NodeExists`, `ConnectionLoss` (outcome unknown), `SessionExpired`.
+    async fn create(&self, path: &str, data: &[u8], mode: CreateMode) -> Result<Created>;
+
+    /// Lists the names (not paths) of `path`'s children, in no particular order.
+    ///
+    /// # Notable errors
+    /// `NoNode`, `ConnectionLoss`, `SessionExpired`.
+    async fn children(&self, path: &str) -> Result<Vec<String>>;
+
+    /// Reads a node's data and stat, or `None` when it does not exist.
+    ///
+    /// # Notable errors
+    /// `ConnectionLoss`, `SessionExpired`.
+    async fn get(&self, path: &str) -> Result<Option<(Vec<u8>, Stat)>>;
+
+    /// Sets a one-shot watch for the deletion of `path`, then checks that it exists. `None`: it does not.
+    ///
+    /// # Notable errors
+    /// `ConnectionLoss`, `SessionExpired`.
+    async fn watch_deletion(&self, path: &str) -> Result<Option<DeletionWatch>>;
+
+    /// Deletes a node (any version).
+    ///
+    /// # Notable errors
+    /// `NoNode`, `NotEmpty`, `ConnectionLoss`, `SessionExpired`.
+    async fn delete(&self, path: &str) -> Result<()>;
+
+    /// The current session and its state; the receiver sees every later change.
+    fn session(&self) -> watch::Receiver<SessionStatus>;
+}

@@ -1,0 +1,145 @@
+//! The one error type of the library.
+
+use std::fmt;
+
+/// Why a lock path was rejected by [`LockPath::new`](crate::LockPath::new).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PathProblem {
+    /// The path is the empty string.
+    Empty,
+    /// The path does not start with `/`.
+    Relative,
+    /// The path is `/` itself: a lock needs a node of its own under the root.
+    Root,
+    /// The path ends with `/`.
+    TrailingSlash,
+    /// The path contains `//`.
+    EmptyComponent,
+    /// A component is `.` or `..`.
+    RelativeComponent,
+    /// The path contains NUL or another control character, or a character ZooKeeper refuses.
+    ControlCharacter,
+    /// The path is longer than [`LockPath::MAX_LEN`](crate::LockPath::MAX_LEN) bytes.
+    TooLong,
+    /// The path is under `/zookeeper`, which the server reserves for itself.
+    Reserved,
+}
+
+impl fmt::Display for PathProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PathProblem::Empty => "it is empty",
+            PathProblem::Relative => "it does not start with '/'",
+            PathProblem::Root => "it is the root; a lock needs a node of its own",
+            PathProblem::TrailingSlash => "it ends with '/'",
+            PathProblem::EmptyComponent => "it has an empty component ('//')",
+            PathProblem::RelativeComponent => "it has a '.' or '..' component",
+            PathProblem::ControlCharacter => {
+                "it contains NUL, a control character or a character ZooKeeper refuses"
+            }
+            PathProblem::TooLong => "it is longer than ZooKeeper allows",
+            PathProblem::Reserved => "it is under /zookeeper, which the server reserves",
+        })
+    }
+}
+
+/// What a lost lock was lost to, as reported by [`LockGuard::lost`](crate::LockGuard::lost).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The session that owned the lock node expired (or was closed); the server deleted the node.
+    SessionExpired,
+    /// The lock node was deleted by someone else (an operator, another client).
+    NodeDeleted,
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LostReason::SessionExpired => "the session that owned the lock expired",
+            LostReason::NodeDeleted => "the lock node was deleted by someone else",
+        })
+    }
+}
+
+/// Every error of the library. Backends map their own errors into it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A lock path was rejected.
+    #[error("invalid lock path {path:?}: {problem}")]
+    InvalidPath {
+        /// The path as given (possibly truncated for display).
+        path: String,
+        /// What is wrong with it.
+        problem: PathProblem,
+    },
+    /// A recipe name given at run time is not known.
+    #[error("unknown recipe {0:?}: expected one of exclusive, fair, reentrant, read, write")]
+    UnknownRecipe(String),
+    /// A layout name given at run time is not known.
+    #[error("unknown layout {0:?}: expected native")]
+    UnknownLayout(String),
+    /// The connection to the server was lost; the outcome of the request is unknown.
+    #[error("connection to the coordination service lost")]
+    ConnectionLoss,
+    /// The session expired or was closed; every ephemeral node it owned is gone.
+    #[error("session expired: every lock held by it is lost")]
+    SessionExpired,
+    /// The node does not exist.
+    #[error("node {0} does not exist")]
+    NoNode(String),
+    /// The node already exists.
+    #[error("node {0} already exists")]
+    NodeExists(String),
+    /// The node has children and cannot be deleted.
+    #[error("node {0} has children")]
+    NotEmpty(String),
+    /// The node exists under an ephemeral parent, or other invalid request to the backend.
+    #[error("backend refused the request: {0}")]
+    Refused(String),
+    /// The lock is not held (any more) by this guard: released already, or lost.
+    #[error("lock at {path} is not held: {why}")]
+    NotHeld {
+        /// The lock path.
+        path: String,
+        /// Why it is not held.
+        why: String,
+    },
+    /// An owner holding the read side asked for the write side of the same lock.
+    #[error("lock at {0}: upgrading a read lock to a write lock is refused (it would deadlock); release the read lock first")]
+    UpgradeRefused(String),
+    /// A reentrant hold count would overflow.
+    #[error("lock at {0}: reentrant hold count overflow")]
+    CountOverflow(String),
+    /// The lock node kept vanishing (a connection blip, or someone deleting it) beyond the retry bound.
+    #[error("lock at {path}: gave up after {attempts} attempts: {why}")]
+    RetriesExhausted {
+        /// The lock path.
+        path: String,
+        /// How many attempts were made.
+        attempts: u32,
+        /// What kept going wrong.
+        why: String,
+    },
+    /// A blocking call was made from inside an async runtime, where it would stall the runtime.
+    #[error("blocking lock call made from inside an async runtime; use the async API there")]
+    BlockingInAsync,
+    /// The backend was closed by the application.
+    #[error("backend closed")]
+    Closed,
+    /// Any other failure of the backend.
+    #[error("backend error: {0}")]
+    Backend(String),
+}
+
+impl Error {
+    /// Whether the error means "the outcome is unknown, the connection may come back".
+    pub fn is_connection_loss(&self) -> bool {
+        matches!(self, Error::ConnectionLoss)
+    }
+}
+
+/// The library's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,171 @@
+//! The owned guard every acquire returns.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::backend::SessionId;
+use crate::driver::HeldNode;
+use crate::error::{LostReason, Result};
+use crate::owner::Owner;
+use crate::path::LockPath;
+use crate::reentrant::{OwnedCore, Side};
+
+struct Hold {
+    core: Arc<OwnedCore>,
+    side: Side,
+    owner: Owner,
+}
+
+/// Proof that a lock is held. Owned (`'static`) and `Send`: it may move between tasks.
+///
+/// The lock is released by [`release`](LockGuard::release), which reports errors, or when the guard is dropped,
+/// in the background. For reentrant and read/write locks, each guard is one hold of its owner: the lock node is
+/// deleted when the owner's last guard goes.
+///
+/// # Contract
+/// - [`fencing_token`](LockGuard::fencing_token) strictly increases across successive holders of one path.
+/// - A guard is released at most once: `release` consumes it, so a second release does not compile:
+///
+/// ```compile_fail
+/// # async fn f(g: recipes_core::LockGuard) {
+/// let _ = g.release().await;
+/// let _ = g.release().await; // error: use of moved value
+/// # }
+/// ```
+#[must_use = "the lock is released as soon as the guard is dropped"]
+#[clippy::has_significant_drop]
+pub struct LockGuard {
+    node: Arc<HeldNode>,
+    hold: Option<Hold>,
+}
+
+impl LockGuard {
+    pub(crate) fn plain(node: HeldNode) -> Self {
+        LockGuard {
+            node: Arc::new(node),
+            hold: None,
+        }
+    }
+
+    pub(crate) fn counted(
+        node: Arc<HeldNode>,
+        core: Arc<OwnedCore>,
+        side: Side,
+        owner: Owner,
+    ) -> Self {
+        LockGuard {
+            node,
+            hold: Some(Hold { core, side, owner }),
+        }
+    }
+
+    fn held(&self) -> &HeldNode {
+        &self.node
+    }
+
+    /// The lock path.
+    pub fn path(&self) -> &LockPath {
+        &self.held().path
+    }
+
+    /// The full path of the lock node that holds the lock.
+    pub fn node(&self) -> &str {
+        &self.held().node
+    }
+
+    /// A number that strictly increases across successive holders of this path (the node's creation id).
+    ///
+    /// Pass it to every downstream store the lock protects and have the store reject any write carrying a token
+    /// lower than the highest it has seen: that stops a holder that was paused past its lease from doing damage.
+    ///
+    /// ```
+    /// # tokio_test_block_on(async {
+    /// use recipes_core::Locks;
+    /// use recipes_mem::MemCluster;
+    /// let cluster = MemCluster::new();
+    /// let locks = Locks::new(cluster.client());
+    /// let lock = locks.fair("/jobs/report").unwrap();
+    /// let first = lock.acquire().await.unwrap();
+    /// let t1 = first.fencing_token();
+    /// first.release().await.unwrap();
+    /// let second = lock.acquire().await.unwrap();
+    /// assert!(second.fencing_token() > t1);
+    /// # });
+    /// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+    /// # }
+    /// ```
+    pub fn fencing_token(&self) -> u64 {
+        self.held().czxid.max(0) as u64
+    }
+
+    /// The session the lock node belongs to.
+    pub fn session_id(&self) -> SessionId {
+        self.held().session
+    }
+
+    /// The owner of this hold (`None` for the non-reentrant recipes).
+    pub fn owner(&self) -> Option<Owner> {
+        self.hold.as_ref().map(|h| h.owner)
+    }
+
+    /// How many holds this guard's owner has on this side of the lock (1 for the non-reentrant recipes).
+    pub fn hold_count(&self) -> u32 {
+        match &self.hold {
+            Some(h) => h.core.count(h.side, &h.owner),
+            None => 1,
+        }
+    }
+
+    /// Resolves when the lock is known lost: its session expired, or its node was deleted by someone else.
+    ///
+    /// It needs no callback of the application to be scheduled: await it beside the protected work (for example in
+    /// `tokio::select!`) and stop the work when it resolves.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future only drops a watch registration.
+    pub async fn lost(&self) -> LostReason {
+        self.held().lost().await
+    }
+
+    /// Releases this hold and, when it is the last hold on the lock node, deletes the node.
+    ///
+    /// # Notable errors
+    /// [`Error::NotHeld`](crate::Error::NotHeld) when the node was already gone (deleted by someone else),
+    /// [`Error::SessionExpired`](crate::Error::SessionExpired) when the session that held it ended: in both cases
+    /// the lock had been lost before the release. Nothing is deleted that is not ours.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe in the sense that dropping the future midway leaves the outcome unknown; the node is then
+    /// deleted in the background.
+    pub async fn release(mut self) -> Result<()> {
+        let node = Arc::clone(&self.node);
+        if let Some(h) = self.hold.take() {
+            h.core.unhold(h.side, &h.owner, &node);
+        }
+        drop(self);
+        match Arc::into_inner(node) {
+            Some(n) => n.release().await,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if let Some(h) = self.hold.take() {
+            h.core.unhold(h.side, &h.owner, &self.node);
+        }
+        // Dropping the last `Arc<HeldNode>` deletes the node in the background.
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("node", &self.node.node)
+            .field("fencing_token", &self.node.czxid)
+            .field("owner", &self.owner())
+            .finish()
+    }
+}

@@ -1,0 +1,78 @@
+//! Distributed lock recipes in the manner of Apache Curator, on any ZooKeeper-like [`Backend`].
+//!
+//! Four recipes, each a configuration of one algorithm:
+//!
+//! | recipe | type | nodes | waits on | fair | re-entrant |
+//! | --- | --- | --- | --- | --- | --- |
+//! | exclusive | [`ExclusiveLock`] | one fixed `P/lock` | that node (every waiter: herd) | no | no |
+//! | fair | [`FairLock`] | `P/L-<id>-<seq>` | its predecessor | FIFO | no |
+//! | reentrant | [`ReentrantLock`] | as fair | as fair | FIFO | per owner |
+//! | read / write | [`ReadWriteLock`] | `P/R-…`, `P/W-…` | nearest earlier writer / predecessor | FIFO | per owner |
+//!
+//! Start from [`Locks`], which hands out locks on one backend session. Every acquire returns an owned
+//! [`LockGuard`] with a [`fencing token`](LockGuard::fencing_token), a [`lost`](LockGuard::lost) signal, and
+//! [`release`](LockGuard::release) (or release on drop).
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use recipes_core::Locks;
+//! use recipes_mem::MemCluster;
+//!
+//! let cluster = MemCluster::new(); // stands in for a ZooKeeper ensemble
+//! let locks = Locks::new(cluster.client()); // one client session
+//! let lock = locks.fair("/payments/invoice-17")?;
+//! let guard = lock.acquire().await?;
+//! // ... work, passing guard.fencing_token() to the store you write to ...
+//! guard.release().await?;
+//! # Ok::<(), recipes_core::Error>(())
+//! # }).unwrap();
+//! ```
+//!
+//! Layering: [`Backend`] (layer 1) is all a backend implements; [`decide`](decide::decide) is the pure decision
+//! and one private driver runs create / list / decide / watch / wait for every recipe (layer 2); the recipe types
+//! and a generic reentrancy layer sit on top (layer 3).
+
+#![warn(missing_docs)]
+
+mod backend;
+mod blocking;
+pub mod decide;
+mod driver;
+mod error;
+mod guard;
+pub mod info;
+pub mod layout;
+mod locks;
+mod metrics;
+mod owner;
+mod path;
+mod reentrant;
+
+pub use backend::{
+    Backend, CreateMode, Created, DeletionWatch, SessionId, SessionState, SessionStatus, Stat,
+};
+pub use blocking::{BlockingGuard, BlockingLock};
+pub use error::{Error, LostReason, PathProblem, Result};
+pub use guard::LockGuard;
+pub use layout::{Layout, NodeKind};
+pub use locks::{
+    ExclusiveLock, FairLock, Lock, Locks, LocksBuilder, ReadLock, ReadWriteLock, Recipe,
+    ReentrantLock, WriteLock,
+};
+pub use metrics::Metrics;
+pub use owner::{Owner, OwnerToken};
+pub use path::LockPath;
+
+/// Compile-time checks: guards and locks are `Send + Sync + 'static`; the backend trait is object safe.
+#[allow(dead_code)]
+fn _assert_traits() {
+    fn send_sync<T: Send + Sync + 'static>() {}
+    send_sync::<LockGuard>();
+    send_sync::<Locks>();
+    send_sync::<ExclusiveLock>();
+    send_sync::<FairLock>();
+    send_sync::<ReentrantLock>();
+    send_sync::<ReadWriteLock>();
+    send_sync::<std::sync::Arc<dyn Backend>>();
+    send_sync::<std::sync::Arc<dyn Lock>>();
+}

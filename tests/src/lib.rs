@@ -1,1 +1,43 @@
-//! placeholder
+//! The conformance suite: every lock scenario is written once, as a `pub async fn` in [`scenarios`], and run on
+//! every backend through [`conformance_suite!`], which makes each scenario its own named test (`mem::…`, `zk::…`).
+//!
+//! A backend joins by implementing [`Harness`] (clients, an observer, and its fault injection) and invoking the
+//! macro in a test module.
+
+#![allow(clippy::unwrap_used)]
+
+pub mod harness;
+pub mod mem;
+pub mod scenarios;
+pub mod util;
+
+pub use harness::{Capabilities, Faults, Harness, TestClient};
+
+/// Instantiates every scenario of [`scenarios`] as a test function in the calling module.
+///
+/// `harness` is an expression making a fresh harness value (one per test); `test` is the test attribute.
+///
+/// ```ignore
+/// mod mem {
+///     recipes_conformance::conformance_suite!(
+///         harness = recipes_conformance::mem::MemHarness::new(),
+///         test = tokio::test(start_paused = true)
+///     );
+/// }
+/// ```
+#[macro_export]
+macro_rules! conformance_suite {
+    (harness = $h:expr, test = $attr:meta) => {
+        $crate::__for_each_scenario!($crate::conformance_suite; @expand ($h) [$attr]);
+    };
+    (@expand ($h:expr) [$attr:meta] $($name:ident)*) => {
+        $(
+            #[$attr]
+            async fn $name() {
+                let h = $h;
+                $crate::util::within(&h, stringify!($name), $crate::scenarios::$name(&h)).await;
+                $crate::Harness::finish(&h).await;
+            }
+        )*
+    };
+}

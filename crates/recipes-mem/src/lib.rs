@@ -505,8 +505,9 @@ impl MemClient {
         Some(sid)
     }
 
-    /// The replies to the next `n` creates of this session are lost: each create is applied on the server, and the
-    /// caller sees `ConnectionLoss`.
+    /// The replies to the next `n` creates of ephemeral nodes (lock nodes) by this session are lost: each create is
+    /// applied on the server, and the caller sees `ConnectionLoss`. Creates of parents are not affected, so a test
+    /// can aim the fault at the lock node itself.
     pub fn lose_next_create_replies(&self, n: u32) {
         let sid = self.session_id();
         if let Some(rec) = self.cluster.lock().sessions.get_mut(&sid) {
@@ -582,8 +583,12 @@ impl Backend for MemClient {
     async fn create(&self, path: &str, data: &[u8], mode: CreateMode) -> Result<Created> {
         self.call(|st, sid| {
             let created = st.create(sid, path, data, mode)?;
+            let ephemeral = matches!(
+                mode,
+                CreateMode::Ephemeral | CreateMode::EphemeralSequential
+            );
             let rec = st.sessions.get_mut(&sid);
-            if let Some(rec) = rec.filter(|r| r.lose_create_replies > 0) {
+            if let Some(rec) = rec.filter(|r| ephemeral && r.lose_create_replies > 0) {
                 rec.lose_create_replies -= 1;
                 return Err(Error::ConnectionLoss);
             }

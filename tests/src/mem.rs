@@ -1,0 +1,112 @@
+//! The in-memory harness.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use recipes_core::Locks;
+use recipes_mem::{MemClient, MemCluster};
+
+use crate::harness::{Capabilities, Faults, Harness, TestClient};
+
+/// Runs the suite on a fresh [`MemCluster`] per test, under tokio's paused clock.
+#[derive(Debug, Clone, Default)]
+pub struct MemHarness {
+    cluster: MemCluster,
+}
+
+impl MemHarness {
+    /// A harness on a new cluster.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The cluster.
+    pub fn cluster(&self) -> &MemCluster {
+        &self.cluster
+    }
+}
+
+struct MemFaults(Arc<MemClient>);
+
+#[async_trait]
+impl Faults for MemFaults {
+    async fn expire_session(&self) {
+        self.0.expire_session();
+    }
+    async fn lose_next_create_replies(&self, n: u32) {
+        self.0.lose_next_create_replies(n);
+    }
+    async fn disconnect_for(&self, d: Duration) {
+        self.0.disconnect_for(d);
+    }
+    fn session_timeout(&self) -> Duration {
+        self.0.session_timeout()
+    }
+}
+
+#[async_trait]
+impl Harness for MemHarness {
+    fn name(&self) -> &'static str {
+        "mem"
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            lose_create_reply: true,
+            disconnect: true,
+            watch_delay: true,
+            latency: true,
+        }
+    }
+    async fn client(&self) -> TestClient {
+        self.client_with_timeout(recipes_mem::DEFAULT_SESSION_TIMEOUT)
+            .await
+    }
+    async fn client_with_timeout(&self, timeout: Duration) -> TestClient {
+        let c = self.cluster.client_with_timeout(timeout);
+        TestClient {
+            locks: Locks::new(c.clone()),
+            faults: Arc::new(MemFaults(c)),
+        }
+    }
+    fn path(&self, name: &str) -> String {
+        format!("/conformance/{name}")
+    }
+    async fn children(&self, path: &str) -> Vec<String> {
+        self.cluster.children(path)
+    }
+    fn patience(&self) -> Duration {
+        Duration::from_secs(60)
+    }
+    fn tick(&self) -> Duration {
+        Duration::from_millis(10)
+    }
+    fn set_watch_delay(&self, d: Duration) {
+        self.cluster.set_watch_delay(d);
+    }
+    fn set_latency(&self, d: Duration) {
+        self.cluster.set_latency(d);
+    }
+    async fn finish(&self) {
+        // Background cleanups run on the (paused) clock: give them time, then nothing ephemeral may remain
+        // except nodes of clients still alive in the scenario (all are dropped by now).
+        for _ in 0..100 {
+            if self.cluster.ephemerals().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let left = self.cluster.ephemerals();
+        assert!(left.is_empty(), "lock nodes left behind: {left:?}");
+        let leftover: Vec<_> = self
+            .cluster
+            .paths()
+            .into_iter()
+            .filter(|p| p.starts_with("/conformance/"))
+            .collect();
+        assert!(
+            leftover.is_empty(),
+            "lock paths not cleaned up (containers should vanish): {leftover:?}"
+        );
+    }
+}

@@ -1,0 +1,8 @@
+//! The conformance suite on each backend; each scenario is its own test, named `<backend>::<scenario>`.
+
+mod mem {
+    recipes_conformance::conformance_suite!(
+        harness = recipes_conformance::mem::MemHarness::new(),
+        test = tokio::test(start_paused = true)
+    );
+}

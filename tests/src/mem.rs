@@ -59,8 +59,7 @@ impl Harness for MemHarness {
         }
     }
     async fn client(&self) -> TestClient {
-        self.client_with_timeout(recipes_mem::DEFAULT_SESSION_TIMEOUT)
-            .await
+        self.client_with_timeout(recipes_mem::DEFAULT_SESSION_TIMEOUT).await
     }
     async fn client_with_timeout(&self, timeout: Duration) -> TestClient {
         let c = self.cluster.client_with_timeout(timeout);

@@ -7,9 +7,7 @@ use recipes_core::{BlockingLock, Error, Lock, LockGuard, LostReason, Owner, Owne
 use tokio::task::JoinSet;
 
 use crate::harness::Harness;
-use crate::util::{
-    assert_increasing, assert_pending, bounded, hold_exclusive, skip, wait_children, Occupancy,
-};
+use crate::util::{assert_increasing, assert_pending, bounded, hold_exclusive, skip, wait_children, Occupancy};
 
 /// Calls the macro `$m` with `@expand` arguments and the name of every scenario.
 #[doc(hidden)]
@@ -42,12 +40,7 @@ macro_rules! __for_each_scenario {
 
 const HOLD: Duration = Duration::from_millis(5);
 
-async fn contend_exclusive(
-    h: &dyn Harness,
-    recipe: Recipe,
-    clients: usize,
-    rounds: usize,
-) -> Arc<Occupancy> {
+async fn contend_exclusive(h: &dyn Harness, recipe: Recipe, clients: usize, rounds: usize) -> Arc<Occupancy> {
     let path = h.path(&format!("mutex-{recipe}"));
     let occ = Occupancy::new();
     let mut set = JoinSet::new();
@@ -147,9 +140,7 @@ pub async fn every_recipe_by_name_excludes(h: &dyn Harness) {
             "{name}: second client got a held lock"
         );
         g.release().await.unwrap();
-        let g = bounded(h, "acquire after release", lb.acquire())
-            .await
-            .unwrap();
+        let g = bounded(h, "acquire after release", lb.acquire()).await.unwrap();
         g.release().await.unwrap();
         wait_children(h, &path, 0).await;
     }
@@ -158,14 +149,7 @@ pub async fn every_recipe_by_name_excludes(h: &dyn Harness) {
 async fn queue_in_order(h: &dyn Harness, path: &str, n: usize, write: bool) -> Vec<usize> {
     let holder = h.client().await;
     let first = if write {
-        holder
-            .locks
-            .read_write(path)
-            .unwrap()
-            .write()
-            .acquire()
-            .await
-            .unwrap()
+        holder.locks.read_write(path).unwrap().write().acquire().await.unwrap()
     } else {
         holder.locks.fair(path).unwrap().acquire().await.unwrap()
     };
@@ -221,13 +205,9 @@ pub async fn readers_share(h: &dyn Harness) {
     for _ in 0..4 {
         let c = h.client().await;
         guards.push(
-            bounded(
-                h,
-                "read",
-                c.locks.read_write(&path).unwrap().read().acquire(),
-            )
-            .await
-            .unwrap(),
+            bounded(h, "read", c.locks.read_write(&path).unwrap().read().acquire())
+                .await
+                .unwrap(),
         );
         clients.push(c);
     }
@@ -242,14 +222,7 @@ pub async fn readers_share(h: &dyn Harness) {
 pub async fn writer_excludes_readers(h: &dyn Harness) {
     let path = h.path("writer-excludes");
     let (w, r) = (h.client().await, h.client().await);
-    let wg = w
-        .locks
-        .read_write(&path)
-        .unwrap()
-        .write()
-        .acquire()
-        .await
-        .unwrap();
+    let wg = w.locks.read_write(&path).unwrap().write().acquire().await.unwrap();
     let read = r.locks.read_write(&path).unwrap().read();
     assert!(read.try_acquire().await.unwrap().is_none());
     let mut waiting = Box::pin(read.acquire());
@@ -264,22 +237,8 @@ pub async fn writer_excludes_readers(h: &dyn Harness) {
 pub async fn write_waits_for_all_readers(h: &dyn Harness) {
     let path = h.path("write-waits-readers");
     let (r1, r2, w) = (h.client().await, h.client().await, h.client().await);
-    let g1 = r1
-        .locks
-        .read_write(&path)
-        .unwrap()
-        .read()
-        .acquire()
-        .await
-        .unwrap();
-    let g2 = r2
-        .locks
-        .read_write(&path)
-        .unwrap()
-        .read()
-        .acquire()
-        .await
-        .unwrap();
+    let g1 = r1.locks.read_write(&path).unwrap().read().acquire().await.unwrap();
+    let g2 = r2.locks.read_write(&path).unwrap().read().acquire().await.unwrap();
     let write = w.locks.read_write(&path).unwrap().write();
     let mut waiting = Box::pin(write.acquire());
     assert_pending(h, "writer behind two readers", &mut waiting).await;
@@ -299,14 +258,7 @@ pub async fn write_waits_for_all_readers(h: &dyn Harness) {
 pub async fn reader_waits_for_earlier_writer(h: &dyn Harness) {
     let path = h.path("reader-waits-writer");
     let (r1, w, r2) = (h.client().await, h.client().await, h.client().await);
-    let g1 = r1
-        .locks
-        .read_write(&path)
-        .unwrap()
-        .read()
-        .acquire()
-        .await
-        .unwrap();
+    let g1 = r1.locks.read_write(&path).unwrap().read().acquire().await.unwrap();
     let write = w.locks.read_write(&path).unwrap().write();
     let mut wwait = Box::pin(write.acquire());
     assert_pending(h, "writer behind reader", &mut wwait).await;
@@ -334,14 +286,7 @@ pub async fn reader_waits_for_earlier_writer(h: &dyn Harness) {
 pub async fn reader_never_waits_on_later_writer(h: &dyn Harness) {
     let path = h.path("reader-not-later-writer");
     let (w1, r, w2) = (h.client().await, h.client().await, h.client().await);
-    let g1 = w1
-        .locks
-        .read_write(&path)
-        .unwrap()
-        .write()
-        .acquire()
-        .await
-        .unwrap();
+    let g1 = w1.locks.read_write(&path).unwrap().write().acquire().await.unwrap();
     let read = r.locks.read_write(&path).unwrap().read();
     let mut rwait = Box::pin(read.acquire());
     assert_pending(h, "reader behind writer", &mut rwait).await;
@@ -350,9 +295,7 @@ pub async fn reader_never_waits_on_later_writer(h: &dyn Harness) {
     let mut w2wait = Box::pin(write2.acquire());
     assert_pending(h, "second writer", &mut w2wait).await;
     g1.release().await.unwrap();
-    let rg = bounded(h, "reader after first writer", rwait)
-        .await
-        .unwrap();
+    let rg = bounded(h, "reader after first writer", rwait).await.unwrap();
     assert_pending(h, "second writer behind the reader", &mut w2wait).await;
     rg.release().await.unwrap();
     bounded(h, "second writer", w2wait)
@@ -368,14 +311,7 @@ pub async fn reader_never_waits_on_later_writer(h: &dyn Harness) {
 pub async fn readers_wake_together_after_writer(h: &dyn Harness) {
     let path = h.path("readers-together");
     let w = h.client().await;
-    let wg = w
-        .locks
-        .read_write(&path)
-        .unwrap()
-        .write()
-        .acquire()
-        .await
-        .unwrap();
+    let wg = w.locks.read_write(&path).unwrap().write().acquire().await.unwrap();
     let occ = Occupancy::new();
     let mut readers = Vec::new();
     for _ in 0..3 {
@@ -475,14 +411,8 @@ pub async fn reentrant_counts_per_thread(h: &dyn Harness) {
             assert_eq!(g2.hold_count(), 2);
             assert_eq!(lock.hold_count(Owner::thread()), 2);
             // Another thread of the same process is another owner: it must not get in.
-            let other = std::thread::scope(|s2| {
-                s2.spawn(|| lock2.try_acquire_blocking().unwrap().is_none())
-                    .join()
-            });
-            assert!(
-                other.unwrap(),
-                "another thread re-entered a thread-owned lock"
-            );
+            let other = std::thread::scope(|s2| s2.spawn(|| lock2.try_acquire_blocking().unwrap().is_none()).join());
+            assert!(other.unwrap(), "another thread re-entered a thread-owned lock");
             g2.release().unwrap();
             g1.release().unwrap();
             let again = std::thread::scope(|s2| {
@@ -509,13 +439,9 @@ pub async fn reentrant_counts_per_token(h: &dyn Harness) {
     let token = OwnerToken::new();
     let lock = a.locks.reentrant(&path).unwrap().with_owner(token.into());
     let l1 = lock.clone();
-    let g1 = tokio::spawn(async move { l1.acquire().await.unwrap() })
-        .await
-        .unwrap();
+    let g1 = tokio::spawn(async move { l1.acquire().await.unwrap() }).await.unwrap();
     let l2 = lock.clone();
-    let g2 = tokio::spawn(async move { l2.acquire().await.unwrap() })
-        .await
-        .unwrap();
+    let g2 = tokio::spawn(async move { l2.acquire().await.unwrap() }).await.unwrap();
     assert_eq!(g2.hold_count(), 2);
     assert_eq!(g1.node(), g2.node());
     assert_eq!(g1.owner(), Some(Owner::Token(token)));
@@ -566,11 +492,7 @@ pub async fn reentrant_other_task_contends(h: &dyn Harness) {
 pub async fn reentrant_same_owner_concurrent_acquires(h: &dyn Harness) {
     let path = h.path("reentrant-concurrent-owner");
     let a = h.client().await;
-    let lock = a
-        .locks
-        .reentrant(&path)
-        .unwrap()
-        .with_owner(OwnerToken::new().into());
+    let lock = a.locks.reentrant(&path).unwrap().with_owner(OwnerToken::new().into());
     let (l1, l2) = (lock.clone(), lock.clone());
     let (g1, g2) = tokio::join!(
         tokio::spawn(async move { l1.acquire().await }),
@@ -625,12 +547,7 @@ pub async fn read_reentrant(h: &dyn Harness) {
     g2.release().await.unwrap();
     assert_pending(h, "writer while one read hold remains", &mut wwait).await;
     g1.release().await.unwrap();
-    bounded(h, "writer", wwait)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    bounded(h, "writer", wwait).await.unwrap().release().await.unwrap();
     wait_children(h, &path, 0).await;
 }
 
@@ -648,12 +565,7 @@ pub async fn downgrade_write_to_read(h: &dyn Harness) {
         .await
         .unwrap();
     wg.release().await.unwrap();
-    assert_pending(
-        h,
-        "other writer while the downgraded reader holds",
-        &mut wwait,
-    )
-    .await;
+    assert_pending(h, "other writer while the downgraded reader holds", &mut wwait).await;
     assert!(rg.hold_count() == 1);
     rg.release().await.unwrap();
     bounded(h, "other writer after downgrade ends", wwait)
@@ -686,14 +598,7 @@ pub async fn try_acquire_on_held_fair(h: &dyn Harness) {
     let (a, b) = (h.client().await, h.client().await);
     let g = a.locks.fair(&path).unwrap().acquire().await.unwrap();
     for _ in 0..3 {
-        assert!(b
-            .locks
-            .fair(&path)
-            .unwrap()
-            .try_acquire()
-            .await
-            .unwrap()
-            .is_none());
+        assert!(b.locks.fair(&path).unwrap().try_acquire().await.unwrap().is_none());
         assert_eq!(h.children(&path).await.len(), 1);
     }
     g.release().await.unwrap();
@@ -705,14 +610,7 @@ pub async fn try_acquire_on_held_exclusive(h: &dyn Harness) {
     let path = h.path("try-exclusive");
     let (a, b) = (h.client().await, h.client().await);
     let g = a.locks.exclusive(&path).unwrap().acquire().await.unwrap();
-    assert!(b
-        .locks
-        .exclusive(&path)
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_none());
+    assert!(b.locks.exclusive(&path).unwrap().try_acquire().await.unwrap().is_none());
     assert_eq!(h.children(&path).await, vec!["lock".to_string()]);
     g.release().await.unwrap();
     let g = b
@@ -732,13 +630,7 @@ pub async fn try_acquire_free_every_recipe(h: &dyn Harness) {
     let a = h.client().await;
     for recipe in Recipe::ALL {
         let path = h.path(&format!("try-free-{recipe}"));
-        let g = a
-            .locks
-            .lock(&path, recipe)
-            .unwrap()
-            .try_acquire()
-            .await
-            .unwrap();
+        let g = a.locks.lock(&path, recipe).unwrap().try_acquire().await.unwrap();
         let g = g.unwrap_or_else(|| panic!("{recipe}: free lock not acquired"));
         g.release().await.unwrap();
         wait_children(h, &path, 0).await;
@@ -749,14 +641,7 @@ pub async fn try_acquire_free_every_recipe(h: &dyn Harness) {
 pub async fn try_read_beside_reader_but_not_writer(h: &dyn Harness) {
     let path = h.path("try-read");
     let (a, b) = (h.client().await, h.client().await);
-    let r1 = a
-        .locks
-        .read_write(&path)
-        .unwrap()
-        .read()
-        .acquire()
-        .await
-        .unwrap();
+    let r1 = a.locks.read_write(&path).unwrap().read().acquire().await.unwrap();
     let r2 = b
         .locks
         .read_write(&path)
@@ -771,14 +656,7 @@ pub async fn try_read_beside_reader_but_not_writer(h: &dyn Harness) {
     assert!(write.try_acquire().await.unwrap().is_none());
     r1.release().await.unwrap();
     r2.release().await.unwrap();
-    let w = a
-        .locks
-        .read_write(&path)
-        .unwrap()
-        .write()
-        .acquire()
-        .await
-        .unwrap();
+    let w = a.locks.read_write(&path).unwrap().write().acquire().await.unwrap();
     assert!(b
         .locks
         .read_write(&path)
@@ -795,22 +673,12 @@ pub async fn try_read_beside_reader_but_not_writer(h: &dyn Harness) {
 async fn timeout_leaves_no_node(h: &dyn Harness, recipe: Recipe, holder_recipe: Recipe) {
     let path = h.path(&format!("timeout-{recipe}"));
     let (a, b) = (h.client().await, h.client().await);
-    let g = a
-        .locks
-        .lock(&path, holder_recipe)
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
+    let g = a.locks.lock(&path, holder_recipe).unwrap().acquire().await.unwrap();
     let before = h.children(&path).await;
     let lock = b.locks.lock(&path, recipe).unwrap();
-    let r = bounded(
-        h,
-        "acquire with timeout",
-        lock.acquire_timeout(h.tick() * 5),
-    )
-    .await
-    .unwrap();
+    let r = bounded(h, "acquire with timeout", lock.acquire_timeout(h.tick() * 5))
+        .await
+        .unwrap();
     assert!(r.is_none(), "{recipe}: got a held lock");
     // No settling: the node is gone by the time the call returns.
     assert_eq!(
@@ -855,13 +723,7 @@ pub async fn dropped_acquire_leaves_no_node(h: &dyn Harness) {
     ] {
         let path = h.path(&format!("dropped-{recipe}"));
         let (a, b) = (h.client().await, h.client().await);
-        let g = a
-            .locks
-            .lock(&path, holder)
-            .unwrap()
-            .acquire()
-            .await
-            .unwrap();
+        let g = a.locks.lock(&path, holder).unwrap().acquire().await.unwrap();
         let lock = b.locks.lock(&path, recipe).unwrap();
         let task = tokio::spawn(async move { lock.acquire().await.map(|g| g.fencing_token()) });
         if recipe != Recipe::Exclusive {
@@ -913,12 +775,7 @@ pub async fn dropped_acquire_at_every_point(h: &dyn Harness) {
 /// A waiter cancelled from the middle of the queue: the one behind it re-links and the order holds.
 pub async fn cancelled_middle_waiter_chain_repairs(h: &dyn Harness) {
     let path = h.path("middle-cancel");
-    let (a, b, c, d) = (
-        h.client().await,
-        h.client().await,
-        h.client().await,
-        h.client().await,
-    );
+    let (a, b, c, d) = (h.client().await, h.client().await, h.client().await, h.client().await);
     let ga = a.locks.fair(&path).unwrap().acquire().await.unwrap();
     let lb = b.locks.fair(&path).unwrap();
     let mut wb = tokio::spawn(async move { lb.acquire().await.unwrap() });
@@ -947,13 +804,9 @@ pub async fn release_after_node_deleted_is_error(h: &dyn Harness) {
     let (a, admin, b) = (h.client().await, h.client().await, h.client().await);
     let g = a.locks.fair(&path).unwrap().acquire().await.unwrap();
     admin.locks.backend().delete(g.node()).await.unwrap();
-    let gb = bounded(
-        h,
-        "b after deletion",
-        b.locks.fair(&path).unwrap().acquire(),
-    )
-    .await
-    .unwrap();
+    let gb = bounded(h, "b after deletion", b.locks.fair(&path).unwrap().acquire())
+        .await
+        .unwrap();
     let r = g.release().await;
     assert!(matches!(r, Err(Error::NotHeld { .. })), "{r:?}");
     assert_eq!(
@@ -976,13 +829,7 @@ pub async fn stale_exclusive_release_spares_new_holder(h: &dyn Harness) {
         .unwrap();
     assert!(matches!(g.release().await, Err(Error::NotHeld { .. })));
     assert!(
-        a.locks
-            .exclusive(&path)
-            .unwrap()
-            .try_acquire()
-            .await
-            .unwrap()
-            .is_none(),
+        a.locks.exclusive(&path).unwrap().try_acquire().await.unwrap().is_none(),
         "b's lock was deleted"
     );
     assert_eq!(h.children(&path).await, vec!["lock".to_string()]);
@@ -995,22 +842,13 @@ pub async fn session_expiry_fires_lost(h: &dyn Harness) {
     let path = h.path("expiry-lost");
     let a = h.client().await;
     for recipe in [Recipe::Fair, Recipe::Exclusive, Recipe::Read] {
-        let g = a
-            .locks
-            .lock(&path, recipe)
-            .unwrap()
-            .acquire()
-            .await
-            .unwrap();
+        let g = a.locks.lock(&path, recipe).unwrap().acquire().await.unwrap();
         let mut lost = Box::pin(g.lost());
         assert_pending(h, "lost before expiry", &mut lost).await;
         a.faults.expire_session().await;
         assert_eq!(bounded(h, "lost", lost).await, LostReason::SessionExpired);
         let r = g.release().await;
-        assert!(
-            r.is_err(),
-            "{recipe}: release after expiry must report the loss"
-        );
+        assert!(r.is_err(), "{recipe}: release after expiry must report the loss");
         wait_children(h, &path, 0).await;
     }
 }
@@ -1038,21 +876,11 @@ pub async fn node_deleted_fires_lost(h: &dyn Harness) {
     let path = h.path("deleted-lost");
     let (a, admin) = (h.client().await, h.client().await);
     for recipe in [Recipe::Fair, Recipe::Exclusive, Recipe::Write] {
-        let g = a
-            .locks
-            .lock(&path, recipe)
-            .unwrap()
-            .acquire()
-            .await
-            .unwrap();
+        let g = a.locks.lock(&path, recipe).unwrap().acquire().await.unwrap();
         let mut lost = Box::pin(g.lost());
         assert_pending(h, "lost before deletion", &mut lost).await;
         admin.locks.backend().delete(g.node()).await.unwrap();
-        assert_eq!(
-            bounded(h, "lost", lost).await,
-            LostReason::NodeDeleted,
-            "{recipe}"
-        );
+        assert_eq!(bounded(h, "lost", lost).await, LostReason::NodeDeleted, "{recipe}");
         drop(g);
         wait_children(h, &path, 0).await;
     }
@@ -1070,13 +898,11 @@ pub async fn waiting_acquire_fails_on_session_expiry(h: &dyn Harness) {
     let r = bounded(h, "waiter fails", wb).await.unwrap();
     assert_eq!(r, Err(Error::SessionExpired));
     wait_children(h, &path, 1).await;
-    assert!(bounded(
-        h,
-        "holder not lost",
-        tokio::time::timeout(h.tick() * 3, g.lost())
-    )
-    .await
-    .is_err());
+    assert!(
+        bounded(h, "holder not lost", tokio::time::timeout(h.tick() * 3, g.lost()))
+            .await
+            .is_err()
+    );
     g.release().await.unwrap();
     wait_children(h, &path, 0).await;
 }
@@ -1091,9 +917,7 @@ pub async fn acquire_after_expiry_uses_new_session(h: &dyn Harness) {
     a.faults.expire_session().await;
     assert_eq!(g.lost().await, LostReason::SessionExpired);
     drop(g);
-    let g2 = bounded(h, "acquire on new session", lock.acquire())
-        .await
-        .unwrap();
+    let g2 = bounded(h, "acquire on new session", lock.acquire()).await.unwrap();
     assert_ne!(g2.session_id(), old);
     g2.release().await.unwrap();
     wait_children(h, &path, 0).await;
@@ -1114,11 +938,7 @@ pub async fn lost_create_reply_no_orphan_fair(h: &dyn Harness) {
     )
     .await
     .unwrap();
-    assert_eq!(
-        h.children(&path).await.len(),
-        1,
-        "a retried create left an orphan"
-    );
+    assert_eq!(h.children(&path).await.len(), 1, "a retried create left an orphan");
     assert_eq!(a.locks.metrics().create_recoveries, 1);
     g.release().await.unwrap();
     wait_children(h, &path, 0).await;
@@ -1127,11 +947,7 @@ pub async fn lost_create_reply_no_orphan_fair(h: &dyn Harness) {
 /// An exclusive acquire whose create reply is lost recognises its node: no self-deadlock, no orphan.
 pub async fn lost_create_reply_no_orphan_exclusive(h: &dyn Harness) {
     if !h.capabilities().lose_create_reply {
-        return skip(
-            h,
-            "lost_create_reply_no_orphan_exclusive",
-            "lost create replies",
-        );
+        return skip(h, "lost_create_reply_no_orphan_exclusive", "lost create replies");
     }
     let path = h.path("lost-reply-exclusive");
     let a = h.client().await;
@@ -1151,11 +967,7 @@ pub async fn lost_create_reply_no_orphan_exclusive(h: &dyn Harness) {
 /// Lost create replies while queued behind a holder leave exactly one node, and the lock passes on.
 pub async fn lost_create_replies_while_queued_no_deadlock(h: &dyn Harness) {
     if !h.capabilities().lose_create_reply {
-        return skip(
-            h,
-            "lost_create_replies_while_queued_no_deadlock",
-            "lost create replies",
-        );
+        return skip(h, "lost_create_replies_while_queued_no_deadlock", "lost create replies");
     }
     let path = h.path("lost-reply-queued");
     let (a, b) = (h.client().await, h.client().await);
@@ -1193,22 +1005,8 @@ pub async fn fencing_tokens_increase_exclusive(h: &dyn Harness) {
 pub async fn fencing_writer_above_earlier_readers(h: &dyn Harness) {
     let path = h.path("fencing-rw");
     let (r1, r2, w) = (h.client().await, h.client().await, h.client().await);
-    let g1 = r1
-        .locks
-        .read_write(&path)
-        .unwrap()
-        .read()
-        .acquire()
-        .await
-        .unwrap();
-    let g2 = r2
-        .locks
-        .read_write(&path)
-        .unwrap()
-        .read()
-        .acquire()
-        .await
-        .unwrap();
+    let g1 = r1.locks.read_write(&path).unwrap().read().acquire().await.unwrap();
+    let g2 = r2.locks.read_write(&path).unwrap().read().acquire().await.unwrap();
     let write = w.locks.read_write(&path).unwrap().write();
     let ww = tokio::spawn(async move { write.acquire().await.unwrap() });
     wait_children(h, &path, 3).await;
@@ -1224,13 +1022,7 @@ pub async fn fencing_writer_above_earlier_readers(h: &dyn Harness) {
 async fn wakeups_per_release(h: &dyn Harness, recipe: Recipe, waiters: usize) -> u64 {
     let path = h.path(&format!("wakeups-{recipe}"));
     let holder = h.client().await;
-    let g = holder
-        .locks
-        .lock(&path, recipe)
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
+    let g = holder.locks.lock(&path, recipe).unwrap().acquire().await.unwrap();
     let mut clients = Vec::new();
     let (done_tx, mut done_rx) = tokio::sync::mpsc::channel::<LockGuard>(waiters);
     for i in 0..waiters {
@@ -1277,10 +1069,7 @@ pub async fn fair_wakes_one_waiter_per_release(h: &dyn Harness) {
 /// Exclusive: one release wakes every waiter (the documented herd effect).
 pub async fn exclusive_wakes_every_waiter(h: &dyn Harness) {
     let woke = wakeups_per_release(h, Recipe::Exclusive, 5).await;
-    assert!(
-        woke >= 5,
-        "expected every one of 5 waiters to wake, saw {woke}"
-    );
+    assert!(woke >= 5, "expected every one of 5 waiters to wake, saw {woke}");
 }
 
 /// Many paths locked at once by many clients stay independent and exclusive.
@@ -1295,14 +1084,7 @@ pub async fn many_paths_at_once(h: &dyn Harness) {
             let c = h.client().await;
             let lock = c
                 .locks
-                .lock(
-                    &path,
-                    if p % 2 == 0 {
-                        Recipe::Fair
-                    } else {
-                        Recipe::Exclusive
-                    },
-                )
+                .lock(&path, if p % 2 == 0 { Recipe::Fair } else { Recipe::Exclusive })
                 .unwrap();
             let occ = occ.clone();
             set.spawn(async move {
@@ -1347,10 +1129,7 @@ pub async fn bad_paths_rejected(h: &dyn Harness) {
             }
         }
         assert!(matches!(a.locks.fair(bad), Err(Error::InvalidPath { .. })));
-        assert!(matches!(
-            a.locks.read_write(bad),
-            Err(Error::InvalidPath { .. })
-        ));
+        assert!(matches!(a.locks.read_write(bad), Err(Error::InvalidPath { .. })));
     }
     let e = "mutex".parse::<Recipe>().unwrap_err();
     assert!(matches!(e, Error::UnknownRecipe(_)));
@@ -1361,27 +1140,12 @@ pub async fn bad_paths_rejected(h: &dyn Harness) {
 pub async fn release_on_drop_frees_lock(h: &dyn Harness) {
     let path = h.path("drop-release");
     let (a, b) = (h.client().await, h.client().await);
-    for recipe in [
-        Recipe::Fair,
-        Recipe::Exclusive,
-        Recipe::Reentrant,
-        Recipe::Write,
-    ] {
-        let g = a
-            .locks
-            .lock(&path, recipe)
-            .unwrap()
-            .acquire()
+    for recipe in [Recipe::Fair, Recipe::Exclusive, Recipe::Reentrant, Recipe::Write] {
+        let g = a.locks.lock(&path, recipe).unwrap().acquire().await.unwrap();
+        drop(g);
+        let gb = bounded(h, "acquire after drop", b.locks.lock(&path, recipe).unwrap().acquire())
             .await
             .unwrap();
-        drop(g);
-        let gb = bounded(
-            h,
-            "acquire after drop",
-            b.locks.lock(&path, recipe).unwrap().acquire(),
-        )
-        .await
-        .unwrap();
         gb.release().await.unwrap();
         wait_children(h, &path, 0).await;
     }
@@ -1427,14 +1191,7 @@ pub async fn suspended_within_timeout_keeps_lock(h: &dyn Harness) {
     assert_pending(h, "lost while suspended", &mut lost).await;
     tokio::time::sleep(timeout / 2).await;
     assert_pending(h, "lost after reconnect", &mut lost).await;
-    assert!(b
-        .locks
-        .fair(&path)
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_none());
+    assert!(b.locks.fair(&path).unwrap().try_acquire().await.unwrap().is_none());
     drop(lost);
     g.release().await.unwrap();
     wait_children(h, &path, 0).await;
@@ -1453,10 +1210,7 @@ pub async fn disconnect_past_timeout_loses_lock(h: &dyn Harness) {
     let gb = bounded(h, "b takes over", b.locks.fair(&path).unwrap().acquire())
         .await
         .unwrap();
-    assert_eq!(
-        bounded(h, "a learns", g.lost()).await,
-        LostReason::SessionExpired
-    );
+    assert_eq!(bounded(h, "a learns", g.lost()).await, LostReason::SessionExpired);
     assert!(gb.fencing_token() > g.fencing_token());
     gb.release().await.unwrap();
     drop(g);
@@ -1494,10 +1248,7 @@ pub async fn unknown_children_ignored(h: &dyn Harness) {
     .await
     .unwrap();
     g.release().await.unwrap();
-    assert_eq!(
-        h.children(&path).await,
-        vec!["not-a-lock-0000000001".to_string()]
-    );
+    assert_eq!(h.children(&path).await, vec!["not-a-lock-0000000001".to_string()]);
     backend.delete(&foreign).await.unwrap();
     wait_children(h, &path, 0).await;
 }
@@ -1506,12 +1257,6 @@ pub async fn unknown_children_ignored(h: &dyn Harness) {
 pub async fn blocking_api_refused_inside_runtime(h: &dyn Harness) {
     let a = h.client().await;
     let lock = a.locks.fair(h.path("blocking-in-async")).unwrap();
-    assert!(matches!(
-        lock.acquire_blocking(),
-        Err(Error::BlockingInAsync)
-    ));
-    assert!(matches!(
-        lock.try_acquire_blocking(),
-        Err(Error::BlockingInAsync)
-    ));
+    assert!(matches!(lock.acquire_blocking(), Err(Error::BlockingInAsync)));
+    assert!(matches!(lock.try_acquire_blocking(), Err(Error::BlockingInAsync)));
 }

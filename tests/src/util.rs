@@ -13,10 +13,7 @@ use crate::harness::Harness;
 pub async fn within<F: Future<Output = ()>>(h: &dyn Harness, name: &str, f: F) {
     let limit = h.patience() * 8;
     if tokio::time::timeout(limit, f).await.is_err() {
-        panic!(
-            "scenario {name} on {} did not finish within {limit:?}",
-            h.name()
-        );
+        panic!("scenario {name} on {} did not finish within {limit:?}", h.name());
     }
 }
 
@@ -54,11 +51,7 @@ pub async fn bounded<T, F: Future<Output = T>>(h: &dyn Harness, what: &str, f: F
 }
 
 /// Asserts that `f` has not completed after a few ticks (it is waiting).
-pub async fn assert_pending<T, F: Future<Output = T> + Unpin>(
-    h: &dyn Harness,
-    what: &str,
-    f: &mut F,
-) {
+pub async fn assert_pending<T, F: Future<Output = T> + Unpin>(h: &dyn Harness, what: &str, f: &mut F) {
     if tokio::time::timeout(h.tick() * 4, f).await.is_ok() {
         panic!("expected to still be waiting: {what}");
     }
@@ -144,10 +137,7 @@ pub async fn hold_exclusive(occ: &Occupancy, guard: LockGuard, hold: Duration) {
 /// Asserts that tokens strictly increase.
 pub fn assert_increasing(tokens: &[u64]) {
     for w in tokens.windows(2) {
-        assert!(
-            w[0] < w[1],
-            "fencing tokens must strictly increase: {tokens:?}"
-        );
+        assert!(w[0] < w[1], "fencing tokens must strictly increase: {tokens:?}");
     }
 }
 

@@ -48,10 +48,7 @@ pub struct Stat {
 impl Stat {
     /// A stat with these fields.
     pub fn new(czxid: i64, ephemeral_owner: SessionId) -> Self {
-        Stat {
-            czxid,
-            ephemeral_owner,
-        }
+        Stat { czxid, ephemeral_owner }
     }
 }
 

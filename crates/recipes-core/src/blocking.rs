@@ -22,11 +22,7 @@ fn runtime() -> Result<Handle> {
     })
     .as_ref()
     .map(|rt| rt.handle().clone())
-    .map_err(|e| {
-        Error::Backend(format!(
-            "could not start the runtime of the blocking API: {e}"
-        ))
-    })
+    .map_err(|e| Error::Backend(format!("could not start the runtime of the blocking API: {e}")))
 }
 
 fn block_on<F: std::future::Future>(f: F) -> Result<F::Output> {
@@ -109,9 +105,7 @@ pub trait BlockingLock: Lock {
 
     /// Blocks at most `timeout`.
     fn acquire_timeout_blocking(&self, timeout: Duration) -> Result<Option<BlockingGuard>> {
-        block_on(self.acquire_timeout(timeout))??
-            .map(wrap)
-            .transpose()
+        block_on(self.acquire_timeout(timeout))??.map(wrap).transpose()
     }
 }
 

@@ -143,9 +143,7 @@ mod tests {
             let want = match *want {
                 "acq" => Decision::Acquired,
                 "miss" => Decision::Missing,
-                w => Decision::Wait {
-                    on: queue(w).remove(0),
-                },
+                w => Decision::Wait { on: queue(w).remove(0) },
             };
             assert_eq!(got, want, "queue {q}, ours {ours}");
         }

@@ -117,9 +117,7 @@ impl HeldNode {
         let mut rx = backend.session();
         loop {
             let st = *rx.borrow_and_update();
-            if st.id != self.session
-                || matches!(st.state, SessionState::Expired | SessionState::Closed)
-            {
+            if st.id != self.session || matches!(st.state, SessionState::Expired | SessionState::Closed) {
                 return LostReason::SessionExpired;
             }
             if st.state != SessionState::Connected {
@@ -182,11 +180,7 @@ impl Drop for HeldNode {
     }
 }
 
-fn spawn_cleanup(
-    handle: Option<&Handle>,
-    node: &str,
-    fut: impl Future<Output = ()> + Send + 'static,
-) {
+fn spawn_cleanup(handle: Option<&Handle>, node: &str, fut: impl Future<Output = ()> + Send + 'static) {
     match handle.cloned().or_else(|| Handle::try_current().ok()) {
         Some(h) => {
             h.spawn(fut);
@@ -209,10 +203,7 @@ struct Identity {
 }
 
 /// Waits until the session is connected; returns its id. `Ok(None)`: the deadline passed first.
-async fn wait_connected(
-    backend: &dyn Backend,
-    deadline: Option<Instant>,
-) -> Result<Option<SessionId>> {
+async fn wait_connected(backend: &dyn Backend, deadline: Option<Instant>) -> Result<Option<SessionId>> {
     let mut rx = backend.session();
     loop {
         let st = *rx.borrow_and_update();
@@ -305,11 +296,7 @@ async fn delete_by_attempt(ctx: &Ctx, path: &LockPath, attempt: Uuid, fixed: boo
                 Ok(children) => {
                     let mut r = Ok(());
                     for name in children {
-                        if ctx
-                            .layout
-                            .parse(&name)
-                            .is_some_and(|p| p.attempt == attempt)
-                        {
+                        if ctx.layout.parse(&name).is_some_and(|p| p.attempt == attempt) {
                             r = match ctx.backend.delete(&path.child(&name)).await {
                                 Err(Error::NoNode(_)) => Ok(()),
                                 other => other,
@@ -384,9 +371,7 @@ impl Cleanup {
                         session,
                     };
                     match delete_with_retry(&ctx, &node, id).await {
-                        Err(Error::SessionExpired | Error::NoNode(_) | Error::NodeExists(_)) => {
-                            Ok(())
-                        }
+                        Err(Error::SessionExpired | Error::NoNode(_) | Error::NodeExists(_)) => Ok(()),
                         r => r,
                     }
                 }
@@ -435,12 +420,7 @@ enum Waited {
 }
 
 /// Waits for the deletion of `node`: watch set before the existence check, so no wake-up is lost.
-async fn wait_for_deletion(
-    ctx: &Ctx,
-    node: &str,
-    deadline: Option<Instant>,
-    pinned: SessionId,
-) -> Result<Waited> {
+async fn wait_for_deletion(ctx: &Ctx, node: &str, deadline: Option<Instant>, pinned: SessionId) -> Result<Waited> {
     let backend = &*ctx.backend;
     let mut rx = backend.session();
     loop {
@@ -456,9 +436,7 @@ async fn wait_for_deletion(
                 let session_gone = async {
                     loop {
                         let st = *rx.borrow_and_update();
-                        if st.id != pinned
-                            || matches!(st.state, SessionState::Expired | SessionState::Closed)
-                        {
+                        if st.id != pinned || matches!(st.state, SessionState::Expired | SessionState::Closed) {
                             return;
                         }
                         if rx.changed().await.is_err() {
@@ -613,8 +591,7 @@ async fn acquire_exclusive(
                 };
                 if now_sid == sid {
                     if let Ok(Some((data, stat))) = backend.get(&node).await {
-                        if stat.ephemeral_owner == sid
-                            && NodeInfo::decode(&data).is_some_and(|i| i.attempt == attempt)
+                        if stat.ephemeral_owner == sid && NodeInfo::decode(&data).is_some_and(|i| i.attempt == attempt)
                         {
                             Counters::bump(&ctx.counters.creates);
                             Counters::bump(&ctx.counters.create_recoveries);
@@ -663,10 +640,7 @@ async fn create_queued(
         let prefix = path.child(&ctx.layout.prefix(kind, attempt));
         let data = NodeInfo::for_this_process(attempt, recipe).encode();
         cleanup.state = Pending::Sent(attempt);
-        match backend
-            .create(&prefix, &data, CreateMode::EphemeralSequential)
-            .await
-        {
+        match backend.create(&prefix, &data, CreateMode::EphemeralSequential).await {
             Ok(c) => {
                 Counters::bump(&ctx.counters.creates);
                 cleanup.state = Pending::Created(c.path.clone(), attempt, sid);
@@ -691,9 +665,7 @@ async fn create_queued(
                     cleanup.disarm();
                     continue;
                 }
-                if let Some((node, czxid)) =
-                    find_ours(backend, ctx.layout, path, attempt, sid).await?
-                {
+                if let Some((node, czxid)) = find_ours(backend, ctx.layout, path, attempt, sid).await? {
                     Counters::bump(&ctx.counters.creates);
                     Counters::bump(&ctx.counters.create_recoveries);
                     debug!(%node, "create reply was lost; found our node by its attempt id");
@@ -750,9 +722,7 @@ async fn acquire_queued(
     if patience == Patience::TryOnce {
         // Give up before writing anything when the queue already says we would wait.
         match backend.children(path.as_str()).await {
-            Ok(children) if would_wait(kind, &contenders(ctx.layout, &children)) => {
-                return Ok(None)
-            }
+            Ok(children) if would_wait(kind, &contenders(ctx.layout, &children)) => return Ok(None),
             Ok(_) | Err(Error::NoNode(_)) => {}
             Err(e) => return Err(e),
         }
@@ -765,16 +735,8 @@ async fn acquire_queued(
     };
     let mut failures = 0;
     loop {
-        let Some((node, czxid, sid, attempt)) = create_queued(
-            ctx,
-            path,
-            kind,
-            recipe,
-            &mut cleanup,
-            deadline,
-            &mut failures,
-        )
-        .await?
+        let Some((node, czxid, sid, attempt)) =
+            create_queued(ctx, path, kind, recipe, &mut cleanup, deadline, &mut failures).await?
         else {
             return Ok(None);
         };

@@ -35,9 +35,7 @@ impl fmt::Display for PathProblem {
             PathProblem::TrailingSlash => "it ends with '/'",
             PathProblem::EmptyComponent => "it has an empty component ('//')",
             PathProblem::RelativeComponent => "it has a '.' or '..' component",
-            PathProblem::ControlCharacter => {
-                "it contains NUL, a control character or a character ZooKeeper refuses"
-            }
+            PathProblem::ControlCharacter => "it contains NUL, a control character or a character ZooKeeper refuses",
             PathProblem::TooLong => "it is longer than ZooKeeper allows",
             PathProblem::Reserved => "it is under /zookeeper, which the server reserves",
         })

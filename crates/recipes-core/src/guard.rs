@@ -47,12 +47,7 @@ impl LockGuard {
         }
     }
 
-    pub(crate) fn counted(
-        node: Arc<HeldNode>,
-        core: Arc<OwnedCore>,
-        side: Side,
-        owner: Owner,
-    ) -> Self {
+    pub(crate) fn counted(node: Arc<HeldNode>, core: Arc<OwnedCore>, side: Side, owner: Owner) -> Self {
         LockGuard {
             node,
             hold: Some(Hold { core, side, owner }),

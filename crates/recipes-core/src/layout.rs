@@ -145,11 +145,7 @@ mod tests {
                 let name = format!("{}{:010}", Layout::Native.prefix(kind, id), seq);
                 assert_eq!(
                     Layout::Native.parse(&name),
-                    Some(ParsedNode {
-                        kind,
-                        attempt: id,
-                        seq
-                    }),
+                    Some(ParsedNode { kind, attempt: id, seq }),
                     "{name}"
                 );
             }
@@ -187,10 +183,7 @@ mod tests {
     #[test]
     fn layout_names() {
         assert_eq!("native".parse::<Layout>(), Ok(Layout::Native));
-        assert!(matches!(
-            "nope".parse::<Layout>(),
-            Err(Error::UnknownLayout(_))
-        ));
+        assert!(matches!("nope".parse::<Layout>(), Err(Error::UnknownLayout(_))));
     }
 
     proptest! {

@@ -247,15 +247,11 @@ impl FairLock {
         &self.path
     }
     async fn get(&self, p: Patience) -> Result<Option<LockGuard>> {
-        Ok(driver::acquire(
-            &self.ctx,
-            &self.path,
-            Target::Queue(NodeKind::Lock),
-            "fair",
-            p,
+        Ok(
+            driver::acquire(&self.ctx, &self.path, Target::Queue(NodeKind::Lock), "fair", p)
+                .await?
+                .map(LockGuard::plain),
         )
-        .await?
-        .map(LockGuard::plain))
     }
 }
 lock_methods!(FairLock, Recipe::Fair);
@@ -306,6 +302,12 @@ impl ReentrantLock {
     /// How many holds `owner` has now.
     pub fn hold_count(&self, owner: Owner) -> u32 {
         self.core.count(Side::Exclusive, &owner)
+    }
+
+    #[doc(hidden)]
+    /// Test hook, not part of the API: sets the hold count of `owner`'s existing hold.
+    pub fn __set_hold_count(&self, owner: Owner, count: u32) {
+        self.core.force_count(Side::Exclusive, &owner, count);
     }
 }
 lock_methods!(ReentrantLock, Recipe::Reentrant);

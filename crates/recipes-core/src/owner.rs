@@ -28,9 +28,7 @@ impl Owner {
     /// Note that the future passed to `Runtime::block_on` (and the body of `#[tokio::test]`) is not a task: there
     /// the current thread is the owner.
     pub fn current() -> Owner {
-        tokio::task::try_id()
-            .map(Owner::Task)
-            .unwrap_or_else(Owner::thread)
+        tokio::task::try_id().map(Owner::Task).unwrap_or_else(Owner::thread)
     }
 
     /// The current thread.

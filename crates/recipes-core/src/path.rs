@@ -57,10 +57,7 @@ impl LockPath {
 
     /// Every proper ancestor of this path, from the shallowest, excluding `/`.
     pub fn ancestors(&self) -> impl Iterator<Item = &str> {
-        self.0
-            .match_indices('/')
-            .skip(1)
-            .map(move |(i, _)| &self.0[..i])
+        self.0.match_indices('/').skip(1).map(move |(i, _)| &self.0[..i])
     }
 }
 

@@ -83,10 +83,7 @@ struct PendingSlot<'a> {
 impl Drop for PendingSlot<'_> {
     fn drop(&mut self) {
         let mut slots = self.core.lock();
-        if matches!(
-            slots.side(self.side).get(&self.owner),
-            Some(Slot::Pending(_))
-        ) {
+        if matches!(slots.side(self.side).get(&self.owner), Some(Slot::Pending(_))) {
             slots.side(self.side).remove(&self.owner);
         }
         // Dropping the sender wakes every waiter of the same owner.
@@ -128,12 +125,7 @@ impl OwnedCore {
     }
 
     /// Acquires `side` for `owner`: re-enters an existing hold, downgrades from a write hold, or queues a node.
-    pub async fn acquire(
-        self: &Arc<Self>,
-        side: Side,
-        owner: Owner,
-        patience: Patience,
-    ) -> Result<Option<LockGuard>> {
+    pub async fn acquire(self: &Arc<Self>, side: Side, owner: Owner, patience: Patience) -> Result<Option<LockGuard>> {
         let wake = loop {
             let waiting_for = {
                 let mut slots = self.lock();
@@ -142,12 +134,7 @@ impl OwnedCore {
                 } else {
                     if let Some(Slot::Held { count, node }) = slots.side(side).get_mut(&owner) {
                         *count = count.checked_add(1).ok_or_else(|| self.overflow())?;
-                        return Ok(Some(LockGuard::counted(
-                            node.clone(),
-                            self.clone(),
-                            side,
-                            owner,
-                        )));
+                        return Ok(Some(LockGuard::counted(node.clone(), self.clone(), side, owner)));
                     }
                     match side {
                         Side::Exclusive if self.read_write && slots.shared.contains_key(&owner) => {
@@ -165,12 +152,7 @@ impl OwnedCore {
                                         node: node.clone(),
                                     },
                                 );
-                                return Ok(Some(LockGuard::counted(
-                                    node,
-                                    self.clone(),
-                                    side,
-                                    owner,
-                                )));
+                                return Ok(Some(LockGuard::counted(node, self.clone(), side, owner)));
                             }
                         }
                         Side::Exclusive => {}
@@ -230,7 +212,7 @@ impl OwnedCore {
         }
     }
 
-    #[cfg(test)]
+    /// Test hook: sets the hold count of an existing hold (to test overflow without 2³² acquires).
     pub fn force_count(&self, side: Side, owner: &Owner, value: u32) {
         if let Some(Slot::Held { count, .. }) = self.lock().side(side).get_mut(owner) {
             *count = value;

@@ -38,8 +38,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use recipes_core::{
-    Backend, CreateMode, Created, DeletionWatch, Error, Result, SessionId, SessionState,
-    SessionStatus, Stat,
+    Backend, CreateMode, Created, DeletionWatch, Error, Result, SessionId, SessionState, SessionStatus, Stat,
 };
 use tokio::sync::{oneshot, watch};
 
@@ -177,13 +176,7 @@ impl State {
         }
     }
 
-    fn create(
-        &mut self,
-        sid: SessionId,
-        path: &str,
-        data: &[u8],
-        mode: CreateMode,
-    ) -> Result<Created> {
+    fn create(&mut self, sid: SessionId, path: &str, data: &[u8], mode: CreateMode) -> Result<Created> {
         check_path(path)?;
         if path == "/" {
             return Err(Error::NodeExists(path.to_owned()));
@@ -209,10 +202,7 @@ impl State {
         parent.children.insert(name);
         parent.cversion = parent.cversion.wrapping_add(1);
         self.zxid += 1;
-        let ephemeral = matches!(
-            mode,
-            CreateMode::Ephemeral | CreateMode::EphemeralSequential
-        );
+        let ephemeral = matches!(mode, CreateMode::Ephemeral | CreateMode::EphemeralSequential);
         self.nodes.insert(
             full.clone(),
             Node {
@@ -252,8 +242,7 @@ impl State {
         }
         let mut doomed = Vec::new();
         for ws in self.watches.values_mut() {
-            let (mine, rest): (Vec<_>, Vec<_>) =
-                std::mem::take(ws).into_iter().partition(|(s, _)| *s == sid);
+            let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(ws).into_iter().partition(|(s, _)| *s == sid);
             *ws = rest;
             doomed.extend(mine.into_iter().map(|(_, tx)| tx));
         }
@@ -263,11 +252,7 @@ impl State {
         }
     }
 
-    fn open_session(
-        &mut self,
-        status: Arc<watch::Sender<SessionStatus>>,
-        timeout: Duration,
-    ) -> SessionId {
+    fn open_session(&mut self, status: Arc<watch::Sender<SessionStatus>>, timeout: Duration) -> SessionId {
         self.next_session += 1;
         let sid = self.next_session;
         self.sessions.insert(
@@ -583,10 +568,7 @@ impl Backend for MemClient {
     async fn create(&self, path: &str, data: &[u8], mode: CreateMode) -> Result<Created> {
         self.call(|st, sid| {
             let created = st.create(sid, path, data, mode)?;
-            let ephemeral = matches!(
-                mode,
-                CreateMode::Ephemeral | CreateMode::EphemeralSequential
-            );
+            let ephemeral = matches!(mode, CreateMode::Ephemeral | CreateMode::EphemeralSequential);
             let rec = st.sessions.get_mut(&sid);
             if let Some(rec) = rec.filter(|r| ephemeral && r.lose_create_replies > 0) {
                 rec.lose_create_replies -= 1;
@@ -635,10 +617,7 @@ impl Backend for MemClient {
     async fn delete(&self, path: &str) -> Result<()> {
         self.call(|st, _| {
             check_path(path)?;
-            let node = st
-                .nodes
-                .get(path)
-                .ok_or_else(|| Error::NoNode(path.to_owned()))?;
+            let node = st.nodes.get(path).ok_or_else(|| Error::NoNode(path.to_owned()))?;
             if !node.children.is_empty() {
                 return Err(Error::NotEmpty(path.to_owned()));
             }

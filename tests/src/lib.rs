@@ -11,6 +11,11 @@ pub mod mem;
 pub mod scenarios;
 pub mod util;
 
+/// The README's example, compiled and run as a doc test so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
+
 pub use harness::{Capabilities, Faults, Harness, TestClient};
 
 /// Instantiates every scenario of [`scenarios`] as a test function in the calling module.

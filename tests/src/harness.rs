@@ -47,6 +47,10 @@ pub struct TestClient {
 pub trait Harness: Send + Sync {
     /// The backend's name.
     fn name(&self) -> &'static str;
+    /// Why this backend cannot run here (the test is then reported as skipped, by name), or `None`.
+    fn skip_reason(&self) -> Option<String> {
+        None
+    }
     /// What it supports.
     fn capabilities(&self) -> Capabilities;
     /// A new client with the default session timeout.

@@ -8,8 +8,10 @@
 
 pub mod harness;
 pub mod mem;
+pub mod proxy;
 pub mod scenarios;
 pub mod util;
+pub mod zk;
 
 /// The README's example, compiled and run as a doc test so that it stays true.
 #[cfg(doctest)]
@@ -40,6 +42,10 @@ macro_rules! conformance_suite {
             #[$attr]
             async fn $name() {
                 let h = $h;
+                if let Some(why) = $crate::Harness::skip_reason(&h) {
+                    eprintln!("SKIPPED {}::{}: {why}", $crate::Harness::name(&h), stringify!($name));
+                    return;
+                }
                 $crate::util::within(&h, stringify!($name), $crate::scenarios::$name(&h)).await;
                 $crate::Harness::finish(&h).await;
             }

@@ -6,3 +6,10 @@ mod mem {
         test = tokio::test(start_paused = true)
     );
 }
+
+mod zk {
+    recipes_conformance::conformance_suite!(
+        harness = recipes_conformance::zk::ZkHarness::new(),
+        test = tokio::test(flavor = "multi_thread", worker_threads = 2)
+    );
+}

@@ -108,6 +108,26 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// `NoNode` (parent missing), `NodeExists`, `ConnectionLoss` (outcome unknown), `SessionExpired`.
     async fn create(&self, path: &str, data: &[u8], mode: CreateMode) -> Result<Created>;
 
+    /// Creates a node, and lists the children of `parent` *after* the create, in one round trip where the backend
+    /// can pipeline (ZooKeeper applies one session's requests in order, so the list sees the new node). The list is
+    /// meaningful only when the create succeeded. The default sends the two requests one after the other.
+    ///
+    /// # Notable errors
+    /// As [`create`](Backend::create) and [`children`](Backend::children).
+    async fn create_and_list(
+        &self,
+        path: &str,
+        data: &[u8],
+        mode: CreateMode,
+        parent: &str,
+    ) -> (Result<Created>, Result<Vec<String>>) {
+        let created = self.create(path, data, mode).await;
+        if created.is_err() {
+            return (created, Err(crate::Error::ConnectionLoss));
+        }
+        (created, self.children(parent).await)
+    }
+
     /// Lists the names (not paths) of `path`'s children, in no particular order.
     ///
     /// # Notable errors

@@ -613,6 +613,16 @@ async fn acquire_exclusive(
     }
 }
 
+/// Our node in the queue, just made.
+struct Queued {
+    node: String,
+    czxid: i64,
+    session: SessionId,
+    attempt: Uuid,
+    /// The children listed right after the create, pipelined with it (`None` when not available).
+    children: Option<Vec<String>>,
+}
+
 /// Creates our sequential node (protected: recognised by its attempt id after a lost reply).
 /// `Ok(None)`: the deadline passed while disconnected.
 async fn create_queued(
@@ -623,7 +633,7 @@ async fn create_queued(
     cleanup: &mut Cleanup,
     deadline: Option<Instant>,
     failures: &mut u32,
-) -> Result<Option<(String, i64, SessionId, Uuid)>> {
+) -> Result<Option<Queued>> {
     let backend = &*ctx.backend;
     loop {
         if *failures >= ctx.max_attempts {
@@ -640,11 +650,20 @@ async fn create_queued(
         let prefix = path.child(&ctx.layout.prefix(kind, attempt));
         let data = NodeInfo::for_this_process(attempt, recipe).encode();
         cleanup.state = Pending::Sent(attempt);
-        match backend.create(&prefix, &data, CreateMode::EphemeralSequential).await {
+        let (created, listed) = backend
+            .create_and_list(&prefix, &data, CreateMode::EphemeralSequential, path.as_str())
+            .await;
+        match created {
             Ok(c) => {
                 Counters::bump(&ctx.counters.creates);
                 cleanup.state = Pending::Created(c.path.clone(), attempt, sid);
-                return Ok(Some((c.path, c.czxid, sid, attempt)));
+                return Ok(Some(Queued {
+                    node: c.path,
+                    czxid: c.czxid,
+                    session: sid,
+                    attempt,
+                    children: listed.ok(),
+                }));
             }
             Err(Error::NoNode(_)) => {
                 cleanup.disarm();
@@ -670,7 +689,13 @@ async fn create_queued(
                     Counters::bump(&ctx.counters.create_recoveries);
                     debug!(%node, "create reply was lost; found our node by its attempt id");
                     cleanup.state = Pending::Created(node.clone(), attempt, sid);
-                    return Ok(Some((node, czxid, sid, attempt)));
+                    return Ok(Some(Queued {
+                        node,
+                        czxid,
+                        session: sid,
+                        attempt,
+                        children: None,
+                    }));
                 }
                 cleanup.disarm();
             }
@@ -735,14 +760,23 @@ async fn acquire_queued(
     };
     let mut failures = 0;
     loop {
-        let Some((node, czxid, sid, attempt)) =
-            create_queued(ctx, path, kind, recipe, &mut cleanup, deadline, &mut failures).await?
+        let Some(Queued {
+            node,
+            czxid,
+            session: sid,
+            attempt,
+            children: mut prefetched,
+        }) = create_queued(ctx, path, kind, recipe, &mut cleanup, deadline, &mut failures).await?
         else {
             return Ok(None);
         };
         let name = node.rsplit('/').next().unwrap_or_default().to_owned();
         loop {
-            let children = match backend.children(path.as_str()).await {
+            let listed = match prefetched.take() {
+                Some(c) => Ok(c),
+                None => backend.children(path.as_str()).await,
+            };
+            let children = match listed {
                 Ok(c) => c,
                 Err(Error::NoNode(_)) => Vec::new(),
                 Err(Error::ConnectionLoss) => {

@@ -79,6 +79,14 @@ pub enum Error {
     /// A layout name given at run time is not known.
     #[error("unknown layout {0:?}: expected native")]
     UnknownLayout(String),
+    /// No server could be reached to open a session.
+    #[error("could not reach the coordination service at {servers}: {why}")]
+    Unreachable {
+        /// The connect string.
+        servers: String,
+        /// What happened.
+        why: String,
+    },
     /// The connection to the server was lost; the outcome of the request is unknown.
     #[error("connection to the coordination service lost")]
     ConnectionLoss,

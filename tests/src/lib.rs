@@ -12,6 +12,7 @@ pub mod proxy;
 pub mod scenarios;
 pub mod util;
 pub mod zk;
+pub mod zkserver;
 
 /// The README's example, compiled and run as a doc test so that it stays true.
 #[cfg(doctest)]

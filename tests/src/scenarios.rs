@@ -33,7 +33,7 @@ macro_rules! __for_each_scenario {
             exclusive_wakes_every_waiter many_paths_at_once bad_paths_rejected release_on_drop_frees_lock
             guard_moves_between_tasks deep_path_created_and_emptied suspended_within_timeout_keeps_lock
             disconnect_past_timeout_loses_lock delayed_watch_delivery_keeps_exclusion unknown_children_ignored
-            blocking_api_refused_inside_runtime
+            blocking_api_refused_inside_runtime timed_acquire_while_disconnected_ends_on_time
         );
     };
 }
@@ -1259,4 +1259,41 @@ pub async fn blocking_api_refused_inside_runtime(h: &dyn Harness) {
     let lock = a.locks.fair(h.path("blocking-in-async")).unwrap();
     assert!(matches!(lock.acquire_blocking(), Err(Error::BlockingInAsync)));
     assert!(matches!(lock.try_acquire_blocking(), Err(Error::BlockingInAsync)));
+}
+
+/// While the client is cut off from the server, a timed acquire ends on time, a try waits only briefly for the
+/// connection, and no node is left once the connection is back.
+pub async fn timed_acquire_while_disconnected_ends_on_time(h: &dyn Harness) {
+    if !h.capabilities().disconnect {
+        return skip(h, "timed_acquire_while_disconnected_ends_on_time", "disconnects");
+    }
+    let path = h.path("disconnected-timeout");
+    let (a, b) = (h.client().await, h.client().await);
+    let g = a.locks.fair(&path).unwrap().acquire().await.unwrap();
+    let timeout = b.faults.session_timeout();
+    b.faults.disconnect_for(timeout / 2).await;
+    let lock = b.locks.fair(&path).unwrap();
+    let t0 = tokio::time::Instant::now();
+    let r = lock.acquire_timeout(timeout / 8).await;
+    assert!(matches!(r, Ok(None)), "{r:?}");
+    assert!(
+        t0.elapsed() < timeout / 8 + Duration::from_secs(2),
+        "timed acquire overran: {:?}",
+        t0.elapsed()
+    );
+    // A try waits (briefly) for the connection, then answers from the queue: the lock is held.
+    let t1 = tokio::time::Instant::now();
+    let r = lock.try_acquire().await;
+    assert!(matches!(r, Ok(None)), "{r:?}");
+    assert!(t1.elapsed() < Duration::from_secs(6), "try overran: {:?}", t1.elapsed());
+    // Once reconnected, nothing of b's is left and b can queue normally.
+    wait_children(h, &path, 1).await;
+    g.release().await.unwrap();
+    bounded(h, "acquire after reconnect", lock.acquire())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    wait_children(h, &path, 0).await;
 }

@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::time::Instant;
@@ -52,7 +53,9 @@ impl Patience {
     fn deadline(self) -> Option<Instant> {
         match self {
             Patience::Until(d) => Some(d),
-            _ => None,
+            // A try must not wait, but its requests may sit in the client while it is disconnected: bound them.
+            Patience::TryOnce => Some(Instant::now() + TRY_BOUND),
+            Patience::Forever => None,
         }
     }
 }
@@ -73,6 +76,10 @@ pub(crate) struct HeldNode {
 }
 
 const DELETE_ATTEMPTS: u32 = 20;
+/// How long a `try_acquire` may spend on requests (while disconnected they wait for the connection).
+const TRY_BOUND: Duration = Duration::from_secs(5);
+/// How long an acquire that gives up waits for its cleanup before leaving it to the background.
+const CLEANUP_GRACE: Duration = Duration::from_millis(500);
 
 impl HeldNode {
     fn identity(&self) -> Identity {
@@ -126,7 +133,16 @@ impl HeldNode {
                 }
                 continue;
             }
-            match backend.watch_deletion(&self.node).await {
+            let registered = tokio::select! {
+                r = backend.watch_deletion(&self.node) => r,
+                r = rx.changed() => {
+                    if r.is_err() {
+                        return LostReason::SessionExpired;
+                    }
+                    continue;
+                }
+            };
+            match registered {
                 Ok(None) => {
                     let st = *rx.borrow_and_update();
                     return if st.id != self.session || st.state != SessionState::Connected {
@@ -385,10 +401,10 @@ impl Cleanup {
         })
     }
 
-    /// Runs the cleanup now.
-    async fn finish(&mut self) {
+    /// Runs the cleanup now, waiting at most `grace` for it; past that it goes on in the background.
+    async fn finish_within(&mut self, grace: Duration) {
         if let Some(t) = self.task() {
-            t.await;
+            let _ = tokio::time::timeout(grace, tokio::spawn(t)).await;
         }
     }
 }
@@ -403,72 +419,48 @@ impl Drop for Cleanup {
     }
 }
 
-/// Creates the lock path and its ancestors as container nodes.
-async fn ensure_parents(backend: &dyn Backend, path: &LockPath) -> Result<()> {
-    for p in path.ancestors().chain(std::iter::once(path.as_str())) {
-        match backend.create(p, b"", CreateMode::Container).await {
-            Ok(_) | Err(Error::NodeExists(_)) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
+/// Why an attempt stopped short of holding the lock.
+enum Stop {
+    /// The deadline passed.
+    Deadline,
+    /// An error.
+    Fail(Error),
 }
 
-enum Waited {
-    Deleted,
-    TimedOut,
-}
-
-/// Waits for the deletion of `node`: watch set before the existence check, so no wake-up is lost.
-async fn wait_for_deletion(ctx: &Ctx, node: &str, deadline: Option<Instant>, pinned: SessionId) -> Result<Waited> {
-    let backend = &*ctx.backend;
-    let mut rx = backend.session();
-    loop {
-        match backend.watch_deletion(node).await {
-            Ok(None) => return Ok(Waited::Deleted),
-            Ok(Some(w)) => {
-                let timeout = async {
-                    match deadline {
-                        Some(d) => tokio::time::sleep_until(d).await,
-                        None => std::future::pending().await,
-                    }
-                };
-                let session_gone = async {
-                    loop {
-                        let st = *rx.borrow_and_update();
-                        if st.id != pinned || matches!(st.state, SessionState::Expired | SessionState::Closed) {
-                            return;
-                        }
-                        if rx.changed().await.is_err() {
-                            return;
-                        }
-                    }
-                };
-                tokio::select! {
-                    r = w => {
-                        r?;
-                        Counters::bump(&ctx.counters.wakeups);
-                        return Ok(Waited::Deleted);
-                    }
-                    () = timeout => return Ok(Waited::TimedOut),
-                    () = session_gone => return Err(Error::SessionExpired),
-                }
-            }
-            Err(Error::ConnectionLoss) => {
-                if wait_connected(backend, deadline).await?.is_none() {
-                    return Ok(Waited::TimedOut);
-                }
-                if current(backend).id != pinned {
-                    return Err(Error::SessionExpired);
-                }
-            }
-            Err(e) => return Err(e),
-        }
+impl From<Error> for Stop {
+    fn from(e: Error) -> Self {
+        Stop::Fail(e)
     }
 }
 
-/// Acquires `target` under `path`. `Ok(None)`: gave up (try-once found it held, or the deadline passed), with no
-/// node of ours left behind.
+type Step<T> = std::result::Result<T, Stop>;
+
+/// Our node in the queue, just made.
+struct Queued {
+    node: String,
+    czxid: i64,
+    session: SessionId,
+    attempt: Uuid,
+    /// The children listed right after the create, pipelined with it (`None` when not available).
+    children: Option<Vec<String>>,
+}
+
+/// One acquire in progress: its settings, its failure budget, and what it must clean up.
+struct Attempt<'a> {
+    ctx: &'a Arc<Ctx>,
+    path: &'a LockPath,
+    recipe: &'static str,
+    try_once: bool,
+    deadline: Option<Instant>,
+    failures: u32,
+    cleanup: Cleanup,
+}
+
+/// Acquires `target` under `path`. `Ok(None)`: gave up (try-once found it held, or the deadline passed), with our
+/// node deleted (or, when the server cannot be reached within a short grace, being deleted in the background).
+///
+/// Every request is bounded by the deadline: a client that queues requests while disconnected cannot make a timed
+/// acquire overrun. A `TryOnce` that cannot reach the server in a few seconds fails with `ConnectionLoss`.
 ///
 /// # Cancel safety
 /// Dropping the future at any await point deletes our node (or, when a create's reply is outstanding, any node
@@ -482,339 +474,367 @@ pub(crate) async fn acquire(
 ) -> Result<Option<HeldNode>> {
     let span = tracing::debug_span!("acquire", %path, recipe, node = tracing::field::Empty);
     async move {
-        match target {
-            Target::Exclusive => acquire_exclusive(ctx, path, recipe, patience).await,
-            Target::Queue(kind) => acquire_queued(ctx, path, kind, recipe, patience).await,
+        let mut attempt = Attempt {
+            ctx,
+            path,
+            recipe,
+            try_once: patience == Patience::TryOnce,
+            deadline: patience.deadline(),
+            failures: 0,
+            cleanup: Cleanup {
+                ctx: ctx.clone(),
+                path: path.clone(),
+                fixed: target == Target::Exclusive,
+                state: Pending::Nothing,
+            },
+        };
+        let outcome = match target {
+            Target::Exclusive => attempt.exclusive().await,
+            Target::Queue(kind) => attempt.queued(kind).await,
+        };
+        match outcome {
+            Ok(Some(held)) => Ok(Some(held)),
+            Ok(None) => {
+                attempt.cleanup.finish_within(CLEANUP_GRACE).await;
+                Ok(None)
+            }
+            Err(Stop::Deadline) => {
+                attempt.cleanup.finish_within(CLEANUP_GRACE).await;
+                if attempt.try_once {
+                    Err(Error::ConnectionLoss)
+                } else {
+                    Ok(None)
+                }
+            }
+            Err(Stop::Fail(e)) => {
+                if matches!(e, Error::SessionExpired | Error::Closed) {
+                    // Whatever we made went with the session.
+                    attempt.cleanup.disarm();
+                } else {
+                    attempt.cleanup.finish_within(CLEANUP_GRACE).await;
+                }
+                Err(e)
+            }
         }
     }
     .instrument(span)
     .await
 }
 
-fn held(
-    ctx: &Arc<Ctx>,
-    path: &LockPath,
-    node: String,
-    czxid: i64,
-    session: SessionId,
-    attempt: Uuid,
-    fixed: bool,
-) -> HeldNode {
-    Counters::bump(&ctx.counters.acquisitions);
-    tracing::Span::current().record("node", node.as_str());
-    debug!("acquired");
-    HeldNode {
-        ctx: ctx.clone(),
-        path: path.clone(),
-        node,
-        czxid,
-        session,
-        attempt,
-        fixed,
-        handle: Handle::try_current().ok(),
-        released: AtomicBool::new(false),
+impl Attempt<'_> {
+    fn backend(&self) -> &dyn Backend {
+        &*self.ctx.backend
     }
-}
 
-fn exhausted(path: &LockPath, attempts: u32, why: &str) -> Error {
-    Error::RetriesExhausted {
-        path: path.to_string(),
-        attempts,
-        why: why.to_owned(),
-    }
-}
-
-async fn acquire_exclusive(
-    ctx: &Arc<Ctx>,
-    path: &LockPath,
-    recipe: &'static str,
-    patience: Patience,
-) -> Result<Option<HeldNode>> {
-    let backend = &*ctx.backend;
-    let deadline = patience.deadline();
-    let node = path.child(EXCLUSIVE_NODE);
-    let mut cleanup = Cleanup {
-        ctx: ctx.clone(),
-        path: path.clone(),
-        fixed: true,
-        state: Pending::Nothing,
-    };
-    let mut failures = 0;
-    loop {
-        if failures >= ctx.max_attempts {
-            return Err(exhausted(
-                path,
-                failures,
-                "the create kept failing (lost replies or vanishing parents)",
-            ));
-        }
-        let Some(sid) = wait_connected(backend, deadline).await? else {
-            return Ok(None);
-        };
-        let attempt = Uuid::new_v4();
-        let data = NodeInfo::for_this_process(attempt, recipe).encode();
-        cleanup.state = Pending::Sent(attempt);
-        match backend.create(&node, &data, CreateMode::Ephemeral).await {
-            Ok(c) => {
-                Counters::bump(&ctx.counters.creates);
-                cleanup.state = Pending::Created(c.path.clone(), attempt, sid);
-                if current(backend).id != sid {
-                    cleanup.disarm();
-                    return Err(Error::SessionExpired);
-                }
-                cleanup.disarm();
-                return Ok(Some(held(ctx, path, c.path, c.czxid, sid, attempt, true)));
-            }
-            Err(Error::NodeExists(_)) => {
-                cleanup.disarm();
-                if patience == Patience::TryOnce {
-                    return Ok(None);
-                }
-                match wait_for_deletion(ctx, &node, deadline, sid).await? {
-                    Waited::Deleted => {}
-                    Waited::TimedOut => return Ok(None),
-                }
-            }
-            Err(Error::NoNode(_)) => {
-                cleanup.disarm();
-                failures += 1;
-                match ensure_parents(backend, path).await {
-                    Ok(()) | Err(Error::ConnectionLoss) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            Err(Error::ConnectionLoss) => {
-                failures += 1;
-                let Some(now_sid) = wait_connected(backend, deadline).await? else {
-                    cleanup.finish().await;
-                    return Ok(None);
-                };
-                if now_sid == sid {
-                    if let Ok(Some((data, stat))) = backend.get(&node).await {
-                        if stat.ephemeral_owner == sid && NodeInfo::decode(&data).is_some_and(|i| i.attempt == attempt)
-                        {
-                            Counters::bump(&ctx.counters.creates);
-                            Counters::bump(&ctx.counters.create_recoveries);
-                            cleanup.disarm();
-                            return Ok(Some(held(ctx, path, node, stat.czxid, sid, attempt, true)));
-                        }
-                    }
-                }
-                // Not ours (or unknown): leave the cleanup armed for this attempt and try again.
-                cleanup.finish().await;
-            }
-            Err(e) => {
-                if matches!(e, Error::SessionExpired | Error::Closed) {
-                    cleanup.disarm();
-                }
-                return Err(e);
-            }
+    /// Runs one request, bounded by the deadline.
+    async fn call<T>(&self, f: impl Future<Output = Result<T>>) -> Step<T> {
+        match self.deadline {
+            Some(d) => match tokio::time::timeout_at(d, f).await {
+                Ok(r) => Ok(r?),
+                Err(_) => Err(Stop::Deadline),
+            },
+            None => Ok(f.await?),
         }
     }
-}
 
-/// Our node in the queue, just made.
-struct Queued {
-    node: String,
-    czxid: i64,
-    session: SessionId,
-    attempt: Uuid,
-    /// The children listed right after the create, pipelined with it (`None` when not available).
-    children: Option<Vec<String>>,
-}
-
-/// Creates our sequential node (protected: recognised by its attempt id after a lost reply).
-/// `Ok(None)`: the deadline passed while disconnected.
-async fn create_queued(
-    ctx: &Arc<Ctx>,
-    path: &LockPath,
-    kind: NodeKind,
-    recipe: &'static str,
-    cleanup: &mut Cleanup,
-    deadline: Option<Instant>,
-    failures: &mut u32,
-) -> Result<Option<Queued>> {
-    let backend = &*ctx.backend;
-    loop {
-        if *failures >= ctx.max_attempts {
-            return Err(exhausted(
-                path,
-                *failures,
-                "the create kept failing (lost replies or vanishing parents)",
-            ));
-        }
-        let Some(sid) = wait_connected(backend, deadline).await? else {
-            return Ok(None);
-        };
-        let attempt = Uuid::new_v4();
-        let prefix = path.child(&ctx.layout.prefix(kind, attempt));
-        let data = NodeInfo::for_this_process(attempt, recipe).encode();
-        cleanup.state = Pending::Sent(attempt);
-        let (created, listed) = backend
-            .create_and_list(&prefix, &data, CreateMode::EphemeralSequential, path.as_str())
-            .await;
-        match created {
-            Ok(c) => {
-                Counters::bump(&ctx.counters.creates);
-                cleanup.state = Pending::Created(c.path.clone(), attempt, sid);
-                return Ok(Some(Queued {
-                    node: c.path,
-                    czxid: c.czxid,
-                    session: sid,
-                    attempt,
-                    children: listed.ok(),
-                }));
-            }
-            Err(Error::NoNode(_)) => {
-                cleanup.disarm();
-                *failures += 1;
-                match ensure_parents(backend, path).await {
-                    Ok(()) | Err(Error::ConnectionLoss) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            Err(Error::ConnectionLoss) => {
-                *failures += 1;
-                let Some(now_sid) = wait_connected(backend, deadline).await? else {
-                    cleanup.finish().await;
-                    return Ok(None);
-                };
-                if now_sid != sid {
-                    // The session ended: whatever the create made went with it.
-                    cleanup.disarm();
-                    continue;
-                }
-                if let Some((node, czxid)) = find_ours(backend, ctx.layout, path, attempt, sid).await? {
-                    Counters::bump(&ctx.counters.creates);
-                    Counters::bump(&ctx.counters.create_recoveries);
-                    debug!(%node, "create reply was lost; found our node by its attempt id");
-                    cleanup.state = Pending::Created(node.clone(), attempt, sid);
-                    return Ok(Some(Queued {
-                        node,
-                        czxid,
-                        session: sid,
-                        attempt,
-                        children: None,
-                    }));
-                }
-                cleanup.disarm();
-            }
-            Err(e) => {
-                if matches!(e, Error::SessionExpired | Error::Closed) {
-                    cleanup.disarm();
-                }
-                return Err(e);
-            }
-        }
+    /// Waits until the session is connected; returns its id.
+    async fn connected(&self) -> Step<SessionId> {
+        wait_connected(self.backend(), self.deadline)
+            .await?
+            .ok_or(Stop::Deadline)
     }
-}
 
-/// Finds the node our create made, by attempt id and ephemeral owner.
-async fn find_ours(
-    backend: &dyn Backend,
-    layout: Layout,
-    path: &LockPath,
-    attempt: Uuid,
-    sid: SessionId,
-) -> Result<Option<(String, i64)>> {
-    let children = match backend.children(path.as_str()).await {
-        Ok(c) => c,
-        Err(Error::NoNode(_)) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    for name in children {
-        if layout.parse(&name).is_some_and(|p| p.attempt == attempt) {
-            let node = path.child(&name);
-            if let Some((_, stat)) = backend.get(&node).await? {
-                if stat.ephemeral_owner == sid {
-                    return Ok(Some((node, stat.czxid)));
-                }
-            }
+    /// Counts a failed create (lost reply, vanished parent or node) against the bound.
+    fn failed(&mut self) -> Step<()> {
+        self.failures += 1;
+        if self.failures >= self.ctx.max_attempts {
+            return Err(Stop::Fail(Error::RetriesExhausted {
+                path: self.path.to_string(),
+                attempts: self.failures,
+                why: "the lock node could not be made to stick (lost replies, vanishing parent or node)".into(),
+            }));
         }
+        Ok(())
     }
-    Ok(None)
-}
 
-async fn acquire_queued(
-    ctx: &Arc<Ctx>,
-    path: &LockPath,
-    kind: NodeKind,
-    recipe: &'static str,
-    patience: Patience,
-) -> Result<Option<HeldNode>> {
-    let backend = &*ctx.backend;
-    let deadline = patience.deadline();
-    if patience == Patience::TryOnce {
-        // Give up before writing anything when the queue already says we would wait.
-        match backend.children(path.as_str()).await {
-            Ok(children) if would_wait(kind, &contenders(ctx.layout, &children)) => return Ok(None),
-            Ok(_) | Err(Error::NoNode(_)) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    let mut cleanup = Cleanup {
-        ctx: ctx.clone(),
-        path: path.clone(),
-        fixed: false,
-        state: Pending::Nothing,
-    };
-    let mut failures = 0;
-    loop {
-        let Some(Queued {
+    fn held(&self, node: String, czxid: i64, session: SessionId, attempt: Uuid) -> HeldNode {
+        Counters::bump(&self.ctx.counters.acquisitions);
+        tracing::Span::current().record("node", node.as_str());
+        debug!("acquired");
+        HeldNode {
+            ctx: self.ctx.clone(),
+            path: self.path.clone(),
             node,
             czxid,
-            session: sid,
+            session,
             attempt,
-            children: mut prefetched,
-        }) = create_queued(ctx, path, kind, recipe, &mut cleanup, deadline, &mut failures).await?
-        else {
-            return Ok(None);
-        };
-        let name = node.rsplit('/').next().unwrap_or_default().to_owned();
+            fixed: self.cleanup.fixed,
+            handle: Handle::try_current().ok(),
+            released: AtomicBool::new(false),
+        }
+    }
+
+    /// Creates the lock path and its ancestors as container nodes.
+    async fn ensure_parents(&self) -> Step<()> {
+        let path = self.path;
+        for p in path.ancestors().chain(std::iter::once(path.as_str())) {
+            match self.call(self.backend().create(p, b"", CreateMode::Container)).await {
+                Ok(_) | Err(Stop::Fail(Error::NodeExists(_))) => {}
+                // The create is retried as a whole; a lost parent shows up as NoNode again.
+                Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the deletion of `node`: the watch is set before the existence check, so no wake-up is lost.
+    async fn wait_deleted(&self, node: &str, pinned: SessionId) -> Step<()> {
+        let backend = self.backend();
+        let mut rx = backend.session();
         loop {
-            let listed = match prefetched.take() {
-                Some(c) => Ok(c),
-                None => backend.children(path.as_str()).await,
-            };
-            let children = match listed {
-                Ok(c) => c,
-                Err(Error::NoNode(_)) => Vec::new(),
-                Err(Error::ConnectionLoss) => {
-                    if wait_connected(backend, deadline).await?.is_none() {
-                        cleanup.finish().await;
-                        return Ok(None);
+            match self.call(backend.watch_deletion(node)).await {
+                Ok(None) => return Ok(()),
+                Ok(Some(w)) => {
+                    let timeout = async {
+                        match self.deadline {
+                            Some(d) => tokio::time::sleep_until(d).await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    let session_gone = async {
+                        loop {
+                            let st = *rx.borrow_and_update();
+                            if st.id != pinned || matches!(st.state, SessionState::Expired | SessionState::Closed) {
+                                return;
+                            }
+                            if rx.changed().await.is_err() {
+                                return;
+                            }
+                        }
+                    };
+                    tokio::select! {
+                        r = w => match r {
+                            Ok(()) => {
+                                Counters::bump(&self.ctx.counters.wakeups);
+                                return Ok(());
+                            }
+                            Err(Error::ConnectionLoss) => {}
+                            Err(e) => return Err(e.into()),
+                        },
+                        () = timeout => return Err(Stop::Deadline),
+                        () = session_gone => return Err(Stop::Fail(Error::SessionExpired)),
                     }
-                    continue;
+                }
+                Err(Stop::Fail(Error::ConnectionLoss)) => {
+                    if self.connected().await? != pinned {
+                        return Err(Stop::Fail(Error::SessionExpired));
+                    }
                 }
                 Err(e) => return Err(e),
-            };
-            if current(backend).id != sid {
-                cleanup.disarm();
-                return Err(Error::SessionExpired);
             }
-            match decide(kind, &contenders(ctx.layout, &children), &name) {
-                Decision::Acquired => {
-                    cleanup.disarm();
-                    return Ok(Some(held(ctx, path, node, czxid, sid, attempt, false)));
+        }
+    }
+
+    /// The exclusive recipe: create `P/lock`; when it exists, wait for its deletion and try again.
+    async fn exclusive(&mut self) -> Step<Option<HeldNode>> {
+        let node = self.path.child(EXCLUSIVE_NODE);
+        loop {
+            let sid = self.connected().await?;
+            let attempt = Uuid::new_v4();
+            let data = NodeInfo::for_this_process(attempt, self.recipe).encode();
+            self.cleanup.state = Pending::Sent(attempt);
+            match self
+                .call(self.backend().create(&node, &data, CreateMode::Ephemeral))
+                .await
+            {
+                Ok(c) => {
+                    Counters::bump(&self.ctx.counters.creates);
+                    self.cleanup.disarm();
+                    if current(self.backend()).id != sid {
+                        return Err(Stop::Fail(Error::SessionExpired));
+                    }
+                    return Ok(Some(self.held(c.path, c.czxid, sid, attempt)));
                 }
-                Decision::Missing => {
-                    // Our node vanished while the session lives (deleted by someone): queue again, bounded.
-                    cleanup.disarm();
-                    failures += 1;
-                    debug!(%node, "our lock node vanished; creating it again");
-                    break;
-                }
-                Decision::Wait { on } => {
-                    if patience == Patience::TryOnce {
-                        cleanup.finish().await;
+                Err(Stop::Fail(Error::NodeExists(_))) => {
+                    self.cleanup.disarm();
+                    if self.try_once {
                         return Ok(None);
                     }
-                    match wait_for_deletion(ctx, &path.child(&on), deadline, sid).await? {
-                        Waited::Deleted => {}
-                        Waited::TimedOut => {
-                            cleanup.finish().await;
+                    self.wait_deleted(&node, sid).await?;
+                }
+                Err(Stop::Fail(Error::NoNode(_))) => {
+                    self.cleanup.disarm();
+                    self.failed()?;
+                    self.ensure_parents().await?;
+                }
+                Err(Stop::Fail(Error::ConnectionLoss)) => {
+                    self.failed()?;
+                    if self.connected().await? == sid {
+                        let found = match self.call(self.backend().get(&node)).await {
+                            Ok(found) => found,
+                            Err(Stop::Fail(Error::ConnectionLoss)) => None,
+                            Err(e) => return Err(e),
+                        };
+                        if let Some((data, stat)) = found {
+                            if stat.ephemeral_owner == sid
+                                && NodeInfo::decode(&data).is_some_and(|i| i.attempt == attempt)
+                            {
+                                Counters::bump(&self.ctx.counters.creates);
+                                Counters::bump(&self.ctx.counters.create_recoveries);
+                                self.cleanup.disarm();
+                                return Ok(Some(self.held(node, stat.czxid, sid, attempt)));
+                            }
+                        }
+                    }
+                    // Not known to be ours: delete whatever this attempt may have made, then try again.
+                    self.cleanup.finish_within(CLEANUP_GRACE).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Creates our sequential node (protected: recognised by its attempt id after a lost reply).
+    async fn create_queued(&mut self, kind: NodeKind) -> Step<Queued> {
+        loop {
+            let sid = self.connected().await?;
+            let attempt = Uuid::new_v4();
+            let prefix = self.path.child(&self.ctx.layout.prefix(kind, attempt));
+            let data = NodeInfo::for_this_process(attempt, self.recipe).encode();
+            self.cleanup.state = Pending::Sent(attempt);
+            let backend = self.backend();
+            let (created, listed) = self
+                .call(async {
+                    Ok(backend
+                        .create_and_list(&prefix, &data, CreateMode::EphemeralSequential, self.path.as_str())
+                        .await)
+                })
+                .await?;
+            match created {
+                Ok(c) => {
+                    Counters::bump(&self.ctx.counters.creates);
+                    self.cleanup.state = Pending::Created(c.path.clone(), attempt, sid);
+                    return Ok(Queued {
+                        node: c.path,
+                        czxid: c.czxid,
+                        session: sid,
+                        attempt,
+                        children: listed.ok(),
+                    });
+                }
+                Err(Error::NoNode(_)) => {
+                    self.cleanup.disarm();
+                    self.failed()?;
+                    self.ensure_parents().await?;
+                }
+                Err(Error::ConnectionLoss) => {
+                    self.failed()?;
+                    if self.connected().await? != sid {
+                        // The session ended: whatever the create made went with it.
+                        self.cleanup.disarm();
+                        continue;
+                    }
+                    match self.find_ours(attempt, sid).await {
+                        Ok(Some((node, czxid))) => {
+                            Counters::bump(&self.ctx.counters.creates);
+                            Counters::bump(&self.ctx.counters.create_recoveries);
+                            debug!(%node, "create reply was lost; found our node by its attempt id");
+                            self.cleanup.state = Pending::Created(node.clone(), attempt, sid);
+                            return Ok(Queued {
+                                node,
+                                czxid,
+                                session: sid,
+                                attempt,
+                                children: None,
+                            });
+                        }
+                        Ok(None) => self.cleanup.disarm(),
+                        Err(Stop::Fail(Error::ConnectionLoss)) => self.cleanup.finish_within(CLEANUP_GRACE).await,
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Finds the node our create made, by attempt id and ephemeral owner.
+    async fn find_ours(&self, attempt: Uuid, sid: SessionId) -> Step<Option<(String, i64)>> {
+        let children = match self.call(self.backend().children(self.path.as_str())).await {
+            Ok(c) => c,
+            Err(Stop::Fail(Error::NoNode(_))) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        for name in children {
+            if self.ctx.layout.parse(&name).is_some_and(|p| p.attempt == attempt) {
+                let node = self.path.child(&name);
+                if let Some((_, stat)) = self.call(self.backend().get(&node)).await? {
+                    if stat.ephemeral_owner == sid {
+                        return Ok(Some((node, stat.czxid)));
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The queued recipes: create our node, then decide / wait until it holds.
+    async fn queued(&mut self, kind: NodeKind) -> Step<Option<HeldNode>> {
+        if self.try_once {
+            // Give up before writing anything when the queue already says we would wait.
+            let children = loop {
+                self.connected().await?;
+                match self.call(self.backend().children(self.path.as_str())).await {
+                    Ok(c) => break c,
+                    Err(Stop::Fail(Error::NoNode(_))) => break Vec::new(),
+                    Err(Stop::Fail(Error::ConnectionLoss)) => continue,
+                    Err(e) => return Err(e),
+                }
+            };
+            if would_wait(kind, &contenders(self.ctx.layout, &children)) {
+                return Ok(None);
+            }
+        }
+        loop {
+            let q = self.create_queued(kind).await?;
+            let name = q.node.rsplit('/').next().unwrap_or_default().to_owned();
+            let mut prefetched = q.children;
+            loop {
+                let listed = match prefetched.take() {
+                    Some(c) => Ok(c),
+                    None => self.call(self.backend().children(self.path.as_str())).await,
+                };
+                let children = match listed {
+                    Ok(c) => c,
+                    Err(Stop::Fail(Error::NoNode(_))) => Vec::new(),
+                    Err(Stop::Fail(Error::ConnectionLoss)) => {
+                        self.connected().await?;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                if current(self.backend()).id != q.session {
+                    self.cleanup.disarm();
+                    return Err(Stop::Fail(Error::SessionExpired));
+                }
+                match decide(kind, &contenders(self.ctx.layout, &children), &name) {
+                    Decision::Acquired => {
+                        self.cleanup.disarm();
+                        return Ok(Some(self.held(q.node, q.czxid, q.session, q.attempt)));
+                    }
+                    Decision::Missing => {
+                        // Our node vanished while the session lives (deleted by someone): queue again, bounded.
+                        self.cleanup.disarm();
+                        self.failed()?;
+                        debug!(node = %q.node, "our lock node vanished; creating it again");
+                        break;
+                    }
+                    Decision::Wait { on } => {
+                        if self.try_once {
                             return Ok(None);
                         }
+                        self.wait_deleted(&self.path.child(&on), q.session).await?;
                     }
                 }
             }

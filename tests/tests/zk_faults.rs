@@ -1,0 +1,226 @@
+//! ZooKeeper fault tests on private servers: restart, pause past the session timeout, dropped connections,
+//! an unreachable server, chroot and authentication. Each test starts its own server, so these faults do not
+//! disturb other tests.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use recipes_conformance::proxy::Proxy;
+use recipes_conformance::zkserver::{available, PrivateZk};
+use recipes_core::{Backend, Error, Locks, LostReason};
+use recipes_zk::{ZkBackend, ZkOptions};
+
+macro_rules! require_zk {
+    () => {
+        if let Err(why) = available() {
+            eprintln!("SKIPPED {}: {why}", module_path!());
+            return;
+        }
+    };
+}
+
+async fn connect(servers: &str, timeout: Duration) -> Arc<ZkBackend> {
+    match ZkBackend::connect(ZkOptions::new(servers).session_timeout(timeout)).await {
+        Ok(b) => b,
+        Err(e) => panic!("connect to {servers}: {e}"),
+    }
+}
+
+async fn within<T>(limit: Duration, what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(limit, f)
+        .await
+        .unwrap_or_else(|_| panic!("timed out: {what}"))
+}
+
+/// A restart of the server shorter than the session timeout keeps the session, its lock and its watches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_restart_keeps_session_and_lock() {
+    require_zk!();
+    let zk = PrivateZk::start(1);
+    let a = Locks::new(connect(zk.connect(), Duration::from_secs(8)).await);
+    let b = Locks::new(connect(zk.connect(), Duration::from_secs(8)).await);
+    let g = a.fair("/restart/lock").unwrap().acquire().await.unwrap();
+    let lb = b.fair("/restart/lock").unwrap();
+    let waiter = tokio::spawn(async move { lb.acquire().await.map(|g| g.fencing_token()) });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    zk.kill(1);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    zk.revive(1);
+    // The session survives: the lock is still ours, and lost() does not fire.
+    assert!(
+        tokio::time::timeout(Duration::from_secs(2), g.lost()).await.is_err(),
+        "lock lost across a restart"
+    );
+    assert!(!waiter.is_finished(), "the waiter got the lock while it was held");
+    let token = g.fencing_token();
+    within(Duration::from_secs(20), "release after restart", g.release())
+        .await
+        .unwrap();
+    // The waiter's watch survived the restart too: it gets the lock.
+    let t = within(Duration::from_secs(20), "waiter after restart", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(t > token);
+}
+
+/// The server paused past the session timeout: the holder learns its lock is lost, and others can lock again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_paused_past_timeout_loses_lock() {
+    require_zk!();
+    let zk = PrivateZk::start(1);
+    let a = Locks::new(connect(zk.connect(), Duration::from_secs(2)).await);
+    let g = a.exclusive("/paused/lock").unwrap().acquire().await.unwrap();
+    let t0 = Instant::now();
+    zk.pause(1);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    zk.resume(1);
+    let reason = within(Duration::from_secs(20), "lost after the pause", g.lost()).await;
+    assert_eq!(reason, LostReason::SessionExpired);
+    eprintln!("lost() fired {:?} after the pause began", t0.elapsed());
+    assert!(matches!(
+        g.release().await,
+        Err(Error::SessionExpired | Error::NotHeld { .. })
+    ));
+    // A new session is opened: the lock works again.
+    let g2 = within(
+        Duration::from_secs(20),
+        "acquire on a new session",
+        a.exclusive("/paused/lock").unwrap().acquire(),
+    )
+    .await
+    .unwrap();
+    g2.release().await.unwrap();
+}
+
+/// Dropped connections of the holder and of a queued waiter: the session, the lock and the waiter's watch survive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_connections_keep_lock_and_queue() {
+    require_zk!();
+    let zk = PrivateZk::start(1);
+    let pa = Proxy::start(zk.addr(1)).await.unwrap();
+    let pb = Proxy::start(zk.addr(1)).await.unwrap();
+    let a = Locks::new(connect(&pa.addr().to_string(), Duration::from_secs(6)).await);
+    let b = Locks::new(connect(&pb.addr().to_string(), Duration::from_secs(6)).await);
+    let g = a.fair("/dropped/lock").unwrap().acquire().await.unwrap();
+    let lb = b.fair("/dropped/lock").unwrap();
+    let waiter = tokio::spawn(async move { lb.acquire().await.map(|g| g.fencing_token()) });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..3 {
+        pa.cut_now();
+        pb.cut_now();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(tokio::time::timeout(Duration::from_millis(500), g.lost())
+        .await
+        .is_err());
+    assert!(!waiter.is_finished());
+    let token = g.fencing_token();
+    within(Duration::from_secs(20), "release", g.release()).await.unwrap();
+    assert!(
+        within(Duration::from_secs(20), "waiter", waiter)
+            .await
+            .unwrap()
+            .unwrap()
+            > token
+    );
+}
+
+/// No server at the address: a clear error within the connect timeout, never a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_server_is_a_clear_error() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    }; // nothing listens there now
+    let t0 = Instant::now();
+    let r =
+        ZkBackend::connect(ZkOptions::new(format!("127.0.0.1:{port}")).connect_timeout(Duration::from_secs(1))).await;
+    let e = r.expect_err("no server");
+    assert!(matches!(e, Error::Unreachable { .. }), "{e:?}");
+    assert!(e.to_string().contains(&port.to_string()), "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    let e = ZkBackend::connect(ZkOptions::new("")).await.expect_err("empty");
+    assert!(matches!(e, Error::Unreachable { .. }));
+}
+
+/// With the server gone, a timed acquire ends in time (no hang) and leaves no node once the server is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_down_acquire_times_out_without_hanging() {
+    require_zk!();
+    let zk = PrivateZk::start(1);
+    // Sessions long enough to outlive the outage.
+    let backend = connect(zk.connect(), Duration::from_secs(30)).await;
+    let a = Locks::new(backend.clone());
+    let holder = Locks::new(connect(zk.connect(), Duration::from_secs(30)).await);
+    let g = holder.fair("/down/lock").unwrap().acquire().await.unwrap();
+    zk.kill(1);
+    let t0 = Instant::now();
+    let r = within(
+        Duration::from_secs(10),
+        "acquire while down",
+        a.fair("/down/lock").unwrap().acquire_timeout(Duration::from_secs(1)),
+    )
+    .await;
+    assert!(matches!(r, Ok(None)), "{r:?}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "timed acquire overran: {:?}",
+        t0.elapsed()
+    );
+    // A try cannot tell "held" from "unreachable" while the server is down: it says the connection is lost.
+    let t1 = Instant::now();
+    let r = within(
+        Duration::from_secs(15),
+        "try while down",
+        a.fair("/down/lock").unwrap().try_acquire(),
+    )
+    .await;
+    assert!(matches!(r, Err(Error::ConnectionLoss)), "{r:?}");
+    assert!(t1.elapsed() < Duration::from_secs(8), "try overran: {:?}", t1.elapsed());
+    zk.revive(1);
+    let obs = connect(zk.connect(), Duration::from_secs(8)).await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let children = obs.children("/down/lock").await.unwrap_or_default();
+        if children.len() == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "nodes left after the outage: {children:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    g.release().await.unwrap();
+}
+
+/// A connect string with a dead host first and a chroot: locks live under the chroot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_host_connect_string_with_chroot() {
+    require_zk!();
+    let zk = PrivateZk::start(1);
+    let root = connect(zk.connect(), Duration::from_secs(8)).await;
+    root.create("/tenant-a", b"", recipes_core::CreateMode::Persistent)
+        .await
+        .unwrap();
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let servers = format!("127.0.0.1:{dead},{}/tenant-a", zk.connect());
+    let locks = Locks::new(connect(&servers, Duration::from_secs(8)).await);
+    let g = locks.fair("/jobs/x").unwrap().acquire().await.unwrap();
+    assert_eq!(root.children("/tenant-a/jobs/x").await.unwrap().len(), 1);
+    g.release().await.unwrap();
+}
+
+/// Digest authentication: a session with credentials locks as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn digest_auth_session_locks() {
+    require_zk!();
+    let zk = PrivateZk::start(1);
+    let backend = ZkBackend::connect(ZkOptions::new(zk.connect()).digest_auth("app:secret"))
+        .await
+        .unwrap();
+    let locks = Locks::new(backend);
+    let g = locks.read_write("/auth/rw").unwrap().write().acquire().await.unwrap();
+    g.release().await.unwrap();
+}

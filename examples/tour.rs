@@ -1,8 +1,8 @@
 //! A tour of the lock recipes on the in-memory backend: `cargo run --example tour`.
 //!
 //! Several simulated processes (client sessions on one in-memory cluster) contend on each recipe; the tour prints
-//! who holds what, reentrant counts, readers sharing, a session expiry with its lost signal, and fencing tokens
-//! checked by a store that rejects stale writers.
+//! who holds what, reentrant counts, readers sharing, a session expiry with its lost signal, fencing tokens
+//! checked by a store that rejects stale writers, and guarded operations under a lease.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, missing_docs)]
 
@@ -136,6 +136,54 @@ async fn main() -> Result<(), recipes_core::Error> {
     store.write(old.fencing_token(), "A: stale debit 10");
     drop(old);
     new.release().await?;
+
+    println!("\n== leases and guarded operations: trust the lock only while its lease is provably valid");
+    let flaky = cluster.client_with_timeout(Duration::from_secs(1));
+    let flaky_locks = Locks::new(flaky.clone());
+    let g = flaky_locks.fair("/tour/ledger")?.acquire().await?;
+    let left = g
+        .valid_until()
+        .map(|t| t.saturating_duration_since(tokio::time::Instant::now()));
+    println!("  lease valid for another {left:?} (session timeout 1 s, margin 20 %)");
+    let balance = &std::sync::Mutex::new(100);
+    let r = g
+        .guarded(
+            || async {
+                Ok::<_, String>({
+                    *balance.lock().unwrap() -= 10;
+                    *balance.lock().unwrap()
+                })
+            },
+            |_| async { *balance.lock().unwrap() += 10 },
+        )
+        .await;
+    println!("  guarded debit with a valid lease: {r:?}");
+    // The connection drops in the middle of the next operation, for longer than the lease.
+    let f = flaky.clone();
+    let r = g
+        .guarded(
+            || async move {
+                *balance.lock().unwrap() -= 10;
+                f.disconnect_for(Duration::from_millis(950));
+                tokio::time::sleep(Duration::from_millis(850)).await; // a slow step, or a GC pause
+                Ok::<_, String>(*balance.lock().unwrap())
+            },
+            |_| async {
+                println!("    rollback: the lease ran out during the operation");
+                *balance.lock().unwrap() += 10;
+            },
+        )
+        .await;
+    println!(
+        "  guarded debit during a 0.95 s disconnection: {r:?}; balance {}",
+        balance.lock().unwrap()
+    );
+    tokio::time::sleep(Duration::from_millis(150)).await; // the connection comes back within the session timeout
+    println!(
+        "  reconnected in time: is_valid() = {} (the session, and the lock, survived)",
+        g.is_valid()
+    );
+    g.release().await?;
 
     println!("\n== counters of process 0: {:?}", procs[0].metrics());
     println!("tour finished");

@@ -7,7 +7,9 @@ use recipes_core::{BlockingLock, Error, Lock, LockGuard, LostReason, Owner, Owne
 use tokio::task::JoinSet;
 
 use crate::harness::Harness;
-use crate::util::{assert_increasing, assert_pending, bounded, hold_exclusive, skip, wait_children, Occupancy};
+use crate::util::{
+    assert_increasing, assert_pending, bounded, eventually, hold_exclusive, skip, wait_children, Occupancy,
+};
 
 /// Calls the macro `$m` with `@expand` arguments and the name of every scenario.
 #[doc(hidden)]
@@ -34,6 +36,8 @@ macro_rules! __for_each_scenario {
             guard_moves_between_tasks deep_path_created_and_emptied suspended_within_timeout_keeps_lock
             disconnect_past_timeout_loses_lock delayed_watch_delivery_keeps_exclusion unknown_children_ignored
             blocking_api_refused_inside_runtime timed_acquire_while_disconnected_ends_on_time
+            lease_valid_while_held lease_lost_before_another_client_acquires
+            fencing_tokens_increase_over_1000_handoffs guarded_operation_under_the_lease
         );
     };
 }
@@ -1210,7 +1214,15 @@ pub async fn disconnect_past_timeout_loses_lock(h: &dyn Harness) {
     let gb = bounded(h, "b takes over", b.locks.fair(&path).unwrap().acquire())
         .await
         .unwrap();
-    assert_eq!(bounded(h, "a learns", g.lost()).await, LostReason::SessionExpired);
+    // First the lease runs out (the client cannot know yet that the server expired its session)...
+    assert_eq!(bounded(h, "a's lease", g.lost()).await, LostReason::LeaseExpired);
+    assert!(!g.is_valid());
+    // ...then, once the connection is back, the client learns of the expiry.
+    eventually(h, "a learns that its session expired", || async {
+        tokio::time::timeout(h.tick(), g.lost()).await == Ok(LostReason::SessionExpired)
+    })
+    .await;
+    assert_eq!(g.valid_until(), None);
     assert!(gb.fencing_token() > g.fencing_token());
     gb.release().await.unwrap();
     drop(g);
@@ -1295,5 +1307,101 @@ pub async fn timed_acquire_while_disconnected_ends_on_time(h: &dyn Harness) {
         .release()
         .await
         .unwrap();
+    wait_children(h, &path, 0).await;
+}
+
+/// A held lock's lease is valid, and ends no later than a session timeout from now.
+pub async fn lease_valid_while_held(h: &dyn Harness) {
+    let path = h.path("lease-valid");
+    let a = h.client().await;
+    let timeout = a.faults.session_timeout();
+    for recipe in [Recipe::Fair, Recipe::Exclusive, Recipe::Read, Recipe::Write] {
+        let g = a.locks.lock(&path, recipe).unwrap().acquire().await.unwrap();
+        let until = g.valid_until().expect("lease of a live session");
+        let now = tokio::time::Instant::now();
+        assert!(
+            until > now && until <= now + timeout,
+            "{recipe}: {until:?} not in (now, now + {timeout:?}]"
+        );
+        assert!(g.is_valid());
+        g.release().await.unwrap();
+    }
+    wait_children(h, &path, 0).await;
+}
+
+/// A holder cut off from the server sees its lease run out (lost() fires) before any other client acquires.
+pub async fn lease_lost_before_another_client_acquires(h: &dyn Harness) {
+    if !h.capabilities().disconnect {
+        return skip(h, "lease_lost_before_another_client_acquires", "disconnects");
+    }
+    let path = h.path("lease-order");
+    let (a, b) = (h.client().await, h.client().await);
+    let g = a.locks.fair(&path).unwrap().acquire().await.unwrap();
+    let lock = b.locks.fair(&path).unwrap();
+    let waiter = tokio::spawn(async move {
+        let g = lock.acquire().await.unwrap();
+        (tokio::time::Instant::now(), g)
+    });
+    wait_children(h, &path, 2).await;
+    let timeout = a.faults.session_timeout();
+    a.faults.disconnect_for(timeout * 2).await;
+    let reason = bounded(h, "lost", g.lost()).await;
+    let lost_at = tokio::time::Instant::now();
+    assert_eq!(
+        reason,
+        LostReason::LeaseExpired,
+        "the lease must run out before the expiry is known"
+    );
+    assert!(!g.is_valid());
+    let (acquired_at, gb) = bounded(h, "b takes over", waiter).await.unwrap();
+    assert!(
+        lost_at < acquired_at,
+        "a's lost() at {lost_at:?} must precede b's acquire at {acquired_at:?}"
+    );
+    assert!(gb.fencing_token() > g.fencing_token());
+    gb.release().await.unwrap();
+    drop(g);
+    wait_children(h, &path, 0).await;
+}
+
+/// Fencing tokens strictly increase over 1000 handoffs among 4 clients.
+pub async fn fencing_tokens_increase_over_1000_handoffs(h: &dyn Harness) {
+    let path = h.path("fencing-1000");
+    let occ = Occupancy::new();
+    let mut set = JoinSet::new();
+    for _ in 0..4 {
+        let c = h.client().await;
+        let lock = c.locks.fair(&path).unwrap();
+        let occ = occ.clone();
+        set.spawn(async move {
+            for _ in 0..250 {
+                let g = lock.acquire().await.expect("acquire");
+                hold_exclusive(&occ, g, Duration::ZERO).await;
+            }
+            drop(c);
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r.expect("client task");
+    }
+    assert_eq!(occ.violations(), 0);
+    let tokens = occ.tokens();
+    assert_eq!(tokens.len(), 1000);
+    assert_increasing(&tokens);
+    wait_children(h, &path, 0).await;
+}
+
+/// A guarded operation runs and commits under a valid lease, and does not run once the session is gone.
+pub async fn guarded_operation_under_the_lease(h: &dyn Harness) {
+    let path = h.path("guarded");
+    let a = h.client().await;
+    let g = a.locks.fair(&path).unwrap().acquire().await.unwrap();
+    let token = g.fencing_token();
+    let r = g.guarded(|| async { Ok::<_, String>(token) }, |_| async {}).await;
+    assert_eq!(r, Ok(token));
+    a.faults.expire_session().await;
+    let r = g.guarded(|| async { Ok::<_, String>(0) }, |_| async {}).await;
+    assert_eq!(r, Err(recipes_core::GuardedError::NotRun));
+    drop(g);
     wait_children(h, &path, 0).await;
 }

@@ -1,5 +1,7 @@
 //! The conformance suite on each backend; each scenario is its own test, named `<backend>::<scenario>`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod mem {
     recipes_conformance::conformance_suite!(
         harness = recipes_conformance::mem::MemHarness::new(),

@@ -2,6 +2,8 @@
 //! an unreachable server, chroot and authentication. Each test starts its own server, so these faults do not
 //! disturb other tests.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -223,4 +225,65 @@ async fn digest_auth_session_locks() {
     let locks = Locks::new(backend);
     let g = locks.read_write("/auth/rw").unwrap().write().acquire().await.unwrap();
     g.release().await.unwrap();
+}
+
+/// The server paused past the session timeout while a guard is held: `is_valid()` turns false and `lost()` fires
+/// (lease elapsed) before any other client acquires; the order is asserted from timestamps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_paused_holder_stops_before_anyone_else_acquires() {
+    require_zk!();
+    let zk = PrivateZk::start(1);
+    let a = Locks::new(connect(zk.connect(), Duration::from_secs(3)).await);
+    let b = Locks::new(connect(zk.connect(), Duration::from_secs(3)).await);
+    let g = Arc::new(a.fair("/paused-order/lock").unwrap().acquire().await.unwrap());
+    let token = g.fencing_token();
+    let watcher = {
+        let g = g.clone();
+        tokio::spawn(async move {
+            let reason = g.lost().await;
+            (tokio::time::Instant::now(), reason, g.is_valid())
+        })
+    };
+    let lock = b.fair("/paused-order/lock").unwrap();
+    let contender = tokio::spawn(async move {
+        // B's own session may expire during the pause too; it tries again, bounded.
+        for _ in 0..20 {
+            match lock.acquire().await {
+                Ok(g) => return (tokio::time::Instant::now(), g),
+                Err(Error::SessionExpired) => continue,
+                Err(e) => panic!("b: {e}"),
+            }
+        }
+        panic!("b never acquired");
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let paused_at = tokio::time::Instant::now();
+    zk.pause(1);
+    // While the server is paused, a's lease runs out on a's own clock.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        !g.is_valid(),
+        "lease still valid {:?} into a pause of a 3 s session",
+        paused_at.elapsed()
+    );
+    zk.resume(1);
+    let (lost_at, reason, valid_then) = within(Duration::from_secs(20), "a's lost()", watcher).await.unwrap();
+    let (acquired_at, gb) = within(Duration::from_secs(30), "b acquires", contender).await.unwrap();
+    eprintln!(
+        "lost() after {:?} ({reason:?}); b acquired after {:?}",
+        lost_at - paused_at,
+        acquired_at - paused_at
+    );
+    assert_eq!(reason, LostReason::LeaseExpired);
+    assert!(!valid_then, "is_valid() must be false when lost() fires");
+    assert!(
+        lost_at < acquired_at,
+        "a stopped at {lost_at:?} but b acquired at {acquired_at:?}"
+    );
+    assert!(
+        lost_at - paused_at < Duration::from_secs(3),
+        "the lease outlived the session timeout"
+    );
+    assert!(gb.fencing_token() > token);
+    gb.release().await.unwrap();
 }

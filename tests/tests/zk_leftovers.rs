@@ -1,6 +1,8 @@
 //! Run last, by `scripts/test`: after the whole suite, no znode of the suite is left on the server.
 //! (Ignored in ordinary runs, since it must follow every other test.)
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::time::{Duration, Instant};
 
 use recipes_conformance::zk::{server, ROOT};

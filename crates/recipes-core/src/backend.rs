@@ -3,6 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::watch;
@@ -73,6 +74,22 @@ pub struct SessionStatus {
     pub id: SessionId,
     /// Its state.
     pub state: SessionState,
+}
+
+/// What a backend knows of its session's liveness, from which a lock's lease is computed.
+///
+/// The server expires a session no earlier than `session_timeout` after it last heard from the client, and it heard
+/// from the client no earlier than when the client sent a request the server answered. So the session, and every
+/// lock it holds, is alive at least until `answered_send + session_timeout` (measured on the client's clock, less a
+/// margin for clock rates).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    /// The session this lease is about.
+    pub session: SessionId,
+    /// When the client sent the last request (or heartbeat) of this session that the server answered.
+    pub answered_send: Option<tokio::time::Instant>,
+    /// The session timeout the server granted.
+    pub session_timeout: Duration,
 }
 
 /// A one-shot deletion watch: resolves `Ok(())` when the node is deleted, or an error when the session that set
@@ -154,4 +171,9 @@ pub trait Backend: Send + Sync + fmt::Debug {
 
     /// The current session and its state; the receiver sees every later change.
     fn session(&self) -> watch::Receiver<SessionStatus>;
+
+    /// The current session's lease: when it last sent a request the server answered. A backend keeps it fresh
+    /// while idle (heartbeats at most a quarter of the session timeout apart) and never moves it forward for a
+    /// request that was not answered.
+    fn lease(&self) -> Lease;
 }

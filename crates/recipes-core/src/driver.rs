@@ -27,6 +27,8 @@ pub(crate) struct Ctx {
     pub counters: Counters,
     /// Bound on creates per acquire (lost replies, vanished parents, vanished nodes).
     pub max_attempts: u32,
+    /// The share of the session timeout a lease does not count on.
+    pub lease_margin: f64,
 }
 
 /// What an acquire contends for.
@@ -118,7 +120,22 @@ impl HeldNode {
         }
     }
 
-    /// Resolves when the lock is known lost: the session expired or the node was deleted by someone else.
+    /// Until when the lock is known valid: the lease of its session, or `None` once that session is gone.
+    pub fn valid_until(&self) -> Option<Instant> {
+        let st = current(&*self.ctx.backend);
+        if st.id != self.session || matches!(st.state, SessionState::Expired | SessionState::Closed) {
+            return None;
+        }
+        let lease = self.ctx.backend.lease();
+        if lease.session != self.session {
+            return None;
+        }
+        let trusted = lease.session_timeout.mul_f64(1.0 - self.ctx.lease_margin);
+        lease.answered_send.map(|t| t + trusted)
+    }
+
+    /// Resolves when the lock is known lost: the session expired, the node was deleted by someone else, or the
+    /// lease ran out (checked on the clock, whatever the connection state claims).
     pub async fn lost(&self) -> LostReason {
         let backend = &self.ctx.backend;
         let mut rx = backend.session();
@@ -127,9 +144,18 @@ impl HeldNode {
             if st.id != self.session || matches!(st.state, SessionState::Expired | SessionState::Closed) {
                 return LostReason::SessionExpired;
             }
+            let Some(until) = self.valid_until() else {
+                return LostReason::SessionExpired;
+            };
+            if Instant::now() >= until {
+                return LostReason::LeaseExpired;
+            }
+            let lease_end = tokio::time::sleep_until(until);
+            tokio::pin!(lease_end);
             if st.state != SessionState::Connected {
-                if rx.changed().await.is_err() {
-                    return LostReason::SessionExpired;
+                tokio::select! {
+                    r = rx.changed() => if r.is_err() { return LostReason::SessionExpired },
+                    () = &mut lease_end => {}
                 }
                 continue;
             }
@@ -141,6 +167,7 @@ impl HeldNode {
                     }
                     continue;
                 }
+                () = &mut lease_end => continue,
             };
             match registered {
                 Ok(None) => {
@@ -152,26 +179,50 @@ impl HeldNode {
                     };
                 }
                 Ok(Some(w)) => {
-                    tokio::select! {
-                        r = w => match r {
-                            Ok(()) => {
+                    tokio::pin!(w);
+                    // Wait on this one watch; on lease timer or session events, re-check and keep waiting.
+                    loop {
+                        let Some(until) = self.valid_until() else {
+                            return LostReason::SessionExpired;
+                        };
+                        if Instant::now() >= until {
+                            return LostReason::LeaseExpired;
+                        }
+                        tokio::select! {
+                            r = &mut w => match r {
+                                Ok(()) => {
+                                    let st = *rx.borrow_and_update();
+                                    return if st.id != self.session
+                                        || matches!(st.state, SessionState::Expired | SessionState::Closed)
+                                    {
+                                        LostReason::SessionExpired
+                                    } else {
+                                        LostReason::NodeDeleted
+                                    };
+                                }
+                                Err(Error::SessionExpired | Error::Closed) => return LostReason::SessionExpired,
+                                Err(_) => break,
+                            },
+                            r = rx.changed() => {
+                                if r.is_err() {
+                                    return LostReason::SessionExpired;
+                                }
                                 let st = *rx.borrow_and_update();
-                                return if st.id != self.session || matches!(st.state, SessionState::Expired | SessionState::Closed) {
-                                    LostReason::SessionExpired
-                                } else {
-                                    LostReason::NodeDeleted
-                                };
+                                if st.id != self.session
+                                    || matches!(st.state, SessionState::Expired | SessionState::Closed)
+                                {
+                                    return LostReason::SessionExpired;
+                                }
                             }
-                            Err(Error::SessionExpired | Error::Closed) => return LostReason::SessionExpired,
-                            Err(_) => continue,
-                        },
-                        r = rx.changed() => if r.is_err() { return LostReason::SessionExpired },
+                            () = tokio::time::sleep_until(until) => {}
+                        }
                     }
                 }
                 Err(Error::SessionExpired | Error::Closed) => return LostReason::SessionExpired,
                 Err(_) => {
-                    if rx.changed().await.is_err() {
-                        return LostReason::SessionExpired;
+                    tokio::select! {
+                        r = rx.changed() => if r.is_err() { return LostReason::SessionExpired },
+                        () = &mut lease_end => {}
                     }
                 }
             }

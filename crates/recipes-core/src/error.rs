@@ -50,6 +50,11 @@ pub enum LostReason {
     SessionExpired,
     /// The lock node was deleted by someone else (an operator, another client).
     NodeDeleted,
+    /// The lease ran out: no request of the session has been answered for longer than the session timeout (less the
+    /// margin), so the server may have expired the session and let another client in. The lock *may* still be held
+    /// (if the connection comes back in time [`LockGuard::is_valid`](crate::LockGuard::is_valid) turns true again),
+    /// but it cannot be trusted now.
+    LeaseExpired,
 }
 
 impl fmt::Display for LostReason {
@@ -57,6 +62,7 @@ impl fmt::Display for LostReason {
         f.write_str(match self {
             LostReason::SessionExpired => "the session that owned the lock expired",
             LostReason::NodeDeleted => "the lock node was deleted by someone else",
+            LostReason::LeaseExpired => "the lease ran out: the server has not answered within the session timeout",
         })
     }
 }
@@ -129,6 +135,9 @@ pub enum Error {
         /// What kept going wrong.
         why: String,
     },
+    /// An argument is out of its range.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
     /// A blocking call was made from inside an async runtime, where it would stall the runtime.
     #[error("blocking lock call made from inside an async runtime; use the async API there")]
     BlockingInAsync,

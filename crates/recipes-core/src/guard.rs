@@ -1,7 +1,11 @@
 //! The owned guard every acquire returns.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::backend::SessionId;
 use crate::driver::HeldNode;
@@ -112,10 +116,123 @@ impl LockGuard {
         }
     }
 
-    /// Resolves when the lock is known lost: its session expired, or its node was deleted by someone else.
+    /// Until when the lock is known valid: the send time of the last request of its session that the server
+    /// answered, plus the session timeout less the [lease margin](crate::LeaseMargin). Every answered request or
+    /// heartbeat pushes it forward; nothing else does. `None` once the session is gone.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use recipes_core::Locks;
+    /// let locks = Locks::new(recipes_mem::MemCluster::new().client());
+    /// let guard = locks.fair("/ledger").unwrap().acquire().await.unwrap();
+    /// let until = guard.valid_until().expect("session alive");
+    /// assert!(until > tokio::time::Instant::now());
+    /// assert!(guard.is_valid());
+    /// # drop(guard);
+    /// # });
+    /// ```
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.held().valid_until()
+    }
+
+    /// Whether the lease is valid now. Cheap and synchronous: check it before each protected step.
+    pub fn is_valid(&self) -> bool {
+        self.is_valid_for(Duration::ZERO)
+    }
+
+    /// Whether the lease stays valid for at least `budget` from now (for a step that takes that long).
+    pub fn is_valid_for(&self, budget: Duration) -> bool {
+        self.valid_until().is_some_and(|t| Instant::now() + budget < t)
+    }
+
+    /// Runs `op` under the lock's lease, as the patent in the project's seeds describes: checks validity (and does
+    /// not run `op` when the lease is gone), runs it, checks again, and calls `rollback` with the result when the
+    /// lease ran out in between. `Ok` means the lease held from before `op` started until after it ended: commit.
+    ///
+    /// This does not depend on any callback being scheduled in time: the checks read the lease on the clock.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use recipes_core::{GuardedError, Locks};
+    /// let locks = Locks::new(recipes_mem::MemCluster::new().client());
+    /// let guard = locks.fair("/accounts/7").unwrap().acquire().await.unwrap();
+    /// let mut balance = 100;
+    /// let before = balance;
+    /// let r = guard
+    ///     .guarded(
+    ///         || async { balance -= 30; Ok::<_, std::io::Error>(balance) },
+    ///         |_| async { /* restore `before` here */ },
+    ///     )
+    ///     .await;
+    /// assert_eq!(r.unwrap(), 70);
+    /// # let _ = before; drop(guard);
+    /// # });
+    /// ```
+    ///
+    /// # Notable errors
+    /// [`GuardedError::NotRun`], [`GuardedError::RolledBack`], [`GuardedError::Failed`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops `op` or `rollback` wherever they are; nothing is committed by this method.
+    pub async fn guarded<T, E, F, Fut, R, RFut>(&self, op: F, rollback: R) -> Result<T, GuardedError<E>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        R: FnOnce(T) -> RFut,
+        RFut: Future<Output = ()>,
+    {
+        if !self.is_valid() {
+            return Err(GuardedError::NotRun);
+        }
+        let out = op().await.map_err(GuardedError::Failed)?;
+        if !self.is_valid() {
+            rollback(out).await;
+            return Err(GuardedError::RolledBack);
+        }
+        Ok(out)
+    }
+
+    /// The three-step form: `prepare` does the work and returns what `commit` or `rollback` need (the saved
+    /// pre-operation state, a transaction); `commit` runs only if the lease is still valid after `prepare`,
+    /// otherwise `rollback` does.
+    ///
+    /// # Notable errors
+    /// [`GuardedError::NotRun`] (lease gone before `prepare`), [`GuardedError::RolledBack`] (lease ran out during
+    /// `prepare`), [`GuardedError::Failed`] (`prepare` or `commit` failed).
+    ///
+    /// # Cancel safety
+    /// As [`guarded`](LockGuard::guarded).
+    pub async fn guarded_steps<P, T, E, Fp, FutP, Fc, FutC, Fr, FutR>(
+        &self,
+        prepare: Fp,
+        commit: Fc,
+        rollback: Fr,
+    ) -> Result<T, GuardedError<E>>
+    where
+        Fp: FnOnce() -> FutP,
+        FutP: Future<Output = Result<P, E>>,
+        Fc: FnOnce(P) -> FutC,
+        FutC: Future<Output = Result<T, E>>,
+        Fr: FnOnce(P) -> FutR,
+        FutR: Future<Output = ()>,
+    {
+        if !self.is_valid() {
+            return Err(GuardedError::NotRun);
+        }
+        let prepared = prepare().await.map_err(GuardedError::Failed)?;
+        if !self.is_valid() {
+            rollback(prepared).await;
+            return Err(GuardedError::RolledBack);
+        }
+        commit(prepared).await.map_err(GuardedError::Failed)
+    }
+
+    /// Resolves when the lock is known lost: its session expired, its node was deleted by someone else, or its
+    /// lease ran out (see [`LostReason`]).
     ///
     /// It needs no callback of the application to be scheduled: await it beside the protected work (for example in
-    /// `tokio::select!`) and stop the work when it resolves.
+    /// `tokio::select!`) and stop the work when it resolves. It reads the lease on the clock, so it fires when the
+    /// server stops answering even while the client still believes it is connected.
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future only drops a watch registration.
@@ -163,4 +280,19 @@ impl fmt::Debug for LockGuard {
             .field("owner", &self.owner())
             .finish()
     }
+}
+
+/// Why a guarded operation did not complete under the lock.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GuardedError<E> {
+    /// The lease was not valid before the operation: it was not run.
+    #[error("the lock's lease is not valid: the operation was not run")]
+    NotRun,
+    /// The lease ran out while the operation ran: the rollback was called.
+    #[error("the lock's lease ran out during the operation: it was rolled back")]
+    RolledBack,
+    /// The operation (or the commit) failed.
+    #[error("the guarded operation failed: {0}")]
+    Failed(E),
 }

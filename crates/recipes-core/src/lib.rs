@@ -48,13 +48,14 @@ mod owner;
 mod path;
 mod reentrant;
 
-pub use backend::{Backend, CreateMode, Created, DeletionWatch, SessionId, SessionState, SessionStatus, Stat};
+pub use backend::{Backend, CreateMode, Created, DeletionWatch, Lease, SessionId, SessionState, SessionStatus, Stat};
 pub use blocking::{BlockingGuard, BlockingLock};
 pub use error::{Error, LostReason, PathProblem, Result};
-pub use guard::LockGuard;
+pub use guard::{GuardedError, LockGuard};
 pub use layout::{Layout, NodeKind};
 pub use locks::{
-    ExclusiveLock, FairLock, Lock, Locks, LocksBuilder, ReadLock, ReadWriteLock, Recipe, ReentrantLock, WriteLock,
+    ExclusiveLock, FairLock, LeaseMargin, Lock, Locks, LocksBuilder, ReadLock, ReadWriteLock, Recipe, ReentrantLock,
+    WriteLock,
 };
 pub use metrics::Metrics;
 pub use owner::{Owner, OwnerToken};

@@ -415,6 +415,49 @@ lock_methods!(WriteLock, Recipe::Write);
 
 type Registry = Mutex<HashMap<(LockPath, bool), Weak<OwnedCore>>>;
 
+/// The share of the session timeout a lease does not count on (default 0.2): a lock is trusted until
+/// `answered_send + session_timeout × (1 − margin)`.
+///
+/// The server cannot expire the session before `answered_send + session_timeout`; the margin covers the difference
+/// between the client's and the server's clock rates, the server's tick granularity, and the time a check takes to
+/// act on.
+///
+/// ```
+/// use recipes_core::LeaseMargin;
+/// assert!(LeaseMargin::new(0.25).is_ok());
+/// assert!(LeaseMargin::new(1.0).is_err());
+/// assert!(LeaseMargin::new(f64::NAN).is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct LeaseMargin(f64);
+
+impl LeaseMargin {
+    /// A margin in `[0, 1)`.
+    ///
+    /// # Notable errors
+    /// [`Error::InvalidArgument`] outside that range (or NaN).
+    pub fn new(margin: f64) -> Result<Self> {
+        if (0.0..1.0).contains(&margin) {
+            Ok(LeaseMargin(margin))
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "lease margin {margin} must be at least 0 and less than 1"
+            )))
+        }
+    }
+
+    /// The margin as a fraction.
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl Default for LeaseMargin {
+    fn default() -> Self {
+        LeaseMargin(0.2)
+    }
+}
+
 /// The entry point: hands out locks on one backend session.
 ///
 /// Cheap to clone; clones share the session, the counters and the per-path reentrancy state. Make one per
@@ -443,9 +486,16 @@ pub struct LocksBuilder {
     backend: Arc<dyn Backend>,
     layout: Layout,
     max_attempts: u32,
+    lease_margin: LeaseMargin,
 }
 
 impl LocksBuilder {
+    /// The lease margin (default [`LeaseMargin::default`], 0.2).
+    pub fn lease_margin(mut self, margin: LeaseMargin) -> Self {
+        self.lease_margin = margin;
+        self
+    }
+
     /// The node layout (default [`Layout::Native`]).
     pub fn layout(mut self, layout: Layout) -> Self {
         self.layout = layout;
@@ -467,6 +517,7 @@ impl LocksBuilder {
                 layout: self.layout,
                 counters: Counters::default(),
                 max_attempts: self.max_attempts,
+                lease_margin: self.lease_margin.get(),
             }),
             registry: Arc::default(),
         }
@@ -485,6 +536,7 @@ impl Locks {
             backend,
             layout: Layout::Native,
             max_attempts: 10,
+            lease_margin: LeaseMargin::default(),
         }
     }
 

@@ -1,5 +1,7 @@
 //! Reentrancy edge cases that need a backend (the in-memory one).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use recipes_core::{Error, Locks, Owner, OwnerToken};
 use recipes_mem::MemCluster;
 

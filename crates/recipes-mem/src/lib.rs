@@ -38,9 +38,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use recipes_core::{
-    Backend, CreateMode, Created, DeletionWatch, Error, Result, SessionId, SessionState, SessionStatus, Stat,
+    Backend, CreateMode, Created, DeletionWatch, Error, Lease, Result, SessionId, SessionState, SessionStatus, Stat,
 };
 use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
 
 /// The default session timeout of a client.
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -70,6 +71,28 @@ struct SessionRec {
     doomed: Vec<WatchTx>,
     lose_create_replies: u32,
     timeout: Duration,
+    /// When the current connection was made (heartbeats run from then on, every `timeout / 4`).
+    connected_since: Instant,
+    /// The send time of the last answered heartbeat before the connection was lost.
+    frozen_heartbeat: Option<Instant>,
+    /// The send time of the last answered request.
+    last_answered: Option<Instant>,
+}
+
+impl SessionRec {
+    /// The send time of the last heartbeat the server answered: heartbeats are sent every `timeout / 4` while
+    /// connected, starting with the connection itself.
+    fn heartbeat(&self) -> Option<Instant> {
+        if !(self.connected && self.alive) {
+            return self.frozen_heartbeat;
+        }
+        let interval = (self.timeout / 4).max(Duration::from_millis(1)).as_nanos();
+        let elapsed = Instant::now()
+            .saturating_duration_since(self.connected_since)
+            .as_nanos();
+        let beats = elapsed / interval;
+        Some(self.connected_since + Duration::from_nanos((beats * interval).min(u64::MAX as u128) as u64))
+    }
 }
 
 #[derive(Debug)]
@@ -265,6 +288,9 @@ impl State {
                 doomed: Vec::new(),
                 lose_create_replies: 0,
                 timeout,
+                connected_since: Instant::now(),
+                frozen_heartbeat: None,
+                last_answered: None,
             },
         );
         status.send_replace(SessionStatus {
@@ -482,6 +508,7 @@ impl MemClient {
         if !rec.connected || !rec.alive {
             return None;
         }
+        rec.frozen_heartbeat = rec.heartbeat();
         rec.connected = false;
         self.status.send_replace(SessionStatus {
             id: sid,
@@ -512,23 +539,33 @@ impl MemClient {
         st.client_learns_expiry(sid);
     }
 
-    /// Runs `f` on the server state for the current session, with the configured latency on both legs.
+    /// Runs `f` on the server state for the current session, with the configured latency on both legs, and
+    /// records the send time of a request that was answered (not of one whose reply was lost).
     async fn call<T>(&self, f: impl FnOnce(&mut State, SessionId) -> Result<T>) -> Result<T> {
+        let sent = Instant::now();
         let latency = self.cluster.lock().latency;
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
         }
-        let r = {
+        let (r, sid) = {
             let mut st = self.cluster.lock();
             let status = *self.status.borrow();
             match status.state {
-                SessionState::Closed => Err(Error::Closed),
-                SessionState::Connected => f(&mut st, status.id),
-                _ => Err(Error::ConnectionLoss),
+                SessionState::Closed => (Err(Error::Closed), status.id),
+                SessionState::Connected => (f(&mut st, status.id), status.id),
+                _ => (Err(Error::ConnectionLoss), status.id),
             }
         };
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
+        }
+        let answered = !matches!(r, Err(Error::ConnectionLoss | Error::Closed));
+        if answered {
+            if let Some(rec) = self.cluster.lock().sessions.get_mut(&sid) {
+                if rec.alive && rec.connected {
+                    rec.last_answered = rec.last_answered.max(Some(sent));
+                }
+            }
         }
         r
     }
@@ -540,6 +577,7 @@ fn reconnect(st: &mut State, sid: SessionId) {
         return;
     };
     rec.connected = true;
+    rec.connected_since = Instant::now();
     let queued = std::mem::take(&mut rec.queued);
     rec.status.send_replace(SessionStatus {
         id: sid,
@@ -632,5 +670,24 @@ impl Backend for MemClient {
 
     fn session(&self) -> watch::Receiver<SessionStatus> {
         self.status.subscribe()
+    }
+
+    fn lease(&self) -> Lease {
+        let sid = self.session_id();
+        let st = self.cluster.lock();
+        // Only what the client can know: a session the server expired behind a cut connection keeps its frozen
+        // lease until the client learns of the expiry.
+        match st.sessions.get(&sid) {
+            Some(rec) => Lease {
+                session: sid,
+                answered_send: rec.last_answered.max(rec.heartbeat()),
+                session_timeout: rec.timeout,
+            },
+            None => Lease {
+                session: sid,
+                answered_send: None,
+                session_timeout: self.timeout,
+            },
+        }
     }
 }

@@ -1,5 +1,7 @@
 //! The in-memory tree behaves as ZooKeeper does where the recipes depend on it.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::time::Duration;
 
 use recipes_core::{Backend, CreateMode, Error, SessionState};

@@ -36,9 +36,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use recipes_core::{
-    Backend, CreateMode, Created, DeletionWatch, Error, Result, SessionId, SessionState, SessionStatus, Stat,
+    Backend, CreateMode, Created, DeletionWatch, Error, Lease, Result, SessionId, SessionState, SessionStatus, Stat,
 };
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
 use tracing::{debug, info, warn};
 pub use zookeeper_client as zk;
 
@@ -126,6 +127,41 @@ struct Inner {
     client: RwLock<Option<zk::Client>>,
     status: watch::Sender<SessionStatus>,
     closed: std::sync::atomic::AtomicBool,
+    /// The session and the send time of its last answered request.
+    lease: std::sync::Mutex<(SessionId, Option<Instant>, Duration)>,
+    /// Wakes the heartbeat at once (after a reconnection).
+    beat_now: Notify,
+}
+
+impl Inner {
+    /// Records that a request of `session` sent at `sent` was answered.
+    fn answered(&self, session: SessionId, sent: Instant) {
+        let mut lease = self.lease.lock().unwrap_or_else(|e| e.into_inner());
+        if lease.0 == session {
+            lease.1 = lease.1.max(Some(sent));
+        }
+    }
+
+    fn new_session(&self, client: &zk::Client, sent: Instant) {
+        *self.lease.lock().unwrap_or_else(|e| e.into_inner()) =
+            (session_id(client), Some(sent), client.session_timeout());
+    }
+}
+
+/// Whether a result came from the server (an answer), as opposed to a lost connection.
+fn is_answer<T>(r: &std::result::Result<T, zk::Error>) -> bool {
+    use zk::Error as Z;
+    matches!(
+        r,
+        Ok(_)
+            | Err(Z::NoNode
+                | Z::NodeExists
+                | Z::NotEmpty
+                | Z::BadVersion
+                | Z::NoChildrenForEphemerals
+                | Z::NoAuth
+                | Z::InvalidAcl)
+    )
 }
 
 /// One ZooKeeper session, implementing [`Backend`]. Cheap to share (`Arc`); dropping the last handle closes the
@@ -156,6 +192,7 @@ impl ZkBackend {
     /// # Cancel safety
     /// Cancel safe: dropping the future drops the half-made session.
     pub async fn connect(options: ZkOptions) -> Result<Arc<ZkBackend>> {
+        let sent = Instant::now();
         let client = options.connect().await?;
         let id = session_id(&client);
         info!(servers = %options.servers, session = format!("{id:#x}"), timeout = ?client.session_timeout(), "ZooKeeper session opened");
@@ -169,8 +206,14 @@ impl ZkBackend {
             client: RwLock::new(Some(client)),
             status,
             closed: std::sync::atomic::AtomicBool::new(false),
+            lease: std::sync::Mutex::new((0, None, Duration::ZERO)),
+            beat_now: Notify::new(),
         });
+        if let Ok(c) = inner.client() {
+            inner.new_session(&c, sent);
+        }
         tokio::spawn(monitor(Arc::downgrade(&inner), watcher, id));
+        tokio::spawn(heartbeat(Arc::downgrade(&inner)));
         Ok(Arc::new(ZkBackend { inner }))
     }
 
@@ -237,6 +280,13 @@ impl ZkBackend {
         }
     }
 
+    /// Records the send time of an answered request.
+    fn stamp<T>(&self, client: &zk::Client, sent: Instant, r: &std::result::Result<T, zk::Error>) {
+        if is_answer(r) {
+            self.inner.answered(session_id(client), sent);
+        }
+    }
+
     fn is_closed(&self) -> bool {
         self.inner.closed.load(std::sync::atomic::Ordering::SeqCst)
     }
@@ -271,7 +321,10 @@ async fn monitor(inner: Weak<Inner>, mut watcher: zk::StateWatcher, mut id: Sess
         let Some(strong) = inner.upgrade() else { return };
         debug!(session = format!("{id:#x}"), ?state, "ZooKeeper session state");
         match state {
-            zk::SessionState::SyncConnected => publish(&strong, id, SessionState::Connected),
+            zk::SessionState::SyncConnected => {
+                publish(&strong, id, SessionState::Connected);
+                strong.beat_now.notify_one();
+            }
             zk::SessionState::Disconnected | zk::SessionState::ConnectedReadOnly => {
                 publish(&strong, id, SessionState::Suspended)
             }
@@ -286,8 +339,12 @@ async fn monitor(inner: Weak<Inner>, mut watcher: zk::StateWatcher, mut id: Sess
                     if strong.closed.load(std::sync::atomic::Ordering::SeqCst) {
                         return;
                     }
+                    let sent = Instant::now();
                     match strong.options.connect().await {
-                        Ok(c) => break c,
+                        Ok(c) => {
+                            strong.new_session(&c, sent);
+                            break c;
+                        }
                         Err(e) => {
                             debug!(error = %e, "reconnect after expiry failed; retrying");
                             tokio::time::sleep(backoff).await;
@@ -310,6 +367,31 @@ async fn monitor(inner: Weak<Inner>, mut watcher: zk::StateWatcher, mut id: Sess
                 publish(&strong, id, SessionState::Closed);
                 return;
             }
+        }
+    }
+}
+
+/// Keeps the lease fresh on an idle session: a cheap read every quarter of the session timeout (and at once after a
+/// reconnection), recording its send time when answered.
+async fn heartbeat(inner: Weak<Inner>) {
+    loop {
+        let (interval, client) = {
+            let Some(strong) = inner.upgrade() else { return };
+            let Ok(client) = strong.client() else { return };
+            ((client.session_timeout() / 4).max(Duration::from_millis(50)), client)
+        };
+        let sent = Instant::now();
+        let r = tokio::time::timeout(interval * 4, client.check_stat("/")).await;
+        let Some(strong) = inner.upgrade() else { return };
+        if let Ok(r) = r {
+            if is_answer(&r) {
+                strong.answered(session_id(&client), sent);
+            }
+        }
+        drop(client);
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            () = strong.beat_now.notified() => {}
         }
     }
 }
@@ -343,7 +425,10 @@ impl Backend for ZkBackend {
     async fn create(&self, path: &str, data: &[u8], mode: CreateMode) -> Result<Created> {
         let client = self.client()?;
         let options = zk_mode(mode).with_acls(zk::Acls::anyone_all());
-        match client.create(path, data, &options).await {
+        let sent = Instant::now();
+        let r = client.create(path, data, &options).await;
+        self.stamp(&client, sent, &r);
+        match r {
             Ok((stat, seq)) => Ok(created(path, mode, stat, seq)),
             Err(e) => Err(self.map_err(e, path)),
         }
@@ -362,25 +447,35 @@ impl Backend for ZkBackend {
         };
         let options = zk_mode(mode).with_acls(zk::Acls::anyone_all());
         // Both requests are sent now, in this order; the server applies them in order.
+        let sent = Instant::now();
         let create = client.create(path, data, &options);
         let list = client.list_children(parent);
-        let created = match create.await {
+        let create = create.await;
+        self.stamp(&client, sent, &create);
+        let created = match create {
             Ok((stat, seq)) => Ok(created(path, mode, stat, seq)),
             Err(e) => Err(self.map_err(e, path)),
         };
-        let listed = list.await.map_err(|e| self.map_err(e, parent));
+        let listed = list.await;
+        self.stamp(&client, sent, &listed);
+        let listed = listed.map_err(|e| self.map_err(e, parent));
         (created, listed)
     }
 
     async fn children(&self, path: &str) -> Result<Vec<String>> {
-        self.client()?
-            .list_children(path)
-            .await
-            .map_err(|e| self.map_err(e, path))
+        let client = self.client()?;
+        let sent = Instant::now();
+        let r = client.list_children(path).await;
+        self.stamp(&client, sent, &r);
+        r.map_err(|e| self.map_err(e, path))
     }
 
     async fn get(&self, path: &str) -> Result<Option<(Vec<u8>, Stat)>> {
-        match self.client()?.get_data(path).await {
+        let client = self.client()?;
+        let sent = Instant::now();
+        let r = client.get_data(path).await;
+        self.stamp(&client, sent, &r);
+        match r {
             Ok((data, stat)) => Ok(Some((data, Stat::new(stat.czxid, stat.ephemeral_owner)))),
             Err(zk::Error::NoNode) => Ok(None),
             Err(e) => Err(self.map_err(e, path)),
@@ -389,10 +484,10 @@ impl Backend for ZkBackend {
 
     async fn watch_deletion(&self, path: &str) -> Result<Option<DeletionWatch>> {
         let client = self.client()?;
-        let (stat, watcher) = client
-            .check_and_watch_stat(path)
-            .await
-            .map_err(|e| self.map_err(e, path))?;
+        let sent = Instant::now();
+        let r = client.check_and_watch_stat(path).await;
+        self.stamp(&client, sent, &r);
+        let (stat, watcher) = r.map_err(|e| self.map_err(e, path))?;
         if stat.is_none() {
             return Ok(None);
         }
@@ -433,13 +528,23 @@ impl Backend for ZkBackend {
     }
 
     async fn delete(&self, path: &str) -> Result<()> {
-        self.client()?
-            .delete(path, None)
-            .await
-            .map_err(|e| self.map_err(e, path))
+        let client = self.client()?;
+        let sent = Instant::now();
+        let r = client.delete(path, None).await;
+        self.stamp(&client, sent, &r);
+        r.map_err(|e| self.map_err(e, path))
     }
 
     fn session(&self) -> watch::Receiver<SessionStatus> {
         self.inner.status.subscribe()
+    }
+
+    fn lease(&self) -> Lease {
+        let (session, answered_send, session_timeout) = *self.inner.lease.lock().unwrap_or_else(|e| e.into_inner());
+        Lease {
+            session,
+            answered_send,
+            session_timeout,
+        }
     }
 }

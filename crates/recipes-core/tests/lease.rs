@@ -12,6 +12,13 @@ use tokio::time::Instant;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
+/// `guard.lost()`, bounded (virtual time): a test never waits forever.
+async fn lost(g: &recipes_core::LockGuard) -> LostReason {
+    tokio::time::timeout(Duration::from_secs(600), g.lost())
+        .await
+        .expect("lost() did not resolve within 600 s of virtual time")
+}
+
 fn setup(margin: f64) -> (MemCluster, Arc<recipes_mem::MemClient>, Locks) {
     let cluster = MemCluster::new();
     let client = cluster.client_with_timeout(TIMEOUT);
@@ -74,7 +81,7 @@ async fn lost_fires_lease_expired_while_disconnected_and_the_lock_may_come_back(
     let g = locks.fair("/lease/lost").unwrap().acquire().await.unwrap();
     client.disconnect_for(Duration::from_secs(9));
     let until = g.valid_until().unwrap();
-    assert_eq!(g.lost().await, LostReason::LeaseExpired);
+    assert_eq!(lost(&g).await, LostReason::LeaseExpired);
     assert_eq!(Instant::now(), until, "lost() fires exactly when the lease runs out");
     // The connection comes back within the session timeout: the session and the lock survived, and the lease is
     // valid again.
@@ -102,7 +109,7 @@ async fn lease_runs_out_before_anyone_else_can_acquire() {
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
     client.disconnect_for(Duration::from_secs(30)); // past the session timeout
-    assert_eq!(g.lost().await, LostReason::LeaseExpired);
+    assert_eq!(lost(&g).await, LostReason::LeaseExpired);
     let lost_at = Instant::now();
     assert!(!g.is_valid());
     let (acquired_at, g2) = waiter.await.unwrap();
@@ -113,7 +120,7 @@ async fn lease_runs_out_before_anyone_else_can_acquire() {
     assert!(g2.fencing_token() > g.fencing_token());
     // Later the client learns that its session expired.
     tokio::time::sleep(Duration::from_secs(30)).await;
-    assert_eq!(g.lost().await, LostReason::SessionExpired);
+    assert_eq!(lost(&g).await, LostReason::SessionExpired);
     assert_eq!(g.valid_until(), None);
     g2.release().await.unwrap();
 }
@@ -245,17 +252,17 @@ async fn every_lost_reason() {
     // Node deleted by someone else.
     let g = locks.fair("/lease/reasons").unwrap().acquire().await.unwrap();
     recipes_core::Backend::delete(&*admin, g.node()).await.unwrap();
-    assert_eq!(g.lost().await, LostReason::NodeDeleted);
+    assert_eq!(lost(&g).await, LostReason::NodeDeleted);
     drop(g);
     // Session expired.
     let g = locks.fair("/lease/reasons").unwrap().acquire().await.unwrap();
     client.expire_session();
-    assert_eq!(g.lost().await, LostReason::SessionExpired);
+    assert_eq!(lost(&g).await, LostReason::SessionExpired);
     assert!(!g.is_valid());
     drop(g);
     // Lease elapsed.
     let g = locks.fair("/lease/reasons").unwrap().acquire().await.unwrap();
     client.disconnect_for(Duration::from_secs(9));
-    assert_eq!(g.lost().await, LostReason::LeaseExpired);
+    assert_eq!(lost(&g).await, LostReason::LeaseExpired);
     assert!(LostReason::LeaseExpired.to_string().contains("lease"));
 }

@@ -44,12 +44,18 @@ pub struct Stat {
     pub czxid: i64,
     /// The owning session of an ephemeral node, `0` for other nodes.
     pub ephemeral_owner: SessionId,
+    /// When the node was created, in milliseconds since the Unix epoch, on the server's clock.
+    pub ctime: i64,
 }
 
 impl Stat {
     /// A stat with these fields.
-    pub fn new(czxid: i64, ephemeral_owner: SessionId) -> Self {
-        Stat { czxid, ephemeral_owner }
+    pub fn new(czxid: i64, ephemeral_owner: SessionId, ctime: i64) -> Self {
+        Stat {
+            czxid,
+            ephemeral_owner,
+            ctime,
+        }
     }
 }
 

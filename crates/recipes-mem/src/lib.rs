@@ -54,6 +54,14 @@ struct Node {
     container: bool,
     children: BTreeSet<String>,
     cversion: i32,
+    ctime: i64,
+}
+
+fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
 }
 
 type WatchTx = oneshot::Sender<Result<()>>;
@@ -118,6 +126,7 @@ impl Default for State {
                 container: false,
                 children: BTreeSet::new(),
                 cversion: 0,
+                ctime: 0,
             },
         );
         State {
@@ -235,6 +244,7 @@ impl State {
                 container: mode == CreateMode::Container,
                 children: BTreeSet::new(),
                 cversion: 0,
+                ctime: now_millis(),
             },
         );
         Ok(Created {
@@ -632,7 +642,7 @@ impl Backend for MemClient {
             Ok(st
                 .nodes
                 .get(path)
-                .map(|n| (n.data.clone(), Stat::new(n.czxid, n.ephemeral_owner))))
+                .map(|n| (n.data.clone(), Stat::new(n.czxid, n.ephemeral_owner, n.ctime))))
         })
         .await
     }

@@ -245,6 +245,26 @@ impl ZkBackend {
         self.client().ok().map(|c| c.session().clone())
     }
 
+    /// Closes the session and waits (at most `limit`) until the close has reached the server, so that a process
+    /// about to exit does not leave its ephemeral nodes to the session timeout.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the session is closed either way; only the wait is cut short.
+    pub async fn shutdown(&self, limit: Duration) {
+        let watcher = self.client().ok().map(|c| c.state_watcher());
+        self.close();
+        if let Some(mut w) = watcher {
+            let _ = tokio::time::timeout(limit, async {
+                loop {
+                    if matches!(w.changed().await, zk::SessionState::Closed | zk::SessionState::Expired) {
+                        return;
+                    }
+                }
+            })
+            .await;
+        }
+    }
+
     /// Closes the session: its ephemeral nodes (held locks) go at once; later calls fail with [`Error::Closed`].
     pub fn close(&self) {
         self.inner.closed.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -476,7 +496,7 @@ impl Backend for ZkBackend {
         let r = client.get_data(path).await;
         self.stamp(&client, sent, &r);
         match r {
-            Ok((data, stat)) => Ok(Some((data, Stat::new(stat.czxid, stat.ephemeral_owner)))),
+            Ok((data, stat)) => Ok(Some((data, Stat::new(stat.czxid, stat.ephemeral_owner, stat.ctime)))),
             Err(zk::Error::NoNode) => Ok(None),
             Err(e) => Err(self.map_err(e, path)),
         }

@@ -1,0 +1,131 @@
+//! `zklock inspect PATH`: holders and waiters, in order.
+
+use std::time::Duration;
+
+use recipes_core::decide::{contenders, decide, Decision};
+use recipes_core::info::NodeInfo;
+use recipes_core::layout::EXCLUSIVE_NODE;
+use recipes_core::{Backend, Error, LockPath, NodeKind};
+
+use crate::{connect, Conn, Fail};
+
+/// One row of the report.
+struct Row {
+    role: String,
+    recipe: String,
+    owner: String,
+    age: String,
+    node: String,
+}
+
+fn age(ctime_ms: i64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default();
+    let ms = (now - ctime_ms).max(0) as u64;
+    let d = Duration::from_millis(ms);
+    if d < Duration::from_secs(60) {
+        format!("{:.1}s", d.as_secs_f64())
+    } else if d < Duration::from_secs(3600) {
+        format!("{}m{:02}s", d.as_secs() / 60, d.as_secs() % 60)
+    } else {
+        format!("{}h{:02}m", d.as_secs() / 3600, (d.as_secs() % 3600) / 60)
+    }
+}
+
+async fn row(backend: &dyn Backend, path: &LockPath, name: &str, role: String, kind: &str) -> Option<Row> {
+    let (data, stat) = backend.get(&path.child(name)).await.ok().flatten()?;
+    let info = NodeInfo::decode(&data);
+    Some(Row {
+        role,
+        recipe: info
+            .as_ref()
+            .map(|i| i.recipe.clone())
+            .filter(|r| !r.is_empty())
+            .unwrap_or_else(|| kind.to_owned()),
+        owner: info
+            .map(|i| format!("{}:{}", i.host, i.pid))
+            .unwrap_or_else(|| "?".into()),
+        age: age(stat.ctime),
+        node: name.to_owned(),
+    })
+}
+
+/// Prints the report; exit status 0.
+pub async fn inspect(c: &Conn, path: &LockPath) -> Result<u8, Fail> {
+    let (backend, _locks) = connect(c).await?;
+    let r = report(&*backend, c, path).await;
+    backend.shutdown(Duration::from_secs(2)).await;
+    let text = r?;
+    print!("{text}");
+    Ok(0)
+}
+
+async fn report(backend: &dyn Backend, c: &Conn, path: &LockPath) -> Result<String, Fail> {
+    let children = match backend.children(path.as_str()).await {
+        Ok(c) => c,
+        Err(Error::NoNode(_)) => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
+    let mut rows = Vec::new();
+    if children.iter().any(|c| c == EXCLUSIVE_NODE) {
+        if let Some(r) = row(backend, path, EXCLUSIVE_NODE, "holder".into(), "exclusive").await {
+            rows.push(r);
+        }
+    }
+    let queue = contenders(c.layout, &children);
+    for ct in &queue {
+        let kind = match ct.kind {
+            NodeKind::Lock => "fair",
+            NodeKind::Read => "read",
+            NodeKind::Write => "write",
+        };
+        let role = match decide(ct.kind, &queue, &ct.name) {
+            Decision::Acquired => "holder".to_owned(),
+            Decision::Wait { on } => format!("waiter (for {})", short(&on)),
+            Decision::Missing => continue,
+        };
+        if let Some(r) = row(backend, path, &ct.name, role, kind).await {
+            rows.push(r);
+        }
+    }
+    let foreign: Vec<&String> = children
+        .iter()
+        .filter(|c| *c != EXCLUSIVE_NODE && !queue.iter().any(|q| &q.name == *c))
+        .collect();
+    let holders = rows.iter().filter(|r| r.role == "holder").count();
+    let mut out = format!(
+        "{path}: {holders} holder(s), {} waiter(s) (layout {})\n",
+        rows.len() - holders,
+        c.layout
+    );
+    if !rows.is_empty() {
+        out.push_str(&format!(
+            "{:<28} {:<10} {:<28} {:>8}  {}\n",
+            "ROLE", "RECIPE", "OWNER (HOST:PID)", "AGE", "NODE"
+        ));
+        for r in &rows {
+            out.push_str(&format!(
+                "{:<28} {:<10} {:<28} {:>8}  {}\n",
+                r.role, r.recipe, r.owner, r.age, r.node
+            ));
+        }
+    }
+    if !foreign.is_empty() {
+        out.push_str(&format!(
+            "ignored {} child(ren) that are not lock nodes of this layout: {}\n",
+            foreign.len(),
+            foreign.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    Ok(out)
+}
+
+/// The node name shortened for display: the kind, and the sequence.
+fn short(name: &str) -> String {
+    match (name.get(..2), name.rsplit('-').next()) {
+        (Some(kind), Some(seq)) if name.len() > 20 => format!("{kind}…-{seq}"),
+        _ => name.to_owned(),
+    }
+}

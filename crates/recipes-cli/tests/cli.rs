@@ -1,0 +1,437 @@
+//! The built `zklock` binary against a real ZooKeeper (`ZK_CONNECT`, started by `scripts/test`), and a private
+//! server for the lease test.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use recipes_conformance::zkserver::{available, PrivateZk};
+
+const ZKLOCK: &str = env!("CARGO_BIN_EXE_zklock");
+
+fn server() -> Option<String> {
+    match recipes_conformance::zk::server() {
+        Ok(s) => Some(s),
+        Err(why) => {
+            eprintln!("SKIPPED: {why}");
+            None
+        }
+    }
+}
+
+fn unique(name: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("/zklock-test/{}-{nanos}/{name}", std::process::id())
+}
+
+fn zklock(servers: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(ZKLOCK);
+    c.arg("-s").arg(servers).args(args);
+    c
+}
+
+fn run(mut c: Command) -> Output {
+    c.stdin(Stdio::null());
+    let child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn zklock");
+    wait_output(child, Duration::from_secs(60))
+}
+
+fn wait_output(mut child: std::process::Child, limit: Duration) -> Output {
+    let t0 = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            panic!("zklock did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("zklock-test-{}-{name}-{}", std::process::id(), rand_suffix()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn rand_suffix() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+fn wait_for_file(p: &Path, limit: Duration) {
+    let t0 = Instant::now();
+    while !p.exists() {
+        assert!(t0.elapsed() < limit, "{} did not appear within {limit:?}", p.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    nix_kill0(pid)
+}
+
+fn nix_kill0(pid: i32) -> bool {
+    Command::new("kill")
+        .arg("-0")
+        .arg(pid.to_string())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// Two to four zklock processes on one path never overlap (a marker directory made and removed by each child).
+#[test]
+fn processes_never_overlap() {
+    let Some(zk) = server() else { return };
+    for (recipe, procs) in [("fair", 4), ("exclusive", 3), ("write", 2)] {
+        let path = unique(&format!("overlap-{recipe}"));
+        let dir = tempdir(recipe);
+        let marker = dir.join("marker");
+        let log = dir.join("log");
+        let script = format!(
+            "mkdir {m} || exit 99; echo in >> {l}; sleep 0.05; rmdir {m}",
+            m = marker.display(),
+            l = log.display()
+        );
+        let children: Vec<_> = (0..procs)
+            .map(|_| {
+                let mut c = Command::new("sh");
+                c.arg("-c").arg(format!(
+                    "for i in 1 2 3 4 5; do {z} -s {zk} -r {recipe} {path} -- sh -c '{script}' || exit $?; done",
+                    z = ZKLOCK
+                ));
+                c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+            })
+            .collect();
+        for child in children {
+            let out = wait_output(child, Duration::from_secs(120));
+            assert!(
+                out.status.success(),
+                "{recipe}: a run failed ({:?}): {}",
+                out.status,
+                stderr(&out)
+            );
+        }
+        let entries = std::fs::read_to_string(&log).unwrap().lines().count();
+        assert_eq!(entries, procs * 5, "{recipe}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+/// The command gets ZKLOCK_PATH, ZKLOCK_NODE and ZKLOCK_FENCING_TOKEN, and zklock exits with its status.
+#[test]
+fn child_environment_and_exit_status() {
+    let Some(zk) = server() else { return };
+    let path = unique("env");
+    let o = run(zklock(
+        &zk,
+        &[
+            &path,
+            "--",
+            "sh",
+            "-c",
+            "echo \"$ZKLOCK_PATH|$ZKLOCK_NODE|$ZKLOCK_FENCING_TOKEN\"; exit 3",
+        ],
+    ));
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let line = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+    let parts: Vec<&str> = line.split('|').collect();
+    assert_eq!(parts[0], path);
+    assert!(parts[1].starts_with(&format!("{path}/L-")), "{line}");
+    assert!(parts[2].parse::<u64>().unwrap() > 0, "{line}");
+    // A second run gets a higher token.
+    let o2 = run(zklock(&zk, &[&path, "--", "sh", "-c", "echo $ZKLOCK_FENCING_TOKEN"]));
+    assert!(o2.status.success());
+    let t2: u64 = String::from_utf8_lossy(&o2.stdout).trim().parse().unwrap();
+    assert!(t2 > parts[2].parse::<u64>().unwrap());
+    // A command killed by a signal: 128 + the signal, as shells report it.
+    let o3 = run(zklock(&zk, &[&path, "--", "sh", "-c", "kill -9 $$"]));
+    assert_eq!(o3.status.code(), Some(137));
+}
+
+/// --wait gives up with 75; --wait 0 tries once; the command never runs then.
+#[test]
+fn wait_runs_out_exits_75() {
+    let Some(zk) = server() else { return };
+    let path = unique("wait");
+    let dir = tempdir("wait");
+    let started = dir.join("started");
+    let holder = zklock(
+        &zk,
+        &[
+            &path,
+            "--",
+            "sh",
+            "-c",
+            &format!("touch {}; sleep 30", started.display()),
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    wait_for_file(&started, Duration::from_secs(20));
+    let ran = dir.join("ran");
+    let t0 = Instant::now();
+    let o = run(zklock(
+        &zk,
+        &["--wait", "300ms", &path, "--", "touch", ran.to_str().unwrap()],
+    ));
+    assert_eq!(o.status.code(), Some(75), "{}", stderr(&o));
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    let o = run(zklock(&zk, &["-w", "0", &path, "--", "touch", ran.to_str().unwrap()]));
+    assert_eq!(o.status.code(), Some(75), "{}", stderr(&o));
+    assert_eq!(stderr(&o).lines().count(), 1, "one line on stderr: {}", stderr(&o));
+    assert!(!ran.exists(), "the command ran without the lock");
+    let mut holder = holder;
+    let _ = holder.kill();
+    let _ = holder.wait();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Bad usage, invalid paths, unknown recipes or layouts: 64, one line, no panic.
+#[test]
+fn bad_usage_exits_64() {
+    let cases: &[&[&str]] = &[
+        &[],
+        &["/a"],
+        &["relative", "--", "true"],
+        &["/a/", "--", "true"],
+        &["/zookeeper/x", "--", "true"],
+        &["-r", "nope", "/a", "--", "true"],
+        &["-r", "reentrant", "/a", "--", "true"],
+        &["--layout", "nope", "/a", "--", "true"],
+        &["--wait", "soon", "/a", "--", "true"],
+        &["--session-timeout", "0", "/a", "--", "true"],
+        &["--bogus", "/a", "--", "true"],
+        &["inspect"],
+        &["inspect", "relative"],
+    ];
+    for args in cases {
+        let o = run(zklock("127.0.0.1:1", args));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(64), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: not one line: {err}");
+        assert!(
+            err.starts_with("zklock: ") && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+    let o = run(zklock("127.0.0.1:1", &["--help"]));
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("Examples:"));
+}
+
+/// No server: 69 within the connect timeout, one line.
+#[test]
+fn unreachable_exits_69() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let t0 = Instant::now();
+    let o = run(zklock(&format!("127.0.0.1:{port}"), &["/a", "--", "true"]));
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+    assert_eq!(stderr(&o).lines().count(), 1);
+    assert!(t0.elapsed() < Duration::from_secs(15));
+    let o = run(zklock(&format!("127.0.0.1:{port}"), &["inspect", "/a"]));
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+}
+
+/// The lock lost while the command runs (its node deleted by someone): the command is stopped and zklock exits 70.
+#[test]
+fn lost_lock_stops_the_command_and_exits_70() {
+    let Some(zk) = server() else { return };
+    let path = unique("lost");
+    let dir = tempdir("lost");
+    let pidfile = dir.join("pid");
+    let nodefile = dir.join("node");
+    let child = zklock(
+        &zk,
+        &[
+            &path,
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "echo $$ > {}; echo $ZKLOCK_NODE > {}; sleep 60 & wait",
+                pidfile.display(),
+                nodefile.display()
+            ),
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    wait_for_file(&nodefile, Duration::from_secs(20));
+    std::thread::sleep(Duration::from_millis(100));
+    let node = std::fs::read_to_string(&nodefile).unwrap().trim().to_owned();
+    let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    // Someone else deletes the lock node.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let b = recipes_zk::ZkBackend::connect(recipes_zk::ZkOptions::new(zk.clone()))
+            .await
+            .unwrap();
+        recipes_core::Backend::delete(&*b, &node).await.unwrap();
+        b.shutdown(Duration::from_secs(2)).await;
+    });
+    let t0 = Instant::now();
+    let o = wait_output(child, Duration::from_secs(30));
+    assert_eq!(o.status.code(), Some(70), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("lost") && err.lines().count() == 1, "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    assert!(!alive(pid), "the command still runs after the lock was lost");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// SIGTERM and SIGINT sent to zklock reach the command; the lock is released after it exits.
+#[test]
+fn signals_are_forwarded_and_the_lock_released() {
+    let Some(zk) = server() else { return };
+    for (sig, name) in [("TERM", "term"), ("INT", "int")] {
+        let path = unique(&format!("signal-{name}"));
+        let dir = tempdir(name);
+        let ready = dir.join("ready");
+        let got = dir.join("got");
+        let script = format!(
+            "trap 'echo {sig} > {got}; exit 0' {sig}; touch {ready}; while :; do sleep 0.05; done",
+            got = got.display(),
+            ready = ready.display()
+        );
+        let child = zklock(&zk, &[&path, "--", "sh", "-c", &script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for_file(&ready, Duration::from_secs(20));
+        let st = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let o = wait_output(child, Duration::from_secs(20));
+        assert_eq!(o.status.code(), Some(0), "{sig}: {}", stderr(&o));
+        assert_eq!(std::fs::read_to_string(&got).unwrap().trim(), sig);
+        // Released: the next try gets it at once.
+        let o = run(zklock(&zk, &["-w", "0", &path, "--", "true"]));
+        assert_eq!(o.status.code(), Some(0), "{sig}: lock not released: {}", stderr(&o));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+/// `zklock inspect` lists the holder and the waiters in order, with owner and node.
+#[test]
+fn inspect_lists_holders_and_waiters() {
+    let Some(zk) = server() else { return };
+    let path = unique("inspect");
+    let dir = tempdir("inspect");
+    let ready = dir.join("ready");
+    let holder = zklock(
+        &zk,
+        &[&path, "--", "sh", "-c", &format!("touch {}; sleep 30", ready.display())],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    wait_for_file(&ready, Duration::from_secs(20));
+    let waiter = zklock(&zk, &["-r", "write", &path, "--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let text = loop {
+        let o = run(zklock(&zk, &["inspect", &path]));
+        assert!(o.status.success(), "{}", stderr(&o));
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        if text.contains("1 waiter(s)") || t0.elapsed() > Duration::from_secs(20) {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].contains("1 holder(s), 1 waiter(s)"), "{text}");
+    assert!(
+        lines[2].starts_with("holder") && lines[2].contains(&format!(":{}", holder.id())),
+        "{text}"
+    );
+    assert!(
+        lines[3].starts_with("waiter") && lines[3].contains("write") && lines[3].contains(&format!(":{}", waiter.id())),
+        "{text}"
+    );
+    assert!(lines[2].contains(" L-") && lines[3].contains(" W-"), "{text}");
+    for mut c in [holder, waiter] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let o = run(zklock(&zk, &["inspect", &unique("nothing-here")]));
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("0 holder(s), 0 waiter(s)"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The server paused past the session timeout: the lease runs out, the command is stopped, zklock exits 70.
+#[test]
+fn lease_elapsed_stops_the_command_and_exits_70() {
+    if let Err(why) = available() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let zk = PrivateZk::start(1);
+    let dir = tempdir("lease");
+    let ready = dir.join("ready");
+    let child = zklock(
+        zk.connect(),
+        &[
+            "--session-timeout",
+            "2s",
+            "/lease",
+            "--",
+            "sh",
+            "-c",
+            &format!("touch {}; sleep 60 & wait", ready.display()),
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    wait_for_file(&ready, Duration::from_secs(20));
+    zk.pause(1);
+    let t0 = Instant::now();
+    let o = wait_output(child, Duration::from_secs(30));
+    let elapsed = t0.elapsed();
+    zk.resume(1);
+    assert_eq!(o.status.code(), Some(70), "{}", stderr(&o));
+    assert!(stderr(&o).contains("lease"), "{}", stderr(&o));
+    assert!(
+        elapsed < Duration::from_secs(2) + Duration::from_secs(4),
+        "took {elapsed:?}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -58,7 +58,8 @@ pub async fn inspect(c: &Conn, path: &LockPath) -> Result<u8, Fail> {
     let r = report(&*backend, c, path).await;
     backend.shutdown(Duration::from_secs(2)).await;
     let text = r?;
-    print!("{text}");
+    // Not print!: a closed pipe (`zklock inspect … | head -1`) must not panic.
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
     Ok(0)
 }
 

@@ -82,7 +82,7 @@ async fn report(backend: &dyn Backend, c: &Conn, path: &LockPath) -> Result<Stri
             NodeKind::Read => "read",
             NodeKind::Write => "write",
         };
-        let role = match decide(ct.kind, &queue, &ct.name) {
+        let role = match decide(c.layout, ct.kind, &queue, &ct.name) {
             Decision::Acquired => "holder".to_owned(),
             Decision::Wait { on } => format!("waiter (for {})", short(&on)),
             Decision::Missing => continue,

@@ -435,3 +435,43 @@ fn lease_elapsed_stops_the_command_and_exits_70() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// --layout picks the node names of a peer library; the exclusive recipe exists only in the native layout.
+#[test]
+fn layouts_name_nodes_like_the_peers() {
+    let Some(zk) = server() else { return };
+    for (layout, needle) in [("curator", "/_c_"), ("kazoo", "__lock__"), ("native", "/L-")] {
+        let path = unique(&format!("layout-{layout}"));
+        let o = run(zklock(
+            &zk,
+            &["--layout", layout, &path, "--", "sh", "-c", "echo $ZKLOCK_NODE"],
+        ));
+        assert!(o.status.success(), "{layout}: {}", stderr(&o));
+        let node = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+        assert!(node.contains(needle), "{layout}: {node}");
+    }
+    let o = run(zklock(
+        &zk,
+        &["--layout", "curator", "-r", "exclusive", "/x", "--", "true"],
+    ));
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+    let o = run(zklock(
+        &zk,
+        &[
+            "--layout",
+            "kazoo",
+            "-r",
+            "read",
+            &unique("kz-read"),
+            "--",
+            "sh",
+            "-c",
+            "echo $ZKLOCK_NODE",
+        ],
+    ));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("__rlock__"),
+        "{}",
+        stderr(&o)
+    );
+}

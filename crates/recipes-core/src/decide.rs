@@ -1,6 +1,6 @@
 //! Layer 2, the pure half: who holds the lock, and whom a waiter watches. No I/O.
 
-use crate::layout::{Layout, NodeKind};
+use crate::layout::{Layout, NodeKind, SortKey};
 
 /// A queued lock node, parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -9,8 +9,8 @@ pub struct Contender {
     pub name: String,
     /// What it contends for.
     pub kind: NodeKind,
-    /// The server's sequence number.
-    pub seq: i32,
+    /// Where it sorts, by the layout's rule.
+    pub key: SortKey,
 }
 
 /// The outcome of [`decide`].
@@ -27,10 +27,13 @@ pub enum Decision {
     Missing,
 }
 
-/// Parses `children` with `layout`, drops names it does not recognise, and sorts by sequence number (then name).
+/// Parses `children` with `layout`, drops names it does not recognise, and sorts them by the layout's key (then
+/// name).
 ///
-/// Ordering is by the parsed sequence, never by the whole name: the names start with attempt ids. After ZooKeeper's
-/// signed counter wraps, negative sequences sort before every positive one.
+/// Ordering is by the sequence, never by the whole name: the names start with attempt ids. The native layout
+/// compares sequences as numbers, in creation order across the wrap of ZooKeeper's signed counter (see
+/// `unwrap_sequences`); the Curator and kazoo layouts compare them as text, exactly as those libraries do, so that
+/// every process on a shared path agrees on the queue (including, at the wrap, on the peers' wrong order).
 pub fn contenders<S: AsRef<str>>(layout: Layout, children: &[S]) -> Vec<Contender> {
     let mut out: Vec<Contender> = children
         .iter()
@@ -39,12 +42,39 @@ pub fn contenders<S: AsRef<str>>(layout: Layout, children: &[S]) -> Vec<Contende
             layout.parse(name).map(|p| Contender {
                 name: name.to_owned(),
                 kind: p.kind,
-                seq: p.seq,
+                key: p.key,
             })
         })
         .collect();
-    out.sort_unstable_by(|a, b| a.seq.cmp(&b.seq).then_with(|| a.name.cmp(&b.name)));
+    if layout == Layout::Native {
+        unwrap_sequences(&mut out);
+    }
+    out.sort_unstable_by(|a, b| a.key.cmp(&b.key).then_with(|| a.name.cmp(&b.name)));
     out
+}
+
+/// ZooKeeper's per-parent counter is a signed 32-bit number: after `2147483647` comes `-2147483648`. A plain
+/// numeric (or text) order would put a node made after the wrap *ahead* of the holder made before it, and let it
+/// in beside the holder. When the queue straddles the wrap (it holds sequences in the top and in the bottom quarter
+/// of the range), the negative ones are moved past the positive ones (serial-number order, RFC 1982): correct for any
+/// queue spanning fewer than 2³⁰ sequence numbers.
+fn unwrap_sequences(cs: &mut [Contender]) {
+    const QUARTER: i64 = 1 << 30;
+    let num = |c: &Contender| match c.key {
+        SortKey::Number(n) => n,
+        SortKey::Text(_) => 0,
+    };
+    let high = cs.iter().any(|c| num(c) >= QUARTER);
+    let low = cs.iter().any(|c| num(c) < -QUARTER);
+    if high && low {
+        for c in cs.iter_mut() {
+            if let SortKey::Number(n) = &mut c.key {
+                if *n < 0 {
+                    *n += 1 << 32;
+                }
+            }
+        }
+    }
 }
 
 /// Decides whether the node `ours`, of kind `kind`, holds the lock among the sorted `contenders`.
@@ -53,14 +83,16 @@ pub fn contenders<S: AsRef<str>>(layout: Layout, children: &[S]) -> Vec<Contende
 /// - A [`NodeKind::Lock`] or [`NodeKind::Write`] node holds when it is first; otherwise it waits on its immediate
 ///   predecessor, whatever that is (no herd: each release wakes one waiter).
 /// - A [`NodeKind::Read`] node holds when no `Lock` or `Write` node is ahead of it; otherwise it waits on the
-///   nearest such node ahead of it. A reader never waits on a node behind it.
+///   nearest such node ahead of it (the first one, in the Curator layout, as Curator's readers do). A reader never
+///   waits on a node behind it.
 /// - `Missing` when `ours` is not among the contenders.
-pub fn decide(kind: NodeKind, contenders: &[Contender], ours: &str) -> Decision {
+pub fn decide(layout: Layout, kind: NodeKind, contenders: &[Contender], ours: &str) -> Decision {
     let Some(index) = contenders.iter().position(|c| c.name == ours) else {
         return Decision::Missing;
     };
     let ahead = &contenders[..index];
     let blocker = match kind {
+        NodeKind::Read if layout.reader_watches_first_writer() => ahead.iter().find(|c| c.kind.blocks_readers()),
         NodeKind::Read => ahead.iter().rev().find(|c| c.kind.blocks_readers()),
         NodeKind::Lock | NodeKind::Write => ahead.last(),
     };
@@ -115,8 +147,10 @@ mod tests {
         // ordered by sequence, not by name: a large sequence sorts after a small one whatever the id
         ("L10 L9", "L10", "L9"),
         ("L1000000000 L999999999", "L1000000000", "L999999999"),
-        // after the counter wraps, negative sequences come first
-        ("L2147483647 L-2147483648", "L2147483647", "L-2147483648"),
+        // across the counter's wrap, creation order: the node made before the wrap stays ahead
+        ("L2147483647 L-2147483648", "L2147483647", "acq"),
+        ("L2147483647 L-2147483648", "L-2147483648", "L2147483647"),
+        ("L-2147483647 L2147483646 L-2147483648", "L-2147483647", "L-2147483648"),
         // readers
         ("R1 R2 R3", "R3", "acq"),
         ("W1 R2", "R2", "W1"),
@@ -139,7 +173,7 @@ mod tests {
             let names = queue(q);
             let ours_name = queue(ours).remove(0);
             let kind = Layout::Native.parse(&ours_name).unwrap().kind;
-            let got = decide(kind, &contenders(Layout::Native, &names), &ours_name);
+            let got = decide(Layout::Native, kind, &contenders(Layout::Native, &names), &ours_name);
             let want = match *want {
                 "acq" => Decision::Acquired,
                 "miss" => Decision::Missing,
@@ -153,7 +187,10 @@ mod tests {
     fn reader_never_waits_on_a_later_writer() {
         let names = queue("R1 W2 W3 R4");
         let c = contenders(Layout::Native, &names);
-        assert_eq!(decide(NodeKind::Read, &c, &names[0]), Decision::Acquired);
+        assert_eq!(
+            decide(Layout::Native, NodeKind::Read, &c, &names[0]),
+            Decision::Acquired
+        );
     }
 
     #[test]
@@ -163,7 +200,67 @@ mod tests {
         names.push("garbage-0000000001".into());
         let c = contenders(Layout::Native, &names);
         assert_eq!(c.len(), 2);
-        assert_eq!(decide(NodeKind::Lock, &c, &names[0]), Decision::Acquired);
+        assert_eq!(
+            decide(Layout::Native, NodeKind::Lock, &c, &names[0]),
+            Decision::Acquired
+        );
+    }
+
+    fn order(layout: Layout, names: &[&str]) -> Vec<String> {
+        contenders(layout, names).into_iter().map(|c| c.name).collect()
+    }
+
+    #[test]
+    fn wrapped_sequences_order_per_layout() {
+        // Creation order across the wrap: 2147483646, 2147483647, -2147483648, -2147483647.
+        let seqs = ["2147483646", "2147483647", "-2147483648", "-2147483647"];
+        let names = |layout: Layout| -> Vec<String> {
+            let p = layout.prefix(NodeKind::Lock, Uuid::from_u128(1));
+            seqs.iter().map(|s| format!("{p}{s}")).collect()
+        };
+        let sorted = |layout: Layout| {
+            let n = names(layout);
+            let refs: Vec<&str> = n.iter().map(String::as_str).collect();
+            let got = order(layout, &refs);
+            got.iter()
+                .map(|g| n.iter().position(|x| x == g).unwrap())
+                .collect::<Vec<_>>()
+        };
+        // Native: creation order, so the holder made before the wrap stays first.
+        assert_eq!(sorted(Layout::Native), vec![0, 1, 2, 3]);
+        // Curator and kazoo: text order, as they sort ("-2147483647" < "-2147483648" < "2147483646" < ...): a node
+        // made after the wrap jumps ahead. Reproduced exactly so that all processes on a path agree; documented.
+        assert_eq!(sorted(Layout::Curator), vec![3, 2, 0, 1]);
+        assert_eq!(sorted(Layout::Kazoo), vec![3, 2, 0, 1]);
+        // Near zero (-2, -1, 0, 1) the native order is plain numeric, which is creation order.
+        let p = Layout::Native.prefix(NodeKind::Lock, Uuid::from_u128(1));
+        let n: Vec<String> = ["-000000002", "-000000001", "0000000000", "0000000001"]
+            .iter()
+            .map(|s| format!("{p}{s}"))
+            .collect();
+        let refs: Vec<&str> = n.iter().map(String::as_str).collect();
+        assert_eq!(order(Layout::Native, &refs), n);
+        // kazoo does not count "-000000001" (nine digits after the sign) at all.
+        let k = Layout::Kazoo.prefix(NodeKind::Lock, Uuid::from_u128(1));
+        assert_eq!(contenders(Layout::Kazoo, &[format!("{k}-000000001")]).len(), 0);
+    }
+
+    #[test]
+    fn curator_readers_watch_the_first_writer() {
+        let id = |i: u128| Uuid::from_u128(i);
+        let c = Layout::Curator;
+        let w1 = format!("{}0000000001", c.prefix(NodeKind::Write, id(1)));
+        let w2 = format!("{}0000000002", c.prefix(NodeKind::Write, id(2)));
+        let r3 = format!("{}0000000003", c.prefix(NodeKind::Read, id(3)));
+        let cs = contenders(c, &[&w2, &r3, &w1]);
+        assert_eq!(decide(c, NodeKind::Read, &cs, &r3), Decision::Wait { on: w1.clone() });
+        assert_eq!(decide(c, NodeKind::Write, &cs, &w2), Decision::Wait { on: w1.clone() });
+        let n = Layout::Native;
+        let w1 = format!("{}0000000001", n.prefix(NodeKind::Write, id(1)));
+        let w2 = format!("{}0000000002", n.prefix(NodeKind::Write, id(2)));
+        let r3 = format!("{}0000000003", n.prefix(NodeKind::Read, id(3)));
+        let cs = contenders(n, &[&w2, &r3, &w1]);
+        assert_eq!(decide(n, NodeKind::Read, &cs, &r3), Decision::Wait { on: w2 });
     }
 
     #[test]

@@ -869,7 +869,7 @@ impl Attempt<'_> {
                     self.cleanup.disarm();
                     return Err(Stop::Fail(Error::SessionExpired));
                 }
-                match decide(kind, &contenders(self.ctx.layout, &children), &name) {
+                match decide(self.ctx.layout, kind, &contenders(self.ctx.layout, &children), &name) {
                     Decision::Acquired => {
                         self.cleanup.disarm();
                         return Ok(Some(self.held(q.node, q.czxid, q.session, q.attempt)));

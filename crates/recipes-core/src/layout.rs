@@ -25,19 +25,39 @@ impl NodeKind {
     }
 }
 
-/// The naming scheme of lock nodes under a path.
+/// The naming scheme of lock nodes under a path, and the order its peers put them in.
 ///
 /// # Contract
-/// A name the layout makes for an attempt parses back to the same kind and attempt id, with the sequence the
-/// server appended; names the layout does not recognise parse to `None` and are ignored by every recipe.
+/// A name the layout makes for an attempt parses back to the same kind (for kazoo, `Write` parses back as `Lock`:
+/// kazoo's `Lock` and `WriteLock` use one name) and attempt id, with the sequence the server appended; names the
+/// layout does not recognise parse to `None` and are ignored by every recipe. Contenders are ordered by
+/// [`ParsedNode::key`], exactly as the layout's peer library orders them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum Layout {
     /// This library's own layout: `L-<id>-<seq>`, `R-<id>-<seq>`, `W-<id>-<seq>`, where `<id>` is the attempt's
-    /// UUID in 32 lower-case hex digits and `<seq>` the server's 10-digit sequence; the exclusive recipe uses the
-    /// fixed name `lock`.
+    /// UUID in 32 lower-case hex digits and `<seq>` the server's sequence; ordered by the sequence as a number, in
+    /// creation order across the wrap of the server's signed counter. The exclusive recipe uses the fixed name
+    /// `lock`.
     #[default]
     Native,
+    /// Apache Curator's: `InterProcessMutex` `_c_<uuid>-lock-<seq>`, `InterProcessReadWriteLock`
+    /// `_c_<uuid>-__READ__<seq>` / `_c_<uuid>-__WRIT__<seq>`. Ordered as Curator orders them: by the *text* after
+    /// the last marker. Readers wait for (and watch) the first writer ahead, as Curator's do.
+    Curator,
+    /// kazoo's: `Lock` / `WriteLock` `<uuid hex>__lock__<seq>`, `ReadLock` `<uuid hex>__rlock__<seq>`. Only names
+    /// ending in `__lock__` or `__rlock__` and `-?` plus ten digits count, as in kazoo; ordered as kazoo orders
+    /// them: by the text of that sequence.
+    Kazoo,
+}
+
+/// The order of contenders under one layout (all keys of one layout are of one variant).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SortKey {
+    /// Ordered by number.
+    Number(i64),
+    /// Ordered as text (byte-wise), as Curator and kazoo compare sequence strings.
+    Text(String),
 }
 
 /// A lock node name, parsed.
@@ -45,18 +65,30 @@ pub enum Layout {
 pub struct ParsedNode {
     /// The kind of contender.
     pub kind: NodeKind,
-    /// The attempt id embedded in the name.
+    /// The attempt id embedded in the name (nil when the name carries none this library can read).
     pub attempt: Uuid,
-    /// The sequence number the server appended (negative after the counter wrapped).
-    pub seq: i32,
+    /// The sequence number the server appended (negative after the counter wrapped), when it reads as one.
+    pub seq: Option<i32>,
+    /// Where the node sorts among its contenders.
+    pub key: SortKey,
 }
 
 /// The fixed node name of the exclusive recipe.
 pub const EXCLUSIVE_NODE: &str = "lock";
 
+const CURATOR_MARKERS: [(&str, NodeKind); 3] = [
+    ("__WRIT__", NodeKind::Write),
+    ("__READ__", NodeKind::Read),
+    ("lock-", NodeKind::Lock),
+];
+
 impl Layout {
+    /// Every layout.
+    pub const ALL: [Layout; 3] = [Layout::Native, Layout::Curator, Layout::Kazoo];
+
     /// The name prefix to create an ephemeral-sequential node with (the server appends the sequence).
     pub fn prefix(self, kind: NodeKind, attempt: Uuid) -> String {
+        let mut buf = Uuid::encode_buffer();
         match self {
             Layout::Native => {
                 let tag = match kind {
@@ -67,9 +99,24 @@ impl Layout {
                 let mut s = String::with_capacity(35);
                 s.push(tag);
                 s.push('-');
-                s.push_str(attempt.simple().encode_lower(&mut Uuid::encode_buffer()));
+                s.push_str(attempt.simple().encode_lower(&mut buf));
                 s.push('-');
                 s
+            }
+            Layout::Curator => {
+                let marker = match kind {
+                    NodeKind::Lock => "lock-",
+                    NodeKind::Read => "__READ__",
+                    NodeKind::Write => "__WRIT__",
+                };
+                format!("_c_{}-{marker}", attempt.hyphenated().encode_lower(&mut buf))
+            }
+            Layout::Kazoo => {
+                let marker = match kind {
+                    NodeKind::Read => "__rlock__",
+                    NodeKind::Lock | NodeKind::Write => "__lock__",
+                };
+                format!("{}{marker}", attempt.simple().encode_lower(&mut buf))
             }
         }
     }
@@ -77,28 +124,95 @@ impl Layout {
     /// Parses a child name; `None` for names this layout did not make.
     pub fn parse(self, name: &str) -> Option<ParsedNode> {
         match self {
-            Layout::Native => {
-                let b = name.as_bytes();
-                // tag, '-', 32 hex, '-', seq (10 digits, or '-' and up to 10 digits)
-                if b.len() < 35 + 10 || b[1] != b'-' || b[34] != b'-' {
-                    return None;
-                }
-                let kind = match b[0] {
-                    b'L' => NodeKind::Lock,
-                    b'R' => NodeKind::Read,
-                    b'W' => NodeKind::Write,
-                    _ => return None,
-                };
-                let hex = name.get(2..34)?;
-                if !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
-                    return None;
-                }
-                let attempt = Uuid::parse_str(hex).ok()?;
-                let seq = parse_seq(name.get(35..)?)?;
-                Some(ParsedNode { kind, attempt, seq })
-            }
+            Layout::Native => parse_native(name),
+            Layout::Curator => parse_curator(name),
+            Layout::Kazoo => parse_kazoo(name),
         }
     }
+
+    /// Whether a waiting reader watches the *first* writer ahead of it (Curator) rather than the nearest one.
+    pub fn reader_watches_first_writer(self) -> bool {
+        self == Layout::Curator
+    }
+}
+
+fn parse_native(name: &str) -> Option<ParsedNode> {
+    let b = name.as_bytes();
+    // tag, '-', 32 hex, '-', seq (10 digits, or '-' and up to 10 digits)
+    if b.len() < 35 + 10 || b[1] != b'-' || b[34] != b'-' {
+        return None;
+    }
+    let kind = match b[0] {
+        b'L' => NodeKind::Lock,
+        b'R' => NodeKind::Read,
+        b'W' => NodeKind::Write,
+        _ => return None,
+    };
+    let hex = name.get(2..34)?;
+    if !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    let attempt = Uuid::parse_str(hex).ok()?;
+    let seq = parse_seq(name.get(35..)?)?;
+    Some(ParsedNode {
+        kind,
+        attempt,
+        seq: Some(seq),
+        key: SortKey::Number(i64::from(seq)),
+    })
+}
+
+fn parse_curator(name: &str) -> Option<ParsedNode> {
+    // Curator's own rule: a node is a contender of the kind whose marker it carries; it sorts by the text after the
+    // last occurrence of the marker.
+    let (kind, at, marker) = CURATOR_MARKERS
+        .iter()
+        .find_map(|(m, k)| name.rfind(m).map(|i| (*k, i, *m)))?;
+    let suffix = &name[at + marker.len()..];
+    let attempt = name
+        .strip_prefix("_c_")
+        .and_then(|rest| rest.get(..36))
+        .and_then(|u| Uuid::parse_str(u).ok())
+        .filter(|_| name.get(39..40) == Some("-"))
+        .unwrap_or(Uuid::nil());
+    Some(ParsedNode {
+        kind,
+        attempt,
+        seq: parse_seq(suffix),
+        key: SortKey::Text(suffix.to_owned()),
+    })
+}
+
+fn parse_kazoo(name: &str) -> Option<ParsedNode> {
+    // kazoo's rule: `(__lock__|__rlock__)(-?\d{10})$`, searched anywhere in the name.
+    let digits_at = name.len().checked_sub(10)?;
+    let digits = name.get(digits_at..)?;
+    if !digits.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let head = &name[..digits_at];
+    let (head, seq_text) = match head.strip_suffix('-') {
+        Some(h) if h.ends_with("__lock__") || h.ends_with("__rlock__") => (h, &name[digits_at - 1..]),
+        _ => (head, digits),
+    };
+    let (kind, prefix) = if let Some(p) = head.strip_suffix("__rlock__") {
+        (NodeKind::Read, p)
+    } else if let Some(p) = head.strip_suffix("__lock__") {
+        (NodeKind::Lock, p)
+    } else {
+        return None;
+    };
+    let attempt = if prefix.len() == 32 && prefix.bytes().all(|c| c.is_ascii_hexdigit()) {
+        Uuid::parse_str(prefix).unwrap_or(Uuid::nil())
+    } else {
+        Uuid::nil()
+    };
+    Some(ParsedNode {
+        kind,
+        attempt,
+        seq: seq_text.parse().ok(),
+        key: SortKey::Text(seq_text.to_owned()),
+    })
 }
 
 /// Parses ZooKeeper's sequence suffix: `%010d` of a signed 32-bit counter, so 10 digits, or a `-` and digits once
@@ -118,6 +232,8 @@ impl fmt::Display for Layout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Layout::Native => "native",
+            Layout::Curator => "curator",
+            Layout::Kazoo => "kazoo",
         })
     }
 }
@@ -127,6 +243,8 @@ impl FromStr for Layout {
     fn from_str(s: &str) -> Result<Self, Error> {
         match s.to_ascii_lowercase().as_str() {
             "native" => Ok(Layout::Native),
+            "curator" => Ok(Layout::Curator),
+            "kazoo" => Ok(Layout::Kazoo),
             _ => Err(Error::UnknownLayout(s.to_owned())),
         }
     }
@@ -145,7 +263,12 @@ mod tests {
                 let name = format!("{}{:010}", Layout::Native.prefix(kind, id), seq);
                 assert_eq!(
                     Layout::Native.parse(&name),
-                    Some(ParsedNode { kind, attempt: id, seq }),
+                    Some(ParsedNode {
+                        kind,
+                        attempt: id,
+                        seq: Some(seq),
+                        key: SortKey::Number(i64::from(seq)),
+                    }),
                     "{name}"
                 );
             }
@@ -183,21 +306,85 @@ mod tests {
     #[test]
     fn layout_names() {
         assert_eq!("native".parse::<Layout>(), Ok(Layout::Native));
+        assert_eq!("Curator".parse::<Layout>(), Ok(Layout::Curator));
+        assert_eq!("kazoo".parse::<Layout>(), Ok(Layout::Kazoo));
         assert!(matches!("nope".parse::<Layout>(), Err(Error::UnknownLayout(_))));
+    }
+
+    #[test]
+    fn peer_names() {
+        let c = Layout::Curator;
+        let p = c
+            .parse("_c_8c2b6b0e-1f2a-4b3c-9d4e-5f6a7b8c9d0e-lock-0000000007")
+            .unwrap();
+        assert_eq!(
+            (p.kind, p.seq, p.key.clone()),
+            (NodeKind::Lock, Some(7), SortKey::Text("0000000007".into()))
+        );
+        assert_eq!(
+            p.attempt,
+            Uuid::parse_str("8c2b6b0e-1f2a-4b3c-9d4e-5f6a7b8c9d0e").unwrap()
+        );
+        assert_eq!(
+            c.parse("_c_8c2b6b0e-1f2a-4b3c-9d4e-5f6a7b8c9d0e-__READ__0000000001")
+                .unwrap()
+                .kind,
+            NodeKind::Read
+        );
+        assert_eq!(
+            c.parse("_c_8c2b6b0e-1f2a-4b3c-9d4e-5f6a7b8c9d0e-__WRIT__0000000001")
+                .unwrap()
+                .kind,
+            NodeKind::Write
+        );
+        // Curator counts an unprotected name too; its attempt id is unknown.
+        let p = c.parse("lock-0000000003").unwrap();
+        assert_eq!((p.attempt, p.seq), (Uuid::nil(), Some(3)));
+        assert_eq!(c.parse("readme"), None);
+        let k = Layout::Kazoo;
+        let p = k.parse("0123456789abcdef0123456789abcdef__lock__0000000042").unwrap();
+        assert_eq!((p.kind, p.seq), (NodeKind::Lock, Some(42)));
+        assert_eq!(
+            k.parse("0123456789abcdef0123456789abcdef__rlock__0000000042")
+                .unwrap()
+                .kind,
+            NodeKind::Read
+        );
+        assert_eq!(k.parse("x__lock__-2147483648").unwrap().seq, Some(i32::MIN));
+        // ZooKeeper writes -1 as "-000000001": kazoo's `-?\d{10}` does not match it, and neither do we.
+        assert_eq!(k.parse("x__lock__-000000001"), None);
+        assert_eq!(k.parse("x__lock__000000042"), None);
+        assert_eq!(k.parse("__lock__"), None);
+        assert_eq!(k.parse("x__block__0000000001"), None);
     }
 
     proptest! {
         #[test]
-        fn parse_never_panics(s in "\\PC{0,60}") {
-            let _ = Layout::Native.parse(&s);
+        fn parse_never_panics(s in "\\PC{0,60}|[_a-z]{0,10}(__lock__|__rlock__|lock-|__READ__|__WRIT__)-?[0-9]{0,11}") {
+            for layout in Layout::ALL {
+                let _ = layout.parse(&s);
+            }
         }
 
         #[test]
         fn written_names_parse_back(bits in any::<u128>(), seq in any::<i32>(), k in 0u8..3) {
             let kind = [NodeKind::Lock, NodeKind::Read, NodeKind::Write][k as usize];
             let id = Uuid::from_u128(bits);
-            let name = format!("{}{:010}", Layout::Native.prefix(kind, id), seq);
-            prop_assert_eq!(Layout::Native.parse(&name), Some(ParsedNode { kind, attempt: id, seq }));
+            for layout in Layout::ALL {
+                let name = format!("{}{:010}", layout.prefix(kind, id), seq);
+                let p = layout.parse(&name);
+                // kazoo's WriteLock and Lock share one name.
+                let want_kind = if layout == Layout::Kazoo && kind == NodeKind::Write { NodeKind::Lock } else { kind };
+                // kazoo only counts sequences written with ten digits (ZooKeeper writes -1 as -000000001).
+                if layout == Layout::Kazoo && seq < 0 && seq > -1_000_000_000 {
+                    prop_assert_eq!(p, None, "{}", name);
+                    continue;
+                }
+                let p = p.expect("parses");
+                prop_assert_eq!(p.kind, want_kind);
+                prop_assert_eq!(p.attempt, id);
+                prop_assert_eq!(p.seq, Some(seq));
+            }
         }
     }
 }

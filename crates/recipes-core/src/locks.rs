@@ -558,11 +558,18 @@ impl Locks {
     /// An [`ExclusiveLock`] at `path`.
     ///
     /// # Notable errors
-    /// [`Error::InvalidPath`].
+    /// [`Error::InvalidPath`]; [`Error::InvalidArgument`] with a layout other than native.
     pub fn exclusive(&self, path: impl AsRef<str>) -> Result<ExclusiveLock> {
+        let path = LockPath::new(path)?;
+        if self.ctx.layout != Layout::Native {
+            return Err(Error::InvalidArgument(format!(
+                "the exclusive recipe has no {} layout (its peers have no such lock): use fair, or the native layout",
+                self.ctx.layout
+            )));
+        }
         Ok(ExclusiveLock {
             ctx: self.ctx.clone(),
-            path: LockPath::new(path)?,
+            path,
         })
     }
 

@@ -1,0 +1,80 @@
+// A Curator 5.4 peer for the interoperability tests: takes an InterProcessMutex or an InterProcessReadWriteLock
+// side on PATH a number of times, checking for overlaps through marker files shared with the other processes.
+//
+// usage: CuratorPeer CONNECT PATH mutex|read|write COUNT DIR
+// DIR/ready-<pid> is created once connected; DIR/go is awaited before starting (at most 60 s).
+// Prints "acquisitions N overlaps M" and exits 0 (3 on overlaps).
+
+import java.io.File;
+import java.io.FileOutputStream;
+import java.io.IOException;
+import java.util.UUID;
+import java.util.concurrent.TimeUnit;
+
+import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.locks.InterProcessLock;
+import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.retry.RetryNTimes;
+
+public class CuratorPeer {
+    public static void main(String[] args) throws Exception {
+        String connect = args[0], path = args[1], role = args[2];
+        int count = Integer.parseInt(args[3]);
+        File dir = new File(args[4]);
+        CuratorFramework client = CuratorFrameworkFactory.newClient(connect, 10000, 5000, new RetryNTimes(5, 100));
+        client.start();
+        if (!client.blockUntilConnected(20, TimeUnit.SECONDS)) {
+            System.err.println("not connected");
+            System.exit(69);
+        }
+        InterProcessLock lock;
+        if (role.equals("mutex")) {
+            lock = new InterProcessMutex(client, path);
+        } else if (role.equals("read")) {
+            lock = new InterProcessReadWriteLock(client, path).readLock();
+        } else {
+            lock = new InterProcessReadWriteLock(client, path).writeLock();
+        }
+        new File(dir, "ready-" + ProcessHandle.current().pid()).createNewFile();
+        long deadline = System.currentTimeMillis() + 60_000;
+        while (!new File(dir, "go").exists()) {
+            if (System.currentTimeMillis() > deadline) {
+                System.err.println("no go signal");
+                System.exit(70);
+            }
+            Thread.sleep(5);
+        }
+        int overlaps = 0;
+        boolean exclusive = !role.equals("read");
+        File writer = new File(dir, "W");
+        File readers = new File(dir, "R");
+        FileOutputStream log = new FileOutputStream(new File(dir, "log"), true);
+        byte[] tag = ("java-" + role + "\n").getBytes();
+        for (int i = 0; i < count; i++) {
+            if (!lock.acquire(60, TimeUnit.SECONDS)) {
+                System.err.println("acquire timed out");
+                System.exit(75);
+            }
+            File mine = null;
+            if (exclusive) {
+                if (!writer.mkdir()) overlaps++;
+                String[] r = readers.list();
+                if (r != null && r.length > 0) overlaps++;
+            } else {
+                mine = new File(readers, "java-" + UUID.randomUUID());
+                mine.createNewFile();
+                if (writer.exists()) overlaps++;
+            }
+            log.write(tag);
+            Thread.sleep(0, 200_000);
+            if (exclusive) writer.delete(); else mine.delete();
+            lock.release();
+        }
+        log.close();
+        client.close();
+        System.out.println("acquisitions " + count + " overlaps " + overlaps);
+        System.exit(overlaps == 0 ? 0 : 3);
+    }
+}

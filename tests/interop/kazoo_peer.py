@@ -1,0 +1,73 @@
+"""A kazoo peer for the interoperability tests: takes a kazoo Lock, ReadLock or WriteLock on PATH a number of
+times, checking for overlaps through marker files shared with the other processes.
+
+usage: kazoo_peer.py CONNECT PATH mutex|read|write COUNT DIR
+DIR/ready-<pid> is created once connected; DIR/go is awaited before starting (at most 60 s).
+Prints "acquisitions N overlaps M" and exits 0 (3 on overlaps).
+"""
+import os
+import sys
+import time
+import uuid
+
+from kazoo.client import KazooClient
+
+
+def main():
+    connect, path, role, count, directory = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+    zk = KazooClient(hosts=connect, timeout=10)
+    zk.start(timeout=20)
+    if role == "mutex":
+        lock = zk.Lock(path)
+    elif role == "read":
+        lock = zk.ReadLock(path)
+    else:
+        lock = zk.WriteLock(path)
+    open(os.path.join(directory, "ready-%d" % os.getpid()), "w").close()
+    deadline = time.time() + 60
+    while not os.path.exists(os.path.join(directory, "go")):
+        if time.time() > deadline:
+            print("no go signal", file=sys.stderr)
+            sys.exit(70)
+        time.sleep(0.005)
+    writer = os.path.join(directory, "W")
+    readers = os.path.join(directory, "R")
+    exclusive = role != "read"
+    overlaps = 0
+    log = os.open(os.path.join(directory, "log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    tag = ("python-%s\n" % role).encode()
+    for _ in range(count):
+        if not lock.acquire(timeout=60):
+            print("acquire timed out", file=sys.stderr)
+            sys.exit(75)
+        mine = None
+        if exclusive:
+            try:
+                os.mkdir(writer)
+            except FileExistsError:
+                overlaps += 1
+            if os.listdir(readers):
+                overlaps += 1
+        else:
+            mine = os.path.join(readers, "python-%s" % uuid.uuid4().hex)
+            open(mine, "w").close()
+            if os.path.exists(writer):
+                overlaps += 1
+        os.write(log, tag)
+        time.sleep(0.0002)
+        try:
+            if exclusive:
+                os.rmdir(writer)
+            else:
+                os.remove(mine)
+        except FileNotFoundError:
+            pass  # after an overlap the marker may already be gone; the overlap was counted
+        lock.release()
+    zk.stop()
+    zk.close()
+    print("acquisitions %d overlaps %d" % (count, overlaps))
+    sys.exit(0 if overlaps == 0 else 3)
+
+
+if __name__ == "__main__":
+    main()

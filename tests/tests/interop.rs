@@ -1,0 +1,326 @@
+//! Interoperability with the real peer libraries on one ZooKeeper path: Apache Curator 5.4 (Java, Debian's jars)
+//! with the Curator layout, and kazoo (Python, from PyPI) with the kazoo layout. Each test runs peer processes
+//! and Rust contenders concurrently; an overlap detector made of marker files spans all processes: an exclusive
+//! holder makes the directory `W` and sees no reader file, a reader makes a file under `R/` and sees no `W`.
+//!
+//! The peers come from `scripts/interop-setup` (run by `scripts/test`), through `INTEROP_JAVA_CP` and
+//! `INTEROP_PYTHON`; the server from `ZK_CONNECT`. In CI both are required.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use recipes_core::{Layout, Locks, Recipe};
+use recipes_zk::{ZkBackend, ZkOptions};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Peer {
+    Curator,
+    Kazoo,
+}
+
+struct Setup {
+    zk: String,
+    java_cp: String,
+    python: String,
+}
+
+fn setup() -> Option<Setup> {
+    let zk = match recipes_conformance::zk::server() {
+        Ok(s) => s,
+        Err(why) => {
+            eprintln!("SKIPPED: {why}");
+            return None;
+        }
+    };
+    match (std::env::var("INTEROP_JAVA_CP"), std::env::var("INTEROP_PYTHON")) {
+        (Ok(java_cp), Ok(python)) => Some(Setup { zk, java_cp, python }),
+        _ if std::env::var_os("CI").is_some() => {
+            panic!("the interoperability peers are required in CI: run through scripts/test (scripts/interop-setup)")
+        }
+        _ => {
+            eprintln!("SKIPPED: no interop peers (eval \"$(scripts/interop-setup)\")");
+            None
+        }
+    }
+}
+
+fn workdir(name: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let d = std::env::temp_dir().join(format!("recipes-interop-{}-{name}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(d.join("R")).unwrap();
+    d
+}
+
+/// The overlap detector, Rust side (the same protocol as the peers').
+fn enter(dir: &Path, exclusive: bool, tag: &str, log: &mut std::fs::File) -> (u64, Option<PathBuf>) {
+    let mut overlaps = 0;
+    let mine = if exclusive {
+        if std::fs::create_dir(dir.join("W")).is_err() {
+            overlaps += 1;
+        }
+        if std::fs::read_dir(dir.join("R")).unwrap().next().is_some() {
+            overlaps += 1;
+        }
+        None
+    } else {
+        let f = dir.join("R").join(format!("rust-{}", uuid_like()));
+        std::fs::File::create(&f).unwrap();
+        if dir.join("W").exists() {
+            overlaps += 1;
+        }
+        Some(f)
+    };
+    log.write_all(format!("{tag}\n").as_bytes()).unwrap();
+    (overlaps, mine)
+}
+
+fn exit(dir: &Path, mine: Option<PathBuf>) {
+    // Tolerant: after an overlap the marker may already be gone; the overlap itself was counted.
+    let _ = match mine {
+        None => std::fs::remove_dir(dir.join("W")),
+        Some(f) => std::fs::remove_file(f),
+    };
+}
+
+fn uuid_like() -> u128 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    (u128::from(std::process::id()) << 64) | u128::from(N.fetch_add(1, Ordering::Relaxed))
+}
+
+struct Report {
+    per_side: Vec<(String, u64)>,
+    overlaps: u64,
+    cross_handoffs: usize,
+}
+
+/// Runs `peers` (role per process) and `rust` contenders (recipe, re-enter) on one path, `count` times each.
+async fn contend(s: &Setup, layout: Layout, peers: &[(Peer, &str)], rust: &[(Recipe, bool)], count: usize) -> Report {
+    let dir = workdir(&format!("{layout}"));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let path = format!("/interop/{}-{nanos}/lock", std::process::id());
+    let mut children = Vec::new();
+    for (peer, role) in peers {
+        let mut c = match peer {
+            Peer::Curator => {
+                let mut c = Command::new("java");
+                c.arg("-cp").arg(&s.java_cp).arg("CuratorPeer");
+                c
+            }
+            Peer::Kazoo => {
+                let mut c = Command::new(&s.python);
+                c.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/interop/kazoo_peer.py"));
+                c
+            }
+        };
+        c.arg(&s.zk).arg(&path).arg(role).arg(count.to_string()).arg(&dir);
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        children.push((
+            format!("{peer:?}-{role}").to_lowercase(),
+            c.spawn().expect("start peer"),
+        ));
+    }
+    // Connect the Rust contenders while the peers start, then start everyone at once.
+    let mut rust_side = Vec::new();
+    for (recipe, reenter) in rust {
+        let backend = ZkBackend::connect(ZkOptions::new(&s.zk)).await.unwrap();
+        let locks = Locks::builder(backend).layout(layout).build();
+        rust_side.push((*recipe, *reenter, locks.lock(&path, *recipe).unwrap(), locks));
+    }
+    let t0 = Instant::now();
+    loop {
+        let ready = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("ready-"))
+            .count();
+        if ready == peers.len() {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "peers not ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    std::fs::File::create(dir.join("go")).unwrap();
+    let mut tasks = Vec::new();
+    for (recipe, reenter, lock, locks) in rust_side {
+        let dir = dir.clone();
+        tasks.push(tokio::spawn(async move {
+            let tag = format!("rust-{recipe}");
+            let mut log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join("log"))
+                .unwrap();
+            let mut overlaps = 0;
+            for _ in 0..count {
+                let g = tokio::time::timeout(Duration::from_secs(60), lock.acquire())
+                    .await
+                    .expect("rust acquire timed out")
+                    .unwrap();
+                let inner = if reenter {
+                    Some(lock.acquire().await.unwrap())
+                } else {
+                    None
+                };
+                let (o, mine) = enter(&dir, recipe != Recipe::Read, &tag, &mut log);
+                overlaps += o;
+                tokio::time::sleep(Duration::from_micros(200)).await;
+                exit(&dir, mine);
+                if let Some(i) = inner {
+                    i.release().await.unwrap();
+                }
+                g.release().await.unwrap();
+            }
+            drop(locks);
+            (tag, overlaps)
+        }));
+    }
+    let mut per_side = Vec::new();
+    let mut overlaps = 0;
+    for t in tasks {
+        let (tag, o) = t.await.unwrap();
+        overlaps += o;
+        per_side.push((tag, count as u64));
+    }
+    for (name, child) in children {
+        let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with("acquisitions"))
+            .unwrap_or_else(|| {
+                panic!(
+                    "{name} failed ({:?}): {}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            });
+        let nums: Vec<u64> = line.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+        per_side.push((name.clone(), nums[0]));
+        overlaps += nums[1];
+        assert!(out.status.success(), "{name}: {line}");
+    }
+    let log = std::fs::read_to_string(dir.join("log")).unwrap();
+    let entries: Vec<&str> = log.lines().collect();
+    let cross_handoffs = entries
+        .windows(2)
+        .filter(|w| w[0].split('-').next() != w[1].split('-').next())
+        .count();
+    std::fs::remove_dir_all(&dir).unwrap();
+    Report {
+        per_side,
+        overlaps,
+        cross_handoffs,
+    }
+}
+
+fn check(name: &str, r: &Report, count: usize) {
+    let total: u64 = r.per_side.iter().map(|(_, n)| n).sum();
+    eprintln!(
+        "{name}: {total} acquisitions ({}), {} handoffs between languages, {} overlaps",
+        r.per_side
+            .iter()
+            .map(|(s, n)| format!("{s} {n}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        r.cross_handoffs,
+        r.overlaps
+    );
+    assert_eq!(r.overlaps, 0, "{name}: overlapping critical sections");
+    assert!(total >= 500, "{name}: only {total} handoffs");
+    for (side, n) in &r.per_side {
+        assert_eq!(*n, count as u64, "{name}: {side} made no full progress");
+    }
+    assert!(
+        r.cross_handoffs >= 20,
+        "{name}: the sides hardly contended ({} cross handoffs)",
+        r.cross_handoffs
+    );
+}
+
+/// Curator InterProcessMutex against the Rust fair lock (Curator layout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curator_mutex_vs_rust_fair() {
+    let Some(s) = setup() else { return };
+    let r = contend(
+        &s,
+        Layout::Curator,
+        &[(Peer::Curator, "mutex")],
+        &[(Recipe::Fair, false)],
+        250,
+    )
+    .await;
+    check("curator mutex vs rust fair", &r, 250);
+}
+
+/// Curator InterProcessMutex against the Rust reentrant lock, re-entering (Curator layout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curator_mutex_vs_rust_reentrant() {
+    let Some(s) = setup() else { return };
+    let r = contend(
+        &s,
+        Layout::Curator,
+        &[(Peer::Curator, "mutex")],
+        &[(Recipe::Reentrant, true)],
+        250,
+    )
+    .await;
+    check("curator mutex vs rust reentrant", &r, 250);
+}
+
+/// Curator InterProcessReadWriteLock against the Rust read/write lock, readers and writers on both sides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curator_read_write_vs_rust_read_write() {
+    let Some(s) = setup() else { return };
+    let r = contend(
+        &s,
+        Layout::Curator,
+        &[(Peer::Curator, "read"), (Peer::Curator, "write")],
+        &[(Recipe::Read, false), (Recipe::Write, false)],
+        150,
+    )
+    .await;
+    check("curator read/write vs rust read/write", &r, 150);
+}
+
+/// kazoo Lock against the Rust fair lock (kazoo layout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kazoo_lock_vs_rust_fair() {
+    let Some(s) = setup() else { return };
+    let r = contend(
+        &s,
+        Layout::Kazoo,
+        &[(Peer::Kazoo, "mutex")],
+        &[(Recipe::Fair, false)],
+        250,
+    )
+    .await;
+    check("kazoo lock vs rust fair", &r, 250);
+}
+
+/// kazoo ReadLock / WriteLock against the Rust read/write lock, readers and writers on both sides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kazoo_read_write_vs_rust_read_write() {
+    let Some(s) = setup() else { return };
+    let r = contend(
+        &s,
+        Layout::Kazoo,
+        &[(Peer::Kazoo, "read"), (Peer::Kazoo, "write")],
+        &[(Recipe::Read, false), (Recipe::Write, false)],
+        150,
+    )
+    .await;
+    check("kazoo read/write vs rust read/write", &r, 150);
+}

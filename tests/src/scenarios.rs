@@ -38,6 +38,7 @@ macro_rules! __for_each_scenario {
             blocking_api_refused_inside_runtime timed_acquire_while_disconnected_ends_on_time
             lease_valid_while_held lease_lost_before_another_client_acquires
             fencing_tokens_increase_over_1000_handoffs guarded_operation_under_the_lease
+            waiter_node_deleted_never_holds_without_node
         );
     };
 }
@@ -1404,4 +1405,43 @@ pub async fn guarded_operation_under_the_lease(h: &dyn Harness) {
     assert_eq!(r, Err(recipes_core::GuardedError::NotRun));
     drop(g);
     wait_children(h, &path, 0).await;
+}
+
+/// A waiter whose node is deleted by someone else, just before the holder releases, never holds the lock without a
+/// node: it notices and queues again.
+pub async fn waiter_node_deleted_never_holds_without_node(h: &dyn Harness) {
+    let path = h.path("waiter-node-deleted");
+    let (a, b, admin) = (h.client().await, h.client().await, h.client().await);
+    for recipe in [Recipe::Fair, Recipe::Write, Recipe::Read] {
+        let holder = if recipe == Recipe::Read {
+            Recipe::Write
+        } else {
+            Recipe::Fair
+        };
+        let g = a.locks.lock(&path, holder).unwrap().acquire().await.unwrap();
+        let lb = b.locks.lock(&path, recipe).unwrap();
+        let waiter = tokio::spawn(async move { lb.acquire().await.unwrap() });
+        wait_children(h, &path, 2).await;
+        tokio::time::sleep(h.tick() * 2).await;
+        let held_name = g.node().rsplit('/').next().unwrap().to_owned();
+        let b_node = h
+            .children(&path)
+            .await
+            .into_iter()
+            .find(|c| *c != held_name)
+            .expect("b's node");
+        // Delete b's node, then release at once: b must see its own node gone first.
+        admin.locks.backend().delete(&format!("{path}/{b_node}")).await.unwrap();
+        g.release().await.unwrap();
+        let gb = bounded(h, "b after re-queueing", waiter).await.unwrap();
+        let name = gb.node().rsplit('/').next().unwrap().to_owned();
+        assert_ne!(name, b_node, "{recipe}: b claimed the lock with its deleted node");
+        assert_eq!(
+            h.children(&path).await,
+            vec![name],
+            "{recipe}: b holds without its node"
+        );
+        gb.release().await.unwrap();
+        wait_children(h, &path, 0).await;
+    }
 }

@@ -12,7 +12,7 @@ use tracing::{debug, warn, Instrument};
 use uuid::Uuid;
 
 use crate::backend::{Backend, CreateMode, SessionId, SessionState, SessionStatus};
-use crate::decide::{contenders, decide, would_wait, Decision};
+use crate::decide::{contenders, decide, would_wait, Contender, Decision};
 use crate::error::{Error, LostReason, Result};
 use crate::info::NodeInfo;
 use crate::layout::{Layout, NodeKind, EXCLUSIVE_NODE};
@@ -486,6 +486,16 @@ impl From<Error> for Stop {
 
 type Step<T> = std::result::Result<T, Stop>;
 
+/// How a wait in line ended.
+enum InLine {
+    /// Every blocker ahead has gone: we hold the lock.
+    Acquired,
+    /// Our own node was deleted (by someone else).
+    Missing,
+    /// Look at the queue again.
+    Relist,
+}
+
 /// Our node in the queue, just made.
 struct Queued {
     node: String,
@@ -687,6 +697,113 @@ impl Attempt<'_> {
         }
     }
 
+    /// A deadline as a future (pending forever without one).
+    async fn deadline_passed(&self) {
+        match self.deadline {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Native layout: waits until every blocker ahead of us has gone, without listing the children again.
+    ///
+    /// # Contract
+    /// - Nodes made after our list sort behind us (sequence order, across the wrap too), so the blockers ahead of
+    ///   us can only go away: when the last one is deleted, we hold the lock. This is what makes a queue of N
+    ///   waiters drain in O(N) requests instead of re-listing N children on every handoff.
+    /// - Our own node is watched as well, registered in the same round trip as the first blocker's watch. ZooKeeper
+    ///   delivers one session's watch events in the order of the changes, and the own-node watch is polled first,
+    ///   so if our node was deleted (by someone else) before the last blocker went, we see it and never claim the
+    ///   lock without a node.
+    /// - `Relist` hands back to the listing path (connection trouble while registering or waiting).
+    async fn wait_in_line(&self, kind: NodeKind, cs: &[Contender], ours: &str, pinned: SessionId) -> Step<InLine> {
+        let backend = self.backend();
+        let Some(index) = cs.iter().position(|c| c.name == ours) else {
+            return Ok(InLine::Missing);
+        };
+        let mut ahead: Vec<&str> = cs[..index]
+            .iter()
+            .filter(|c| kind != NodeKind::Read || c.kind.blocks_readers())
+            .map(|c| c.name.as_str())
+            .collect();
+        let Some(first) = ahead.last() else {
+            return Ok(InLine::Acquired);
+        };
+        let own_path = self.path.child(ours);
+        let first_path = self.path.child(first);
+        // Both watches in one round trip.
+        let (own, mut next) = tokio::join!(
+            self.call(backend.watch_deletion(&own_path)),
+            self.call(backend.watch_deletion(&first_path))
+        );
+        let mut own = match own {
+            Ok(Some(w)) => w,
+            Ok(None) => return Ok(InLine::Missing),
+            Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
+            Err(e) => return Err(e),
+        };
+        let mut rx = backend.session();
+        loop {
+            let Some(target) = ahead.last() else {
+                // Everyone ahead has gone. Unless our own node went first, we hold the lock.
+                let own_gone = std::future::poll_fn(|cx| std::task::Poll::Ready(own.as_mut().poll(cx))).await;
+                return match own_gone {
+                    std::task::Poll::Pending => Ok(InLine::Acquired),
+                    std::task::Poll::Ready(Ok(())) => Ok(InLine::Missing),
+                    std::task::Poll::Ready(Err(Error::ConnectionLoss)) => Ok(InLine::Relist),
+                    std::task::Poll::Ready(Err(e)) => Err(e.into()),
+                };
+            };
+            let registered = match std::mem::replace(&mut next, Err(Stop::Deadline)) {
+                Err(Stop::Deadline) => self.call(backend.watch_deletion(&self.path.child(target))).await,
+                r => r,
+            };
+            let w = match registered {
+                Ok(Some(w)) => w,
+                Ok(None) => {
+                    ahead.pop();
+                    continue;
+                }
+                Err(Stop::Fail(Error::ConnectionLoss)) => {
+                    if self.connected().await? != pinned {
+                        return Err(Stop::Fail(Error::SessionExpired));
+                    }
+                    return Ok(InLine::Relist);
+                }
+                Err(e) => return Err(e),
+            };
+            let session_gone = async {
+                loop {
+                    let st = *rx.borrow_and_update();
+                    if st.id != pinned || matches!(st.state, SessionState::Expired | SessionState::Closed) {
+                        return;
+                    }
+                    if rx.changed().await.is_err() {
+                        return;
+                    }
+                }
+            };
+            tokio::select! {
+                biased;
+                r = &mut own => return match r {
+                    Ok(()) => Ok(InLine::Missing),
+                    Err(Error::ConnectionLoss) => Ok(InLine::Relist),
+                    Err(e) => Err(e.into()),
+                },
+                r = w => match r {
+                    Ok(()) => {
+                        Counters::bump(&self.ctx.counters.wakeups);
+                        ahead.pop();
+                    }
+                    Err(Error::ConnectionLoss) => return Ok(InLine::Relist),
+                    Err(e) => return Err(e.into()),
+                },
+                () = self.deadline_passed() => return Err(Stop::Deadline),
+                () = session_gone => return Err(Stop::Fail(Error::SessionExpired)),
+            }
+        }
+    }
+
     /// The exclusive recipe: create `P/lock`; when it exists, wait for its deletion and try again.
     async fn exclusive(&mut self) -> Step<Option<HeldNode>> {
         let node = self.path.child(EXCLUSIVE_NODE);
@@ -869,7 +986,8 @@ impl Attempt<'_> {
                     self.cleanup.disarm();
                     return Err(Stop::Fail(Error::SessionExpired));
                 }
-                match decide(self.ctx.layout, kind, &contenders(self.ctx.layout, &children), &name) {
+                let cs = contenders(self.ctx.layout, &children);
+                match decide(self.ctx.layout, kind, &cs, &name) {
                     Decision::Acquired => {
                         self.cleanup.disarm();
                         return Ok(Some(self.held(q.node, q.czxid, q.session, q.attempt)));
@@ -885,7 +1003,24 @@ impl Attempt<'_> {
                         if self.try_once {
                             return Ok(None);
                         }
-                        self.wait_deleted(&self.path.child(&on), q.session).await?;
+                        if self.ctx.layout != Layout::Native {
+                            // Peer layouts list again on every wake-up, as their peers do.
+                            self.wait_deleted(&self.path.child(&on), q.session).await?;
+                            continue;
+                        }
+                        match self.wait_in_line(kind, &cs, &name, q.session).await? {
+                            InLine::Acquired => {
+                                self.cleanup.disarm();
+                                return Ok(Some(self.held(q.node, q.czxid, q.session, q.attempt)));
+                            }
+                            InLine::Missing => {
+                                self.cleanup.disarm();
+                                self.failed()?;
+                                debug!(node = %q.node, "our lock node vanished while queued; creating it again");
+                                break;
+                            }
+                            InLine::Relist => {}
+                        }
                     }
                 }
             }

@@ -40,7 +40,7 @@ use async_trait::async_trait;
 use recipes_core::{
     Backend, CreateMode, Created, DeletionWatch, Error, Lease, Result, SessionId, SessionState, SessionStatus, Stat,
 };
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 /// The default session timeout of a client.
@@ -85,6 +85,30 @@ struct SessionRec {
     frozen_heartbeat: Option<Instant>,
     /// The send time of the last answered request.
     last_answered: Option<Instant>,
+    /// Delayed watch events, delivered in order by one task per session (ZooKeeper delivers a session's events in
+    /// the order of the changes; the recipes rely on it).
+    outbox: Option<mpsc::UnboundedSender<(Instant, WatchTx, Result<()>)>>,
+}
+
+impl SessionRec {
+    /// Sends a watch event to the client, after `delay`, in order with the session's other events.
+    fn send(&mut self, delay: Duration, tx: WatchTx, event: Result<()>) {
+        if delay.is_zero() && self.outbox.is_none() {
+            let _ = tx.send(event);
+            return;
+        }
+        let outbox = self.outbox.get_or_insert_with(|| {
+            let (otx, mut orx) = mpsc::unbounded_channel::<(Instant, WatchTx, Result<()>)>();
+            tokio::spawn(async move {
+                while let Some((at, tx, event)) = orx.recv().await {
+                    tokio::time::sleep_until(at).await;
+                    let _ = tx.send(event);
+                }
+            });
+            otx
+        });
+        let _ = outbox.send((Instant::now() + delay, tx, event));
+    }
 }
 
 impl SessionRec {
@@ -163,16 +187,7 @@ impl State {
     fn deliver(&mut self, session: SessionId, tx: WatchTx, event: Result<()>) {
         let delay = self.watch_delay;
         match self.sessions.get_mut(&session) {
-            Some(rec) if rec.alive && rec.connected => {
-                if delay.is_zero() {
-                    let _ = tx.send(event);
-                } else {
-                    tokio::spawn(async move {
-                        tokio::time::sleep(delay).await;
-                        let _ = tx.send(event);
-                    });
-                }
-            }
+            Some(rec) if rec.alive && rec.connected => rec.send(delay, tx, event),
             Some(rec) if rec.alive => rec.queued.push((tx, event)),
             Some(rec) => rec.doomed.push(tx),
             None => {}
@@ -301,6 +316,7 @@ impl State {
                 connected_since: Instant::now(),
                 frozen_heartbeat: None,
                 last_answered: None,
+                outbox: None,
             },
         );
         status.send_replace(SessionStatus {
@@ -594,14 +610,7 @@ fn reconnect(st: &mut State, sid: SessionId) {
         state: SessionState::Connected,
     });
     for (tx, ev) in queued {
-        if delay.is_zero() {
-            let _ = tx.send(ev);
-        } else {
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                let _ = tx.send(ev);
-            });
-        }
+        rec.send(delay, tx, ev);
     }
 }
 

@@ -98,6 +98,19 @@ pub struct Lease {
     pub session_timeout: Duration,
 }
 
+/// What a one-shot node watch saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NodeEvent {
+    /// The node was deleted.
+    Deleted,
+    /// The node's data changed.
+    DataChanged,
+}
+
+/// A one-shot watch on a node's data and existence (see [`Backend::get_and_watch`]).
+pub type NodeWatch = Pin<Box<dyn Future<Output = Result<NodeEvent>> + Send + 'static>>;
+
 /// A one-shot deletion watch: resolves `Ok(())` when the node is deleted, or an error when the session that set
 /// the watch ends ([`Error::SessionExpired`](crate::Error::SessionExpired), [`Error::Closed`](crate::Error::Closed)).
 pub type DeletionWatch = Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>>;
@@ -169,6 +182,17 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// `ConnectionLoss`, `SessionExpired`.
     async fn watch_deletion(&self, path: &str) -> Result<Option<DeletionWatch>>;
 
+    /// Reads a node's data and sets a one-shot watch on it, firing on a change of its data or on its deletion.
+    /// `None` when the node does not exist.
+    ///
+    /// # Notable errors
+    /// `ConnectionLoss`, `SessionExpired`.
+    async fn get_and_watch(&self, path: &str) -> Result<Option<(Vec<u8>, NodeWatch)>>;
+
+    /// Overwrites a node's data without waiting for the reply. The request is sent before this returns, so the
+    /// server applies it before every later request of this session; its outcome is not reported.
+    fn set_data_unacked(&self, path: &str, data: &[u8]);
+
     /// Deletes a node (any version).
     ///
     /// # Notable errors
@@ -177,6 +201,11 @@ pub trait Backend: Send + Sync + fmt::Debug {
 
     /// The current session and its state; the receiver sees every later change.
     fn session(&self) -> watch::Receiver<SessionStatus>;
+
+    /// The current session and its state, now (cheaper than subscribing with [`session`](Backend::session)).
+    fn session_status(&self) -> SessionStatus {
+        *self.session().borrow()
+    }
 
     /// The current session's lease: when it last sent a request the server answered. A backend keeps it fresh
     /// while idle (heartbeats at most a quarter of the session timeout apart) and never moves it forward for a

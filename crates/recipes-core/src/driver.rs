@@ -11,8 +11,8 @@ use tokio::time::Instant;
 use tracing::{debug, warn, Instrument};
 use uuid::Uuid;
 
-use crate::backend::{Backend, CreateMode, SessionId, SessionState, SessionStatus};
-use crate::decide::{contenders, decide, would_wait, Contender, Decision};
+use crate::backend::{Backend, CreateMode, DeletionWatch, NodeEvent, SessionId, SessionState, SessionStatus};
+use crate::decide::{contenders, decide, would_wait, Decision};
 use crate::error::{Error, LostReason, Result};
 use crate::info::NodeInfo;
 use crate::layout::{Layout, NodeKind, EXCLUSIVE_NODE};
@@ -271,6 +271,10 @@ struct Identity {
 
 /// Waits until the session is connected; returns its id. `Ok(None)`: the deadline passed first.
 async fn wait_connected(backend: &dyn Backend, deadline: Option<Instant>) -> Result<Option<SessionId>> {
+    let now = backend.session_status();
+    if now.state == SessionState::Connected {
+        return Ok(Some(now.id));
+    }
     let mut rx = backend.session();
     loop {
         let st = *rx.borrow_and_update();
@@ -296,7 +300,7 @@ async fn wait_connected(backend: &dyn Backend, deadline: Option<Instant>) -> Res
 }
 
 fn current(backend: &dyn Backend) -> SessionStatus {
-    *backend.session().borrow()
+    backend.session_status()
 }
 
 async fn delete_once(ctx: &Ctx, node: &str, id: Identity) -> Result<()> {
@@ -485,6 +489,11 @@ impl From<Error> for Stop {
 }
 
 type Step<T> = std::result::Result<T, Stop>;
+
+/// Whether node data carries the `first` mark.
+fn marked_first(data: &[u8]) -> bool {
+    NodeInfo::decode(data).is_some_and(|i| i.first)
+}
 
 /// How a wait in line ended.
 enum InLine {
@@ -705,36 +714,28 @@ impl Attempt<'_> {
         }
     }
 
-    /// Native layout: waits until every blocker ahead of us has gone, without listing the children again.
+    /// Native layout: waits for the blocker ahead of us without listing the children again when we can know that
+    /// nothing else is ahead of it.
     ///
     /// # Contract
-    /// - Nodes made after our list sort behind us (sequence order, across the wrap too), so the blockers ahead of
-    ///   us can only go away: when the last one is deleted, we hold the lock. This is what makes a queue of N
-    ///   waiters drain in O(N) requests instead of re-listing N children on every handoff.
-    /// - Our own node is watched as well, registered in the same round trip as the first blocker's watch. ZooKeeper
+    /// - Nodes made after our list sort behind us (sequence order, across the wrap too), so nothing can appear
+    ///   ahead of us. If nothing was ahead of our blocker (it was first in our list, or it marked itself `first`
+    ///   in its data after it came to hold the lock), its deletion means we hold the lock: no list, one watch event
+    ///   per handoff. Otherwise (a waiter ahead was cancelled or crashed) we list again.
+    /// - The data of a native lock node is written only by this library: at creation, and once to mark it first.
+    ///   So a data change seen on the blocker is its mark, even when the node is already gone when we look.
+    /// - Our own node is watched as well, registered in the same round trip as the blocker's watch. ZooKeeper
     ///   delivers one session's watch events in the order of the changes, and the own-node watch is polled first,
-    ///   so if our node was deleted (by someone else) before the last blocker went, we see it and never claim the
-    ///   lock without a node.
-    /// - `Relist` hands back to the listing path (connection trouble while registering or waiting).
-    async fn wait_in_line(&self, kind: NodeKind, cs: &[Contender], ours: &str, pinned: SessionId) -> Step<InLine> {
+    ///   so if our node was deleted (by someone else) before the blocker went, we never claim the lock.
+    /// - `Relist` hands back to the listing path.
+    async fn wait_in_line(&self, ours: &str, blocker: &str, blocker_first: bool, pinned: SessionId) -> Step<InLine> {
         let backend = self.backend();
-        let Some(index) = cs.iter().position(|c| c.name == ours) else {
-            return Ok(InLine::Missing);
-        };
-        let mut ahead: Vec<&str> = cs[..index]
-            .iter()
-            .filter(|c| kind != NodeKind::Read || c.kind.blocks_readers())
-            .map(|c| c.name.as_str())
-            .collect();
-        let Some(first) = ahead.last() else {
-            return Ok(InLine::Acquired);
-        };
         let own_path = self.path.child(ours);
-        let first_path = self.path.child(first);
+        let blocker_path = self.path.child(blocker);
         // Both watches in one round trip.
-        let (own, mut next) = tokio::join!(
+        let (own, watched) = tokio::join!(
             self.call(backend.watch_deletion(&own_path)),
-            self.call(backend.watch_deletion(&first_path))
+            self.call(backend.get_and_watch(&blocker_path))
         );
         let mut own = match own {
             Ok(Some(w)) => w,
@@ -742,36 +743,18 @@ impl Attempt<'_> {
             Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
             Err(e) => return Err(e),
         };
+        let mut known_first = blocker_first;
+        let mut watch = match watched {
+            Ok(Some((data, w))) => {
+                known_first |= marked_first(&data);
+                w
+            }
+            Ok(None) => return Self::blocker_gone(known_first, &mut own).await,
+            Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
+            Err(e) => return Err(e),
+        };
         let mut rx = backend.session();
         loop {
-            let Some(target) = ahead.last() else {
-                // Everyone ahead has gone. Unless our own node went first, we hold the lock.
-                let own_gone = std::future::poll_fn(|cx| std::task::Poll::Ready(own.as_mut().poll(cx))).await;
-                return match own_gone {
-                    std::task::Poll::Pending => Ok(InLine::Acquired),
-                    std::task::Poll::Ready(Ok(())) => Ok(InLine::Missing),
-                    std::task::Poll::Ready(Err(Error::ConnectionLoss)) => Ok(InLine::Relist),
-                    std::task::Poll::Ready(Err(e)) => Err(e.into()),
-                };
-            };
-            let registered = match std::mem::replace(&mut next, Err(Stop::Deadline)) {
-                Err(Stop::Deadline) => self.call(backend.watch_deletion(&self.path.child(target))).await,
-                r => r,
-            };
-            let w = match registered {
-                Ok(Some(w)) => w,
-                Ok(None) => {
-                    ahead.pop();
-                    continue;
-                }
-                Err(Stop::Fail(Error::ConnectionLoss)) => {
-                    if self.connected().await? != pinned {
-                        return Err(Stop::Fail(Error::SessionExpired));
-                    }
-                    return Ok(InLine::Relist);
-                }
-                Err(e) => return Err(e),
-            };
             let session_gone = async {
                 loop {
                     let st = *rx.borrow_and_update();
@@ -790,10 +773,23 @@ impl Attempt<'_> {
                     Err(Error::ConnectionLoss) => Ok(InLine::Relist),
                     Err(e) => Err(e.into()),
                 },
-                r = w => match r {
-                    Ok(()) => {
+                r = &mut watch => match r {
+                    Ok(NodeEvent::Deleted) => {
                         Counters::bump(&self.ctx.counters.wakeups);
-                        ahead.pop();
+                        return Self::blocker_gone(known_first, &mut own).await;
+                    }
+                    Ok(_) => {
+                        // The blocker marked itself first (the only data change of a lock node): watch on.
+                        known_first = true;
+                        match self.call(backend.get_and_watch(&blocker_path)).await {
+                            Ok(Some((_, w))) => watch = w,
+                            Ok(None) => {
+                                Counters::bump(&self.ctx.counters.wakeups);
+                                return Self::blocker_gone(true, &mut own).await;
+                            }
+                            Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
+                            Err(e) => return Err(e),
+                        }
                     }
                     Err(Error::ConnectionLoss) => return Ok(InLine::Relist),
                     Err(e) => return Err(e.into()),
@@ -802,6 +798,28 @@ impl Attempt<'_> {
                 () = session_gone => return Err(Stop::Fail(Error::SessionExpired)),
             }
         }
+    }
+
+    /// Our blocker is gone: with nothing known ahead of it we hold the lock, unless our own node went first.
+    async fn blocker_gone(known_first: bool, own: &mut DeletionWatch) -> Step<InLine> {
+        if !known_first {
+            return Ok(InLine::Relist);
+        }
+        let own_gone = std::future::poll_fn(|cx| std::task::Poll::Ready(own.as_mut().poll(cx))).await;
+        match own_gone {
+            std::task::Poll::Pending => Ok(InLine::Acquired),
+            std::task::Poll::Ready(Ok(())) => Ok(InLine::Missing),
+            std::task::Poll::Ready(Err(Error::ConnectionLoss)) => Ok(InLine::Relist),
+            std::task::Poll::Ready(Err(e)) => Err(e.into()),
+        }
+    }
+
+    /// Tells the node behind us that nothing is ahead of us any more (see `wait_in_line`). Not awaited: the
+    /// request is ordered before our release.
+    fn mark_first(&self, node: &str, attempt: Uuid) {
+        let mut info = NodeInfo::for_this_process(attempt, self.recipe);
+        info.first = true;
+        self.backend().set_data_unacked(node, &info.encode());
     }
 
     /// The exclusive recipe: create `P/lock`; when it exists, wait for its deletion and try again.
@@ -968,6 +986,7 @@ impl Attempt<'_> {
             let q = self.create_queued(kind).await?;
             let name = q.node.rsplit('/').next().unwrap_or_default().to_owned();
             let mut prefetched = q.children;
+            let mut waited = false;
             loop {
                 let listed = match prefetched.take() {
                     Some(c) => Ok(c),
@@ -990,6 +1009,9 @@ impl Attempt<'_> {
                 match decide(self.ctx.layout, kind, &cs, &name) {
                     Decision::Acquired => {
                         self.cleanup.disarm();
+                        if waited && kind != NodeKind::Read {
+                            self.mark_first(&q.node, q.attempt);
+                        }
                         return Ok(Some(self.held(q.node, q.czxid, q.session, q.attempt)));
                     }
                     Decision::Missing => {
@@ -1003,14 +1025,22 @@ impl Attempt<'_> {
                         if self.try_once {
                             return Ok(None);
                         }
+                        waited = true;
                         if self.ctx.layout != Layout::Native {
                             // Peer layouts list again on every wake-up, as their peers do.
                             self.wait_deleted(&self.path.child(&on), q.session).await?;
                             continue;
                         }
-                        match self.wait_in_line(kind, &cs, &name, q.session).await? {
+                        // Keep only what the wait needs: the queue itself can be long.
+                        let blocker_first = cs.first().is_some_and(|c| c.name == on);
+                        drop(cs);
+                        drop(children);
+                        match self.wait_in_line(&name, &on, blocker_first, q.session).await? {
                             InLine::Acquired => {
                                 self.cleanup.disarm();
+                                if kind != NodeKind::Read {
+                                    self.mark_first(&q.node, q.attempt);
+                                }
                                 return Ok(Some(self.held(q.node, q.czxid, q.session, q.attempt)));
                             }
                             InLine::Missing => {

@@ -11,7 +11,13 @@
 //! pid=4242
 //! ```
 //!
-//! Unknown keys are ignored by readers; keys may be added in later versions.
+//! A node that held the lock after waiting adds `first=1` (written once it is first in the queue), which tells the
+//! node behind it that nothing is ahead any more. Unknown keys are ignored by readers; keys may be added in later
+//! versions.
+//!
+//! # Contract
+//! The data of a lock node is written only by this library: at its creation, and once to add `first=1`. The
+//! recipes rely on it (a data change seen on the node ahead is that mark); applications must not write it.
 
 use std::sync::OnceLock;
 
@@ -29,6 +35,8 @@ pub struct NodeInfo {
     pub host: String,
     /// The holder's process id.
     pub pid: u32,
+    /// Written once the node is first in its queue (`first=1`).
+    pub first: bool,
 }
 
 const MAGIC: &str = "recipes-lock 1";
@@ -53,19 +61,23 @@ impl NodeInfo {
             recipe: recipe.to_owned(),
             host: host_name().to_owned(),
             pid: std::process::id(),
+            first: false,
         }
     }
 
     /// Encodes the info as node data.
     pub fn encode(&self) -> Vec<u8> {
-        format!(
+        let mut s = format!(
             "{MAGIC}\nattempt={}\nrecipe={}\nhost={}\npid={}\n",
             self.attempt.simple(),
             self.recipe,
             self.host.replace('\n', " "),
             self.pid
-        )
-        .into_bytes()
+        );
+        if self.first {
+            s.push_str("first=1\n");
+        }
+        s.into_bytes()
     }
 
     /// Decodes node data; `None` when it was not written by this library.
@@ -75,7 +87,7 @@ impl NodeInfo {
         if lines.next()? != MAGIC {
             return None;
         }
-        let (mut attempt, mut recipe, mut host, mut pid) = (None, String::new(), String::new(), 0);
+        let (mut attempt, mut recipe, mut host, mut pid, mut first) = (None, String::new(), String::new(), 0, false);
         for line in lines {
             let Some((k, v)) = line.split_once('=') else {
                 continue;
@@ -85,6 +97,7 @@ impl NodeInfo {
                 "recipe" => recipe = v.to_owned(),
                 "host" => host = v.to_owned(),
                 "pid" => pid = v.parse().unwrap_or(0),
+                "first" => first = v == "1",
                 _ => {}
             }
         }
@@ -93,6 +106,7 @@ impl NodeInfo {
             recipe,
             host,
             pid,
+            first,
         })
     }
 }
@@ -103,7 +117,9 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        let info = NodeInfo::for_this_process(Uuid::new_v4(), "write");
+        let mut info = NodeInfo::for_this_process(Uuid::new_v4(), "write");
+        assert_eq!(NodeInfo::decode(&info.encode()), Some(info.clone()));
+        info.first = true;
         assert_eq!(NodeInfo::decode(&info.encode()), Some(info));
     }
 

@@ -48,7 +48,10 @@ mod owner;
 mod path;
 mod reentrant;
 
-pub use backend::{Backend, CreateMode, Created, DeletionWatch, Lease, SessionId, SessionState, SessionStatus, Stat};
+pub use backend::{
+    Backend, CreateMode, Created, DeletionWatch, Lease, NodeEvent, NodeWatch, SessionId, SessionState, SessionStatus,
+    Stat,
+};
 pub use blocking::{BlockingGuard, BlockingLock};
 pub use error::{Error, LostReason, PathProblem, Result};
 pub use guard::{GuardedError, LockGuard};

@@ -38,7 +38,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use recipes_core::{
-    Backend, CreateMode, Created, DeletionWatch, Error, Lease, Result, SessionId, SessionState, SessionStatus, Stat,
+    Backend, CreateMode, Created, DeletionWatch, Error, Lease, NodeEvent, NodeWatch, Result, SessionId, SessionState,
+    SessionStatus, Stat,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
@@ -64,7 +65,16 @@ fn now_millis() -> i64 {
         .unwrap_or_default()
 }
 
-type WatchTx = oneshot::Sender<Result<()>>;
+type WatchTx = oneshot::Sender<Result<NodeEvent>>;
+
+/// What a watch waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WatchKind {
+    /// Deletion only (an exists-watch).
+    Deletion,
+    /// Deletion or a change of data.
+    Data,
+}
 
 #[derive(Debug)]
 struct SessionRec {
@@ -74,7 +84,7 @@ struct SessionRec {
     connected: bool,
     status: Arc<watch::Sender<SessionStatus>>,
     /// Watch events held back while disconnected.
-    queued: Vec<(WatchTx, Result<()>)>,
+    queued: Vec<(WatchTx, Result<NodeEvent>)>,
     /// Watches of this session that died with it, failed when the client learns of the expiry.
     doomed: Vec<WatchTx>,
     lose_create_replies: u32,
@@ -87,18 +97,18 @@ struct SessionRec {
     last_answered: Option<Instant>,
     /// Delayed watch events, delivered in order by one task per session (ZooKeeper delivers a session's events in
     /// the order of the changes; the recipes rely on it).
-    outbox: Option<mpsc::UnboundedSender<(Instant, WatchTx, Result<()>)>>,
+    outbox: Option<mpsc::UnboundedSender<(Instant, WatchTx, Result<NodeEvent>)>>,
 }
 
 impl SessionRec {
     /// Sends a watch event to the client, after `delay`, in order with the session's other events.
-    fn send(&mut self, delay: Duration, tx: WatchTx, event: Result<()>) {
+    fn send(&mut self, delay: Duration, tx: WatchTx, event: Result<NodeEvent>) {
         if delay.is_zero() && self.outbox.is_none() {
             let _ = tx.send(event);
             return;
         }
         let outbox = self.outbox.get_or_insert_with(|| {
-            let (otx, mut orx) = mpsc::unbounded_channel::<(Instant, WatchTx, Result<()>)>();
+            let (otx, mut orx) = mpsc::unbounded_channel::<(Instant, WatchTx, Result<NodeEvent>)>();
             tokio::spawn(async move {
                 while let Some((at, tx, event)) = orx.recv().await {
                     tokio::time::sleep_until(at).await;
@@ -133,9 +143,8 @@ struct State {
     zxid: i64,
     next_session: SessionId,
     sessions: HashMap<SessionId, SessionRec>,
-    watches: HashMap<String, Vec<(SessionId, WatchTx)>>,
+    watches: HashMap<String, Vec<(SessionId, WatchKind, WatchTx)>>,
     watch_delay: Duration,
-    latency: Duration,
 }
 
 impl Default for State {
@@ -160,7 +169,6 @@ impl Default for State {
             sessions: HashMap::new(),
             watches: HashMap::new(),
             watch_delay: Duration::ZERO,
-            latency: Duration::ZERO,
         }
     }
 }
@@ -184,7 +192,7 @@ fn check_path(path: &str) -> Result<()> {
 }
 
 impl State {
-    fn deliver(&mut self, session: SessionId, tx: WatchTx, event: Result<()>) {
+    fn deliver(&mut self, session: SessionId, tx: WatchTx, event: Result<NodeEvent>) {
         let delay = self.watch_delay;
         match self.sessions.get_mut(&session) {
             Some(rec) if rec.alive && rec.connected => rec.send(delay, tx, event),
@@ -196,9 +204,23 @@ impl State {
 
     fn fire_deleted(&mut self, path: &str) {
         if let Some(ws) = self.watches.remove(path) {
-            for (sid, tx) in ws {
-                self.deliver(sid, tx, Ok(()));
+            for (sid, _, tx) in ws {
+                self.deliver(sid, tx, Ok(NodeEvent::Deleted));
             }
+        }
+    }
+
+    fn fire_changed(&mut self, path: &str) {
+        let Some(ws) = self.watches.get_mut(path) else { return };
+        let (fire, keep): (Vec<_>, Vec<_>) = std::mem::take(ws)
+            .into_iter()
+            .partition(|(_, k, _)| *k == WatchKind::Data);
+        *ws = keep;
+        if ws.is_empty() {
+            self.watches.remove(path);
+        }
+        for (sid, _, tx) in fire {
+            self.deliver(sid, tx, Ok(NodeEvent::DataChanged));
         }
     }
 
@@ -290,9 +312,9 @@ impl State {
         }
         let mut doomed = Vec::new();
         for ws in self.watches.values_mut() {
-            let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(ws).into_iter().partition(|(s, _)| *s == sid);
+            let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(ws).into_iter().partition(|(s, _, _)| *s == sid);
             *ws = rest;
-            doomed.extend(mine.into_iter().map(|(_, tx)| tx));
+            doomed.extend(mine.into_iter().map(|(_, _, tx)| tx));
         }
         self.watches.retain(|_, ws| !ws.is_empty());
         if let Some(rec) = self.sessions.get_mut(&sid) {
@@ -354,6 +376,8 @@ impl State {
 #[derive(Debug, Clone, Default)]
 pub struct MemCluster {
     state: Arc<Mutex<State>>,
+    /// Request latency in nanoseconds (read without the lock on every request).
+    latency_ns: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl MemCluster {
@@ -423,7 +447,10 @@ impl MemCluster {
     /// Makes every request take `latency` to reach the server and `latency` again for its reply (virtual time),
     /// so that an acquire can be cancelled while a request is in flight.
     pub fn set_latency(&self, latency: Duration) {
-        self.lock().latency = latency;
+        self.latency_ns.store(
+            latency.as_nanos().min(u128::from(u64::MAX)) as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// Sets the next sequence number handed out under `parent` (to test the wrap of ZooKeeper's signed counter).
@@ -569,31 +596,42 @@ impl MemClient {
     /// records the send time of a request that was answered (not of one whose reply was lost).
     async fn call<T>(&self, f: impl FnOnce(&mut State, SessionId) -> Result<T>) -> Result<T> {
         let sent = Instant::now();
-        let latency = self.cluster.lock().latency;
+        let latency = Duration::from_nanos(self.cluster.latency_ns.load(std::sync::atomic::Ordering::Relaxed));
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
         }
-        let (r, sid) = {
+        let (r, sid, answered) = {
             let mut st = self.cluster.lock();
             let status = *self.status.borrow();
-            match status.state {
-                SessionState::Closed => (Err(Error::Closed), status.id),
-                SessionState::Connected => (f(&mut st, status.id), status.id),
-                _ => (Err(Error::ConnectionLoss), status.id),
+            let r = match status.state {
+                SessionState::Closed => Err(Error::Closed),
+                SessionState::Connected => f(&mut st, status.id),
+                _ => Err(Error::ConnectionLoss),
+            };
+            let answered = !matches!(r, Err(Error::ConnectionLoss | Error::Closed));
+            if answered && latency.is_zero() {
+                // The reply arrives at once: stamp it under the same lock.
+                stamp(&mut st, status.id, sent);
             }
+            (r, status.id, answered)
         };
-        if !latency.is_zero() {
-            tokio::time::sleep(latency).await;
+        if latency.is_zero() {
+            return r;
         }
-        let answered = !matches!(r, Err(Error::ConnectionLoss | Error::Closed));
+        tokio::time::sleep(latency).await;
         if answered {
-            if let Some(rec) = self.cluster.lock().sessions.get_mut(&sid) {
-                if rec.alive && rec.connected {
-                    rec.last_answered = rec.last_answered.max(Some(sent));
-                }
-            }
+            stamp(&mut self.cluster.lock(), sid, sent);
         }
         r
+    }
+}
+
+/// Records the send time of an answered request of `sid`.
+fn stamp(st: &mut State, sid: SessionId, sent: Instant) {
+    if let Some(rec) = st.sessions.get_mut(&sid) {
+        if rec.alive && rec.connected {
+            rec.last_answered = rec.last_answered.max(Some(sent));
+        }
     }
 }
 
@@ -636,6 +674,38 @@ impl Backend for MemClient {
         .await
     }
 
+    async fn create_and_list(
+        &self,
+        path: &str,
+        data: &[u8],
+        mode: CreateMode,
+        parent: &str,
+    ) -> (Result<Created>, Result<Vec<String>>) {
+        // One request in, both answers out, as ZooKeeper pipelines them.
+        let mut listed = Err(Error::ConnectionLoss);
+        let created = self
+            .call(|st, sid| {
+                let created = st.create(sid, path, data, mode)?;
+                let ephemeral = matches!(mode, CreateMode::Ephemeral | CreateMode::EphemeralSequential);
+                if let Some(rec) = st
+                    .sessions
+                    .get_mut(&sid)
+                    .filter(|r| ephemeral && r.lose_create_replies > 0)
+                {
+                    rec.lose_create_replies -= 1;
+                    return Err(Error::ConnectionLoss);
+                }
+                listed = st
+                    .nodes
+                    .get(parent)
+                    .map(|n| n.children.iter().cloned().collect())
+                    .ok_or_else(|| Error::NoNode(parent.to_owned()));
+                Ok(created)
+            })
+            .await;
+        (created, listed)
+    }
+
     async fn children(&self, path: &str) -> Result<Vec<String>> {
         self.call(|st, _| {
             st.nodes
@@ -663,12 +733,46 @@ impl Backend for MemClient {
             }
             let (tx, rx) = oneshot::channel();
             let ws = st.watches.entry(path.to_owned()).or_default();
-            ws.retain(|(_, tx)| !tx.is_closed());
-            ws.push((sid, tx));
-            let w: DeletionWatch = Box::pin(async move { rx.await.unwrap_or(Err(Error::Closed)) });
+            ws.retain(|(_, _, tx)| !tx.is_closed());
+            ws.push((sid, WatchKind::Deletion, tx));
+            let w: DeletionWatch = Box::pin(async move {
+                match rx.await {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(e)) => Err(e),
+                    Err(_) => Err(Error::Closed),
+                }
+            });
             Ok(Some(w))
         })
         .await
+    }
+
+    async fn get_and_watch(&self, path: &str) -> Result<Option<(Vec<u8>, NodeWatch)>> {
+        self.call(|st, sid| {
+            let Some(node) = st.nodes.get(path) else {
+                return Ok(None);
+            };
+            let data = node.data.clone();
+            let (tx, rx) = oneshot::channel();
+            let ws = st.watches.entry(path.to_owned()).or_default();
+            ws.retain(|(_, _, tx)| !tx.is_closed());
+            ws.push((sid, WatchKind::Data, tx));
+            let w: NodeWatch = Box::pin(async move { rx.await.unwrap_or(Err(Error::Closed)) });
+            Ok(Some((data, w)))
+        })
+        .await
+    }
+
+    fn set_data_unacked(&self, path: &str, data: &[u8]) {
+        let mut st = self.cluster.lock();
+        if self.status.borrow().state != SessionState::Connected {
+            return; // sent into a broken connection: lost
+        }
+        if let Some(node) = st.nodes.get_mut(path) {
+            node.data = data.to_vec();
+            st.zxid += 1;
+            st.fire_changed(path);
+        }
     }
 
     async fn delete(&self, path: &str) -> Result<()> {
@@ -685,6 +789,10 @@ impl Backend for MemClient {
             Ok(())
         })
         .await
+    }
+
+    fn session_status(&self) -> SessionStatus {
+        *self.status.borrow()
     }
 
     fn session(&self) -> watch::Receiver<SessionStatus> {

@@ -36,7 +36,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use recipes_core::{
-    Backend, CreateMode, Created, DeletionWatch, Error, Lease, Result, SessionId, SessionState, SessionStatus, Stat,
+    Backend, CreateMode, Created, DeletionWatch, Error, Lease, NodeEvent, NodeWatch, Result, SessionId, SessionState,
+    SessionStatus, Stat,
 };
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
@@ -547,12 +548,57 @@ impl Backend for ZkBackend {
         Ok(Some(w))
     }
 
+    async fn get_and_watch(&self, path: &str) -> Result<Option<(Vec<u8>, NodeWatch)>> {
+        let client = self.client()?;
+        let sent = Instant::now();
+        let r = client.get_and_watch_data(path).await;
+        self.stamp(&client, sent, &r);
+        let (data, _, watcher) = match r {
+            Ok(v) => v,
+            Err(zk::Error::NoNode) => return Ok(None),
+            Err(e) => return Err(self.map_err(e, path)),
+        };
+        let weak = Arc::downgrade(&self.inner);
+        let w: NodeWatch = Box::pin(async move {
+            let event = watcher.changed().await;
+            match event.event_type {
+                zk::EventType::NodeDeleted => Ok(NodeEvent::Deleted),
+                zk::EventType::NodeDataChanged | zk::EventType::NodeCreated | zk::EventType::NodeChildrenChanged => {
+                    Ok(NodeEvent::DataChanged)
+                }
+                zk::EventType::Session => Err(match event.session_state {
+                    zk::SessionState::Expired => Error::SessionExpired,
+                    zk::SessionState::Closed | zk::SessionState::AuthFailed => match weak.upgrade() {
+                        Some(i) if !i.closed.load(std::sync::atomic::Ordering::SeqCst) => Error::SessionExpired,
+                        _ => Error::Closed,
+                    },
+                    _ => Error::ConnectionLoss,
+                }),
+            }
+        });
+        Ok(Some((data, w)))
+    }
+
+    fn set_data_unacked(&self, path: &str, data: &[u8]) {
+        if let Ok(client) = self.client() {
+            // Sent now (zookeeper-client sends at call time); the reply is awaited in the background and ignored.
+            let reply = client.set_data(path, data, None);
+            tokio::spawn(async move {
+                let _ = reply.await;
+            });
+        }
+    }
+
     async fn delete(&self, path: &str) -> Result<()> {
         let client = self.client()?;
         let sent = Instant::now();
         let r = client.delete(path, None).await;
         self.stamp(&client, sent, &r);
         r.map_err(|e| self.map_err(e, path))
+    }
+
+    fn session_status(&self) -> SessionStatus {
+        *self.inner.status.borrow()
     }
 
     fn session(&self) -> watch::Receiver<SessionStatus> {

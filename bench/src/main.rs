@@ -1,0 +1,363 @@
+//! The Rust side of `bench/run`: each subcommand measures one figure and prints one line of `key=value` pairs.
+//! The Java side (`bench/CuratorBench.java`) has the same subcommands and output, on Curator 5.4.
+
+#![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use recipes_core::{Backend, Locks, Recipe};
+use recipes_zk::{ZkBackend, ZkOptions};
+
+#[derive(Parser)]
+#[command(about = "lock recipe benchmarks (run them through bench/run)")]
+struct Cli {
+    #[command(subcommand)]
+    figure: Figure,
+}
+
+#[derive(Subcommand)]
+enum Figure {
+    /// Uncontended acquire + release latency
+    Uncontended {
+        #[arg(long)]
+        servers: String,
+        #[arg(long)]
+        recipe: String,
+        #[arg(long, default_value_t = 300)]
+        iters: usize,
+    },
+    /// Handoffs per second with C clients (each its own session) on one fair lock
+    Contended {
+        #[arg(long)]
+        servers: String,
+        #[arg(long)]
+        clients: usize,
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+    },
+    /// Time to drain N queued waiters after one release, and server requests per handoff
+    Drain {
+        #[arg(long)]
+        servers: String,
+        #[arg(long)]
+        waiters: usize,
+        #[arg(long, default_value_t = 8)]
+        sessions: usize,
+    },
+    /// Resident memory per waiting contender (N waiters in this process, one session)
+    Memory {
+        #[arg(long)]
+        servers: String,
+        #[arg(long)]
+        waiters: usize,
+    },
+    /// In-memory backend: uncontended acquire + release, against tokio::sync::Mutex as the floor
+    MemUncontended {
+        #[arg(long, default_value_t = 20000)]
+        iters: usize,
+    },
+    /// In-memory backend: drain of N waiters, against tokio::sync::Mutex as the floor
+    MemDrain {
+        #[arg(long, default_value_t = 1000)]
+        waiters: usize,
+    },
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+async fn zk(servers: &str) -> Arc<ZkBackend> {
+    ZkBackend::connect(ZkOptions::new(servers).session_timeout(Duration::from_secs(30)))
+        .await
+        .expect("connect")
+}
+
+fn unique(name: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("/bench/rust-{name}-{}-{nanos}", std::process::id())
+}
+
+/// `zk_packets_received` from the server's `mntr` (the first server of the connect string).
+fn packets_received(servers: &str) -> u64 {
+    let addr = servers.split(',').next().unwrap().split('/').next().unwrap();
+    let mut s = std::net::TcpStream::connect(addr).expect("mntr connect");
+    s.write_all(b"mntr").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.lines()
+        .find_map(|l| l.strip_prefix("zk_packets_received").map(|v| v.trim().parse().unwrap()))
+        .expect("zk_packets_received in mntr")
+}
+
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+async fn wait_children(backend: &dyn Backend, path: &str, n: usize) {
+    let t0 = Instant::now();
+    loop {
+        if backend.children(path).await.map(|c| c.len()).unwrap_or(0) >= n {
+            return;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(600), "waiters never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        match cli.figure {
+            Figure::Uncontended { servers, recipe, iters } => {
+                let b = zk(&servers).await;
+                let locks = Locks::new(b.clone());
+                let recipe: Recipe = recipe.parse().unwrap();
+                let lock = locks.lock(unique(&format!("uncontended-{recipe}")), recipe).unwrap();
+                // A holder elsewhere keeps the lock path in place, as in a steady-state service.
+                let keep = b
+                    .create(
+                        &format!("{}-keep", lock.path()),
+                        b"",
+                        recipes_core::CreateMode::Ephemeral,
+                    )
+                    .await;
+                let _ = keep;
+                for _ in 0..iters / 5 {
+                    lock.acquire().await.unwrap().release().await.unwrap();
+                }
+                let mut us = Vec::with_capacity(iters);
+                for _ in 0..iters {
+                    let t0 = Instant::now();
+                    let g = lock.acquire().await.unwrap();
+                    g.release().await.unwrap();
+                    us.push(t0.elapsed().as_secs_f64() * 1e6);
+                }
+                us.sort_by(f64::total_cmp);
+                println!(
+                    "median_us={:.1} p99_us={:.1}",
+                    percentile(&us, 0.5),
+                    percentile(&us, 0.99)
+                );
+                b.shutdown(Duration::from_secs(2)).await;
+            }
+            Figure::Contended {
+                servers,
+                clients,
+                seconds,
+            } => {
+                let path = unique(&format!("contended-{clients}"));
+                let count = Arc::new(AtomicU64::new(0));
+                let stop = Arc::new(AtomicBool::new(false));
+                let measuring = Arc::new(AtomicBool::new(false));
+                let mut tasks = Vec::new();
+                let mut backends = Vec::new();
+                for _ in 0..clients {
+                    let b = zk(&servers).await;
+                    backends.push(b.clone());
+                    let lock = Locks::new(b).fair(&path).unwrap();
+                    let (count, stop, measuring) = (count.clone(), stop.clone(), measuring.clone());
+                    tasks.push(tokio::spawn(async move {
+                        while !stop.load(Ordering::Relaxed) {
+                            let g = lock.acquire().await.unwrap();
+                            if measuring.load(Ordering::Relaxed) {
+                                count.fetch_add(1, Ordering::Relaxed);
+                            }
+                            g.release().await.unwrap();
+                        }
+                    }));
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await; // warm up
+                measuring.store(true, Ordering::Relaxed);
+                let t0 = Instant::now();
+                tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
+                measuring.store(false, Ordering::Relaxed);
+                let n = count.load(Ordering::Relaxed);
+                let elapsed = t0.elapsed().as_secs_f64();
+                stop.store(true, Ordering::Relaxed);
+                for t in tasks {
+                    t.await.unwrap();
+                }
+                println!("handoffs_per_s={:.1}", n as f64 / elapsed);
+                for b in backends {
+                    b.shutdown(Duration::from_secs(2)).await;
+                }
+            }
+            Figure::Drain {
+                servers,
+                waiters,
+                sessions,
+            } => {
+                let path = unique(&format!("drain-{waiters}"));
+                let holder = zk(&servers).await;
+                let g = Locks::new(holder.clone()).fair(&path).unwrap().acquire().await.unwrap();
+                let mut pool = Vec::new();
+                for _ in 0..sessions {
+                    pool.push(Locks::new(zk(&servers).await));
+                }
+                let done = Arc::new(AtomicU64::new(0));
+                let (all_done_tx, mut all_done) = tokio::sync::mpsc::channel::<Instant>(1);
+                for i in 0..waiters {
+                    let lock = pool[i % sessions].fair(&path).unwrap();
+                    let done = done.clone();
+                    let tx = all_done_tx.clone();
+                    tokio::spawn(async move {
+                        let g = lock.acquire().await.unwrap();
+                        g.release().await.unwrap();
+                        if done.fetch_add(1, Ordering::SeqCst) + 1 == waiters as u64 {
+                            let _ = tx.send(Instant::now()).await;
+                        }
+                    });
+                }
+                wait_children(&*holder, &path, waiters + 1).await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let before = packets_received(&servers);
+                let t0 = Instant::now();
+                g.release().await.unwrap();
+                let t1 = all_done.recv().await.unwrap();
+                let after = packets_received(&servers);
+                println!(
+                    "drain_ms={:.1} requests_per_handoff={:.2}",
+                    (t1 - t0).as_secs_f64() * 1e3,
+                    (after - before) as f64 / waiters as f64
+                );
+                for l in pool {
+                    drop(l);
+                }
+                holder.shutdown(Duration::from_secs(2)).await;
+            }
+            Figure::Memory { servers, waiters } => {
+                let path = unique(&format!("memory-{waiters}"));
+                let holder = zk(&servers).await;
+                let g = Locks::new(holder.clone()).fair(&path).unwrap().acquire().await.unwrap();
+                let b = zk(&servers).await;
+                let locks = Locks::new(b.clone());
+                // Warm up the allocator and the client with a few waiters first.
+                let mut tasks = Vec::new();
+                for _ in 0..10 {
+                    let lock = locks.fair(&path).unwrap();
+                    tasks.push(tokio::spawn(async move {
+                        lock.acquire().await.unwrap().release().await.unwrap()
+                    }));
+                }
+                wait_children(&*holder, &path, 11).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let before = rss_bytes();
+                // Waiters arrive in batches, as contenders of a real service do, not all in one instant.
+                for batch in 0..waiters.div_ceil(100) {
+                    let n = 100.min(waiters - batch * 100);
+                    for _ in 0..n {
+                        let lock = locks.fair(&path).unwrap();
+                        tasks.push(tokio::spawn(async move {
+                            lock.acquire().await.unwrap().release().await.unwrap()
+                        }));
+                    }
+                    wait_children(&*holder, &path, batch * 100 + n + 11).await;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let after = rss_bytes();
+                println!(
+                    "bytes_per_waiter={:.0}",
+                    after.saturating_sub(before) as f64 / waiters as f64
+                );
+                g.release().await.unwrap();
+                for t in tasks {
+                    t.await.unwrap();
+                }
+                b.shutdown(Duration::from_secs(2)).await;
+                holder.shutdown(Duration::from_secs(2)).await;
+            }
+            Figure::MemUncontended { iters } => {
+                let cluster = recipes_mem::MemCluster::new();
+                let client = cluster.client();
+                // Keep the lock path in place (the in-memory backend reaps empty containers at once, where ZooKeeper
+                // takes about a minute): this measures the steady state, as the ZooKeeper figure does.
+                client
+                    .create("/bench", b"", recipes_core::CreateMode::Persistent)
+                    .await
+                    .unwrap();
+                client
+                    .create("/bench/mem", b"", recipes_core::CreateMode::Persistent)
+                    .await
+                    .unwrap();
+                let lock = Locks::new(client).fair("/bench/mem").unwrap();
+                for _ in 0..iters / 10 {
+                    lock.acquire().await.unwrap().release().await.unwrap();
+                }
+                let t0 = Instant::now();
+                for _ in 0..iters {
+                    lock.acquire().await.unwrap().release().await.unwrap();
+                }
+                let ours = t0.elapsed().as_secs_f64() * 1e9 / iters as f64;
+                let m = tokio::sync::Mutex::new(0u64);
+                let t0 = Instant::now();
+                for _ in 0..iters * 10 {
+                    *m.lock().await += 1;
+                }
+                let floor = t0.elapsed().as_secs_f64() * 1e9 / (iters * 10) as f64;
+                println!("ours_ns={ours:.0} floor_ns={floor:.1}");
+            }
+            Figure::MemDrain { waiters } => {
+                let cluster = recipes_mem::MemCluster::new();
+                let holder = Locks::new(cluster.client());
+                let g = holder.fair("/bench/drain").unwrap().acquire().await.unwrap();
+                let pool: Vec<Locks> = (0..8).map(|_| Locks::new(cluster.client())).collect();
+                let done = Arc::new(AtomicU64::new(0));
+                let (tx, mut rx) = tokio::sync::mpsc::channel::<Instant>(1);
+                for i in 0..waiters {
+                    let lock = pool[i % 8].fair("/bench/drain").unwrap();
+                    let (done, tx) = (done.clone(), tx.clone());
+                    tokio::spawn(async move {
+                        lock.acquire().await.unwrap().release().await.unwrap();
+                        if done.fetch_add(1, Ordering::SeqCst) + 1 == waiters as u64 {
+                            let _ = tx.send(Instant::now()).await;
+                        }
+                    });
+                }
+                while cluster.children("/bench/drain").len() < waiters + 1 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                let t0 = Instant::now();
+                g.release().await.unwrap();
+                let ours = (rx.recv().await.unwrap() - t0).as_secs_f64() * 1e3;
+                // Floor: tokio's FIFO mutex with the same number of waiting tasks.
+                let m = Arc::new(tokio::sync::Mutex::new(()));
+                let guard = m.clone().lock_owned().await;
+                let done = Arc::new(AtomicU64::new(0));
+                let (tx, mut rx) = tokio::sync::mpsc::channel::<Instant>(1);
+                for _ in 0..waiters {
+                    let (m, done, tx) = (m.clone(), done.clone(), tx.clone());
+                    tokio::spawn(async move {
+                        drop(m.lock().await);
+                        if done.fetch_add(1, Ordering::SeqCst) + 1 == waiters as u64 {
+                            let _ = tx.send(Instant::now()).await;
+                        }
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let t0 = Instant::now();
+                drop(guard);
+                let floor = (rx.recv().await.unwrap() - t0).as_secs_f64() * 1e3;
+                println!("ours_ms={ours:.2} floor_ms={floor:.3}");
+            }
+        }
+    });
+}

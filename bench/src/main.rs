@@ -131,16 +131,12 @@ fn main() {
                 let b = zk(&servers).await;
                 let locks = Locks::new(b.clone());
                 let recipe: Recipe = recipe.parse().unwrap();
-                let lock = locks.lock(unique(&format!("uncontended-{recipe}")), recipe).unwrap();
-                // A holder elsewhere keeps the lock path in place, as in a steady-state service.
-                let keep = b
-                    .create(
-                        &format!("{}-keep", lock.path()),
-                        b"",
-                        recipes_core::CreateMode::Ephemeral,
-                    )
-                    .await;
-                let _ = keep;
+                let path = unique(&format!("uncontended-{recipe}"));
+                // A persistent lock path, as in a steady-state service (both libraries alike): no parent is made or
+                // reaped inside the measurement.
+                let _ = b.create("/bench", b"", recipes_core::CreateMode::Persistent).await;
+                b.create(&path, b"", recipes_core::CreateMode::Persistent).await.unwrap();
+                let lock = locks.lock(&path, recipe).unwrap();
                 for _ in 0..iters / 5 {
                     lock.acquire().await.unwrap().release().await.unwrap();
                 }

@@ -80,6 +80,10 @@ pub(crate) struct HeldNode {
 const DELETE_ATTEMPTS: u32 = 20;
 /// How long a `try_acquire` may spend on requests (while disconnected they wait for the connection).
 const TRY_BOUND: Duration = Duration::from_secs(5);
+/// A waiter that came to hold the lock marks itself `first` only when at least this many blockers were ahead of it:
+/// in a short queue the node behind it lists again more cheaply (a read) than the mark costs (a write). Marking is
+/// only an optimisation: without a mark the node behind lists again.
+const MARK_FROM_QUEUE_LEN: usize = 16;
 /// How long an acquire that gives up waits for its cleanup before leaving it to the background.
 const CLEANUP_GRACE: Duration = Duration::from_millis(500);
 
@@ -986,7 +990,8 @@ impl Attempt<'_> {
             let q = self.create_queued(kind).await?;
             let name = q.node.rsplit('/').next().unwrap_or_default().to_owned();
             let mut prefetched = q.children;
-            let mut waited = false;
+            // Whether we waited behind a long queue (then we mark ourselves first once we hold the lock).
+            let mut mark = false;
             loop {
                 let listed = match prefetched.take() {
                     Some(c) => Ok(c),
@@ -1009,7 +1014,7 @@ impl Attempt<'_> {
                 match decide(self.ctx.layout, kind, &cs, &name) {
                     Decision::Acquired => {
                         self.cleanup.disarm();
-                        if waited && kind != NodeKind::Read {
+                        if mark && kind != NodeKind::Read {
                             self.mark_first(&q.node, q.attempt);
                         }
                         return Ok(Some(self.held(q.node, q.czxid, q.session, q.attempt)));
@@ -1025,7 +1030,8 @@ impl Attempt<'_> {
                         if self.try_once {
                             return Ok(None);
                         }
-                        waited = true;
+                        let position = cs.iter().position(|c| c.name == name).unwrap_or(0);
+                        mark |= position >= MARK_FROM_QUEUE_LEN;
                         if self.ctx.layout != Layout::Native {
                             // Peer layouts list again on every wake-up, as their peers do.
                             self.wait_deleted(&self.path.child(&on), q.session).await?;
@@ -1038,7 +1044,7 @@ impl Attempt<'_> {
                         match self.wait_in_line(&name, &on, blocker_first, q.session).await? {
                             InLine::Acquired => {
                                 self.cleanup.disarm();
-                                if kind != NodeKind::Read {
+                                if mark && kind != NodeKind::Read {
                                     self.mark_first(&q.node, q.attempt);
                                 }
                                 return Ok(Some(self.held(q.node, q.czxid, q.session, q.attempt)));

@@ -135,7 +135,9 @@ fn main() {
                 // A persistent lock path, as in a steady-state service (both libraries alike): no parent is made or
                 // reaped inside the measurement.
                 let _ = b.create("/bench", b"", recipes_core::CreateMode::Persistent).await;
-                b.create(&path, b"", recipes_core::CreateMode::Persistent).await.unwrap();
+                b.create(&path, b"", recipes_core::CreateMode::Persistent)
+                    .await
+                    .unwrap();
                 let lock = locks.lock(&path, recipe).unwrap();
                 for _ in 0..iters / 5 {
                     lock.acquire().await.unwrap().release().await.unwrap();

@@ -928,45 +928,39 @@ pub async fn acquire_after_expiry_uses_new_session(h: &dyn Harness) {
     wait_children(h, &path, 0).await;
 }
 
-/// A fair acquire whose create reply is lost finds its node again: no orphan, no deadlock.
-pub async fn lost_create_reply_no_orphan_fair(h: &dyn Harness) {
+async fn lost_create_reply_no_orphan(h: &dyn Harness, recipe: Recipe) {
     if !h.capabilities().lose_create_reply {
-        return skip(h, "lost_create_reply_no_orphan_fair", "lost create replies");
+        return skip(
+            h,
+            &format!("lost_create_reply_no_orphan_{recipe}"),
+            "lost create replies",
+        );
     }
-    let path = h.path("lost-reply-fair");
+    let path = h.path(&format!("lost-reply-{recipe}"));
     let a = h.client().await;
     a.faults.lose_next_create_replies(1).await;
-    let g = bounded(
-        h,
-        "acquire through a lost reply",
-        a.locks.fair(&path).unwrap().acquire(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(h.children(&path).await.len(), 1, "a retried create left an orphan");
-    assert_eq!(a.locks.metrics().create_recoveries, 1);
+    let lock = a.locks.lock(&path, recipe).unwrap();
+    let g = bounded(h, "acquire through a lost reply", lock.acquire())
+        .await
+        .unwrap();
+    assert_eq!(
+        h.children(&path).await.len(),
+        1,
+        "{recipe}: a retried create left an orphan"
+    );
+    assert_eq!(a.locks.metrics().create_recoveries, 1, "{recipe}");
     g.release().await.unwrap();
     wait_children(h, &path, 0).await;
 }
 
+/// A fair acquire whose create reply is lost finds its node again: no orphan, no deadlock.
+pub async fn lost_create_reply_no_orphan_fair(h: &dyn Harness) {
+    lost_create_reply_no_orphan(h, Recipe::Fair).await;
+}
+
 /// An exclusive acquire whose create reply is lost recognises its node: no self-deadlock, no orphan.
 pub async fn lost_create_reply_no_orphan_exclusive(h: &dyn Harness) {
-    if !h.capabilities().lose_create_reply {
-        return skip(h, "lost_create_reply_no_orphan_exclusive", "lost create replies");
-    }
-    let path = h.path("lost-reply-exclusive");
-    let a = h.client().await;
-    a.faults.lose_next_create_replies(1).await;
-    let g = bounded(
-        h,
-        "acquire through a lost reply",
-        a.locks.exclusive(&path).unwrap().acquire(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(a.locks.metrics().create_recoveries, 1);
-    g.release().await.unwrap();
-    wait_children(h, &path, 0).await;
+    lost_create_reply_no_orphan(h, Recipe::Exclusive).await;
 }
 
 /// Lost create replies while queued behind a holder leave exactly one node, and the lock passes on.

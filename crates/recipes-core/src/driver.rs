@@ -494,6 +494,19 @@ impl From<Error> for Stop {
 
 type Step<T> = std::result::Result<T, Stop>;
 
+/// Resolves when the session `pinned` is over (its id changed, or it expired or closed).
+async fn session_ended(rx: &mut tokio::sync::watch::Receiver<SessionStatus>, pinned: SessionId) {
+    loop {
+        let st = *rx.borrow_and_update();
+        if st.id != pinned || matches!(st.state, SessionState::Expired | SessionState::Closed) {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 /// Whether node data carries the `first` mark.
 fn marked_first(data: &[u8]) -> bool {
     NodeInfo::decode(data).is_some_and(|i| i.first)
@@ -676,17 +689,7 @@ impl Attempt<'_> {
                             None => std::future::pending().await,
                         }
                     };
-                    let session_gone = async {
-                        loop {
-                            let st = *rx.borrow_and_update();
-                            if st.id != pinned || matches!(st.state, SessionState::Expired | SessionState::Closed) {
-                                return;
-                            }
-                            if rx.changed().await.is_err() {
-                                return;
-                            }
-                        }
-                    };
+                    let session_gone = session_ended(&mut rx, pinned);
                     tokio::select! {
                         r = w => match r {
                             Ok(()) => {
@@ -759,17 +762,7 @@ impl Attempt<'_> {
         };
         let mut rx = backend.session();
         loop {
-            let session_gone = async {
-                loop {
-                    let st = *rx.borrow_and_update();
-                    if st.id != pinned || matches!(st.state, SessionState::Expired | SessionState::Closed) {
-                        return;
-                    }
-                    if rx.changed().await.is_err() {
-                        return;
-                    }
-                }
-            };
+            let session_gone = session_ended(&mut rx, pinned);
             tokio::select! {
                 biased;
                 r = &mut own => return match r {
@@ -816,6 +809,23 @@ impl Attempt<'_> {
             std::task::Poll::Ready(Err(Error::ConnectionLoss)) => Ok(InLine::Relist),
             std::task::Poll::Ready(Err(e)) => Err(e.into()),
         }
+    }
+
+    /// Our queued node holds the lock: keep it, and mark it first when the node behind may need to know.
+    fn won(&mut self, q: Queued, mark: bool) -> HeldNode {
+        self.cleanup.disarm();
+        if mark {
+            self.mark_first(&q.node, q.attempt);
+        }
+        self.held(q.node, q.czxid, q.session, q.attempt)
+    }
+
+    /// Our node vanished while the session lives (deleted by someone): queue again, bounded.
+    fn vanished(&mut self, node: &str) -> Step<()> {
+        self.cleanup.disarm();
+        self.failed()?;
+        debug!(%node, "our lock node vanished; creating it again");
+        Ok(())
     }
 
     /// Tells the node behind us that nothing is ahead of us any more (see `wait_in_line`). Not awaited: the
@@ -987,9 +997,9 @@ impl Attempt<'_> {
             }
         }
         loop {
-            let q = self.create_queued(kind).await?;
+            let mut q = self.create_queued(kind).await?;
             let name = q.node.rsplit('/').next().unwrap_or_default().to_owned();
-            let mut prefetched = q.children;
+            let mut prefetched = q.children.take();
             // Whether we waited behind a long queue (then we mark ourselves first once we hold the lock).
             let mut mark = false;
             loop {
@@ -1012,18 +1022,9 @@ impl Attempt<'_> {
                 }
                 let cs = contenders(self.ctx.layout, &children);
                 match decide(self.ctx.layout, kind, &cs, &name) {
-                    Decision::Acquired => {
-                        self.cleanup.disarm();
-                        if mark && kind != NodeKind::Read {
-                            self.mark_first(&q.node, q.attempt);
-                        }
-                        return Ok(Some(self.held(q.node, q.czxid, q.session, q.attempt)));
-                    }
+                    Decision::Acquired => return Ok(Some(self.won(q, mark && kind != NodeKind::Read))),
                     Decision::Missing => {
-                        // Our node vanished while the session lives (deleted by someone): queue again, bounded.
-                        self.cleanup.disarm();
-                        self.failed()?;
-                        debug!(node = %q.node, "our lock node vanished; creating it again");
+                        self.vanished(&q.node)?;
                         break;
                     }
                     Decision::Wait { on } => {
@@ -1042,17 +1043,9 @@ impl Attempt<'_> {
                         drop(cs);
                         drop(children);
                         match self.wait_in_line(&name, &on, blocker_first, q.session).await? {
-                            InLine::Acquired => {
-                                self.cleanup.disarm();
-                                if mark && kind != NodeKind::Read {
-                                    self.mark_first(&q.node, q.attempt);
-                                }
-                                return Ok(Some(self.held(q.node, q.czxid, q.session, q.attempt)));
-                            }
+                            InLine::Acquired => return Ok(Some(self.won(q, mark && kind != NodeKind::Read))),
                             InLine::Missing => {
-                                self.cleanup.disarm();
-                                self.failed()?;
-                                debug!(node = %q.node, "our lock node vanished while queued; creating it again");
+                                self.vanished(&q.node)?;
                                 break;
                             }
                             InLine::Relist => {}

@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 pub mod harness;
+pub mod history;
 pub mod mem;
 pub mod proxy;
 pub mod scenarios;

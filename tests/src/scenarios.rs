@@ -38,7 +38,8 @@ macro_rules! __for_each_scenario {
             blocking_api_refused_inside_runtime timed_acquire_while_disconnected_ends_on_time
             lease_valid_while_held lease_lost_before_another_client_acquires
             fencing_tokens_increase_over_1000_handoffs guarded_operation_under_the_lease
-            waiter_node_deleted_never_holds_without_node
+            waiter_node_deleted_never_holds_without_node thousand_abandoned_acquires_leave_no_node
+            history_checked_mixed_contention
         );
     };
 }
@@ -1438,4 +1439,101 @@ pub async fn waiter_node_deleted_never_holds_without_node(h: &dyn Harness) {
         gb.release().await.unwrap();
         wait_children(h, &path, 0).await;
     }
+}
+
+/// 1000 acquires of every queued recipe, cancelled or timed out at pseudo-random points: no node is left.
+pub async fn thousand_abandoned_acquires_leave_no_node(h: &dyn Harness) {
+    let path = h.path("abandoned-1000");
+    let (a, b) = (h.client().await, h.client().await);
+    if h.capabilities().latency {
+        h.set_latency(Duration::from_millis(1)); // so that creates are in flight when cancelled
+    }
+    let holder = a.locks.read_write(&path).unwrap().write().acquire().await.unwrap();
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let step = h.tick() / 10;
+    for batch in 0..50 {
+        let mut set = JoinSet::new();
+        for _ in 0..20 {
+            let r = next();
+            let recipe = [Recipe::Fair, Recipe::Read, Recipe::Write, Recipe::Reentrant][(r % 4) as usize];
+            let lock = b.locks.lock(&path, recipe).unwrap();
+            let wait = step * ((r >> 8) % 30) as u32;
+            if r & (1 << 40) == 0 {
+                // Cancelled: the acquire future is dropped at some await point.
+                let t = tokio::spawn(async move { lock.acquire().await.map(|g| g.fencing_token()) });
+                set.spawn(async move {
+                    tokio::time::sleep(wait).await;
+                    t.abort();
+                    let _ = t.await;
+                });
+            } else {
+                set.spawn(async move {
+                    let r = lock.acquire_timeout(wait).await;
+                    assert!(matches!(r, Ok(None)), "got a held lock: {r:?}");
+                });
+            }
+        }
+        while let Some(r) = set.join_next().await {
+            r.unwrap();
+        }
+        if batch % 10 == 9 {
+            wait_children(h, &path, 1).await;
+        }
+    }
+    h.set_latency(Duration::ZERO);
+    wait_children(h, &path, 1).await;
+    holder.release().await.unwrap();
+    wait_children(h, &path, 0).await;
+}
+
+/// Readers and writers of six clients contend; the recorded history passes the checker (exclusion, token order,
+/// progress of every client).
+pub async fn history_checked_mixed_contention(h: &dyn Harness) {
+    use crate::history::{check, Event, Mode};
+    let path = h.path("history-mixed");
+    let events = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let t0 = tokio::time::Instant::now();
+    let mut set = JoinSet::new();
+    for client in 0..6usize {
+        let c = h.client().await;
+        let rw = c.locks.read_write(&path).unwrap();
+        let events = events.clone();
+        set.spawn(async move {
+            for round in 0..5 {
+                let write = (client + round) % 3 == 0;
+                let g = if write {
+                    rw.write().acquire().await
+                } else {
+                    rw.read().acquire().await
+                }
+                .unwrap();
+                let mode = if write { Mode::Exclusive } else { Mode::Shared };
+                let at = || (tokio::time::Instant::now() - t0).as_nanos() as u64;
+                events.lock().unwrap().push(Event::Acquired {
+                    at: at(),
+                    client,
+                    token: g.fencing_token(),
+                    mode,
+                });
+                tokio::time::sleep(HOLD).await;
+                events.lock().unwrap().push(Event::Released { at: at(), client });
+                g.release().await.unwrap();
+            }
+            drop(c);
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r.unwrap();
+    }
+    let events = events.lock().unwrap().clone();
+    assert_eq!(events.len(), 60);
+    let violations = check(&events, &(0..6).collect::<Vec<_>>());
+    assert!(violations.is_empty(), "{violations:?}");
+    wait_children(h, &path, 0).await;
 }

@@ -152,9 +152,8 @@ mod tests {
     fn serial(spec: &[(usize, Mode, u64)]) -> Vec<Event> {
         let mut t = 0;
         let mut out = Vec::new();
-        let mut token = 0;
-        for &(client, mode, len) in spec {
-            token += 1;
+        for (i, &(client, mode, len)) in spec.iter().enumerate() {
+            let token = i as u64 + 1;
             t += 1;
             out.push(Event::Acquired {
                 at: t,

@@ -83,6 +83,7 @@ async fn locked(
     let mut cmd = Command::new(&command[0]);
     // Its own process group, so that stopping it (lock lost) or forwarding a signal reaches everything it started.
     cmd.process_group(0);
+    stop_with_us(&mut cmd);
     cmd.args(&command[1..])
         .env("ZKLOCK_PATH", path.as_str())
         .env("ZKLOCK_NODE", guard.node())
@@ -127,6 +128,30 @@ async fn locked(
         }
     }
 }
+
+/// If zklock itself dies (even by SIGKILL, which it cannot handle), the command is killed too (Linux
+/// `PR_SET_PDEATHSIG`): it must not go on working under a lock nobody watches any more. This reaches the command
+/// itself, not processes it started; a command that forks workers should `exec` into the real work or stop them.
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn stop_with_us(cmd: &mut Command) {
+    let parent = nix::unistd::getpid();
+    // SAFETY: the closure runs in the forked child before `exec`. It makes only async-signal-safe system calls
+    // (prctl, getppid) and allocates nothing (the error is a raw OS error), as `pre_exec` requires.
+    unsafe {
+        cmd.pre_exec(move || {
+            let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+            if nix::unistd::getppid() != parent {
+                // zklock died between the fork and the prctl: do not start the command at all.
+                return Err(std::io::Error::from_raw_os_error(nix::errno::Errno::ESRCH as i32));
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn stop_with_us(_cmd: &mut Command) {}
 
 /// Releases the lock after the command exited; a lock that turns out to have been lost is reported.
 async fn finish(guard: LockGuard, path: &LockPath, command: &[OsString], code: u8) -> Result<u8, Fail> {

@@ -475,3 +475,46 @@ fn layouts_name_nodes_like_the_peers() {
         stderr(&o)
     );
 }
+
+/// zklock killed with SIGKILL (which it cannot handle): its command is killed too, not left working unprotected.
+#[test]
+fn sigkill_of_zklock_stops_the_command() {
+    let Some(zk) = server() else { return };
+    let path = unique("sigkill");
+    let dir = tempdir("sigkill");
+    let pidfile = dir.join("pid");
+    let child = zklock(
+        &zk,
+        &[
+            &path,
+            "--",
+            "sh",
+            "-c",
+            &format!("echo $$ > {}; exec sleep 60", pidfile.display()),
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    wait_for_file(&pidfile, Duration::from_secs(20));
+    std::thread::sleep(Duration::from_millis(100));
+    let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    assert!(alive(pid));
+    let st = Command::new("kill")
+        .arg("-KILL")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let _ = wait_output(child, Duration::from_secs(10));
+    let t0 = Instant::now();
+    while alive(pid) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the command survived zklock's SIGKILL"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -59,6 +59,15 @@ fn wait_output(mut child: std::process::Child, limit: Duration) -> Output {
     }
 }
 
+/// Starts zklock holding `path` while it runs `sh -c script`, its output discarded.
+fn spawn_holding(zk: &str, path: &str, script: &str) -> std::process::Child {
+    zklock(zk, &[path, "--", "sh", "-c", script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -175,20 +184,7 @@ fn wait_runs_out_exits_75() {
     let path = unique("wait");
     let dir = tempdir("wait");
     let started = dir.join("started");
-    let holder = zklock(
-        &zk,
-        &[
-            &path,
-            "--",
-            "sh",
-            "-c",
-            &format!("touch {}; sleep 30", started.display()),
-        ],
-    )
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
+    let holder = spawn_holding(&zk, &path, &format!("touch {}; sleep 30", started.display()));
     wait_for_file(&started, Duration::from_secs(20));
     let ran = dir.join("ran");
     let t0 = Instant::now();
@@ -483,20 +479,7 @@ fn sigkill_of_zklock_stops_the_command() {
     let path = unique("sigkill");
     let dir = tempdir("sigkill");
     let pidfile = dir.join("pid");
-    let child = zklock(
-        &zk,
-        &[
-            &path,
-            "--",
-            "sh",
-            "-c",
-            &format!("echo $$ > {}; exec sleep 60", pidfile.display()),
-        ],
-    )
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
+    let child = spawn_holding(&zk, &path, &format!("echo $$ > {}; exec sleep 60", pidfile.display()));
     wait_for_file(&pidfile, Duration::from_secs(20));
     std::thread::sleep(Duration::from_millis(100));
     let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();

@@ -97,7 +97,17 @@ impl HeldNode {
     }
 
     /// Deletes the node and reports what happened.
+    ///
+    /// The node counts as released only once the delete has an outcome: if this future is dropped midway, the
+    /// node's `Drop` still deletes it in the background.
     pub async fn release(&self) -> Result<()> {
+        if self.released.load(Ordering::Acquire) {
+            return Err(Error::NotHeld {
+                path: self.path.to_string(),
+                why: "it was released already".into(),
+            });
+        }
+        let r = delete_with_retry(&self.ctx, &self.node, self.identity()).await;
         if self.released.swap(true, Ordering::AcqRel) {
             return Err(Error::NotHeld {
                 path: self.path.to_string(),
@@ -105,7 +115,6 @@ impl HeldNode {
             });
         }
         Counters::bump(&self.ctx.counters.releases);
-        let r = delete_with_retry(&self.ctx, &self.node, self.identity()).await;
         debug!(node = %self.node, ok = r.is_ok(), "released");
         r.map_err(|e| self.not_held(e))
     }
@@ -683,12 +692,6 @@ impl Attempt<'_> {
             match self.call(backend.watch_deletion(node)).await {
                 Ok(None) => return Ok(()),
                 Ok(Some(w)) => {
-                    let timeout = async {
-                        match self.deadline {
-                            Some(d) => tokio::time::sleep_until(d).await,
-                            None => std::future::pending().await,
-                        }
-                    };
                     let session_gone = session_ended(&mut rx, pinned);
                     tokio::select! {
                         r = w => match r {
@@ -699,7 +702,7 @@ impl Attempt<'_> {
                             Err(Error::ConnectionLoss) => {}
                             Err(e) => return Err(e.into()),
                         },
-                        () = timeout => return Err(Stop::Deadline),
+                        () = self.deadline_passed() => return Err(Stop::Deadline),
                         () = session_gone => return Err(Stop::Fail(Error::SessionExpired)),
                     }
                 }
@@ -1031,13 +1034,14 @@ impl Attempt<'_> {
                         if self.try_once {
                             return Ok(None);
                         }
-                        let position = cs.iter().position(|c| c.name == name).unwrap_or(0);
-                        mark |= position >= MARK_FROM_QUEUE_LEN;
                         if self.ctx.layout != Layout::Native {
                             // Peer layouts list again on every wake-up, as their peers do.
                             self.wait_deleted(&self.path.child(&on), q.session).await?;
                             continue;
                         }
+                        // Only native nodes are marked (peers neither read the mark nor expect our writes).
+                        let position = cs.iter().position(|c| c.name == name).unwrap_or(0);
+                        mark |= position >= MARK_FROM_QUEUE_LEN;
                         // Keep only what the wait needs: the queue itself can be long.
                         let blocker_first = cs.first().is_some_and(|c| c.name == on);
                         drop(cs);

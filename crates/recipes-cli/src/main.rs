@@ -21,6 +21,7 @@ use recipes_zk::{ZkBackend, ZkOptions};
 mod duration;
 mod inspect;
 mod run;
+mod watchdog;
 
 /// Exit statuses (sysexits.h).
 pub mod status {
@@ -63,7 +64,9 @@ Exit status: the command's; 75 the wait ran out; 64 bad usage or invalid path; 6
 70 the lock was lost while the command ran (it is sent SIGTERM, then SIGKILL); 126/127 the command cannot run.
 
 The command runs in its own process group: SIGINT, SIGTERM and SIGHUP sent to zklock are passed to that group,
-and when the lock is lost the whole group is stopped.";
+and when the lock is lost the whole group is stopped. The lock is released only once the whole group has ended:
+processes the command left running get SIGTERM (then SIGKILL) first. If zklock itself dies, even by SIGKILL, a
+small watchdog process (zklock-watchdog) kills the group at once.";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -188,6 +191,9 @@ async fn connect(c: &Conn) -> Result<(Arc<ZkBackend>, Locks), Fail> {
 }
 
 fn main() -> ExitCode {
+    if std::env::args_os().nth(1).is_some_and(|a| a == watchdog::ARG) {
+        return watchdog::main();
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -9,6 +9,7 @@ use recipes_core::{Error, LockGuard, LockPath, Recipe};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, SignalKind};
 
+use crate::watchdog::Watchdog;
 use crate::{connect, status, Conn, Fail};
 
 /// How long a command is given to stop after SIGTERM before SIGKILL.
@@ -80,6 +81,8 @@ async fn locked(
         _ = sighup.recv() => return Err(Fail { status: 129, message: format!("hung up while waiting for the lock at {path}") }),
     };
 
+    // Started before the command, so that no instant exists where zklock could die with the group unwatched.
+    let mut watchdog = Watchdog::start();
     let mut cmd = Command::new(&command[0]);
     // Its own process group, so that stopping it (lock lost) or forwarding a signal reaches everything it started.
     cmd.process_group(0);
@@ -92,6 +95,9 @@ async fn locked(
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
+            if let Some(w) = watchdog {
+                w.done();
+            }
             let _ = guard.release().await;
             let status = if e.kind() == std::io::ErrorKind::NotFound {
                 status::NOT_FOUND
@@ -104,6 +110,10 @@ async fn locked(
             });
         }
     };
+    let group = child.id();
+    if let (Some(w), Some(g)) = (watchdog.as_mut(), group) {
+        w.watch(g);
+    }
 
     loop {
         tokio::select! {
@@ -112,10 +122,20 @@ async fn locked(
                     Ok(st) => exit_code(st),
                     Err(e) => return Err(software(format!("waiting for {}: {e}", display(command)))),
                 };
+                // The lock is held until everything the command started has ended, too.
+                if let Some(g) = group {
+                    end_leftovers(g).await;
+                }
+                if let Some(w) = watchdog {
+                    w.done();
+                }
                 return finish(guard, path, command, code).await;
             }
             reason = guard.lost() => {
                 stop(&mut child).await;
+                if let Some(w) = watchdog {
+                    w.done();
+                }
                 drop(guard);
                 return Err(Fail {
                     status: status::SOFTWARE,
@@ -131,7 +151,7 @@ async fn locked(
 
 /// If zklock itself dies (even by SIGKILL, which it cannot handle), the command is killed too (Linux
 /// `PR_SET_PDEATHSIG`): it must not go on working under a lock nobody watches any more. This reaches the command
-/// itself, not processes it started; a command that forks workers should `exec` into the real work or stop them.
+/// itself; the [`Watchdog`] stops the processes it started.
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 fn stop_with_us(cmd: &mut Command) {
@@ -197,6 +217,56 @@ async fn stop(child: &mut Child) {
     if let Some(g) = group {
         let _ = kill(g, Signal::SIGKILL);
     }
+}
+
+/// Processes the command left running in its group when it exited (`sh -c 'worker &'`) would work on after the lock
+/// is released: they get SIGTERM, a short grace, then SIGKILL, before the release.
+async fn end_leftovers(group: u32) {
+    if !group_alive(group) {
+        return;
+    }
+    let g = Pid::from_raw(-(group as i32));
+    let _ = kill(g, Signal::SIGTERM);
+    let t0 = std::time::Instant::now();
+    while group_alive(group) && t0.elapsed() < TERM_GRACE {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if group_alive(group) {
+        let _ = kill(g, Signal::SIGKILL);
+        let t0 = std::time::Instant::now();
+        while group_alive(group) && t0.elapsed() < Duration::from_secs(1) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// Whether a live (not zombie) process is in process group `group`.
+#[cfg(target_os = "linux")]
+fn group_alive(group: u32) -> bool {
+    // A zombie still counts for kill(2), and its reaping is up to whoever adopted it; read /proc instead.
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return kill(Pid::from_raw(-(group as i32)), None).is_ok();
+    };
+    dir.flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
+        .any(|e| {
+            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+                return false;
+            };
+            // pid (comm) state ppid pgrp ...; comm may contain spaces and parentheses.
+            let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+                return false;
+            };
+            let mut f = rest.split_whitespace();
+            let state = f.next();
+            let pgrp = f.nth(1).and_then(|p| p.parse::<u32>().ok());
+            pgrp == Some(group) && state != Some("Z")
+        })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn group_alive(group: u32) -> bool {
+    kill(Pid::from_raw(-(group as i32)), None).is_ok()
 }
 
 fn software(message: String) -> Fail {

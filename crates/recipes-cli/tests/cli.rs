@@ -472,18 +472,27 @@ fn layouts_name_nodes_like_the_peers() {
     );
 }
 
-/// zklock killed with SIGKILL (which it cannot handle): its command is killed too, not left working unprotected.
+/// zklock killed with SIGKILL (which it cannot handle): its command is killed too, and so is what the command
+/// started (the watchdog), not left working unprotected.
 #[test]
-fn sigkill_of_zklock_stops_the_command() {
+fn sigkill_of_zklock_stops_the_command_and_its_children() {
     let Some(zk) = server() else { return };
     let path = unique("sigkill");
     let dir = tempdir("sigkill");
-    let pidfile = dir.join("pid");
-    let child = spawn_holding(&zk, &path, &format!("echo $$ > {}; exec sleep 60", pidfile.display()));
-    wait_for_file(&pidfile, Duration::from_secs(20));
-    std::thread::sleep(Duration::from_millis(100));
-    let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
-    assert!(alive(pid));
+    let (leader, worker) = (dir.join("leader"), dir.join("worker"));
+    let script = format!(
+        "sleep 60 & echo $! > {w}.tmp; mv {w}.tmp {w}; echo $$ > {l}.tmp; mv {l}.tmp {l}; wait",
+        w = worker.display(),
+        l = leader.display()
+    );
+    let child = spawn_holding(&zk, &path, &script);
+    wait_for_file(&leader, Duration::from_secs(20));
+    wait_for_file(&worker, Duration::from_secs(5));
+    let pids: Vec<i32> = [&leader, &worker]
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap().trim().parse().unwrap())
+        .collect();
+    assert!(pids.iter().all(|&p| alive(p)));
     let st = Command::new("kill")
         .arg("-KILL")
         .arg(child.id().to_string())
@@ -492,11 +501,42 @@ fn sigkill_of_zklock_stops_the_command() {
     assert!(st.success());
     let _ = wait_output(child, Duration::from_secs(10));
     let t0 = Instant::now();
-    while alive(pid) {
+    while pids.iter().any(|&p| alive(p)) {
         assert!(
             t0.elapsed() < Duration::from_secs(5),
-            "the command survived zklock's SIGKILL"
+            "the command or its child survived zklock's SIGKILL"
         );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A command that exits leaving a process behind: that process is stopped before the lock is released, so it
+/// never works alongside the next holder.
+#[test]
+fn leftovers_are_stopped_before_the_release() {
+    let Some(zk) = server() else { return };
+    let path = unique("leftover");
+    let dir = tempdir("leftover");
+    let worker = dir.join("worker");
+    let t0 = Instant::now();
+    let o = run(zklock(
+        &zk,
+        &[
+            &path,
+            "--",
+            "sh",
+            "-c",
+            &format!("sleep 60 & echo $! > {}; exit 3", worker.display()),
+        ],
+    ));
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(t0.elapsed() < Duration::from_secs(20), "zklock took {:?}", t0.elapsed());
+    let pid: i32 = std::fs::read_to_string(&worker).unwrap().trim().parse().unwrap();
+    // zklock waited for it to end; only its reaping by init may lag.
+    let t1 = Instant::now();
+    while alive(pid) {
+        assert!(t1.elapsed() < Duration::from_secs(2), "the background process outlived the lock");
         std::thread::sleep(Duration::from_millis(20));
     }
     std::fs::remove_dir_all(&dir).unwrap();

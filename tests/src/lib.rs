@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+pub mod campaign;
 pub mod harness;
 pub mod history;
 pub mod mem;

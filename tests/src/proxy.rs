@@ -28,6 +28,7 @@ struct Ctl {
     upstream: SocketAddr,
     lose_create_replies: AtomicU32,
     cut_until: Mutex<Option<Instant>>,
+    blackhole_until: Mutex<Option<Instant>>,
     generation: watch::Sender<u64>,
     cuts: AtomicU32,
 }
@@ -50,6 +51,7 @@ impl Proxy {
             upstream,
             lose_create_replies: AtomicU32::new(0),
             cut_until: Mutex::new(None),
+            blackhole_until: Mutex::new(None),
             generation,
             cuts: AtomicU32::new(0),
         });
@@ -93,6 +95,14 @@ impl Proxy {
         self.ctl.generation.send_modify(|g| *g += 1);
     }
 
+    /// A partition for `d`: nothing passes either way, and neither end is told (no reset, no close), as when a
+    /// network drops packets. New connections are accepted and left unanswered. A frame that arrives during the
+    /// partition is never delivered; its connection is closed when the partition heals (as TCP gives up on it), while
+    /// a connection that stayed quiet survives.
+    pub fn blackhole_for(&self, d: Duration) {
+        *self.ctl.blackhole_until.lock().unwrap() = Some(Instant::now() + d);
+    }
+
     /// How many cuts were made by `cut_for` and `cut_now`.
     pub fn cuts(&self) -> u32 {
         self.ctl.cuts.load(Ordering::SeqCst)
@@ -119,6 +129,20 @@ async fn read_frame(r: &mut OwnedReadHalf) -> Option<Vec<u8>> {
     Some(buf)
 }
 
+impl Ctl {
+    /// While a partition lasts, waits for it to heal and returns `true`; `false` when there is none.
+    async fn swallowed_by_blackhole(&self) -> bool {
+        let until = *self.blackhole_until.lock().unwrap();
+        match until {
+            Some(t) if Instant::now() < t => {
+                tokio::time::sleep_until(t).await;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 fn i32_at(frame: &[u8], at: usize) -> Option<i32> {
     frame
         .get(at..at + 4)
@@ -126,6 +150,9 @@ fn i32_at(frame: &[u8], at: usize) -> Option<i32> {
 }
 
 async fn serve(ctl: Arc<Ctl>, inbound: TcpStream) {
+    if ctl.swallowed_by_blackhole().await {
+        return;
+    }
     let Ok(outbound) = TcpStream::connect(ctl.upstream).await else {
         return;
     };
@@ -150,6 +177,9 @@ async fn serve(ctl: Arc<Ctl>, inbound: TcpStream) {
 async fn pump_requests(ctl: Arc<Ctl>, mut from: OwnedReadHalf, mut to: OwnedWriteHalf, doomed: Arc<AtomicI64>) {
     let mut first = true;
     while let Some(frame) = read_frame(&mut from).await {
+        if ctl.swallowed_by_blackhole().await {
+            return;
+        }
         if !first {
             if let (Some(xid), Some(op)) = (i32_at(&frame, 4), i32_at(&frame, 8)) {
                 let lose = CREATE_OPS.contains(&op)
@@ -172,6 +202,9 @@ async fn pump_requests(ctl: Arc<Ctl>, mut from: OwnedReadHalf, mut to: OwnedWrit
 async fn pump_replies(ctl: Arc<Ctl>, mut from: OwnedReadHalf, mut to: OwnedWriteHalf, doomed: Arc<AtomicI64>) {
     let mut first = true;
     while let Some(frame) = read_frame(&mut from).await {
+        if ctl.swallowed_by_blackhole().await {
+            return;
+        }
         if !first {
             // Reply header: xid, zxid (8 bytes), err.
             if let (Some(xid), Some(err)) = (i32_at(&frame, 4), i32_at(&frame, 16)) {

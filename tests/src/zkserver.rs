@@ -78,6 +78,21 @@ impl PrivateZk {
         run(&[what, &n.to_string(), "--dir", &d]).expect("scripts/zk");
     }
 
+    /// Server `n`'s role as it reports it (`leader`, `follower`, `standalone`), or `None` when it does not answer
+    /// or is not serving (no quorum).
+    pub fn mode(&self, n: usize) -> Option<String> {
+        use std::io::{Read, Write};
+        let t = std::time::Duration::from_millis(500);
+        let mut s = std::net::TcpStream::connect_timeout(&self.addr(n), t).ok()?;
+        s.set_read_timeout(Some(t)).ok()?;
+        s.write_all(b"srvr").ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        out.lines()
+            .find_map(|l| l.strip_prefix("Mode: "))
+            .map(|m| m.trim().to_owned())
+    }
+
     /// SIGSTOP server `n`.
     pub fn pause(&self, n: u32) {
         self.signal("pause", n);

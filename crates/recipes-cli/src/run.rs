@@ -248,7 +248,11 @@ fn group_alive(group: u32) -> bool {
         return kill(Pid::from_raw(-(group as i32)), None).is_ok();
     };
     dir.flatten()
-        .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        })
         .any(|e| {
             let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
                 return false;

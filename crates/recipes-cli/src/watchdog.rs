@@ -43,7 +43,9 @@ pub fn main() -> ExitCode {
     }
     if let Some(g) = group {
         if kill(Pid::from_raw(-g), Signal::SIGKILL).is_ok() {
-            eprintln!("zklock-watchdog: zklock ended while its command ran; the command's process group {g} was killed");
+            eprintln!(
+                "zklock-watchdog: zklock ended while its command ran; the command's process group {g} was killed"
+            );
         }
     }
     ExitCode::SUCCESS

@@ -108,7 +108,10 @@ fn sigkill_campaign() {
         eprintln!("SKIPPED: {why}");
         return;
     }
-    let secs: u64 = std::env::var("CAMPAIGN_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
+    let secs: u64 = std::env::var("CAMPAIGN_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
     let seed: u64 = std::env::var("CAMPAIGN_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -124,7 +127,11 @@ fn sigkill_campaign() {
     let slots: Vec<Slot> = (0..8)
         .map(|index| Slot {
             index,
-            path: if index < 4 { "/campaign/sigkill/fair" } else { "/campaign/sigkill/rw" },
+            path: if index < 4 {
+                "/campaign/sigkill/fair"
+            } else {
+                "/campaign/sigkill/rw"
+            },
             rw: index >= 4,
         })
         .collect();
@@ -138,8 +145,14 @@ fn sigkill_campaign() {
 
     let mut threads = Vec::new();
     for slot in slots.clone() {
-        let (running, runs, next_id, connect, log, dir) =
-            (running.clone(), runs.clone(), next_id.clone(), connect.clone(), log.clone(), dir.clone());
+        let (running, runs, next_id, connect, log, dir) = (
+            running.clone(),
+            runs.clone(),
+            next_id.clone(),
+            connect.clone(),
+            log.clone(),
+            dir.clone(),
+        );
         let mut rng = Rng(seed ^ (slot.index as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         threads.push(std::thread::spawn(move || {
             while start.elapsed() < campaign {
@@ -279,7 +292,9 @@ fn sigkill_campaign() {
     }
     let stuck: Vec<u64> = runs.iter().filter(|(_, r)| r.stuck).map(|(&id, _)| id).collect();
     if !stuck.is_empty() {
-        failures.push(format!("zklock runs still waiting {drain_limit:?} after the start: {stuck:?}"));
+        failures.push(format!(
+            "zklock runs still waiting {drain_limit:?} after the start: {stuck:?}"
+        ));
     }
     let killed_holding = runs
         .iter()
@@ -315,7 +330,10 @@ fn sigkill_campaign() {
 
     // Orphans: once every dead session has expired, both locks are empty.
     std::thread::sleep(SESSION_TIMEOUT * 2 + Duration::from_secs(1));
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let orphans: usize = rt.block_on(async {
         let b = ZkBackend::connect(ZkOptions::new(connect.clone())).await.unwrap();
         let mut n = 0;
@@ -354,7 +372,10 @@ fn sigkill_campaign() {
         dir.display(),
         failures.join("\n")
     );
-    assert!(fair_holds >= 10 && rw_holds >= 10, "too little progress: {fair_holds} / {rw_holds} holds");
+    assert!(
+        fair_holds >= 10 && rw_holds >= 10,
+        "too little progress: {fair_holds} / {rw_holds} holds"
+    );
     assert!(killed_holding >= 3, "the killer hit only {killed_holding} holders");
     drop(zk);
     std::fs::remove_dir_all(PathBuf::from(&dir)).unwrap();

@@ -536,7 +536,10 @@ fn leftovers_are_stopped_before_the_release() {
     // zklock waited for it to end; only its reaping by init may lag.
     let t1 = Instant::now();
     while alive(pid) {
-        assert!(t1.elapsed() < Duration::from_secs(2), "the background process outlived the lock");
+        assert!(
+            t1.elapsed() < Duration::from_secs(2),
+            "the background process outlived the lock"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     std::fs::remove_dir_all(&dir).unwrap();

@@ -89,50 +89,34 @@ impl fmt::Display for Violation {
     }
 }
 
-/// Checks a history (in any order; it is sorted by time, releases before acquires at the same instant).
-/// `clients` lists the clients that must have acquired at least once.
+/// Checks a history (in any order; it is sorted by time). Events at the same instant are taken as a handoff: the
+/// releases of holds that began earlier first, then the acquires, then the releases of holds that began at that
+/// instant (a zero-length hold, as of a holder killed right after it entered). `clients` lists the clients that must
+/// have acquired at least once.
 pub fn check(events: &[Event], clients: &[usize]) -> Vec<Violation> {
     let mut events = events.to_vec();
-    events.sort_by_key(|e| (e.at(), matches!(e, Event::Acquired { .. })));
+    events.sort_by_key(Event::at);
     let mut holding: BTreeMap<usize, Mode> = BTreeMap::new();
     let mut acquired: BTreeMap<usize, usize> = BTreeMap::new();
     let mut highest: Option<u64> = None;
     let mut out = Vec::new();
-    for e in &events {
-        match *e {
-            Event::Acquired {
-                at,
-                client,
-                token,
-                mode,
-            } => {
-                if holding.contains_key(&client) {
-                    out.push(Violation::Malformed { at, client });
-                    continue;
-                }
-                for (&other, &m) in &holding {
-                    if mode == Mode::Exclusive || m == Mode::Exclusive {
-                        out.push(Violation::Overlap {
-                            at,
-                            holder: other,
-                            entrant: client,
-                        });
-                    }
-                }
-                if mode == Mode::Exclusive {
-                    if let Some(h) = highest.filter(|h| token <= *h) {
-                        out.push(Violation::TokenOrder { at, token, before: h });
-                    }
-                }
-                highest = Some(highest.map_or(token, |h| h.max(token)));
-                holding.insert(client, mode);
-                *acquired.entry(client).or_default() += 1;
-            }
-            Event::Released { at, client } => {
-                if holding.remove(&client).is_none() {
-                    out.push(Violation::Malformed { at, client });
-                }
-            }
+    for instant in events.chunk_by(|a, b| a.at() == b.at()) {
+        let begins_now = |c: usize| {
+            instant
+                .iter()
+                .any(|e| matches!(*e, Event::Acquired { client, .. } if client == c))
+        };
+        let ordered = instant
+            .iter()
+            .filter(|e| matches!(**e, Event::Released { client, .. } if !begins_now(client)))
+            .chain(instant.iter().filter(|e| matches!(e, Event::Acquired { .. })))
+            .chain(
+                instant
+                    .iter()
+                    .filter(|e| matches!(**e, Event::Released { client, .. } if begins_now(client))),
+            );
+        for e in ordered {
+            apply(e, &mut holding, &mut acquired, &mut highest, &mut out);
         }
     }
     for &c in clients {
@@ -141,6 +125,50 @@ pub fn check(events: &[Event], clients: &[usize]) -> Vec<Violation> {
         }
     }
     out
+}
+
+fn apply(
+    e: &Event,
+    holding: &mut BTreeMap<usize, Mode>,
+    acquired: &mut BTreeMap<usize, usize>,
+    highest: &mut Option<u64>,
+    out: &mut Vec<Violation>,
+) {
+    match *e {
+        Event::Acquired {
+            at,
+            client,
+            token,
+            mode,
+        } => {
+            if holding.contains_key(&client) {
+                out.push(Violation::Malformed { at, client });
+                return;
+            }
+            for (&other, &m) in holding.iter() {
+                if mode == Mode::Exclusive || m == Mode::Exclusive {
+                    out.push(Violation::Overlap {
+                        at,
+                        holder: other,
+                        entrant: client,
+                    });
+                }
+            }
+            if mode == Mode::Exclusive {
+                if let Some(h) = highest.filter(|h| token <= *h) {
+                    out.push(Violation::TokenOrder { at, token, before: h });
+                }
+            }
+            *highest = Some(highest.map_or(token, |h| h.max(token)));
+            holding.insert(client, mode);
+            *acquired.entry(client).or_default() += 1;
+        }
+        Event::Released { at, client } => {
+            if holding.remove(&client).is_none() {
+                out.push(Violation::Malformed { at, client });
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -169,7 +197,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn serial_histories_are_good(spec in proptest::collection::vec((0usize..6, any::<bool>(), 1u64..50), 1..60)) {
+        fn serial_histories_are_good(spec in proptest::collection::vec((0usize..6, any::<bool>(), 0u64..50), 1..60)) {
             let spec: Vec<(usize, Mode, u64)> = spec.into_iter()
                 .map(|(c, shared, len)| (c, if shared { Mode::Shared } else { Mode::Exclusive }, len))
                 .collect();
@@ -255,5 +283,48 @@ mod tests {
         assert_eq!(check(&shared, &[1, 2, 3]), vec![Violation::NoProgress { client: 3 }]);
         let malformed = vec![Event::Released { at: 1, client: 1 }];
         assert_eq!(check(&malformed, &[]), vec![Violation::Malformed { at: 1, client: 1 }]);
+    }
+
+    fn x(at: u64, client: usize, token: u64) -> Event {
+        Event::Acquired {
+            at,
+            client,
+            token,
+            mode: Mode::Exclusive,
+        }
+    }
+
+    /// A hold that ends at the instant it began (a holder killed right after it entered) is a hold, not a
+    /// release before an acquire; inside another hold it is an overlap.
+    #[test]
+    fn zero_length_holds() {
+        let alone = vec![
+            x(1, 1, 1),
+            Event::Released { at: 1, client: 1 },
+            x(2, 2, 2),
+            Event::Released { at: 3, client: 2 },
+        ];
+        assert!(check(&alone, &[1, 2]).is_empty(), "{:?}", check(&alone, &[1, 2]));
+        let handoff = vec![
+            x(1, 1, 1),
+            Event::Released { at: 5, client: 1 },
+            x(5, 2, 2),
+            Event::Released { at: 5, client: 2 },
+        ];
+        assert!(check(&handoff, &[]).is_empty(), "{:?}", check(&handoff, &[]));
+        let inside = vec![
+            x(1, 1, 1),
+            x(5, 2, 2),
+            Event::Released { at: 5, client: 2 },
+            Event::Released { at: 9, client: 1 },
+        ];
+        assert_eq!(
+            check(&inside, &[]),
+            vec![Violation::Overlap {
+                at: 5,
+                holder: 1,
+                entrant: 2
+            }]
+        );
     }
 }

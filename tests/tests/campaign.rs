@@ -11,7 +11,7 @@
 //! sessions are still open. Ignored by default; `scripts/campaign` (and `scripts/test`) run them. Each prints one
 //! `CAMPAIGN` line of figures.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // print_stdout: the campaign reports its figures
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -202,14 +202,20 @@ async fn ensemble_campaign() {
     tokio::time::sleep(Duration::from_secs(5)).await;
 
     // Phases: the leader, then a follower, then two servers at once (quorum lost for a while).
-    for phase in ["leader", "follower", "two servers"] {
+    let rounds = std::env::var("CAMPAIGN_ENSEMBLE_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2);
+    let phases = ["leader", "follower", "two servers"];
+    for (i, phase) in (0..rounds).flat_map(|_| phases).enumerate() {
+        let phase = format!("{phase} (round {})", i / phases.len() + 1);
         let Some(l) = leader(&zk) else {
             failures.push(format!("{phase}: no leader before the kill"));
             break;
         };
-        let victims: Vec<usize> = match phase {
-            "leader" => vec![l],
-            "follower" => vec![(1..=3).find(|&n| n != l).unwrap()],
+        let victims: Vec<usize> = match i % phases.len() {
+            0 => vec![l],
+            1 => vec![(1..=3).find(|&n| n != l).unwrap()],
             _ => (1..=3).filter(|&n| n != l).collect(),
         };
         let killed_at = rec.now();

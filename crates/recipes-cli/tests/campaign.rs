@@ -13,7 +13,7 @@
 //!
 //! Ignored by default; `scripts/campaign` (and `scripts/test`) run it. It prints one `CAMPAIGN` line of figures.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // print_stdout: the campaign reports its figures
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use recipes_conformance::campaign::{seed, Rng};
 use recipes_conformance::history::{check, Event, Mode};
 use recipes_conformance::zkserver::{available, PrivateZk};
 use recipes_core::{Backend, Error};
@@ -52,21 +53,6 @@ fn now_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64
 }
 
-/// xorshift64: the campaign's randomness, from a printed seed (`CAMPAIGN_SEED` repeats a run's choices).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 #[derive(Debug, Clone, Copy)]
 struct Slot {
     index: usize,
@@ -74,6 +60,9 @@ struct Slot {
     /// Fair, or read/write chosen per run.
     rw: bool,
 }
+
+/// A slot's current zklock run, if any: its id and process (reaped only by the slot's thread, under the lock).
+type Running = Mutex<Option<(u64, Child)>>;
 
 /// One zklock run: what the test knows of it.
 #[derive(Debug, Default, Clone)]
@@ -112,10 +101,7 @@ fn sigkill_campaign() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(60);
-    let seed: u64 = std::env::var("CAMPAIGN_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| now_ns() | 1);
+    let seed = seed();
     println!("sigkill campaign: {secs} s, seed {seed}");
     let zk = PrivateZk::start(1);
     let connect = zk.connect().to_owned();
@@ -135,7 +121,7 @@ fn sigkill_campaign() {
             rw: index >= 4,
         })
         .collect();
-    let running: Arc<Vec<Mutex<Option<(u64, Child)>>>> = Arc::new(slots.iter().map(|_| Mutex::new(None)).collect());
+    let running: Arc<Vec<Running>> = Arc::new(slots.iter().map(|_| Mutex::new(None)).collect());
     let runs: Arc<Mutex<BTreeMap<u64, Run>>> = Arc::default();
     let next_id = Arc::new(AtomicU64::new(1));
     let start = Instant::now();

@@ -62,7 +62,14 @@ impl Watchdog {
     /// Starts the watchdog; `None` (after a warning) when it cannot be started: the command then has only
     /// `PR_SET_PDEATHSIG` to stop it with zklock.
     pub fn start() -> Option<Watchdog> {
-        let exe = match std::env::current_exe() {
+        // On Linux, /proc/self/exe: in the forked child it is still zklock's own image, even when the file was
+        // replaced or deleted since zklock started (an upgrade).
+        let exe = if cfg!(target_os = "linux") {
+            Ok(std::path::PathBuf::from("/proc/self/exe"))
+        } else {
+            std::env::current_exe()
+        };
+        let exe = match exe {
             Ok(exe) => exe,
             Err(e) => {
                 eprintln!("zklock: warning: no watchdog (cannot find zklock's own executable: {e})");

@@ -477,6 +477,21 @@ fn layouts_name_nodes_like_the_peers() {
 #[test]
 fn sigkill_of_zklock_stops_the_command_and_its_children() {
     let Some(zk) = server() else { return };
+    sigkill_stops_the_group(&zk, Path::new(ZKLOCK), false);
+}
+
+/// The same when zklock's executable was deleted (an upgrade) while it waited: the watchdog still starts.
+#[test]
+fn sigkill_stops_the_group_even_after_the_binary_was_replaced() {
+    let Some(zk) = server() else { return };
+    let dir = tempdir("replaced");
+    let copy = dir.join("zklock-copy");
+    std::fs::copy(ZKLOCK, &copy).unwrap();
+    sigkill_stops_the_group(&zk, &copy, true);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn sigkill_stops_the_group(zk: &str, zklock: &Path, delete_while_waiting: bool) {
     let path = unique("sigkill");
     let dir = tempdir("sigkill");
     let (leader, worker) = (dir.join("leader"), dir.join("worker"));
@@ -485,7 +500,19 @@ fn sigkill_of_zklock_stops_the_command_and_its_children() {
         w = worker.display(),
         l = leader.display()
     );
-    let child = spawn_holding(&zk, &path, &script);
+    // With `delete_while_waiting`, another holder keeps zklock waiting while its executable is deleted.
+    let first = delete_while_waiting.then(|| spawn_holding(zk, &path, "sleep 1"));
+    let child = Command::new(zklock)
+        .args(["-s", zk, &path, "--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    if let Some(first) = first {
+        std::thread::sleep(Duration::from_millis(300));
+        std::fs::remove_file(zklock).unwrap();
+        let _ = wait_output(first, Duration::from_secs(20));
+    }
     wait_for_file(&leader, Duration::from_secs(20));
     wait_for_file(&worker, Duration::from_secs(5));
     let pids: Vec<i32> = [&leader, &worker]

@@ -501,7 +501,12 @@ fn sigkill_stops_the_group(zk: &str, zklock: &Path, delete_while_waiting: bool) 
         l = leader.display()
     );
     // With `delete_while_waiting`, another holder keeps zklock waiting while its executable is deleted.
-    let first = delete_while_waiting.then(|| spawn_holding(zk, &path, "sleep 1"));
+    let first = delete_while_waiting.then(|| {
+        let held = dir.join("first-holds");
+        let first = spawn_holding(zk, &path, &format!("touch {}; sleep 2", held.display()));
+        wait_for_file(&held, Duration::from_secs(20));
+        first
+    });
     let child = Command::new(zklock)
         .args(["-s", zk, &path, "--", "sh", "-c", &script])
         .stdout(Stdio::null())

@@ -115,22 +115,7 @@ async fn proxy_campaign() {
         p.lose_next_create_replies(0);
     }
 
-    let clients: Vec<Locks> = backends.iter().map(|b| Locks::new(b.clone())).collect();
-    failures.extend(every_lock_once(&clients, &rec, Duration::from_secs(10)).await);
-    let observer = connect(zk.connect(), Duration::from_secs(10)).await;
-    let left = orphans(observer.as_ref(), &rec, Duration::from_secs(10)).await;
-    failures.extend(left.iter().map(|n| format!("orphan (sessions open): {n}")));
-    failures.extend(rec.violations());
-    let idle = rec.idle_clients(6);
-    if !idle.is_empty() {
-        failures.push(format!("clients that never held a lock: {idle:?}"));
-    }
-    for b in &backends {
-        b.shutdown(Duration::from_secs(2)).await;
-    }
-    let after_close = orphans(observer.as_ref(), &rec, Duration::from_secs(10)).await;
-    failures.extend(after_close.iter().map(|n| format!("orphan (sessions closed): {n}")));
-    observer.shutdown(Duration::from_secs(2)).await;
+    let orphan_count = final_checks(&zk, &backends, &rec, &mut failures).await;
 
     let tally = rec.tally();
     println!(
@@ -143,7 +128,7 @@ async fn proxy_campaign() {
         tally.timeouts,
         tally.errors,
         rec.violations().len(),
-        left.len() + after_close.len(),
+        orphan_count,
         failures.iter().filter(|f| f.contains("deadlock")).count(),
     );
     assert!(
@@ -152,7 +137,12 @@ async fn proxy_campaign() {
         failures.len(),
         failures.join("\n")
     );
-    assert!(tally.holds >= 50, "too little progress: {} holds", tally.holds);
+    // At least one hold a second (a full run makes about three).
+    assert!(
+        tally.holds >= length.as_secs(),
+        "too little progress: {} holds in {length:?}",
+        tally.holds
+    );
 }
 
 /// Polls until some live server is leader (or `limit`); the time it took.
@@ -272,20 +262,7 @@ async fn ensemble_campaign() {
     }
     rec.stop();
     failures.extend(join_clients(tasks, Duration::from_secs(60)).await);
-    let clients: Vec<Locks> = backends.iter().map(|b| Locks::new(b.clone())).collect();
-    failures.extend(every_lock_once(&clients, &rec, Duration::from_secs(10)).await);
-    let observer = connect(zk.connect(), Duration::from_secs(10)).await;
-    let left = orphans(observer.as_ref(), &rec, Duration::from_secs(10)).await;
-    failures.extend(left.iter().map(|n| format!("orphan (sessions open): {n}")));
-    failures.extend(rec.violations());
-    let idle = rec.idle_clients(4);
-    if !idle.is_empty() {
-        failures.push(format!("clients that never held a lock: {idle:?}"));
-    }
-    for b in &backends {
-        b.shutdown(Duration::from_secs(2)).await;
-    }
-    observer.shutdown(Duration::from_secs(2)).await;
+    let orphan_count = final_checks(&zk, &backends, &rec, &mut failures).await;
     let tally = rec.tally();
     println!(
         "CAMPAIGN ensemble: 3 servers, 4 clients, session timeout {session:?}, seed {seed}: holds {}, lost midway {}, \
@@ -296,7 +273,7 @@ async fn ensemble_campaign() {
         tally.errors,
         report.join("; "),
         rec.violations().len(),
-        left.len(),
+        orphan_count,
     );
     drop(zk);
     assert!(
@@ -305,6 +282,33 @@ async fn ensemble_campaign() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// After the clients stopped: every lock once more per client (no deadlock), the history, progress of every client,
+/// and orphans with the sessions open, then closed. Failures are added to `failures`; returns the orphans found.
+async fn final_checks(
+    zk: &PrivateZk,
+    backends: &[Arc<ZkBackend>],
+    rec: &Arc<Record>,
+    failures: &mut Vec<String>,
+) -> usize {
+    let clients: Vec<Locks> = backends.iter().map(|b| Locks::new(b.clone())).collect();
+    failures.extend(every_lock_once(&clients, rec, Duration::from_secs(10)).await);
+    let observer = connect(zk.connect(), Duration::from_secs(10)).await;
+    let open = orphans(observer.as_ref(), rec, Duration::from_secs(10)).await;
+    failures.extend(open.iter().map(|n| format!("orphan (sessions open): {n}")));
+    failures.extend(rec.violations());
+    let idle = rec.idle_clients(backends.len());
+    if !idle.is_empty() {
+        failures.push(format!("clients that never held a lock: {idle:?}"));
+    }
+    for b in backends {
+        b.shutdown(Duration::from_secs(2)).await;
+    }
+    let closed = orphans(observer.as_ref(), rec, Duration::from_secs(10)).await;
+    failures.extend(closed.iter().map(|n| format!("orphan (sessions closed): {n}")));
+    observer.shutdown(Duration::from_secs(2)).await;
+    open.len() + closed.len()
 }
 
 /// Waits (up to `limit`) for a hold that began after `t`; the delay from `t`.

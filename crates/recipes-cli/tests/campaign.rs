@@ -358,8 +358,10 @@ fn sigkill_campaign() {
         dir.display(),
         failures.join("\n")
     );
+    // At least one hold per lock every 6 s (a full run makes about one a second).
+    let least = (secs / 6).max(1) as usize;
     assert!(
-        fair_holds >= 10 && rw_holds >= 10,
+        fair_holds >= least && rw_holds >= least,
         "too little progress: {fair_holds} / {rw_holds} holds"
     );
     assert!(killed_holding >= 3, "the killer hit only {killed_holding} holders");

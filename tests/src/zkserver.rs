@@ -40,6 +40,25 @@ pub fn available() -> Result<(), String> {
     }
 }
 
+/// Skips the calling test (with a line saying why) when private servers cannot be started here.
+#[macro_export]
+macro_rules! require_private_zk {
+    () => {
+        if let Err(why) = $crate::zkserver::available() {
+            eprintln!("SKIPPED {}: {why}", module_path!());
+            return;
+        }
+    };
+}
+
+/// A ZooKeeper backend on `servers` with session timeout `timeout`; panics (failing the test) when it cannot connect.
+pub async fn connect(servers: &str, timeout: std::time::Duration) -> std::sync::Arc<recipes_zk::ZkBackend> {
+    match recipes_zk::ZkBackend::connect(recipes_zk::ZkOptions::new(servers).session_timeout(timeout)).await {
+        Ok(b) => b,
+        Err(e) => panic!("connect to {servers}: {e}"),
+    }
+}
+
 impl PrivateZk {
     /// Starts `servers` (1 or 3) servers on free loopback ports.
     pub fn start(servers: u32) -> PrivateZk {

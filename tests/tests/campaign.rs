@@ -18,34 +18,19 @@ use std::time::{Duration, Instant};
 
 use recipes_conformance::campaign::{client_loop, every_lock_once, join_clients, orphans, seed, Record, Rng};
 use recipes_conformance::proxy::Proxy;
-use recipes_conformance::zkserver::{available, PrivateZk};
+use recipes_conformance::require_private_zk;
+use recipes_conformance::zkserver::{connect, PrivateZk};
 use recipes_core::Locks;
-use recipes_zk::{ZkBackend, ZkOptions};
-
-macro_rules! require_zk {
-    () => {
-        if let Err(why) = available() {
-            eprintln!("SKIPPED {}: {why}", module_path!());
-            return;
-        }
-    };
-}
+use recipes_zk::ZkBackend;
 
 fn secs(var: &str, default: u64) -> Duration {
     Duration::from_secs(std::env::var(var).ok().and_then(|s| s.parse().ok()).unwrap_or(default))
 }
 
-async fn connect(servers: &str, timeout: Duration) -> Arc<ZkBackend> {
-    match ZkBackend::connect(ZkOptions::new(servers).session_timeout(timeout)).await {
-        Ok(b) => b,
-        Err(e) => panic!("connect to {servers}: {e}"),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "fault campaign: run by scripts/campaign and scripts/test"]
 async fn proxy_campaign() {
-    require_zk!();
+    require_private_zk!();
     let seed = seed();
     let length = secs("CAMPAIGN_PROXY_SECS", 40);
     let session = Duration::from_secs(2);
@@ -166,7 +151,7 @@ fn leader(zk: &PrivateZk) -> Option<usize> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "fault campaign: run by scripts/campaign and scripts/test"]
 async fn ensemble_campaign() {
-    require_zk!();
+    require_private_zk!();
     let seed = seed();
     let session = Duration::from_secs(4);
     println!("ensemble campaign: seed {seed}");

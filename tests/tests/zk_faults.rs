@@ -8,25 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use recipes_conformance::proxy::Proxy;
-use recipes_conformance::zkserver::{available, PrivateZk};
+use recipes_conformance::require_private_zk;
+use recipes_conformance::zkserver::{connect, PrivateZk};
 use recipes_core::{Backend, Error, Locks, LostReason};
 use recipes_zk::{ZkBackend, ZkOptions};
-
-macro_rules! require_zk {
-    () => {
-        if let Err(why) = available() {
-            eprintln!("SKIPPED {}: {why}", module_path!());
-            return;
-        }
-    };
-}
-
-async fn connect(servers: &str, timeout: Duration) -> Arc<ZkBackend> {
-    match ZkBackend::connect(ZkOptions::new(servers).session_timeout(timeout)).await {
-        Ok(b) => b,
-        Err(e) => panic!("connect to {servers}: {e}"),
-    }
-}
 
 async fn within<T>(limit: Duration, what: &str, f: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(limit, f)
@@ -37,7 +22,7 @@ async fn within<T>(limit: Duration, what: &str, f: impl std::future::Future<Outp
 /// A restart of the server shorter than the session timeout keeps the session, its lock and its watches.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_restart_keeps_session_and_lock() {
-    require_zk!();
+    require_private_zk!();
     let zk = PrivateZk::start(1);
     let a = Locks::new(connect(zk.connect(), Duration::from_secs(8)).await);
     let b = Locks::new(connect(zk.connect(), Duration::from_secs(8)).await);
@@ -69,7 +54,7 @@ async fn server_restart_keeps_session_and_lock() {
 /// The server paused past the session timeout: the holder learns its lock is lost, and others can lock again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_paused_past_timeout_loses_lock() {
-    require_zk!();
+    require_private_zk!();
     let zk = PrivateZk::start(1);
     let a = Locks::new(connect(zk.connect(), Duration::from_secs(2)).await);
     let g = a.exclusive("/paused/lock").unwrap().acquire().await.unwrap();
@@ -98,7 +83,7 @@ async fn server_paused_past_timeout_loses_lock() {
 /// Dropped connections of the holder and of a queued waiter: the session, the lock and the waiter's watch survive.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_connections_keep_lock_and_queue() {
-    require_zk!();
+    require_private_zk!();
     let zk = PrivateZk::start(1);
     let pa = Proxy::start(zk.addr(1)).await.unwrap();
     let pb = Proxy::start(zk.addr(1)).await.unwrap();
@@ -149,7 +134,7 @@ async fn unreachable_server_is_a_clear_error() {
 /// With the server gone, a timed acquire ends in time (no hang) and leaves no node once the server is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_down_acquire_times_out_without_hanging() {
-    require_zk!();
+    require_private_zk!();
     let zk = PrivateZk::start(1);
     // Sessions long enough to outlive the outage.
     let backend = connect(zk.connect(), Duration::from_secs(30)).await;
@@ -197,7 +182,7 @@ async fn server_down_acquire_times_out_without_hanging() {
 /// A connect string with a dead host first and a chroot: locks live under the chroot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_host_connect_string_with_chroot() {
-    require_zk!();
+    require_private_zk!();
     let zk = PrivateZk::start(1);
     let root = connect(zk.connect(), Duration::from_secs(8)).await;
     root.create("/tenant-a", b"", recipes_core::CreateMode::Persistent)
@@ -217,7 +202,7 @@ async fn multi_host_connect_string_with_chroot() {
 /// Digest authentication: a session with credentials locks as usual.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn digest_auth_session_locks() {
-    require_zk!();
+    require_private_zk!();
     let zk = PrivateZk::start(1);
     let backend = ZkBackend::connect(ZkOptions::new(zk.connect()).digest_auth("app:secret"))
         .await
@@ -232,7 +217,7 @@ async fn digest_auth_session_locks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[allow(clippy::print_stdout)] // the fault campaign's figures (scripts/campaign)
 async fn server_paused_holder_stops_before_anyone_else_acquires() {
-    require_zk!();
+    require_private_zk!();
     let zk = PrivateZk::start(1);
     let a = Locks::new(connect(zk.connect(), Duration::from_secs(3)).await);
     let b = Locks::new(connect(zk.connect(), Duration::from_secs(3)).await);

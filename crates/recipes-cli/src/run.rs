@@ -222,20 +222,15 @@ async fn stop(child: &mut Child) {
 /// Processes the command left running in its group when it exited (`sh -c 'worker &'`) would work on after the lock
 /// is released: they get SIGTERM, a short grace, then SIGKILL, before the release.
 async fn end_leftovers(group: u32) {
-    if !group_alive(group) {
-        return;
-    }
     let g = Pid::from_raw(-(group as i32));
-    let _ = kill(g, Signal::SIGTERM);
-    let t0 = std::time::Instant::now();
-    while group_alive(group) && t0.elapsed() < TERM_GRACE {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    if group_alive(group) {
-        let _ = kill(g, Signal::SIGKILL);
+    for (sig, limit) in [(Signal::SIGTERM, TERM_GRACE), (Signal::SIGKILL, Duration::from_secs(1))] {
+        if !group_alive(group) {
+            return;
+        }
+        let _ = kill(g, sig);
         let t0 = std::time::Instant::now();
-        while group_alive(group) && t0.elapsed() < Duration::from_secs(1) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        while group_alive(group) && t0.elapsed() < limit {
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use recipes_core::{Backend, Locks, Recipe};
+use recipes_core::{Backend, BackendExt, Locks, Recipe};
 use recipes_zk::{ZkBackend, ZkOptions};
 
 #[derive(Parser)]
@@ -110,7 +110,7 @@ fn rss_bytes() -> u64 {
 async fn wait_children(backend: &dyn Backend, path: &str, n: usize) {
     let t0 = Instant::now();
     loop {
-        if backend.children(path).await.map(|c| c.len()).unwrap_or(0) >= n {
+        if backend.current().children(path).await.map(|c| c.len()).unwrap_or(0) >= n {
             return;
         }
         assert!(t0.elapsed() < Duration::from_secs(600), "waiters never queued");
@@ -134,8 +134,12 @@ fn main() {
                 let path = unique(&format!("uncontended-{recipe}"));
                 // A persistent lock path, as in a steady-state service (both libraries alike): no parent is made or
                 // reaped inside the measurement.
-                let _ = b.create("/bench", b"", recipes_core::CreateMode::Persistent).await;
-                b.create(&path, b"", recipes_core::CreateMode::Persistent)
+                let _ = b
+                    .current()
+                    .create("/bench", b"", recipes_core::CreateMode::Persistent)
+                    .await;
+                b.current()
+                    .create(&path, b"", recipes_core::CreateMode::Persistent)
                     .await
                     .unwrap();
                 let lock = locks.lock(&path, recipe).unwrap();
@@ -289,10 +293,12 @@ fn main() {
                 // Keep the lock path in place (the in-memory backend reaps empty containers at once, where ZooKeeper
                 // takes about a minute): this measures the steady state, as the ZooKeeper figure does.
                 client
+                    .current()
                     .create("/bench", b"", recipes_core::CreateMode::Persistent)
                     .await
                     .unwrap();
                 client
+                    .current()
                     .create("/bench/mem", b"", recipes_core::CreateMode::Persistent)
                     .await
                     .unwrap();

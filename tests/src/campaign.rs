@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use recipes_core::{Backend, Error, Locks, Recipe};
+use recipes_core::{Backend, BackendExt, Error, Locks, Recipe};
 use tokio::time::Instant;
 
 use crate::history::{check, Event, Mode};
@@ -324,7 +324,7 @@ pub async fn orphans(observer: &dyn Backend, rec: &Record, limit: Duration) -> V
         let mut left = Vec::new();
         for (name, _) in LOCKS {
             let path = rec.path(name);
-            match observer.children(&path).await {
+            match observer.current().children(&path).await {
                 Ok(c) => left.extend(c.into_iter().map(|n| format!("{path}/{n}"))),
                 Err(Error::NoNode(_)) => {}
                 Err(e) => left.push(format!("{path}: listing failed: {e}")),

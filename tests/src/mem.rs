@@ -10,15 +10,26 @@ use recipes_mem::{MemClient, MemCluster};
 use crate::harness::{Capabilities, Faults, Harness, TestClient};
 
 /// Runs the suite on a fresh [`MemCluster`] per test, under tokio's paused clock.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct MemHarness {
     cluster: MemCluster,
 }
 
+impl Default for MemHarness {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// How long an empty container stays: as on the suite's ZooKeeper server (`znode.container.checkIntervalMs`).
+pub const REAP_DELAY: Duration = Duration::from_secs(1);
+
 impl MemHarness {
-    /// A harness on a new cluster.
+    /// A harness on a new cluster whose containers are reaped as the suite's ZooKeeper server reaps them.
     pub fn new() -> Self {
-        Self::default()
+        let cluster = MemCluster::new();
+        cluster.set_container_reap_delay(REAP_DELAY);
+        MemHarness { cluster }
     }
 
     /// The cluster.
@@ -88,12 +99,14 @@ impl Harness for MemHarness {
     }
     async fn finish(&self) {
         // Background cleanups run on the (paused) clock: give them time, then nothing ephemeral may remain
-        // except nodes of clients still alive in the scenario (all are dropped by now).
-        for _ in 0..100 {
-            if self.cluster.ephemerals().is_empty() {
+        // except nodes of clients still alive in the scenario (all are dropped by now), and the reaper must have
+        // removed the emptied containers.
+        let ours = |c: &MemCluster| c.paths().into_iter().any(|p| p.starts_with("/conformance/"));
+        for _ in 0..200 {
+            if self.cluster.ephemerals().is_empty() && !ours(&self.cluster) {
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let left = self.cluster.ephemerals();
         assert!(left.is_empty(), "lock nodes left behind: {left:?}");

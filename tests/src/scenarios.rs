@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::{BlockingLock, Error, Lock, LockGuard, LostReason, Owner, OwnerToken, Recipe};
+use recipes_core::{BackendExt, BlockingLock, Error, Lock, LockGuard, LostReason, Owner, OwnerToken, Recipe};
 use tokio::task::JoinSet;
 
 use crate::harness::Harness;
@@ -812,7 +812,7 @@ pub async fn release_after_node_deleted_is_error(h: &dyn Harness) {
     let path = h.path("release-deleted");
     let (a, admin, b) = (h.client().await, h.client().await, h.client().await);
     let g = a.locks.fair(&path).unwrap().acquire().await.unwrap();
-    admin.locks.backend().delete(g.node()).await.unwrap();
+    admin.locks.backend().current().delete(g.node()).await.unwrap();
     let gb = bounded(h, "b after deletion", b.locks.fair(&path).unwrap().acquire())
         .await
         .unwrap();
@@ -832,7 +832,7 @@ pub async fn stale_exclusive_release_spares_new_holder(h: &dyn Harness) {
     let path = h.path("stale-exclusive");
     let (a, admin, b) = (h.client().await, h.client().await, h.client().await);
     let g = a.locks.exclusive(&path).unwrap().acquire().await.unwrap();
-    admin.locks.backend().delete(g.node()).await.unwrap();
+    admin.locks.backend().current().delete(g.node()).await.unwrap();
     let gb = bounded(h, "b", b.locks.exclusive(&path).unwrap().acquire())
         .await
         .unwrap();
@@ -888,7 +888,7 @@ pub async fn node_deleted_fires_lost(h: &dyn Harness) {
         let g = a.locks.lock(&path, recipe).unwrap().acquire().await.unwrap();
         let mut lost = Box::pin(g.lost());
         assert_pending(h, "lost before deletion", &mut lost).await;
-        admin.locks.backend().delete(g.node()).await.unwrap();
+        admin.locks.backend().current().delete(g.node()).await.unwrap();
         assert_eq!(bounded(h, "lost", lost).await, LostReason::NodeDeleted, "{recipe}");
         drop(g);
         wait_children(h, &path, 0).await;
@@ -1247,6 +1247,7 @@ pub async fn unknown_children_ignored(h: &dyn Harness) {
     let backend = a.locks.backend().clone();
     let foreign = format!("{path}/not-a-lock-0000000001");
     backend
+        .current()
         .create(&foreign, b"", recipes_core::CreateMode::Ephemeral)
         .await
         .unwrap();
@@ -1260,7 +1261,7 @@ pub async fn unknown_children_ignored(h: &dyn Harness) {
     .unwrap();
     g.release().await.unwrap();
     assert_eq!(h.children(&path).await, vec!["not-a-lock-0000000001".to_string()]);
-    backend.delete(&foreign).await.unwrap();
+    backend.current().delete(&foreign).await.unwrap();
     wait_children(h, &path, 0).await;
 }
 
@@ -1429,7 +1430,13 @@ pub async fn waiter_node_deleted_never_holds_without_node(h: &dyn Harness) {
             .find(|c| *c != held_name)
             .expect("b's node");
         // Delete b's node, then release at once: b must see its own node gone first.
-        admin.locks.backend().delete(&format!("{path}/{b_node}")).await.unwrap();
+        admin
+            .locks
+            .backend()
+            .current()
+            .delete(&format!("{path}/{b_node}"))
+            .await
+            .unwrap();
         g.release().await.unwrap();
         let gb = bounded(h, "b after re-queueing", waiter).await.unwrap();
         let name = gb.node().rsplit('/').next().unwrap().to_owned();

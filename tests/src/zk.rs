@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use recipes_core::{Backend, Locks};
+use recipes_core::{Backend, BackendExt, Locks};
 use recipes_zk::{ZkBackend, ZkOptions};
 use tokio::sync::OnceCell;
 
@@ -77,12 +77,12 @@ impl ZkHarness {
         let mut out = Vec::new();
         let mut stack = vec![path.to_owned()];
         while let Some(p) = stack.pop() {
-            if let Ok(Some((_, stat))) = obs.get(&p).await {
+            if let Ok(Some((_, stat))) = obs.current().get(&p).await {
                 if stat.ephemeral_owner != 0 {
                     out.push(p.clone());
                 }
             }
-            if let Ok(children) = obs.children(&p).await {
+            if let Ok(children) = obs.current().children(&p).await {
                 stack.extend(children.into_iter().map(|c| format!("{p}/{c}")));
             }
         }
@@ -184,7 +184,7 @@ impl Harness for ZkHarness {
         format!("{ROOT}/{}/{name}", self.run)
     }
     async fn children(&self, path: &str) -> Vec<String> {
-        let mut c = self.observer().await.children(path).await.unwrap_or_default();
+        let mut c = self.observer().await.current().children(path).await.unwrap_or_default();
         c.sort();
         c
     }

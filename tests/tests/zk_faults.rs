@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use recipes_conformance::proxy::Proxy;
 use recipes_conformance::require_private_zk;
 use recipes_conformance::zkserver::{connect, PrivateZk};
-use recipes_core::{Backend, Error, Locks, LostReason};
+use recipes_core::{BackendExt, Error, Locks, LostReason};
 use recipes_zk::{ZkBackend, ZkOptions};
 
 async fn within<T>(limit: Duration, what: &str, f: impl std::future::Future<Output = T>) -> T {
@@ -169,7 +169,7 @@ async fn server_down_acquire_times_out_without_hanging() {
     let obs = connect(zk.connect(), Duration::from_secs(8)).await;
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let children = obs.children("/down/lock").await.unwrap_or_default();
+        let children = obs.current().children("/down/lock").await.unwrap_or_default();
         if children.len() == 1 {
             break;
         }
@@ -185,7 +185,8 @@ async fn multi_host_connect_string_with_chroot() {
     require_private_zk!();
     let zk = PrivateZk::start(1);
     let root = connect(zk.connect(), Duration::from_secs(8)).await;
-    root.create("/tenant-a", b"", recipes_core::CreateMode::Persistent)
+    root.current()
+        .create("/tenant-a", b"", recipes_core::CreateMode::Persistent)
         .await
         .unwrap();
     let dead = {
@@ -195,7 +196,7 @@ async fn multi_host_connect_string_with_chroot() {
     let servers = format!("127.0.0.1:{dead},{}/tenant-a", zk.connect());
     let locks = Locks::new(connect(&servers, Duration::from_secs(8)).await);
     let g = locks.fair("/jobs/x").unwrap().acquire().await.unwrap();
-    assert_eq!(root.children("/tenant-a/jobs/x").await.unwrap().len(), 1);
+    assert_eq!(root.current().children("/tenant-a/jobs/x").await.unwrap().len(), 1);
     g.release().await.unwrap();
 }
 

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use recipes_conformance::zk::{server, ROOT};
-use recipes_core::Backend;
+use recipes_core::BackendExt;
 use recipes_zk::{ZkBackend, ZkOptions};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -27,7 +27,7 @@ async fn no_znodes_left_after_the_suite() {
         let mut left = Vec::new();
         let mut stack = vec![ROOT.to_owned()];
         while let Some(p) = stack.pop() {
-            if let Ok(children) = zk.children(&p).await {
+            if let Ok(children) = zk.current().children(&p).await {
                 left.push(p.clone());
                 stack.extend(children.into_iter().map(|c| format!("{p}/{c}")));
             }
@@ -38,7 +38,7 @@ async fn no_znodes_left_after_the_suite() {
         let ephemeral: Vec<_> = {
             let mut v = Vec::new();
             for p in &left {
-                if let Ok(Some((_, stat))) = zk.get(p).await {
+                if let Ok(Some((_, stat))) = zk.current().get(p).await {
                     if stat.ephemeral_owner != 0 {
                         v.push(p.clone());
                     }

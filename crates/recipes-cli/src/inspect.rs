@@ -5,7 +5,7 @@ use std::time::Duration;
 use recipes_core::decide::{contenders, decide, Decision};
 use recipes_core::info::NodeInfo;
 use recipes_core::layout::EXCLUSIVE_NODE;
-use recipes_core::{Backend, Error, LockPath, NodeKind};
+use recipes_core::{Backend, BackendExt, Error, LockPath, NodeKind};
 
 use crate::{connect, Conn, Fail};
 
@@ -35,7 +35,7 @@ fn age(ctime_ms: i64) -> String {
 }
 
 async fn row(backend: &dyn Backend, path: &LockPath, name: &str, role: String, kind: &str) -> Option<Row> {
-    let (data, stat) = backend.get(&path.child(name)).await.ok().flatten()?;
+    let (data, stat) = backend.current().get(&path.child(name)).await.ok().flatten()?;
     let info = NodeInfo::decode(&data);
     Some(Row {
         role,
@@ -64,7 +64,7 @@ pub async fn inspect(c: &Conn, path: &LockPath) -> Result<u8, Fail> {
 }
 
 async fn report(backend: &dyn Backend, c: &Conn, path: &LockPath) -> Result<String, Fail> {
-    let children = match backend.children(path.as_str()).await {
+    let children = match backend.current().children(path.as_str()).await {
         Ok(c) => c,
         Err(Error::NoNode(_)) => Vec::new(),
         Err(e) => return Err(e.into()),

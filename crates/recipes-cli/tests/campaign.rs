@@ -26,7 +26,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use recipes_conformance::campaign::{seed, Rng};
 use recipes_conformance::history::{check, Event, Mode};
 use recipes_conformance::zkserver::{available, PrivateZk};
-use recipes_core::{Backend, Error};
+use recipes_core::Error;
 use recipes_zk::{ZkBackend, ZkOptions};
 
 const ZKLOCK: &str = env!("CARGO_BIN_EXE_zklock");
@@ -324,7 +324,7 @@ fn sigkill_campaign() {
         let b = ZkBackend::connect(ZkOptions::new(connect.clone())).await.unwrap();
         let mut n = 0;
         for p in ["/campaign/sigkill/fair", "/campaign/sigkill/rw"] {
-            match b.children(p).await {
+            match recipes_core::BackendExt::current(&*b).children(p).await {
                 Ok(c) => n += c.len(),
                 Err(Error::NoNode(_)) => {}
                 Err(e) => panic!("listing {p}: {e}"),

@@ -290,7 +290,7 @@ fn lost_lock_stops_the_command_and_exits_70() {
         let b = recipes_zk::ZkBackend::connect(recipes_zk::ZkOptions::new(zk.clone()))
             .await
             .unwrap();
-        recipes_core::Backend::delete(&*b, &node).await.unwrap();
+        recipes_core::BackendExt::current(&*b).delete(&node).await.unwrap();
         b.shutdown(Duration::from_secs(2)).await;
     });
     let t0 = Instant::now();

@@ -121,11 +121,18 @@ pub type DeletionWatch = Pin<Box<dyn Future<Output = Result<()>> + Send + 'stati
 /// (ZooKeeper in production, `recipes_mem` in their tests).
 ///
 /// # Contract
-/// - One value is one client session. When that session expires, the backend reports
-///   [`SessionState::Expired`] on [`session`](Backend::session), fails the requests and watches of that session
-///   with [`Error::SessionExpired`](crate::Error::SessionExpired), and opens a new session (a new id) for later
-///   calls. It never silently carries a request of an old session over to a new one.
-/// - Requests issued by one task are applied by the server in the order they are issued.
+/// - One value is one client *connection* to the service, holding one session at a time. When that session
+///   expires, the backend reports [`SessionState::Expired`] on [`session`](Backend::session), fails the watches of
+///   that session with [`Error::SessionExpired`](crate::Error::SessionExpired), and opens a new session (a new id)
+///   for later calls.
+/// - **Every request names the session it is issued for** (its first argument), and runs on that session or not at
+///   all: a request for a session that is not the backend's current live session fails with
+///   [`Error::SessionExpired`](crate::Error::SessionExpired) (or [`Error::Closed`](crate::Error::Closed) once the
+///   backend is closed), and so does a request whose session the server has ended. No request is ever carried over
+///   to another session (a release that ran on the new session once deleted the next holder's node).
+/// - Requests of one session are applied by the server in the order they are issued; a request is issued when its
+///   future is first polled, and is applied even if the caller drops the future afterwards (its outcome is then
+///   unknown to the caller, as with a lost reply).
 /// - `create` of [`CreateMode::EphemeralSequential`] appends ZooKeeper's sequence: `%010d` of a signed 32-bit
 ///   counter kept per parent. `czxid`s strictly increase across all creates.
 /// - A create whose reply is lost returns [`Error::ConnectionLoss`](crate::Error::ConnectionLoss); the node may
@@ -136,13 +143,15 @@ pub type DeletionWatch = Pin<Box<dyn Future<Output = Result<()>> + Send + 'stati
 /// - `create` fails with [`Error::NoNode`](crate::Error::NoNode) when the parent is missing and
 ///   [`Error::NodeExists`](crate::Error::NodeExists) when a non-sequential node exists; `delete` fails with
 ///   `NoNode` when the node is missing.
+/// - A [`CreateMode::Container`] node is deleted by the server some time after its last child is gone (ZooKeeper
+///   checks about once a minute), not at once: a create under it may fail with `NoNode` later.
 #[async_trait]
 pub trait Backend: Send + Sync + fmt::Debug {
     /// Creates a node with `data` and returns its full path and czxid.
     ///
     /// # Notable errors
     /// `NoNode` (parent missing), `NodeExists`, `ConnectionLoss` (outcome unknown), `SessionExpired`.
-    async fn create(&self, path: &str, data: &[u8], mode: CreateMode) -> Result<Created>;
+    async fn create(&self, session: SessionId, path: &str, data: &[u8], mode: CreateMode) -> Result<Created>;
 
     /// Creates a node, and lists the children of `parent` *after* the create, in one round trip where the backend
     /// can pipeline (ZooKeeper applies one session's requests in order, so the list sees the new node). The list is
@@ -152,52 +161,55 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// As [`create`](Backend::create) and [`children`](Backend::children).
     async fn create_and_list(
         &self,
+        session: SessionId,
         path: &str,
         data: &[u8],
         mode: CreateMode,
         parent: &str,
     ) -> (Result<Created>, Result<Vec<String>>) {
-        let created = self.create(path, data, mode).await;
+        let created = self.create(session, path, data, mode).await;
         if created.is_err() {
             return (created, Err(crate::Error::ConnectionLoss));
         }
-        (created, self.children(parent).await)
+        (created, self.children(session, parent).await)
     }
 
     /// Lists the names (not paths) of `path`'s children, in no particular order.
     ///
     /// # Notable errors
     /// `NoNode`, `ConnectionLoss`, `SessionExpired`.
-    async fn children(&self, path: &str) -> Result<Vec<String>>;
+    async fn children(&self, session: SessionId, path: &str) -> Result<Vec<String>>;
 
     /// Reads a node's data and stat, or `None` when it does not exist.
     ///
     /// # Notable errors
     /// `ConnectionLoss`, `SessionExpired`.
-    async fn get(&self, path: &str) -> Result<Option<(Vec<u8>, Stat)>>;
+    async fn get(&self, session: SessionId, path: &str) -> Result<Option<(Vec<u8>, Stat)>>;
 
-    /// Sets a one-shot watch for the deletion of `path`, then checks that it exists. `None`: it does not.
+    /// Sets a one-shot watch for the deletion of `path`, then checks that it exists: its stat and the watch, or
+    /// `None` when it does not exist.
     ///
     /// # Notable errors
     /// `ConnectionLoss`, `SessionExpired`.
-    async fn watch_deletion(&self, path: &str) -> Result<Option<DeletionWatch>>;
+    async fn watch_deletion(&self, session: SessionId, path: &str) -> Result<Option<(Stat, DeletionWatch)>>;
 
     /// Reads a node's data and sets a one-shot watch on it, firing on a change of its data or on its deletion.
     /// `None` when the node does not exist.
     ///
     /// # Notable errors
     /// `ConnectionLoss`, `SessionExpired`.
-    async fn get_and_watch(&self, path: &str) -> Result<Option<(Vec<u8>, NodeWatch)>>;
+    async fn get_and_watch(&self, session: SessionId, path: &str) -> Result<Option<(Vec<u8>, NodeWatch)>>;
 
     /// Overwrites a node's data without waiting for the reply. The request is sent before this returns, so the
-    /// server applies it before every later request of this session; its outcome is not reported.
-    fn set_data_unacked(&self, path: &str, data: &[u8]);
+    /// server applies it before every later request of this session; its outcome is not reported. Nothing is sent
+    /// when `session` is not the current live session.
+    fn set_data_unacked(&self, session: SessionId, path: &str, data: &[u8]);
 
     /// Deletes a node (any version).
     ///
     /// # Notable errors
     /// `NoNode`, `NotEmpty`, `ConnectionLoss`, `SessionExpired`.
-    async fn delete(&self, path: &str) -> Result<()>;
+    async fn delete(&self, session: SessionId, path: &str) -> Result<()>;
 
     /// The current session and its state; the receiver sees every later change.
     fn session(&self) -> watch::Receiver<SessionStatus>;
@@ -211,4 +223,110 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// while idle (heartbeats at most a quarter of the session timeout apart) and never moves it forward for a
     /// request that was not answered.
     fn lease(&self) -> Lease;
+}
+
+/// Requests bound to one session: `backend.on(id).delete(path)` reads as what it does.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use recipes_core::{Backend, BackendExt, CreateMode};
+/// let client: std::sync::Arc<dyn Backend> = recipes_mem::MemCluster::new().client();
+/// let now = client.current();
+/// now.create("/config", b"v1", CreateMode::Persistent).await?;
+/// assert_eq!(now.get("/config").await?.map(|(data, _)| data), Some(b"v1".to_vec()));
+/// # Ok::<(), recipes_core::Error>(())
+/// # }).unwrap();
+/// ```
+#[derive(Clone, Copy)]
+pub struct SessionRef<'a> {
+    backend: &'a dyn Backend,
+    id: SessionId,
+}
+
+impl fmt::Debug for SessionRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SessionRef({:#x})", self.id)
+    }
+}
+
+/// Binds requests to a session: `backend.on(id)` and `backend.current()`, on any backend, concrete or `dyn`.
+pub trait BackendExt {
+    /// Requests bound to the session `id`: they fail, rather than run on another session, once `id` has ended.
+    fn on(&self, id: SessionId) -> SessionRef<'_>;
+
+    /// Requests bound to the session that is current now.
+    fn current(&self) -> SessionRef<'_>;
+}
+
+impl<B: Backend> BackendExt for B {
+    fn on(&self, id: SessionId) -> SessionRef<'_> {
+        SessionRef { backend: self, id }
+    }
+
+    fn current(&self) -> SessionRef<'_> {
+        self.on(self.session_status().id)
+    }
+}
+
+impl BackendExt for dyn Backend + '_ {
+    fn on(&self, id: SessionId) -> SessionRef<'_> {
+        SessionRef { backend: self, id }
+    }
+
+    fn current(&self) -> SessionRef<'_> {
+        self.on(self.session_status().id)
+    }
+}
+
+impl SessionRef<'_> {
+    /// The session these requests are bound to.
+    pub fn id(&self) -> SessionId {
+        self.id
+    }
+
+    /// See [`Backend::create`].
+    pub async fn create(&self, path: &str, data: &[u8], mode: CreateMode) -> Result<Created> {
+        self.backend.create(self.id, path, data, mode).await
+    }
+
+    /// See [`Backend::create_and_list`].
+    pub async fn create_and_list(
+        &self,
+        path: &str,
+        data: &[u8],
+        mode: CreateMode,
+        parent: &str,
+    ) -> (Result<Created>, Result<Vec<String>>) {
+        self.backend.create_and_list(self.id, path, data, mode, parent).await
+    }
+
+    /// See [`Backend::children`].
+    pub async fn children(&self, path: &str) -> Result<Vec<String>> {
+        self.backend.children(self.id, path).await
+    }
+
+    /// See [`Backend::get`].
+    pub async fn get(&self, path: &str) -> Result<Option<(Vec<u8>, Stat)>> {
+        self.backend.get(self.id, path).await
+    }
+
+    /// See [`Backend::watch_deletion`].
+    pub async fn watch_deletion(&self, path: &str) -> Result<Option<(Stat, DeletionWatch)>> {
+        self.backend.watch_deletion(self.id, path).await
+    }
+
+    /// See [`Backend::get_and_watch`].
+    pub async fn get_and_watch(&self, path: &str) -> Result<Option<(Vec<u8>, NodeWatch)>> {
+        self.backend.get_and_watch(self.id, path).await
+    }
+
+    /// See [`Backend::set_data_unacked`].
+    pub fn set_data_unacked(&self, path: &str, data: &[u8]) {
+        self.backend.set_data_unacked(self.id, path, data)
+    }
+
+    /// See [`Backend::delete`].
+    pub async fn delete(&self, path: &str) -> Result<()> {
+        self.backend.delete(self.id, path).await
+    }
 }

@@ -1,6 +1,6 @@
 //! Layer 2, the pure half: who holds the lock, and whom a waiter watches. No I/O.
 
-use crate::layout::{Layout, NodeKind, SortKey};
+use crate::layout::{Family, Layout, NodeKind, SortKey};
 
 /// A queued lock node, parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +25,21 @@ pub enum Decision {
     },
     /// Our node is not among the contenders: it vanished (session expired, deleted by someone).
     Missing,
+}
+
+/// The first child that is a lock node of a family other than `own` (see [`Family`]): a recipe refuses to hold beside
+/// it. Children of no family are not lock nodes and do not count.
+///
+/// # Contract
+/// Every contender lists the children *after* its own create is applied (ZooKeeper applies one session's requests in
+/// order, and the server that answers a list has applied every write before that session's own). So of two
+/// contenders of different families, the one whose create came second lists a queue that holds the other's node,
+/// and refuses: at least one of any two racing contenders sees the other, and they never hold together.
+pub fn foreign<S: AsRef<str>>(own: Family, children: &[S]) -> Option<(String, Family)> {
+    children.iter().find_map(|c| {
+        let name = c.as_ref();
+        Family::of(name).filter(|f| *f != own).map(|f| (name.to_owned(), f))
+    })
 }
 
 /// Parses `children` with `layout`, drops names it does not recognise, and sorts them by the layout's key (then
@@ -240,9 +255,10 @@ mod tests {
             .collect();
         let refs: Vec<&str> = n.iter().map(String::as_str).collect();
         assert_eq!(order(Layout::Native, &refs), n);
-        // kazoo does not count "-000000001" (nine digits after the sign) at all.
+        // kazoo itself does not count "-000000001" (nine digits after the sign), but the kazoo layout must find its
+        // own node there (else it would leave it behind and create another, and another).
         let k = Layout::Kazoo.prefix(NodeKind::Lock, Uuid::from_u128(1));
-        assert_eq!(contenders(Layout::Kazoo, &[format!("{k}-000000001")]).len(), 0);
+        assert_eq!(contenders(Layout::Kazoo, &[format!("{k}-000000001")]).len(), 1);
     }
 
     #[test]

@@ -1,8 +1,11 @@
 //! Layer 2, the I/O half: the one driver that runs create / list / decide / watch / wait for every recipe, with
 //! cleanup of our node on every exit path.
+//!
+//! Every request names the session it belongs to (`backend.on(sid)`): a request of a session that has ended fails,
+//! and never runs on the session the backend opened after it.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,12 +14,15 @@ use tokio::time::Instant;
 use tracing::{debug, warn, Instrument};
 use uuid::Uuid;
 
-use crate::backend::{Backend, CreateMode, DeletionWatch, NodeEvent, SessionId, SessionState, SessionStatus};
-use crate::decide::{contenders, decide, would_wait, Decision};
+use crate::backend::{
+    Backend, BackendExt, CreateMode, DeletionWatch, NodeEvent, SessionId, SessionState, SessionStatus,
+};
+use crate::decide::{contenders, decide, foreign, would_wait, Decision};
 use crate::error::{Error, LostReason, Result};
 use crate::info::NodeInfo;
-use crate::layout::{Layout, NodeKind, EXCLUSIVE_NODE};
+use crate::layout::{Family, Layout, NodeKind, EXCLUSIVE_NODE};
 use crate::metrics::Counters;
+use crate::mutants::{is_active, Mutant};
 use crate::path::LockPath;
 
 /// Shared by every lock made from one [`Locks`](crate::Locks) value.
@@ -38,6 +44,16 @@ pub(crate) enum Target {
     Exclusive,
     /// A sequential node of this kind in the queue under `P`.
     Queue(NodeKind),
+}
+
+impl Target {
+    /// The family of lock nodes this target makes and honours; every other family on the path is refused.
+    fn family(self, layout: Layout) -> Family {
+        match self {
+            Target::Exclusive => Family::Exclusive,
+            Target::Queue(_) => layout.queue_family(),
+        }
+    }
 }
 
 /// How long an acquire may wait.
@@ -62,6 +78,24 @@ impl Patience {
     }
 }
 
+const DELETE_ATTEMPTS: u32 = 20;
+/// How long a `try_acquire` may spend on requests (while disconnected they wait for the connection).
+const TRY_BOUND: Duration = Duration::from_secs(5);
+/// How long a delete waits for a lost connection to come back before trying again.
+const RECONNECT_WAIT: Duration = Duration::from_secs(30);
+/// A waiter that came to hold the lock marks itself `first` only when at least this many blockers were ahead of it:
+/// in a short queue the node behind it lists again more cheaply (a read) than the mark costs (a write). Marking is
+/// only an optimisation: without a mark the node behind lists again.
+const MARK_FROM_QUEUE_LEN: usize = 16;
+/// How long an acquire that gives up waits for its cleanup before leaving it to the background.
+const CLEANUP_GRACE: Duration = Duration::from_millis(500);
+
+/// Whether the session `pinned` is over, as far as this client knows: the backend moved to another session, or
+/// the session expired or was closed.
+pub(crate) fn session_over(status: SessionStatus, pinned: SessionId) -> bool {
+    status.id != pinned || matches!(status.state, SessionState::Expired | SessionState::Closed)
+}
+
 /// A lock node that holds its lock. Deleting it releases the lock; dropping it unreleased deletes it in the
 /// background.
 #[derive(Debug)]
@@ -75,17 +109,13 @@ pub(crate) struct HeldNode {
     fixed: bool,
     handle: Option<Handle>,
     released: AtomicBool,
+    /// A loss that cannot be undone, once `lost()` has seen it (0: none known).
+    known_loss: AtomicU8,
 }
 
-const DELETE_ATTEMPTS: u32 = 20;
-/// How long a `try_acquire` may spend on requests (while disconnected they wait for the connection).
-const TRY_BOUND: Duration = Duration::from_secs(5);
-/// A waiter that came to hold the lock marks itself `first` only when at least this many blockers were ahead of it:
-/// in a short queue the node behind it lists again more cheaply (a read) than the mark costs (a write). Marking is
-/// only an optimisation: without a mark the node behind lists again.
-const MARK_FROM_QUEUE_LEN: usize = 16;
-/// How long an acquire that gives up waits for its cleanup before leaving it to the background.
-const CLEANUP_GRACE: Duration = Duration::from_millis(500);
+const LOSS_NONE: u8 = 0;
+const LOSS_DELETED: u8 = 1;
+const LOSS_EXPIRED: u8 = 2;
 
 impl HeldNode {
     fn identity(&self) -> Identity {
@@ -102,21 +132,22 @@ impl HeldNode {
     /// node's `Drop` still deletes it in the background.
     pub async fn release(&self) -> Result<()> {
         if self.released.load(Ordering::Acquire) {
-            return Err(Error::NotHeld {
-                path: self.path.to_string(),
-                why: "it was released already".into(),
-            });
+            return Err(self.released_already());
         }
         let r = delete_with_retry(&self.ctx, &self.node, self.identity()).await;
         if self.released.swap(true, Ordering::AcqRel) {
-            return Err(Error::NotHeld {
-                path: self.path.to_string(),
-                why: "it was released already".into(),
-            });
+            return Err(self.released_already());
         }
         Counters::bump(&self.ctx.counters.releases);
         debug!(node = %self.node, ok = r.is_ok(), "released");
         r.map_err(|e| self.not_held(e))
+    }
+
+    fn released_already(&self) -> Error {
+        Error::NotHeld {
+            path: self.path.to_string(),
+            why: "it was released already".into(),
+        }
     }
 
     fn not_held(&self, e: Error) -> Error {
@@ -133,10 +164,33 @@ impl HeldNode {
         }
     }
 
-    /// Until when the lock is known valid: the lease of its session, or `None` once that session is gone.
+    /// A loss this client knows of and that cannot be undone: the session is over, or `lost()` saw the node go.
+    fn known_loss(&self, status: SessionStatus) -> Option<LostReason> {
+        if session_over(status, self.session) {
+            return Some(LostReason::SessionExpired);
+        }
+        match self.known_loss.load(Ordering::Acquire) {
+            LOSS_DELETED => Some(LostReason::NodeDeleted),
+            LOSS_EXPIRED => Some(LostReason::SessionExpired),
+            _ => None,
+        }
+    }
+
+    fn remember_loss(&self, reason: LostReason) {
+        let code = match reason {
+            LostReason::NodeDeleted => LOSS_DELETED,
+            LostReason::SessionExpired => LOSS_EXPIRED,
+            LostReason::LeaseExpired => return,
+        };
+        let _ = self
+            .known_loss
+            .compare_exchange(LOSS_NONE, code, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// Until when the lock is known valid: the lease of its session, or `None` once that session is gone (or the
+    /// node is known to have been deleted).
     pub fn valid_until(&self) -> Option<Instant> {
-        let st = current(&*self.ctx.backend);
-        if st.id != self.session || matches!(st.state, SessionState::Expired | SessionState::Closed) {
+        if self.known_loss(self.ctx.backend.session_status()).is_some() {
             return None;
         }
         let lease = self.ctx.backend.lease();
@@ -147,15 +201,34 @@ impl HeldNode {
         lease.answered_send.map(|t| t + trusted)
     }
 
+    /// Why the lock cannot be trusted now, or `None` while its lease is valid.
+    pub fn lost_now(&self) -> Option<LostReason> {
+        if let Some(r) = self.known_loss(self.ctx.backend.session_status()) {
+            return Some(r);
+        }
+        match self.valid_until() {
+            Some(until) if Instant::now() < until => None,
+            Some(_) => Some(LostReason::LeaseExpired),
+            None => Some(LostReason::SessionExpired),
+        }
+    }
+
     /// Resolves when the lock is known lost: the session expired, the node was deleted by someone else, or the
     /// lease ran out (checked on the clock, whatever the connection state claims).
     pub async fn lost(&self) -> LostReason {
-        let backend = &self.ctx.backend;
+        let reason = self.watch_for_loss().await;
+        self.remember_loss(reason);
+        reason
+    }
+
+    async fn watch_for_loss(&self) -> LostReason {
+        let backend = &*self.ctx.backend;
+        let on = backend.on(self.session);
         let mut rx = backend.session();
         loop {
-            let st = *rx.borrow_and_update();
-            if st.id != self.session || matches!(st.state, SessionState::Expired | SessionState::Closed) {
-                return LostReason::SessionExpired;
+            let status = *rx.borrow_and_update();
+            if let Some(r) = self.known_loss(status) {
+                return r;
             }
             let Some(until) = self.valid_until() else {
                 return LostReason::SessionExpired;
@@ -163,80 +236,68 @@ impl HeldNode {
             if Instant::now() >= until {
                 return LostReason::LeaseExpired;
             }
-            let lease_end = tokio::time::sleep_until(until);
-            tokio::pin!(lease_end);
-            if st.state != SessionState::Connected {
-                tokio::select! {
-                    r = rx.changed() => if r.is_err() { return LostReason::SessionExpired },
-                    () = &mut lease_end => {}
-                }
-                continue;
-            }
-            let registered = tokio::select! {
-                r = backend.watch_deletion(&self.node) => r,
-                r = rx.changed() => {
-                    if r.is_err() {
-                        return LostReason::SessionExpired;
-                    }
-                    continue;
-                }
-                () = &mut lease_end => continue,
-            };
-            match registered {
-                Ok(None) => {
-                    let st = *rx.borrow_and_update();
-                    return if st.id != self.session || st.state != SessionState::Connected {
-                        LostReason::SessionExpired
-                    } else {
-                        LostReason::NodeDeleted
-                    };
-                }
-                Ok(Some(w)) => {
-                    tokio::pin!(w);
-                    // Wait on this one watch; on lease timer or session events, re-check and keep waiting.
-                    loop {
-                        let Some(until) = self.valid_until() else {
+            // Connected: arm a watch on our node, checking that the node carrying our name is ours (by its creation
+            // id: the exclusive recipe's fixed name may by now be another holder's node).
+            let mut watch: Option<DeletionWatch> = None;
+            if status.state == SessionState::Connected {
+                let armed = tokio::select! {
+                    biased;
+                    r = on.watch_deletion(&self.node) => r,
+                    r = rx.changed() => {
+                        if r.is_err() {
                             return LostReason::SessionExpired;
-                        };
-                        if Instant::now() >= until {
-                            return LostReason::LeaseExpired;
                         }
-                        tokio::select! {
-                            r = &mut w => match r {
-                                Ok(()) => {
-                                    let st = *rx.borrow_and_update();
-                                    return if st.id != self.session
-                                        || matches!(st.state, SessionState::Expired | SessionState::Closed)
-                                    {
-                                        LostReason::SessionExpired
-                                    } else {
-                                        LostReason::NodeDeleted
-                                    };
-                                }
-                                Err(Error::SessionExpired | Error::Closed) => return LostReason::SessionExpired,
-                                Err(_) => break,
-                            },
-                            r = rx.changed() => {
-                                if r.is_err() {
-                                    return LostReason::SessionExpired;
-                                }
-                                let st = *rx.borrow_and_update();
-                                if st.id != self.session
-                                    || matches!(st.state, SessionState::Expired | SessionState::Closed)
-                                {
-                                    return LostReason::SessionExpired;
-                                }
-                            }
-                            () = tokio::time::sleep_until(until) => {}
-                        }
+                        continue;
                     }
+                    () = tokio::time::sleep_until(until) => continue,
+                };
+                match armed {
+                    // Our session answered, and the node is not there: someone deleted it.
+                    Ok(None) => return LostReason::NodeDeleted,
+                    Ok(Some((stat, _))) if stat.czxid != self.czxid && !is_active(Mutant::LostIgnoresCzxid) => {
+                        return LostReason::NodeDeleted
+                    }
+                    Ok(Some((_, w))) => watch = Some(w),
+                    Err(Error::SessionExpired | Error::Closed) => return LostReason::SessionExpired,
+                    // Connection loss: wait for the session to change state, then arm again.
+                    Err(_) => {}
                 }
-                Err(Error::SessionExpired | Error::Closed) => return LostReason::SessionExpired,
-                Err(_) => {
-                    tokio::select! {
-                        r = rx.changed() => if r.is_err() { return LostReason::SessionExpired },
-                        () = &mut lease_end => {}
+            }
+            // Wait for the watch, a change of the session's state, or the end of the lease.
+            loop {
+                let Some(until) = self.valid_until() else {
+                    return LostReason::SessionExpired;
+                };
+                if Instant::now() >= until {
+                    return LostReason::LeaseExpired;
+                }
+                let fired = async {
+                    match watch.as_mut() {
+                        Some(w) => w.await,
+                        None => std::future::pending().await,
                     }
+                };
+                tokio::select! {
+                    biased;
+                    r = fired => match r {
+                        // The deletion of our own session's ephemeral is never reported to that session's
+                        // watches (it sees the expiry instead): someone else deleted the node.
+                        Ok(()) => return LostReason::NodeDeleted,
+                        Err(Error::SessionExpired | Error::Closed) => return LostReason::SessionExpired,
+                        Err(_) => break,
+                    },
+                    r = rx.changed() => {
+                        if r.is_err() {
+                            return LostReason::SessionExpired;
+                        }
+                        if let Some(r) = self.known_loss(*rx.borrow_and_update()) {
+                            return r;
+                        }
+                        if watch.is_none() {
+                            break;
+                        }
+                    }
+                    () = tokio::time::sleep_until(until) => {}
                 }
             }
         }
@@ -279,6 +340,7 @@ struct Identity {
     /// holder's node of the same name.
     fixed: bool,
     attempt: Uuid,
+    /// The session that made the node: every request of the delete runs on it, or not at all.
     session: SessionId,
 }
 
@@ -312,32 +374,32 @@ async fn wait_connected(backend: &dyn Backend, deadline: Option<Instant>) -> Res
     }
 }
 
-fn current(backend: &dyn Backend) -> SessionStatus {
-    backend.session_status()
+/// Whether the node's data and stat say it is the node of this attempt, made by this session.
+fn is_ours(data: &[u8], stat_owner: SessionId, attempt: Uuid, session: SessionId) -> bool {
+    stat_owner == session && NodeInfo::decode(data).is_some_and(|i| i.attempt == attempt)
 }
 
+/// Deletes `node` on its own session. A fixed-name node is read first and deleted only if it is ours (both requests
+/// on that session, so an expiry in between fails the delete instead of letting it run elsewhere).
 async fn delete_once(ctx: &Ctx, node: &str, id: Identity) -> Result<()> {
+    let on = ctx.backend.on(id.session);
     if id.fixed {
-        match ctx.backend.get(node).await? {
+        match on.get(node).await? {
             None => return Err(Error::NoNode(node.to_owned())),
-            Some((data, stat)) => {
-                let ours = stat.ephemeral_owner == id.session
-                    && NodeInfo::decode(&data).is_some_and(|i| i.attempt == id.attempt);
-                if !ours {
-                    return Err(Error::NodeExists(node.to_owned()));
-                }
+            Some((data, stat)) if !is_ours(&data, stat.ephemeral_owner, id.attempt, id.session) => {
+                return Err(Error::NodeExists(node.to_owned()));
             }
+            Some(_) => {}
         }
     }
-    ctx.backend.delete(node).await
+    on.delete(node).await
 }
 
 /// Deletes our node, retrying through connection loss (bounded). `NoNode` after a lost reply counts as done.
 async fn delete_with_retry(ctx: &Ctx, node: &str, id: Identity) -> Result<()> {
     let mut lost_reply = false;
     for _ in 0..DELETE_ATTEMPTS {
-        let st = current(&*ctx.backend);
-        if st.id != id.session || st.state == SessionState::Expired {
+        if session_over(ctx.backend.session_status(), id.session) {
             // The session that owned the node is gone, and the node with it.
             return Err(Error::SessionExpired);
         }
@@ -346,8 +408,7 @@ async fn delete_with_retry(ctx: &Ctx, node: &str, id: Identity) -> Result<()> {
             Err(Error::NoNode(_)) if lost_reply => return Ok(()),
             Err(Error::ConnectionLoss) => {
                 lost_reply = true;
-                let d = Instant::now() + std::time::Duration::from_secs(30);
-                wait_connected(&*ctx.backend, Some(d)).await?;
+                wait_connected(&*ctx.backend, Some(Instant::now() + RECONNECT_WAIT)).await?;
             }
             Err(e) => return Err(e),
         }
@@ -359,29 +420,32 @@ async fn delete_with_retry(ctx: &Ctx, node: &str, id: Identity) -> Result<()> {
     })
 }
 
-/// Deletes whatever node a create with this attempt id may have made (its reply never arrived).
-async fn delete_by_attempt(ctx: &Ctx, path: &LockPath, attempt: Uuid, fixed: bool) -> Result<()> {
+/// Deletes whatever node a create of this attempt, sent on `session`, may have made (its reply never arrived).
+async fn delete_by_attempt(ctx: &Ctx, path: &LockPath, attempt: Uuid, session: SessionId, fixed: bool) -> Result<()> {
     let mut lost_reply = false;
     for _ in 0..DELETE_ATTEMPTS {
-        let st = current(&*ctx.backend);
+        if session_over(ctx.backend.session_status(), session) {
+            // Whatever the create made went with its session.
+            return Ok(());
+        }
         let r = if fixed {
-            let node = path.child(EXCLUSIVE_NODE);
             let id = Identity {
                 fixed,
                 attempt,
-                session: st.id,
+                session,
             };
-            match delete_once(ctx, &node, id).await {
+            match delete_once(ctx, &path.child(EXCLUSIVE_NODE), id).await {
                 Err(Error::NoNode(_) | Error::NodeExists(_)) => Ok(()),
                 r => r,
             }
         } else {
-            match ctx.backend.children(path.as_str()).await {
+            let on = ctx.backend.on(session);
+            match on.children(path.as_str()).await {
                 Ok(children) => {
                     let mut r = Ok(());
                     for name in children {
                         if ctx.layout.parse(&name).is_some_and(|p| p.attempt == attempt) {
-                            r = match ctx.backend.delete(&path.child(&name)).await {
+                            r = match on.delete(&path.child(&name)).await {
                                 Err(Error::NoNode(_)) => Ok(()),
                                 other => other,
                             };
@@ -398,8 +462,7 @@ async fn delete_by_attempt(ctx: &Ctx, path: &LockPath, attempt: Uuid, fixed: boo
             Err(Error::NoNode(_)) if lost_reply => return Ok(()),
             Err(Error::ConnectionLoss) => {
                 lost_reply = true;
-                let d = Instant::now() + std::time::Duration::from_secs(30);
-                wait_connected(&*ctx.backend, Some(d)).await?;
+                wait_connected(&*ctx.backend, Some(Instant::now() + RECONNECT_WAIT)).await?;
             }
             Err(Error::SessionExpired | Error::Closed) => return Ok(()),
             Err(e) => return Err(e),
@@ -416,8 +479,8 @@ async fn delete_by_attempt(ctx: &Ctx, path: &LockPath, attempt: Uuid, fixed: boo
 enum Pending {
     /// Nothing of ours may exist.
     Nothing,
-    /// A create was sent; its node may exist, name unknown.
-    Sent(Uuid),
+    /// A create was sent on this session; its node may exist, name unknown.
+    Sent(Uuid, SessionId),
     /// Our node exists.
     Created(String, Uuid, SessionId),
 }
@@ -437,7 +500,10 @@ impl Cleanup {
     }
 
     fn task(&mut self) -> Option<impl Future<Output = ()> + Send + 'static> {
-        let state = std::mem::replace(&mut self.state, Pending::Nothing);
+        let mut state = std::mem::replace(&mut self.state, Pending::Nothing);
+        if matches!(state, Pending::Sent(..)) && is_active(Mutant::CleanupIgnoresInFlight) {
+            state = Pending::Nothing;
+        }
         if let Pending::Nothing = state {
             return None;
         }
@@ -447,7 +513,7 @@ impl Cleanup {
         Some(async move {
             let res = match state {
                 Pending::Nothing => Ok(()),
-                Pending::Sent(attempt) => delete_by_attempt(&ctx, &path, attempt, fixed).await,
+                Pending::Sent(attempt, session) => delete_by_attempt(&ctx, &path, attempt, session, fixed).await,
                 Pending::Created(node, attempt, session) => {
                     let id = Identity {
                         fixed,
@@ -455,7 +521,7 @@ impl Cleanup {
                         session,
                     };
                     match delete_with_retry(&ctx, &node, id).await {
-                        Err(Error::SessionExpired | Error::NoNode(_) | Error::NodeExists(_)) => Ok(()),
+                        Err(Error::SessionExpired | Error::Closed | Error::NoNode(_) | Error::NodeExists(_)) => Ok(()),
                         r => r,
                     }
                 }
@@ -506,8 +572,7 @@ type Step<T> = std::result::Result<T, Stop>;
 /// Resolves when the session `pinned` is over (its id changed, or it expired or closed).
 async fn session_ended(rx: &mut tokio::sync::watch::Receiver<SessionStatus>, pinned: SessionId) {
     loop {
-        let st = *rx.borrow_and_update();
-        if st.id != pinned || matches!(st.state, SessionState::Expired | SessionState::Closed) {
+        if session_over(*rx.borrow_and_update(), pinned) {
             return;
         }
         if rx.changed().await.is_err() {
@@ -545,6 +610,7 @@ struct Queued {
 struct Attempt<'a> {
     ctx: &'a Arc<Ctx>,
     path: &'a LockPath,
+    target: Target,
     recipe: &'static str,
     try_once: bool,
     deadline: Option<Instant>,
@@ -573,6 +639,7 @@ pub(crate) async fn acquire(
         let mut attempt = Attempt {
             ctx,
             path,
+            target,
             recipe,
             try_once: patience == Patience::TryOnce,
             deadline: patience.deadline(),
@@ -640,6 +707,14 @@ impl Attempt<'_> {
             .ok_or(Stop::Deadline)
     }
 
+    /// Waits until the session `pinned` is connected again; fails when it ended meanwhile.
+    async fn reconnected(&self, pinned: SessionId) -> Step<()> {
+        if self.connected().await? != pinned {
+            return Err(Stop::Fail(Error::SessionExpired));
+        }
+        Ok(())
+    }
+
     /// Counts a failed create (lost reply, vanished parent or node) against the bound.
     fn failed(&mut self) -> Step<()> {
         self.failures += 1;
@@ -667,14 +742,48 @@ impl Attempt<'_> {
             fixed: self.cleanup.fixed,
             handle: Handle::try_current().ok(),
             released: AtomicBool::new(false),
+            known_loss: AtomicU8::new(LOSS_NONE),
+        }
+    }
+
+    /// The refusal when `children` hold a lock node of another family than ours; `None` otherwise.
+    fn refusal(&self, children: &[String]) -> Option<Error> {
+        if is_active(Mutant::NoForeignCheck) {
+            return None;
+        }
+        let ours = self.target.family(self.ctx.layout);
+        foreign(ours, children).map(|(node, family)| Error::ForeignLock {
+            path: self.path.to_string(),
+            node,
+            found: family.describe().to_owned(),
+            ours: ours.describe().to_owned(),
+        })
+    }
+
+    /// Deletes the node we made (now, within a grace) and refuses with `e`.
+    async fn refuse<T>(&mut self, e: Error) -> Step<T> {
+        debug!(error = %e, "refusing to hold beside a foreign lock node");
+        self.cleanup.finish_within(CLEANUP_GRACE).await;
+        Err(Stop::Fail(e))
+    }
+
+    /// Lists the lock path on session `sid`, through connection losses of that session.
+    async fn list(&self, sid: SessionId) -> Step<Vec<String>> {
+        loop {
+            match self.call(self.backend().on(sid).children(self.path.as_str())).await {
+                Ok(c) => return Ok(c),
+                Err(Stop::Fail(Error::NoNode(_))) => return Ok(Vec::new()),
+                Err(Stop::Fail(Error::ConnectionLoss)) => self.reconnected(sid).await?,
+                Err(e) => return Err(e),
+            }
         }
     }
 
     /// Creates the lock path and its ancestors as container nodes.
-    async fn ensure_parents(&self) -> Step<()> {
-        let path = self.path;
-        for p in path.ancestors().chain(std::iter::once(path.as_str())) {
-            match self.call(self.backend().create(p, b"", CreateMode::Container)).await {
+    async fn ensure_parents(&self, sid: SessionId) -> Step<()> {
+        let on = self.backend().on(sid);
+        for p in self.path.ancestors().chain(std::iter::once(self.path.as_str())) {
+            match self.call(on.create(p, b"", CreateMode::Container)).await {
                 Ok(_) | Err(Stop::Fail(Error::NodeExists(_))) => {}
                 // The create is retried as a whole; a lost parent shows up as NoNode again.
                 Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(()),
@@ -686,14 +795,15 @@ impl Attempt<'_> {
 
     /// Waits for the deletion of `node`: the watch is set before the existence check, so no wake-up is lost.
     async fn wait_deleted(&self, node: &str, pinned: SessionId) -> Step<()> {
-        let backend = self.backend();
-        let mut rx = backend.session();
+        let on = self.backend().on(pinned);
+        let mut rx = self.backend().session();
         loop {
-            match self.call(backend.watch_deletion(node)).await {
+            match self.call(on.watch_deletion(node)).await {
                 Ok(None) => return Ok(()),
-                Ok(Some(w)) => {
+                Ok(Some((_, w))) => {
                     let session_gone = session_ended(&mut rx, pinned);
                     tokio::select! {
+                        biased;
                         r = w => match r {
                             Ok(()) => {
                                 Counters::bump(&self.ctx.counters.wakeups);
@@ -702,15 +812,11 @@ impl Attempt<'_> {
                             Err(Error::ConnectionLoss) => {}
                             Err(e) => return Err(e.into()),
                         },
-                        () = self.deadline_passed() => return Err(Stop::Deadline),
                         () = session_gone => return Err(Stop::Fail(Error::SessionExpired)),
+                        () = self.deadline_passed() => return Err(Stop::Deadline),
                     }
                 }
-                Err(Stop::Fail(Error::ConnectionLoss)) => {
-                    if self.connected().await? != pinned {
-                        return Err(Stop::Fail(Error::SessionExpired));
-                    }
-                }
+                Err(Stop::Fail(Error::ConnectionLoss)) => self.reconnected(pinned).await?,
                 Err(e) => return Err(e),
             }
         }
@@ -739,16 +845,16 @@ impl Attempt<'_> {
     ///   so if our node was deleted (by someone else) before the blocker went, we never claim the lock.
     /// - `Relist` hands back to the listing path.
     async fn wait_in_line(&self, ours: &str, blocker: &str, blocker_first: bool, pinned: SessionId) -> Step<InLine> {
-        let backend = self.backend();
+        let on = self.backend().on(pinned);
         let own_path = self.path.child(ours);
         let blocker_path = self.path.child(blocker);
         // Both watches in one round trip.
         let (own, watched) = tokio::join!(
-            self.call(backend.watch_deletion(&own_path)),
-            self.call(backend.get_and_watch(&blocker_path))
+            self.call(on.watch_deletion(&own_path)),
+            self.call(on.get_and_watch(&blocker_path))
         );
         let mut own = match own {
-            Ok(Some(w)) => w,
+            Ok(Some((_, w))) => w,
             Ok(None) => return Ok(InLine::Missing),
             Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
             Err(e) => return Err(e),
@@ -763,7 +869,7 @@ impl Attempt<'_> {
             Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
             Err(e) => return Err(e),
         };
-        let mut rx = backend.session();
+        let mut rx = self.backend().session();
         loop {
             let session_gone = session_ended(&mut rx, pinned);
             tokio::select! {
@@ -781,7 +887,7 @@ impl Attempt<'_> {
                     Ok(_) => {
                         // The blocker marked itself first (the only data change of a lock node): watch on.
                         known_first = true;
-                        match self.call(backend.get_and_watch(&blocker_path)).await {
+                        match self.call(on.get_and_watch(&blocker_path)).await {
                             Ok(Some((_, w))) => watch = w,
                             Ok(None) => {
                                 Counters::bump(&self.ctx.counters.wakeups);
@@ -794,8 +900,8 @@ impl Attempt<'_> {
                     Err(Error::ConnectionLoss) => return Ok(InLine::Relist),
                     Err(e) => return Err(e.into()),
                 },
-                () = self.deadline_passed() => return Err(Stop::Deadline),
                 () = session_gone => return Err(Stop::Fail(Error::SessionExpired)),
+                () = self.deadline_passed() => return Err(Stop::Deadline),
             }
         }
     }
@@ -818,83 +924,119 @@ impl Attempt<'_> {
     fn won(&mut self, q: Queued, mark: bool) -> HeldNode {
         self.cleanup.disarm();
         if mark {
-            self.mark_first(&q.node, q.attempt);
+            self.mark_first(&q.node, q.attempt, q.session);
         }
         self.held(q.node, q.czxid, q.session, q.attempt)
     }
 
-    /// Our node vanished while the session lives (deleted by someone): queue again, bounded.
-    fn vanished(&mut self, node: &str) -> Step<()> {
-        self.cleanup.disarm();
-        self.failed()?;
-        debug!(%node, "our lock node vanished; creating it again");
-        Ok(())
+    /// The decision could not find our node among the contenders: it was deleted (by someone), or it has a name
+    /// the decision does not read. Either way, delete it by its path (the cleanup knows it) and queue again,
+    /// bounded.
+    async fn vanished(&mut self, node: &str) -> Step<()> {
+        debug!(%node, "our lock node is not in the queue; deleting it by its path and creating it again");
+        if is_active(Mutant::MissingForgetsNode) {
+            self.cleanup.disarm();
+        } else {
+            self.cleanup.finish_within(CLEANUP_GRACE).await;
+        }
+        self.failed()
     }
 
     /// Tells the node behind us that nothing is ahead of us any more (see `wait_in_line`). Not awaited: the
     /// request is ordered before our release.
-    fn mark_first(&self, node: &str, attempt: Uuid) {
+    fn mark_first(&self, node: &str, attempt: Uuid, session: SessionId) {
         let mut info = NodeInfo::for_this_process(attempt, self.recipe);
         info.first = true;
-        self.backend().set_data_unacked(node, &info.encode());
+        self.backend().on(session).set_data_unacked(node, &info.encode());
     }
 
-    /// The exclusive recipe: create `P/lock`; when it exists, wait for its deletion and try again.
+    /// The exclusive recipe: create `P/lock` (and list `P` in the same round trip, to refuse beside the nodes of
+    /// other recipes); when it exists, wait for its deletion and try again.
     async fn exclusive(&mut self) -> Step<Option<HeldNode>> {
         let node = self.path.child(EXCLUSIVE_NODE);
         loop {
             let sid = self.connected().await?;
+            let ctx: &Arc<Ctx> = self.ctx;
+            let on = ctx.backend.on(sid);
             let attempt = Uuid::new_v4();
             let data = NodeInfo::for_this_process(attempt, self.recipe).encode();
-            self.cleanup.state = Pending::Sent(attempt);
-            match self
-                .call(self.backend().create(&node, &data, CreateMode::Ephemeral))
-                .await
-            {
+            self.cleanup.state = Pending::Sent(attempt, sid);
+            let (created, listed) = self
+                .call(async {
+                    Ok(on
+                        .create_and_list(&node, &data, CreateMode::Ephemeral, self.path.as_str())
+                        .await)
+                })
+                .await?;
+            let (czxid, listed) = match created {
                 Ok(c) => {
                     Counters::bump(&self.ctx.counters.creates);
-                    self.cleanup.disarm();
-                    if current(self.backend()).id != sid {
-                        return Err(Stop::Fail(Error::SessionExpired));
-                    }
-                    return Ok(Some(self.held(c.path, c.czxid, sid, attempt)));
+                    self.cleanup.state = Pending::Created(node.clone(), attempt, sid);
+                    (c.czxid, listed.ok())
                 }
-                Err(Stop::Fail(Error::NodeExists(_))) => {
+                Err(Error::NodeExists(_)) => {
                     self.cleanup.disarm();
+                    if let Some(e) = listed.ok().and_then(|c| self.refusal(&c)) {
+                        return self.refuse(e).await;
+                    }
                     if self.try_once {
                         return Ok(None);
                     }
                     self.wait_deleted(&node, sid).await?;
+                    continue;
                 }
-                Err(Stop::Fail(Error::NoNode(_))) => {
+                Err(Error::NoNode(_)) => {
                     self.cleanup.disarm();
                     self.failed()?;
-                    self.ensure_parents().await?;
+                    self.ensure_parents(sid).await?;
+                    continue;
                 }
-                Err(Stop::Fail(Error::ConnectionLoss)) => {
+                Err(Error::ConnectionLoss) => {
                     self.failed()?;
-                    if self.connected().await? == sid {
-                        let found = match self.call(self.backend().get(&node)).await {
-                            Ok(found) => found,
-                            Err(Stop::Fail(Error::ConnectionLoss)) => None,
-                            Err(e) => return Err(e),
-                        };
-                        if let Some((data, stat)) = found {
-                            if stat.ephemeral_owner == sid
-                                && NodeInfo::decode(&data).is_some_and(|i| i.attempt == attempt)
-                            {
-                                Counters::bump(&self.ctx.counters.creates);
-                                Counters::bump(&self.ctx.counters.create_recoveries);
-                                self.cleanup.disarm();
-                                return Ok(Some(self.held(node, stat.czxid, sid, attempt)));
-                            }
+                    match self.recover_exclusive(&node, attempt, sid).await? {
+                        Some(czxid) => (czxid, None),
+                        None => {
+                            // Not known to be ours: delete whatever this attempt may have made, then try again.
+                            self.cleanup.finish_within(CLEANUP_GRACE).await;
+                            continue;
                         }
                     }
-                    // Not known to be ours: delete whatever this attempt may have made, then try again.
-                    self.cleanup.finish_within(CLEANUP_GRACE).await;
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
+            };
+            // We made `P/lock`; it holds unless a lock node of another recipe is on the path.
+            let children = match listed {
+                Some(c) => c,
+                None => self.list(sid).await?,
+            };
+            if let Some(e) = self.refusal(&children) {
+                return self.refuse(e).await;
             }
+            self.cleanup.disarm();
+            return Ok(Some(self.held(node, czxid, sid, attempt)));
+        }
+    }
+
+    /// After a lost create reply: whether `P/lock` is the node of this attempt, made by session `sid`.
+    async fn recover_exclusive(&mut self, node: &str, attempt: Uuid, sid: SessionId) -> Step<Option<i64>> {
+        if self.connected().await? != sid {
+            // The session ended: whatever the create made went with it.
+            self.cleanup.disarm();
+            return Ok(None);
+        }
+        let found = match self.call(self.backend().on(sid).get(node)).await {
+            Ok(found) => found,
+            Err(Stop::Fail(Error::ConnectionLoss)) => None,
+            Err(e) => return Err(e),
+        };
+        match found {
+            Some((data, stat)) if is_ours(&data, stat.ephemeral_owner, attempt, sid) => {
+                Counters::bump(&self.ctx.counters.creates);
+                Counters::bump(&self.ctx.counters.create_recoveries);
+                self.cleanup.state = Pending::Created(node.to_owned(), attempt, sid);
+                Ok(Some(stat.czxid))
+            }
+            _ => Ok(None),
         }
     }
 
@@ -902,14 +1044,15 @@ impl Attempt<'_> {
     async fn create_queued(&mut self, kind: NodeKind) -> Step<Queued> {
         loop {
             let sid = self.connected().await?;
+            let ctx: &Arc<Ctx> = self.ctx;
+            let on = ctx.backend.on(sid);
             let attempt = Uuid::new_v4();
             let prefix = self.path.child(&self.ctx.layout.prefix(kind, attempt));
             let data = NodeInfo::for_this_process(attempt, self.recipe).encode();
-            self.cleanup.state = Pending::Sent(attempt);
-            let backend = self.backend();
+            self.cleanup.state = Pending::Sent(attempt, sid);
             let (created, listed) = self
                 .call(async {
-                    Ok(backend
+                    Ok(on
                         .create_and_list(&prefix, &data, CreateMode::EphemeralSequential, self.path.as_str())
                         .await)
                 })
@@ -929,7 +1072,7 @@ impl Attempt<'_> {
                 Err(Error::NoNode(_)) => {
                     self.cleanup.disarm();
                     self.failed()?;
-                    self.ensure_parents().await?;
+                    self.ensure_parents(sid).await?;
                 }
                 Err(Error::ConnectionLoss) => {
                     self.failed()?;
@@ -964,7 +1107,8 @@ impl Attempt<'_> {
 
     /// Finds the node our create made, by attempt id and ephemeral owner.
     async fn find_ours(&self, attempt: Uuid, sid: SessionId) -> Step<Option<(String, i64)>> {
-        let children = match self.call(self.backend().children(self.path.as_str())).await {
+        let on = self.backend().on(sid);
+        let children = match self.call(on.children(self.path.as_str())).await {
             Ok(c) => c,
             Err(Stop::Fail(Error::NoNode(_))) => return Ok(None),
             Err(e) => return Err(e),
@@ -972,7 +1116,7 @@ impl Attempt<'_> {
         for name in children {
             if self.ctx.layout.parse(&name).is_some_and(|p| p.attempt == attempt) {
                 let node = self.path.child(&name);
-                if let Some((_, stat)) = self.call(self.backend().get(&node)).await? {
+                if let Some((_, stat)) = self.call(on.get(&node)).await? {
                     if stat.ephemeral_owner == sid {
                         return Ok(Some((node, stat.czxid)));
                     }
@@ -985,16 +1129,12 @@ impl Attempt<'_> {
     /// The queued recipes: create our node, then decide / wait until it holds.
     async fn queued(&mut self, kind: NodeKind) -> Step<Option<HeldNode>> {
         if self.try_once {
-            // Give up before writing anything when the queue already says we would wait.
-            let children = loop {
-                self.connected().await?;
-                match self.call(self.backend().children(self.path.as_str())).await {
-                    Ok(c) => break c,
-                    Err(Stop::Fail(Error::NoNode(_))) => break Vec::new(),
-                    Err(Stop::Fail(Error::ConnectionLoss)) => continue,
-                    Err(e) => return Err(e),
-                }
-            };
+            // Give up before writing anything when the queue already says we would wait (or is foreign).
+            let sid = self.connected().await?;
+            let children = self.list(sid).await?;
+            if let Some(e) = self.refusal(&children) {
+                return Err(Stop::Fail(e));
+            }
             if would_wait(kind, &contenders(self.ctx.layout, &children)) {
                 return Ok(None);
             }
@@ -1006,28 +1146,22 @@ impl Attempt<'_> {
             // Whether we waited behind a long queue (then we mark ourselves first once we hold the lock).
             let mut mark = false;
             loop {
-                let listed = match prefetched.take() {
-                    Some(c) => Ok(c),
-                    None => self.call(self.backend().children(self.path.as_str())).await,
+                let children = match prefetched.take() {
+                    Some(c) => c,
+                    None => self.list(q.session).await?,
                 };
-                let children = match listed {
-                    Ok(c) => c,
-                    Err(Stop::Fail(Error::NoNode(_))) => Vec::new(),
-                    Err(Stop::Fail(Error::ConnectionLoss)) => {
-                        self.connected().await?;
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                };
-                if current(self.backend()).id != q.session {
+                if session_over(self.backend().session_status(), q.session) {
                     self.cleanup.disarm();
                     return Err(Stop::Fail(Error::SessionExpired));
+                }
+                if let Some(e) = self.refusal(&children) {
+                    return self.refuse(e).await;
                 }
                 let cs = contenders(self.ctx.layout, &children);
                 match decide(self.ctx.layout, kind, &cs, &name) {
                     Decision::Acquired => return Ok(Some(self.won(q, mark && kind != NodeKind::Read))),
                     Decision::Missing => {
-                        self.vanished(&q.node)?;
+                        self.vanished(&q.node).await?;
                         break;
                     }
                     Decision::Wait { on } => {
@@ -1049,7 +1183,7 @@ impl Attempt<'_> {
                         match self.wait_in_line(&name, &on, blocker_first, q.session).await? {
                             InLine::Acquired => return Ok(Some(self.won(q, mark && kind != NodeKind::Read))),
                             InLine::Missing => {
-                                self.vanished(&q.node)?;
+                                self.vanished(&q.node).await?;
                                 break;
                             }
                             InLine::Relist => {}

@@ -83,7 +83,7 @@ pub enum Error {
     #[error("unknown recipe {0:?}: expected one of exclusive, fair, reentrant, read, write")]
     UnknownRecipe(String),
     /// A layout name given at run time is not known.
-    #[error("unknown layout {0:?}: expected native")]
+    #[error("unknown layout {0:?}: expected one of native, curator, kazoo")]
     UnknownLayout(String),
     /// No server could be reached to open a session.
     #[error("could not reach the coordination service at {servers}: {why}")]
@@ -134,6 +134,31 @@ pub enum Error {
         attempts: u32,
         /// What kept going wrong.
         why: String,
+    },
+    /// The lock path holds a lock node of another recipe or layout: this lock refuses to run beside it (the two
+    /// would not see each other as contenders, and could both hold).
+    #[error(
+        "lock at {path}: found {node:?}, a {found} lock node; this lock is {ours}. One path takes one recipe family \
+         and one layout: refusing to hold beside it"
+    )]
+    ForeignLock {
+        /// The lock path.
+        path: String,
+        /// The child name of the foreign lock node.
+        node: String,
+        /// What the foreign node is (e.g. "curator", "exclusive (native)").
+        found: String,
+        /// What this lock is.
+        ours: String,
+    },
+    /// The lock was lost (its session ended, its node was deleted, or its lease ran out) while this owner still
+    /// held it: re-entering it, or taking its read side, is refused.
+    #[error("lock at {path} was lost ({reason}): re-entering it is refused; release every hold and acquire again")]
+    LockLost {
+        /// The lock path.
+        path: String,
+        /// How it was lost.
+        reason: LostReason,
     },
     /// An argument is out of its range.
     #[error("invalid argument: {0}")]

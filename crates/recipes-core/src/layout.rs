@@ -130,6 +130,15 @@ impl Layout {
         }
     }
 
+    /// The family of the nodes this layout's queued recipes make and honour.
+    pub fn queue_family(self) -> Family {
+        match self {
+            Layout::Native => Family::NativeQueue,
+            Layout::Curator => Family::CuratorLock,
+            Layout::Kazoo => Family::Kazoo,
+        }
+    }
+
     /// Whether a waiting reader watches the *first* writer ahead of it (Curator) rather than the nearest one.
     pub fn reader_watches_first_writer(self) -> bool {
         self == Layout::Curator
@@ -184,17 +193,9 @@ fn parse_curator(name: &str) -> Option<ParsedNode> {
 }
 
 fn parse_kazoo(name: &str) -> Option<ParsedNode> {
-    // kazoo's rule: `(__lock__|__rlock__)(-?\d{10})$`, searched anywhere in the name.
-    let digits_at = name.len().checked_sub(10)?;
-    let digits = name.get(digits_at..)?;
-    if !digits.bytes().all(|c| c.is_ascii_digit()) {
-        return None;
-    }
-    let head = &name[..digits_at];
-    let (head, seq_text) = match head.strip_suffix('-') {
-        Some(h) if h.ends_with("__lock__") || h.ends_with("__rlock__") => (h, &name[digits_at - 1..]),
-        _ => (head, digits),
-    };
+    // kazoo's rule: `(__lock__|__rlock__)(-?\d{10})$`, searched anywhere in the name; and, beyond kazoo, the sequence
+    // as ZooKeeper writes it from -999999999 to -1 (`%010d`: a sign and nine digits), which kazoo does not match.
+    let (head, seq_text) = split_kazoo_seq(name)?;
     let (kind, prefix) = if let Some(p) = head.strip_suffix("__rlock__") {
         (NodeKind::Read, p)
     } else if let Some(p) = head.strip_suffix("__lock__") {
@@ -213,6 +214,129 @@ fn parse_kazoo(name: &str) -> Option<ParsedNode> {
         seq: seq_text.parse().ok(),
         key: SortKey::Text(seq_text.to_owned()),
     })
+}
+
+/// Splits a name ending in a sequence as ZooKeeper writes it (ten characters: ten digits, or a sign and nine or ten
+/// digits) into the head and the sequence text.
+fn split_kazoo_seq(name: &str) -> Option<(&str, &str)> {
+    let digits_at = name.len().checked_sub(10)?;
+    let tail = name.get(digits_at..)?;
+    let tail_digits = tail.strip_prefix('-').unwrap_or(tail);
+    if !tail_digits.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    if tail.starts_with('-') {
+        // "-000000001" … "-999999999": nine digits after the sign.
+        if crate::mutants::is_active(crate::mutants::Mutant::KazooNineDigits) {
+            return None;
+        }
+        return Some((&name[..digits_at], tail));
+    }
+    // Ten digits, possibly after a sign (-1000000000 … -2147483648).
+    match name[..digits_at].strip_suffix('-') {
+        Some(h) => Some((h, &name[digits_at - 1..])),
+        None => Some((&name[..digits_at], tail)),
+    }
+}
+
+/// A family of lock nodes: the nodes of one recipe of one layout, which only that recipe (and its peers) honours.
+///
+/// Every recipe recognises the nodes of *every* family on its path, and refuses with
+/// [`Error::ForeignLock`](crate::Error::ForeignLock) to hold beside a family other than its own: two recipes that
+/// ignored each other's nodes could both hold. Children of no family are not lock nodes and are left alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Family {
+    /// The exclusive recipe's fixed node `lock`.
+    Exclusive,
+    /// The native queue of the fair, reentrant, read and write recipes: `L-`, `R-`, `W-<id>-<seq>`.
+    NativeQueue,
+    /// Native semaphore leases: `S-<id>-<seq>`.
+    NativeSemaphore,
+    /// Curator's mutex and read/write lock: `_c_<uuid>-lock-<seq>`, `…-__READ__<seq>`, `…-__WRIT__<seq>`.
+    CuratorLock,
+    /// Curator's semaphore leases: `_c_<uuid>-lease-<seq>`.
+    CuratorLease,
+    /// kazoo's `Lock`, `ReadLock` and `WriteLock`: `…__lock__<seq>`, `…__rlock__<seq>`.
+    Kazoo,
+}
+
+impl Family {
+    /// The family of a child name, or `None` when it is no lock node this library knows.
+    ///
+    /// ```
+    /// use recipes_core::layout::Family;
+    /// assert_eq!(Family::of("lock"), Some(Family::Exclusive));
+    /// assert_eq!(Family::of("L-0123456789abcdef0123456789abcdef-0000000007"), Some(Family::NativeQueue));
+    /// assert_eq!(Family::of("_c_8c2b6b0e-1f2a-4b3c-9d4e-5f6a7b8c9d0e-lock-0000000007"), Some(Family::CuratorLock));
+    /// assert_eq!(Family::of("0123456789abcdef0123456789abcdef__rlock__0000000007"), Some(Family::Kazoo));
+    /// assert_eq!(Family::of("config"), None);
+    /// ```
+    pub fn of(name: &str) -> Option<Family> {
+        if name == EXCLUSIVE_NODE {
+            return Some(Family::Exclusive);
+        }
+        if parse_native(name).is_some() {
+            return Some(Family::NativeQueue);
+        }
+        if is_native_semaphore(name) {
+            return Some(Family::NativeSemaphore);
+        }
+        if let Some(f) = curator_family(name) {
+            return Some(f);
+        }
+        if parse_kazoo(name).is_some() {
+            return Some(Family::Kazoo);
+        }
+        None
+    }
+
+    /// What the family is, for messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Family::Exclusive => "exclusive (native, fixed node)",
+            Family::NativeQueue => "native fair/reentrant/read/write",
+            Family::NativeSemaphore => "native semaphore",
+            Family::CuratorLock => "Curator mutex or read/write",
+            Family::CuratorLease => "Curator semaphore",
+            Family::Kazoo => "kazoo lock",
+        }
+    }
+}
+
+fn is_native_semaphore(name: &str) -> bool {
+    let b = name.as_bytes();
+    b.len() >= 45
+        && b[0] == b'S'
+        && b[1] == b'-'
+        && b[34] == b'-'
+        && name
+            .get(2..34)
+            .is_some_and(|h| h.bytes().all(|c| c.is_ascii_hexdigit()))
+        && name.get(35..).and_then(parse_seq).is_some()
+}
+
+/// Curator's protected names `_c_<uuid>-<marker><seq>`, and the unprotected `<marker><seq>`.
+fn curator_family(name: &str) -> Option<Family> {
+    let rest = match name.strip_prefix("_c_") {
+        Some(r) => {
+            let uuid = r.get(..36)?;
+            Uuid::parse_str(uuid).ok()?;
+            r.get(36..)?.strip_prefix('-')?
+        }
+        None => name,
+    };
+    for (marker, family) in [
+        ("lock-", Family::CuratorLock),
+        ("__READ__", Family::CuratorLock),
+        ("__WRIT__", Family::CuratorLock),
+        ("lease-", Family::CuratorLease),
+    ] {
+        if let Some(seq) = rest.strip_prefix(marker) {
+            return parse_seq(seq).map(|_| family);
+        }
+    }
+    None
 }
 
 /// Parses ZooKeeper's sequence suffix: `%010d` of a signed 32-bit counter, so 10 digits, or a `-` and digits once
@@ -351,8 +475,10 @@ mod tests {
             NodeKind::Read
         );
         assert_eq!(k.parse("x__lock__-2147483648").unwrap().seq, Some(i32::MIN));
-        // ZooKeeper writes -1 as "-000000001": kazoo's `-?\d{10}` does not match it, and neither do we.
-        assert_eq!(k.parse("x__lock__-000000001"), None);
+        // ZooKeeper writes -1 as "-000000001": kazoo's `-?\d{10}` does not match it, but we must find our own node.
+        assert_eq!(k.parse("x__lock__-000000001").unwrap().seq, Some(-1));
+        assert_eq!(k.parse("x__lock__-999999999").unwrap().seq, Some(-999_999_999));
+        assert_eq!(k.parse("x__lock__-1000000000").unwrap().seq, Some(-1_000_000_000));
         assert_eq!(k.parse("x__lock__000000042"), None);
         assert_eq!(k.parse("__lock__"), None);
         assert_eq!(k.parse("x__block__0000000001"), None);
@@ -375,15 +501,12 @@ mod tests {
                 let p = layout.parse(&name);
                 // kazoo's WriteLock and Lock share one name.
                 let want_kind = if layout == Layout::Kazoo && kind == NodeKind::Write { NodeKind::Lock } else { kind };
-                // kazoo only counts sequences written with ten digits (ZooKeeper writes -1 as -000000001).
-                if layout == Layout::Kazoo && seq < 0 && seq > -1_000_000_000 {
-                    prop_assert_eq!(p, None, "{}", name);
-                    continue;
-                }
                 let p = p.expect("parses");
                 prop_assert_eq!(p.kind, want_kind);
                 prop_assert_eq!(p.attempt, id);
                 prop_assert_eq!(p.seq, Some(seq));
+                // And every name a layout writes is of that layout's family.
+                prop_assert_eq!(Family::of(&name), Some(layout.queue_family()), "{}", name);
             }
         }
     }

@@ -44,13 +44,15 @@ pub mod info;
 pub mod layout;
 mod locks;
 mod metrics;
+#[doc(hidden)]
+pub mod mutants;
 mod owner;
 mod path;
 mod reentrant;
 
 pub use backend::{
-    Backend, CreateMode, Created, DeletionWatch, Lease, NodeEvent, NodeWatch, SessionId, SessionState, SessionStatus,
-    Stat,
+    Backend, BackendExt, CreateMode, Created, DeletionWatch, Lease, NodeEvent, NodeWatch, SessionId, SessionRef,
+    SessionState, SessionStatus, Stat,
 };
 pub use blocking::{BlockingGuard, BlockingLock};
 pub use error::{Error, LostReason, PathProblem, Result};

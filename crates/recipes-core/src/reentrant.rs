@@ -9,6 +9,7 @@ use crate::driver::{self, Ctx, HeldNode, Patience, Target};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::layout::NodeKind;
+use crate::mutants::{is_active, Mutant};
 use crate::owner::Owner;
 use crate::path::LockPath;
 
@@ -120,6 +121,18 @@ impl OwnedCore {
         }
     }
 
+    /// A hold may be re-entered (or downgraded) only while its lock is valid: after a loss, another client may
+    /// hold the lock, and a new hold would be a second holder.
+    fn check_not_lost(&self, node: &HeldNode) -> Result<()> {
+        match node.lost_now() {
+            Some(reason) if !is_active(Mutant::ReentryIgnoresLoss) => Err(Error::LockLost {
+                path: self.path.to_string(),
+                reason,
+            }),
+            _ => Ok(()),
+        }
+    }
+
     fn overflow(&self) -> Error {
         Error::CountOverflow(self.path.to_string())
     }
@@ -133,6 +146,7 @@ impl OwnedCore {
                     rx
                 } else {
                     if let Some(Slot::Held { count, node }) = slots.side(side).get_mut(&owner) {
+                        self.check_not_lost(node)?;
                         *count = count.checked_add(1).ok_or_else(|| self.overflow())?;
                         return Ok(Some(LockGuard::counted(node.clone(), self.clone(), side, owner)));
                     }
@@ -142,6 +156,7 @@ impl OwnedCore {
                         }
                         Side::Shared => {
                             if let Some(Slot::Held { node, .. }) = slots.exclusive.get(&owner) {
+                                self.check_not_lost(node)?;
                                 // Downgrade: the write node backs the read hold. A new read node would sort behind
                                 // any writer already queued, which would then hold beside us.
                                 let node = node.clone();

@@ -251,7 +251,10 @@ async fn every_lost_reason() {
     let admin = cluster.client();
     // Node deleted by someone else.
     let g = locks.fair("/lease/reasons").unwrap().acquire().await.unwrap();
-    recipes_core::Backend::delete(&*admin, g.node()).await.unwrap();
+    recipes_core::BackendExt::current(&*admin)
+        .delete(g.node())
+        .await
+        .unwrap();
     assert_eq!(lost(&g).await, LostReason::NodeDeleted);
     drop(g);
     // Session expired.

@@ -4,19 +4,27 @@
 
 use std::time::Duration;
 
-use recipes_core::{Backend, CreateMode, Error, SessionState};
+use recipes_core::{Backend, BackendExt, CreateMode, Error, SessionState};
 use recipes_mem::MemCluster;
 
 #[tokio::test]
 async fn sequence_comes_from_the_parents_child_change_counter() {
     let c = MemCluster::new();
     let a = c.client();
-    a.create("/p", b"", CreateMode::Persistent).await.unwrap();
-    let n0 = a.create("/p/x-", b"", CreateMode::EphemeralSequential).await.unwrap();
+    a.current().create("/p", b"", CreateMode::Persistent).await.unwrap();
+    let n0 = a
+        .current()
+        .create("/p/x-", b"", CreateMode::EphemeralSequential)
+        .await
+        .unwrap();
     assert_eq!(n0.path, "/p/x-0000000000");
-    a.delete(&n0.path).await.unwrap();
+    a.current().delete(&n0.path).await.unwrap();
     // A delete also bumps the counter, as in ZooKeeper: sequences skip.
-    let n2 = a.create("/p/x-", b"", CreateMode::EphemeralSequential).await.unwrap();
+    let n2 = a
+        .current()
+        .create("/p/x-", b"", CreateMode::EphemeralSequential)
+        .await
+        .unwrap();
     assert_eq!(n2.path, "/p/x-0000000002");
     assert!(n2.czxid > n0.czxid);
 }
@@ -25,10 +33,18 @@ async fn sequence_comes_from_the_parents_child_change_counter() {
 async fn sequence_wraps_to_negative() {
     let c = MemCluster::new();
     let a = c.client();
-    a.create("/p", b"", CreateMode::Persistent).await.unwrap();
+    a.current().create("/p", b"", CreateMode::Persistent).await.unwrap();
     c.set_next_sequence("/p", i32::MAX).unwrap();
-    let hi = a.create("/p/x-", b"", CreateMode::EphemeralSequential).await.unwrap();
-    let lo = a.create("/p/x-", b"", CreateMode::EphemeralSequential).await.unwrap();
+    let hi = a
+        .current()
+        .create("/p/x-", b"", CreateMode::EphemeralSequential)
+        .await
+        .unwrap();
+    let lo = a
+        .current()
+        .create("/p/x-", b"", CreateMode::EphemeralSequential)
+        .await
+        .unwrap();
     assert_eq!(hi.path, "/p/x-2147483647");
     assert_eq!(lo.path, "/p/x--2147483648");
 }
@@ -38,38 +54,41 @@ async fn errors_match_zookeeper() {
     let c = MemCluster::new();
     let a = c.client();
     assert!(matches!(
-        a.create("/no/parent", b"", CreateMode::Persistent).await,
+        a.current().create("/no/parent", b"", CreateMode::Persistent).await,
         Err(Error::NoNode(_))
     ));
-    a.create("/p", b"", CreateMode::Persistent).await.unwrap();
+    a.current().create("/p", b"", CreateMode::Persistent).await.unwrap();
     assert!(matches!(
-        a.create("/p", b"", CreateMode::Persistent).await,
+        a.current().create("/p", b"", CreateMode::Persistent).await,
         Err(Error::NodeExists(_))
     ));
-    a.create("/p/c", b"", CreateMode::Persistent).await.unwrap();
-    assert!(matches!(a.delete("/p").await, Err(Error::NotEmpty(_))));
-    assert!(matches!(a.delete("/p/none").await, Err(Error::NoNode(_))));
-    a.create("/e", b"", CreateMode::Ephemeral).await.unwrap();
+    a.current().create("/p/c", b"", CreateMode::Persistent).await.unwrap();
+    assert!(matches!(a.current().delete("/p").await, Err(Error::NotEmpty(_))));
+    assert!(matches!(a.current().delete("/p/none").await, Err(Error::NoNode(_))));
+    a.current().create("/e", b"", CreateMode::Ephemeral).await.unwrap();
     assert!(matches!(
-        a.create("/e/c", b"", CreateMode::Persistent).await,
+        a.current().create("/e/c", b"", CreateMode::Persistent).await,
         Err(Error::Refused(_))
     ));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn ephemerals_go_with_their_session_and_containers_when_empty() {
     let c = MemCluster::new();
+    c.set_container_reap_delay(Duration::from_secs(1));
     let a = c.client();
     let b = c.client();
-    a.create("/k", b"", CreateMode::Container).await.unwrap();
-    a.create("/k/e", b"", CreateMode::Ephemeral).await.unwrap();
-    b.create("/k/f", b"", CreateMode::Ephemeral).await.unwrap();
+    a.current().create("/k", b"", CreateMode::Container).await.unwrap();
+    a.current().create("/k/e", b"", CreateMode::Ephemeral).await.unwrap();
+    b.current().create("/k/f", b"", CreateMode::Ephemeral).await.unwrap();
     let old = a.session_id();
     a.expire_session();
     assert_eq!(c.children("/k"), vec!["f".to_string()]);
     assert_ne!(a.session_id(), old, "a new session is opened after expiry");
     assert_eq!(a.session().borrow().state, SessionState::Connected);
-    drop(b); // closing the last holder empties the container, which goes too
+    drop(b); // closing the last holder empties the container, which the reaper removes later
+    assert!(c.exists("/k"), "not at once: ZooKeeper's reaper runs periodically");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     assert!(!c.exists("/k"));
 }
 
@@ -78,15 +97,15 @@ async fn deletion_watches_fire_once_and_fail_on_expiry() {
     let c = MemCluster::new();
     let a = c.client();
     let b = c.client();
-    a.create("/n", b"", CreateMode::Persistent).await.unwrap();
-    assert!(b.watch_deletion("/missing").await.unwrap().is_none());
-    let w1 = b.watch_deletion("/n").await.unwrap().unwrap();
-    let w2 = b.watch_deletion("/n").await.unwrap().unwrap();
-    a.delete("/n").await.unwrap();
+    a.current().create("/n", b"", CreateMode::Persistent).await.unwrap();
+    assert!(b.current().watch_deletion("/missing").await.unwrap().is_none());
+    let w1 = b.current().watch_deletion("/n").await.unwrap().unwrap().1;
+    let w2 = b.current().watch_deletion("/n").await.unwrap().unwrap().1;
+    a.current().delete("/n").await.unwrap();
     assert_eq!(w1.await, Ok(()));
     assert_eq!(w2.await, Ok(()));
-    a.create("/m", b"", CreateMode::Persistent).await.unwrap();
-    let w = b.watch_deletion("/m").await.unwrap().unwrap();
+    a.current().create("/m", b"", CreateMode::Persistent).await.unwrap();
+    let w = b.current().watch_deletion("/m").await.unwrap().unwrap().1;
     b.expire_session();
     assert_eq!(w.await, Err(Error::SessionExpired));
 }
@@ -96,12 +115,12 @@ async fn disconnect_within_timeout_resumes_with_watches_and_past_it_expires() {
     let c = MemCluster::new();
     let a = c.client_with_timeout(Duration::from_secs(10));
     let b = c.client();
-    b.create("/n", b"", CreateMode::Persistent).await.unwrap();
-    let w = a.watch_deletion("/n").await.unwrap().unwrap();
+    b.current().create("/n", b"", CreateMode::Persistent).await.unwrap();
+    let w = a.current().watch_deletion("/n").await.unwrap().unwrap().1;
     a.disconnect_for(Duration::from_secs(3));
     assert_eq!(a.session().borrow().state, SessionState::Suspended);
-    assert_eq!(a.children("/").await, Err(Error::ConnectionLoss));
-    b.delete("/n").await.unwrap();
+    assert_eq!(a.current().children("/").await, Err(Error::ConnectionLoss));
+    b.current().delete("/n").await.unwrap();
     let mut w = Box::pin(w);
     assert!(
         tokio::time::timeout(Duration::from_secs(1), &mut w).await.is_err(),
@@ -111,7 +130,7 @@ async fn disconnect_within_timeout_resumes_with_watches_and_past_it_expires() {
     assert_eq!(a.session().borrow().state, SessionState::Connected);
 
     let sid = a.session_id();
-    a.create("/eph", b"", CreateMode::Ephemeral).await.unwrap();
+    a.current().create("/eph", b"", CreateMode::Ephemeral).await.unwrap();
     a.disconnect_for(Duration::from_secs(30));
     tokio::time::sleep(Duration::from_secs(11)).await;
     assert!(!c.exists("/eph"), "the server expired the session after its timeout");
@@ -124,16 +143,20 @@ async fn disconnect_within_timeout_resumes_with_watches_and_past_it_expires() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn lost_create_reply_applies_the_create() {
     let c = MemCluster::new();
     let a = c.client();
-    a.create("/p", b"", CreateMode::Persistent).await.unwrap();
+    a.current().create("/p", b"", CreateMode::Persistent).await.unwrap();
     a.lose_next_create_replies(1);
     assert_eq!(
-        a.create("/p/e", b"", CreateMode::Ephemeral).await,
+        a.current().create("/p/e", b"", CreateMode::Ephemeral).await,
         Err(Error::ConnectionLoss)
     );
     assert!(c.exists("/p/e"));
-    a.create("/p/f", b"", CreateMode::Ephemeral).await.unwrap();
+    // The reply was lost with the connection, which comes back to the same session.
+    let sid = a.session_id();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(a.session_id(), sid);
+    a.current().create("/p/f", b"", CreateMode::Ephemeral).await.unwrap();
 }

@@ -222,6 +222,12 @@ impl ZkBackend {
         self.inner.client()
     }
 
+    /// The client of session `session`: requests are bound to the session they name, and fail rather than run on
+    /// the session opened after it.
+    fn client_for(&self, session: SessionId) -> Result<zk::Client> {
+        self.inner.client_for(session)
+    }
+
     /// The session timeout the server granted.
     pub fn session_timeout(&self) -> Duration {
         self.client()
@@ -320,6 +326,15 @@ impl Inner {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
             .ok_or(Error::Closed)
+    }
+
+    fn client_for(&self, session: SessionId) -> Result<zk::Client> {
+        let client = self.client()?;
+        if session_id(&client) != session {
+            // That session ended (a client is replaced only after its session expired).
+            return Err(Error::SessionExpired);
+        }
+        Ok(client)
     }
 }
 
@@ -443,8 +458,8 @@ fn created(path: &str, mode: CreateMode, stat: zk::Stat, seq: zk::CreateSequence
 
 #[async_trait]
 impl Backend for ZkBackend {
-    async fn create(&self, path: &str, data: &[u8], mode: CreateMode) -> Result<Created> {
-        let client = self.client()?;
+    async fn create(&self, session: SessionId, path: &str, data: &[u8], mode: CreateMode) -> Result<Created> {
+        let client = self.client_for(session)?;
         let options = zk_mode(mode).with_acls(zk::Acls::anyone_all());
         let sent = Instant::now();
         let r = client.create(path, data, &options).await;
@@ -457,12 +472,13 @@ impl Backend for ZkBackend {
 
     async fn create_and_list(
         &self,
+        session: SessionId,
         path: &str,
         data: &[u8],
         mode: CreateMode,
         parent: &str,
     ) -> (Result<Created>, Result<Vec<String>>) {
-        let client = match self.client() {
+        let client = match self.client_for(session) {
             Ok(c) => c,
             Err(e) => return (Err(e.clone()), Err(e)),
         };
@@ -483,16 +499,16 @@ impl Backend for ZkBackend {
         (created, listed)
     }
 
-    async fn children(&self, path: &str) -> Result<Vec<String>> {
-        let client = self.client()?;
+    async fn children(&self, session: SessionId, path: &str) -> Result<Vec<String>> {
+        let client = self.client_for(session)?;
         let sent = Instant::now();
         let r = client.list_children(path).await;
         self.stamp(&client, sent, &r);
         r.map_err(|e| self.map_err(e, path))
     }
 
-    async fn get(&self, path: &str) -> Result<Option<(Vec<u8>, Stat)>> {
-        let client = self.client()?;
+    async fn get(&self, session: SessionId, path: &str) -> Result<Option<(Vec<u8>, Stat)>> {
+        let client = self.client_for(session)?;
         let sent = Instant::now();
         let r = client.get_data(path).await;
         self.stamp(&client, sent, &r);
@@ -503,15 +519,16 @@ impl Backend for ZkBackend {
         }
     }
 
-    async fn watch_deletion(&self, path: &str) -> Result<Option<DeletionWatch>> {
-        let client = self.client()?;
+    async fn watch_deletion(&self, session: SessionId, path: &str) -> Result<Option<(Stat, DeletionWatch)>> {
+        let client = self.client_for(session)?;
         let sent = Instant::now();
         let r = client.check_and_watch_stat(path).await;
         self.stamp(&client, sent, &r);
         let (stat, watcher) = r.map_err(|e| self.map_err(e, path))?;
-        if stat.is_none() {
+        let Some(stat) = stat else {
             return Ok(None);
-        }
+        };
+        let stat = Stat::new(stat.czxid, stat.ephemeral_owner, stat.ctime);
         let path = path.to_owned();
         let weak = Arc::downgrade(&self.inner);
         let w: DeletionWatch = Box::pin(async move {
@@ -531,9 +548,11 @@ impl Backend for ZkBackend {
                         })
                     }
                     _ => {
-                        // Data changed (or similar): the node may still exist; watch again.
-                        let Some(client) = weak.upgrade().and_then(|i| i.client().ok()) else {
-                            return Err(Error::Closed);
+                        // Data changed (or similar): the node may still exist; watch again, on the same session.
+                        let client = match weak.upgrade().map(|i| i.client_for(session)) {
+                            Some(Ok(c)) => c,
+                            Some(Err(e)) => return Err(e),
+                            None => return Err(Error::Closed),
                         };
                         match client.check_and_watch_stat(&path).await {
                             Ok((None, _)) => return Ok(()),
@@ -545,11 +564,11 @@ impl Backend for ZkBackend {
                 }
             }
         });
-        Ok(Some(w))
+        Ok(Some((stat, w)))
     }
 
-    async fn get_and_watch(&self, path: &str) -> Result<Option<(Vec<u8>, NodeWatch)>> {
-        let client = self.client()?;
+    async fn get_and_watch(&self, session: SessionId, path: &str) -> Result<Option<(Vec<u8>, NodeWatch)>> {
+        let client = self.client_for(session)?;
         let sent = Instant::now();
         let r = client.get_and_watch_data(path).await;
         self.stamp(&client, sent, &r);
@@ -579,8 +598,8 @@ impl Backend for ZkBackend {
         Ok(Some((data, w)))
     }
 
-    fn set_data_unacked(&self, path: &str, data: &[u8]) {
-        if let Ok(client) = self.client() {
+    fn set_data_unacked(&self, session: SessionId, path: &str, data: &[u8]) {
+        if let Ok(client) = self.client_for(session) {
             // Sent now (zookeeper-client sends at call time); the reply is awaited in the background and ignored.
             let reply = client.set_data(path, data, None);
             tokio::spawn(async move {
@@ -589,8 +608,8 @@ impl Backend for ZkBackend {
         }
     }
 
-    async fn delete(&self, path: &str) -> Result<()> {
-        let client = self.client()?;
+    async fn delete(&self, session: SessionId, path: &str) -> Result<()> {
+        let client = self.client_for(session)?;
         let sent = Instant::now();
         let r = client.delete(path, None).await;
         self.stamp(&client, sent, &r);

@@ -1,0 +1,63 @@
+//! Switches that re-introduce bugs this library once had, one at a time, so that the model checker and the tests
+//! can show that they find each of them. Compiled to nothing (every switch reads `false`) unless the `mutants`
+//! feature is on; even then every switch is off until a test turns it on for its own thread.
+//!
+//! Not part of the API: for the project's own tests.
+
+/// A bug that once was (or nearly was) in the library.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Mutant {
+    /// The in-memory backend applies a request under whatever session is current when the request reaches the
+    /// server, not the session it was issued for (a release could then delete the next holder's node).
+    UnboundRequests,
+    /// `lost()` watches whatever node now carries the lock node's name, without comparing its creation id.
+    LostIgnoresCzxid,
+    /// Re-entering a reentrant lock (or downgrading) succeeds even after the lock was lost.
+    ReentryIgnoresLoss,
+    /// When the decision cannot find our own node, the driver forgets it instead of deleting it by its path.
+    MissingForgetsNode,
+    /// The kazoo layout does not parse the sequences ZooKeeper writes from -999999999 to -1.
+    KazooNineDigits,
+    /// Recipes ignore lock nodes of other recipes and layouts on their path.
+    NoForeignCheck,
+    /// The acquire cleanup ignores a create whose reply is outstanding (it may still land on the server).
+    CleanupIgnoresInFlight,
+}
+
+#[cfg(feature = "mutants")]
+mod on {
+    use std::cell::RefCell;
+
+    use super::Mutant;
+
+    thread_local! {
+        static ACTIVE: RefCell<Vec<Mutant>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// Whether `m` is switched on for this thread.
+    pub fn is_active(m: Mutant) -> bool {
+        ACTIVE.with(|a| a.borrow().contains(&m))
+    }
+
+    /// Switches `m` on (or off) for this thread.
+    pub fn set(m: Mutant, on: bool) {
+        ACTIVE.with(|a| {
+            let mut a = a.borrow_mut();
+            a.retain(|x| *x != m);
+            if on {
+                a.push(m);
+            }
+        });
+    }
+}
+
+#[cfg(feature = "mutants")]
+pub use on::{is_active, set};
+
+/// Whether `m` is switched on for this thread (never, without the `mutants` feature).
+#[cfg(not(feature = "mutants"))]
+#[inline(always)]
+pub fn is_active(_m: Mutant) -> bool {
+    false
+}

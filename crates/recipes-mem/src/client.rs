@@ -1,0 +1,264 @@
+//! One client session on a [`MemCluster`]: the [`Backend`] implementation and the client's fault injection.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use recipes_core::{
+    Backend, CreateMode, Created, DeletionWatch, Error, Lease, NodeWatch, Result, SessionId, SessionStatus, Stat,
+};
+use tokio::sync::{oneshot, watch};
+
+use crate::server::{ClientShared, Op, Reply};
+use crate::MemCluster;
+
+/// One client session on a [`MemCluster`], standing in for one process's ZooKeeper client.
+///
+/// It implements [`Backend`]. Dropping the last handle closes the session (its ephemeral nodes go), as a process
+/// exiting would. After its session expires it opens a new one for later calls, as the ZooKeeper backend does; a
+/// request naming the old session fails with [`Error::SessionExpired`] and never runs on the new one.
+#[derive(Debug)]
+pub struct MemClient {
+    cluster: MemCluster,
+    shared: Arc<ClientShared>,
+}
+
+impl MemClient {
+    pub(crate) fn new(cluster: MemCluster, timeout: Duration) -> Arc<MemClient> {
+        let (status, _) = watch::channel(SessionStatus {
+            id: 0,
+            state: recipes_core::SessionState::Suspended,
+        });
+        let shared = Arc::new(ClientShared { status, timeout });
+        cluster.with(|st, now| st.open_session(shared.clone(), now));
+        Arc::new(MemClient { cluster, shared })
+    }
+
+    /// The cluster this client is connected to.
+    pub fn cluster(&self) -> &MemCluster {
+        &self.cluster
+    }
+
+    /// The current session id.
+    pub fn session_id(&self) -> SessionId {
+        self.shared.current().id
+    }
+
+    /// The session timeout.
+    pub fn session_timeout(&self) -> Duration {
+        self.shared.timeout
+    }
+
+    /// Expires the session now, on the server and in the client (as Curator's `KillSession` does): its ephemeral
+    /// nodes are deleted, its watches fail with `SessionExpired`, and a new session is opened for later calls.
+    /// Replies the server sent before the expiry still arrive; requests not yet applied fail.
+    pub fn expire_session(&self) {
+        let sid = self.session_id();
+        self.cluster.with(|st, now| st.kill(sid, now));
+    }
+
+    /// Cuts the connection for `duration` (virtual time under a paused clock). The session is suspended: replies
+    /// on their way are lost (their callers see `ConnectionLoss`), requests already sent may still be applied by
+    /// the server, new requests fail with `ConnectionLoss`, and watch events are held back. If `duration` is
+    /// shorter than the session timeout the client reconnects to the same session, watches intact; otherwise the
+    /// server expires the session when the timeout elapses (deleting its ephemeral nodes while the client still
+    /// believes it is only disconnected), and the client learns of the expiry when the connection comes back.
+    ///
+    /// Does nothing when already disconnected.
+    pub fn disconnect_for(&self, duration: Duration) {
+        let sid = self.session_id();
+        self.cluster.with(|st, now| st.partition(sid, duration, now));
+    }
+
+    /// The process behind this client stops dead (as with SIGKILL): the client never talks to the server again,
+    /// and the server expires the session after its timeout.
+    pub fn crash(&self) {
+        let sid = self.session_id();
+        self.cluster.with(|st, now| st.crash(sid, now));
+    }
+
+    /// The replies to the next `n` creates of ephemeral nodes (lock nodes) by this session are lost: each create is
+    /// applied on the server, then the connection breaks (the caller sees `ConnectionLoss`) and comes back to the
+    /// same session 10 ms later. Creates of parents are not affected, so a test can aim the fault at the lock node.
+    pub fn lose_next_create_replies(&self, n: u32) {
+        let sid = self.session_id();
+        self.cluster.with(|st, _| st.lose_create_replies(sid, n));
+    }
+
+    /// Closes the session: its ephemeral nodes are deleted and later calls fail with `Closed`.
+    pub fn close(&self) {
+        let sid = self.session_id();
+        self.cluster.with(|st, now| st.close(sid, now));
+    }
+
+    fn send(&self, session: SessionId, op: Op) -> Result<oneshot::Receiver<Result<Reply>>> {
+        self.cluster.with(|st, now| st.send(&self.shared, session, op, now))
+    }
+
+    async fn reply(rx: oneshot::Receiver<Result<Reply>>) -> Result<Reply> {
+        // Every reply channel is answered or failed; a dropped one can only mean the connection went.
+        rx.await.unwrap_or(Err(Error::ConnectionLoss))
+    }
+
+    async fn request(&self, session: SessionId, op: Op) -> Result<Reply> {
+        Self::reply(self.send(session, op)?).await
+    }
+}
+
+impl Drop for MemClient {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn unexpected(op: &str, reply: Reply) -> ! {
+    unreachable!("the in-memory server answers a {op} with its own reply kind, got {reply:?}")
+}
+
+fn deletion_watch(rx: oneshot::Receiver<Result<recipes_core::NodeEvent>>) -> DeletionWatch {
+    Box::pin(async move {
+        match rx.await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(Error::Closed),
+        }
+    })
+}
+
+#[async_trait]
+impl Backend for MemClient {
+    async fn create(&self, session: SessionId, path: &str, data: &[u8], mode: CreateMode) -> Result<Created> {
+        let op = Op::Create {
+            path: path.to_owned(),
+            data: data.to_vec(),
+            mode,
+        };
+        match self.request(session, op).await? {
+            Reply::Created(c) => Ok(c),
+            other => unexpected("create", other),
+        }
+    }
+
+    async fn create_and_list(
+        &self,
+        session: SessionId,
+        path: &str,
+        data: &[u8],
+        mode: CreateMode,
+        parent: &str,
+    ) -> (Result<Created>, Result<Vec<String>>) {
+        // Both sent now, back to back: the server applies them in order, so the list follows the create.
+        let create = self.send(
+            session,
+            Op::Create {
+                path: path.to_owned(),
+                data: data.to_vec(),
+                mode,
+            },
+        );
+        let list = self.send(
+            session,
+            Op::Children {
+                path: parent.to_owned(),
+            },
+        );
+        let created = match create {
+            Ok(rx) => match Self::reply(rx).await {
+                Ok(Reply::Created(c)) => Ok(c),
+                Ok(other) => unexpected("create", other),
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        let listed = match list {
+            Ok(rx) => match Self::reply(rx).await {
+                Ok(Reply::Names(n)) => Ok(n),
+                Ok(other) => unexpected("list", other),
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        (created, listed)
+    }
+
+    async fn children(&self, session: SessionId, path: &str) -> Result<Vec<String>> {
+        match self.request(session, Op::Children { path: path.to_owned() }).await? {
+            Reply::Names(n) => Ok(n),
+            other => unexpected("list", other),
+        }
+    }
+
+    async fn get(&self, session: SessionId, path: &str) -> Result<Option<(Vec<u8>, Stat)>> {
+        match self.request(session, Op::Get { path: path.to_owned() }).await? {
+            Reply::Node(n) => Ok(n),
+            other => unexpected("get", other),
+        }
+    }
+
+    async fn watch_deletion(&self, session: SessionId, path: &str) -> Result<Option<(Stat, DeletionWatch)>> {
+        let (watch, rx) = oneshot::channel();
+        let op = Op::Exists {
+            path: path.to_owned(),
+            watch,
+        };
+        match self.request(session, op).await? {
+            Reply::Exists(Some(stat)) => Ok(Some((stat, deletion_watch(rx)))),
+            Reply::Exists(None) => Ok(None),
+            other => unexpected("exists", other),
+        }
+    }
+
+    async fn get_and_watch(&self, session: SessionId, path: &str) -> Result<Option<(Vec<u8>, NodeWatch)>> {
+        let (watch, rx) = oneshot::channel();
+        let op = Op::GetWatch {
+            path: path.to_owned(),
+            watch,
+        };
+        match self.request(session, op).await? {
+            Reply::Node(Some((data, _))) => {
+                let w: NodeWatch = Box::pin(async move { rx.await.unwrap_or(Err(Error::Closed)) });
+                Ok(Some((data, w)))
+            }
+            Reply::Node(None) => Ok(None),
+            other => unexpected("get", other),
+        }
+    }
+
+    fn set_data_unacked(&self, session: SessionId, path: &str, data: &[u8]) {
+        // Sent now; nobody waits for the reply. Not sent at all when the session is over or disconnected.
+        let _ = self.send(
+            session,
+            Op::SetData {
+                path: path.to_owned(),
+                data: data.to_vec(),
+            },
+        );
+    }
+
+    async fn delete(&self, session: SessionId, path: &str) -> Result<()> {
+        match self.request(session, Op::Delete { path: path.to_owned() }).await? {
+            Reply::Done => Ok(()),
+            other => unexpected("delete", other),
+        }
+    }
+
+    fn session_status(&self) -> SessionStatus {
+        self.shared.current()
+    }
+
+    fn session(&self) -> watch::Receiver<SessionStatus> {
+        self.shared.status.subscribe()
+    }
+
+    fn lease(&self) -> Lease {
+        let status = self.shared.current();
+        let timeout = self.shared.timeout;
+        // Only what the client can know: a session the server expired behind a cut connection keeps its frozen
+        // lease until the client learns of the expiry.
+        self.cluster.peek(|st, now| Lease {
+            session: status.id,
+            answered_send: st.sessions.get(&status.id).and_then(|rec| rec.answered_send(now)),
+            session_timeout: st.sessions.get(&status.id).map_or(timeout, |rec| rec.timeout),
+        })
+    }
+}

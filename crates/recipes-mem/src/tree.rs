@@ -1,0 +1,234 @@
+//! The data tree: ZooKeeper's node semantics, without sessions, watches or the network.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use recipes_core::{CreateMode, Created, Error, Result, SessionId, Stat};
+use tokio::time::Instant;
+
+#[derive(Debug)]
+pub(crate) struct Node {
+    pub data: Vec<u8>,
+    pub czxid: i64,
+    pub ephemeral_owner: SessionId,
+    pub container: bool,
+    pub children: BTreeSet<String>,
+    /// The child-change counter; the next sequential child's sequence.
+    pub cversion: i32,
+    pub ctime: i64,
+}
+
+impl Node {
+    fn new(data: Vec<u8>, czxid: i64, ephemeral_owner: SessionId, container: bool) -> Self {
+        Node {
+            data,
+            czxid,
+            ephemeral_owner,
+            container,
+            children: BTreeSet::new(),
+            cversion: 0,
+            ctime: now_millis(),
+        }
+    }
+
+    pub fn stat(&self) -> Stat {
+        Stat::new(self.czxid, self.ephemeral_owner, self.ctime)
+    }
+}
+
+fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+pub(crate) fn parent_of(path: &str) -> &str {
+    match path.rfind('/') {
+        Some(0) | None => "/",
+        Some(i) => &path[..i],
+    }
+}
+
+pub(crate) fn name_of(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+fn check_path(path: &str) -> Result<()> {
+    if !path.starts_with('/') || (path.len() > 1 && path.ends_with('/')) || path.contains("//") {
+        return Err(Error::Refused(format!("bad path {path:?}")));
+    }
+    Ok(())
+}
+
+/// The tree of nodes, with the transaction counter and the containers waiting to be reaped.
+#[derive(Debug)]
+pub(crate) struct Tree {
+    nodes: BTreeMap<String, Node>,
+    zxid: i64,
+    /// Empty containers that once had a child, and when they became empty: ZooKeeper's reaper deletes them on a
+    /// later pass, not at once.
+    emptied: BTreeMap<String, Instant>,
+}
+
+impl Default for Tree {
+    fn default() -> Self {
+        let mut nodes = BTreeMap::new();
+        nodes.insert("/".to_owned(), Node::new(Vec::new(), 0, 0, false));
+        Tree {
+            nodes,
+            zxid: 0,
+            emptied: BTreeMap::new(),
+        }
+    }
+}
+
+impl Tree {
+    pub fn node(&self, path: &str) -> Option<&Node> {
+        self.nodes.get(path)
+    }
+
+    pub fn nodes(&self) -> impl Iterator<Item = (&String, &Node)> {
+        self.nodes.iter()
+    }
+
+    pub fn create(&mut self, sid: SessionId, path: &str, data: &[u8], mode: CreateMode) -> Result<Created> {
+        check_path(path)?;
+        if path == "/" {
+            return Err(Error::NodeExists(path.to_owned()));
+        }
+        let parent_path = parent_of(path).to_owned();
+        let parent = self
+            .nodes
+            .get_mut(&parent_path)
+            .ok_or_else(|| Error::NoNode(parent_path.clone()))?;
+        if parent.ephemeral_owner != 0 {
+            return Err(Error::Refused(format!(
+                "ephemeral node {parent_path} cannot have children"
+            )));
+        }
+        let full = match mode {
+            CreateMode::EphemeralSequential => format!("{path}{:010}", parent.cversion),
+            _ => path.to_owned(),
+        };
+        let name = name_of(&full).to_owned();
+        if parent.children.contains(&name) {
+            return Err(Error::NodeExists(full));
+        }
+        parent.children.insert(name);
+        parent.cversion = parent.cversion.wrapping_add(1);
+        self.emptied.remove(&parent_path);
+        self.zxid += 1;
+        let ephemeral = matches!(mode, CreateMode::Ephemeral | CreateMode::EphemeralSequential);
+        let node = Node::new(
+            data.to_vec(),
+            self.zxid,
+            if ephemeral { sid } else { 0 },
+            mode == CreateMode::Container,
+        );
+        self.nodes.insert(full.clone(), node);
+        Ok(Created {
+            path: full,
+            czxid: self.zxid,
+        })
+    }
+
+    /// A client's delete: the node must exist and have no children.
+    pub fn delete(&mut self, path: &str, now: Instant) -> Result<()> {
+        check_path(path)?;
+        if path == "/" {
+            return Err(Error::Refused("cannot delete /".into()));
+        }
+        let node = self.nodes.get(path).ok_or_else(|| Error::NoNode(path.to_owned()))?;
+        if !node.children.is_empty() {
+            return Err(Error::NotEmpty(path.to_owned()));
+        }
+        self.remove(path, now);
+        Ok(())
+    }
+
+    /// Removes a childless node (a delete, an ephemeral of an ended session, a reaped container). Returns whether
+    /// it existed.
+    pub fn remove(&mut self, path: &str, now: Instant) -> bool {
+        if self.nodes.remove(path).is_none() {
+            return false;
+        }
+        self.emptied.remove(path);
+        self.zxid += 1;
+        let parent = parent_of(path).to_owned();
+        if let Some(p) = self.nodes.get_mut(&parent) {
+            p.children.remove(name_of(path));
+            p.cversion = p.cversion.wrapping_add(1);
+            if p.container && p.children.is_empty() {
+                self.emptied.insert(parent, now);
+            }
+        }
+        true
+    }
+
+    pub fn set_data(&mut self, path: &str, data: &[u8]) -> Result<()> {
+        let node = self.nodes.get_mut(path).ok_or_else(|| Error::NoNode(path.to_owned()))?;
+        node.data = data.to_vec();
+        self.zxid += 1;
+        Ok(())
+    }
+
+    pub fn children(&self, path: &str) -> Result<Vec<String>> {
+        self.nodes
+            .get(path)
+            .map(|n| n.children.iter().cloned().collect())
+            .ok_or_else(|| Error::NoNode(path.to_owned()))
+    }
+
+    /// The ephemeral nodes of `sid`.
+    pub fn ephemerals_of(&self, sid: SessionId) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| n.ephemeral_owner == sid)
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+
+    /// Deletes the containers that have been empty for at least `delay` (ZooKeeper's container reaper); returns
+    /// the paths removed.
+    pub fn reap(&mut self, now: Instant, delay: Duration) -> Vec<String> {
+        let mut removed = Vec::new();
+        loop {
+            let due: Vec<String> = self
+                .emptied
+                .iter()
+                .filter(|(_, at)| **at + delay <= now)
+                .map(|(p, _)| p.clone())
+                .collect();
+            if due.is_empty() {
+                return removed;
+            }
+            for p in due {
+                self.emptied.remove(&p);
+                let empty = self.nodes.get(&p).is_some_and(|n| n.children.is_empty());
+                if empty && p != "/" && self.remove(&p, now) {
+                    removed.push(p);
+                }
+            }
+            // A parent emptied by this pass is reaped on a later one (it was emptied `now`).
+            if delay > Duration::ZERO {
+                return removed;
+            }
+        }
+    }
+
+    /// The earliest time a waiting container can be reaped.
+    pub fn next_reap(&self, delay: Duration) -> Option<Instant> {
+        self.emptied.values().min().map(|at| *at + delay)
+    }
+
+    /// Sets the next sequence handed out under `parent`.
+    pub fn set_next_sequence(&mut self, parent: &str, next: i32) -> Result<()> {
+        let node = self
+            .nodes
+            .get_mut(parent)
+            .ok_or_else(|| Error::NoNode(parent.to_owned()))?;
+        node.cversion = next;
+        Ok(())
+    }
+}

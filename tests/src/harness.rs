@@ -18,6 +18,8 @@ pub struct Capabilities {
     pub watch_delay: bool,
     /// [`Harness::set_latency`] works.
     pub latency: bool,
+    /// [`Harness::set_next_sequence`] works.
+    pub set_sequence: bool,
 }
 
 /// Fault injection on one client.
@@ -69,6 +71,9 @@ pub trait Harness: Send + Sync {
     fn set_watch_delay(&self, _d: Duration) {}
     /// Adds request latency (when [`Capabilities::latency`]).
     fn set_latency(&self, _d: Duration) {}
+    /// Sets the next sequence number the server hands out under `path`, which must exist (when
+    /// [`Capabilities::set_sequence`]).
+    fn set_next_sequence(&self, _path: &str, _next: i32) {}
     /// Checks after each scenario that no lock node of the test is left, and releases resources.
     async fn finish(&self);
 }

@@ -7,10 +7,12 @@
 #![allow(clippy::unwrap_used)]
 
 pub mod campaign;
+pub mod contract;
 pub mod harness;
 pub mod history;
 pub mod mem;
 pub mod proxy;
+pub mod safety;
 pub mod scenarios;
 pub mod util;
 pub mod zk;
@@ -40,7 +42,7 @@ macro_rules! conformance_suite {
     (harness = $h:expr, test = $attr:meta) => {
         $crate::__for_each_scenario!($crate::conformance_suite; @expand ($h) [$attr]);
     };
-    (@expand ($h:expr) [$attr:meta] $($name:ident)*) => {
+    (@expand ($h:expr) [$attr:meta] {$module:ident} $($name:ident)*) => {
         $(
             #[$attr]
             async fn $name() {
@@ -49,9 +51,18 @@ macro_rules! conformance_suite {
                     eprintln!("SKIPPED {}::{}: {why}", $crate::Harness::name(&h), stringify!($name));
                     return;
                 }
-                $crate::util::within(&h, stringify!($name), $crate::scenarios::$name(&h)).await;
+                $crate::util::within(&h, stringify!($name), $crate::$module::$name(&h)).await;
                 $crate::Harness::finish(&h).await;
             }
         )*
+    };
+}
+
+/// Instantiates every check of the backend contract ([`contract`]) as a test function in the calling module, as
+/// [`conformance_suite!`] does for the scenarios.
+#[macro_export]
+macro_rules! contract_suite {
+    (harness = $h:expr, test = $attr:meta) => {
+        $crate::__for_each_contract!($crate::conformance_suite; @expand ($h) [$attr]);
     };
 }

@@ -67,6 +67,7 @@ impl Harness for MemHarness {
             disconnect: true,
             watch_delay: true,
             latency: true,
+            set_sequence: true,
         }
     }
     async fn client(&self) -> TestClient {
@@ -96,6 +97,9 @@ impl Harness for MemHarness {
     }
     fn set_latency(&self, d: Duration) {
         self.cluster.set_latency(d);
+    }
+    fn set_next_sequence(&self, path: &str, next: i32) {
+        self.cluster.set_next_sequence(path, next).expect("the path exists");
     }
     async fn finish(&self) {
         // Background cleanups run on the (paused) clock: give them time, then nothing ephemeral may remain

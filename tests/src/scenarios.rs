@@ -7,6 +7,7 @@ use recipes_core::{BackendExt, BlockingLock, Error, Lock, LockGuard, LostReason,
 use tokio::task::JoinSet;
 
 use crate::harness::Harness;
+pub use crate::safety::*;
 use crate::util::{
     assert_increasing, assert_pending, bounded, eventually, hold_exclusive, skip, wait_children, Occupancy,
 };
@@ -16,7 +17,7 @@ use crate::util::{
 #[macro_export]
 macro_rules! __for_each_scenario {
     ($m:path; $($args:tt)*) => {
-        $m!($($args)*
+        $m!($($args)* {scenarios}
             exclusive_mutual_exclusion fair_mutual_exclusion reentrant_mutual_exclusion write_mutual_exclusion
             read_write_mutual_exclusion every_recipe_by_name_excludes fair_fifo_order write_fifo_order
             readers_share writer_excludes_readers write_waits_for_all_readers reader_waits_for_earlier_writer
@@ -40,6 +41,9 @@ macro_rules! __for_each_scenario {
             fencing_tokens_increase_over_1000_handoffs guarded_operation_under_the_lease
             waiter_node_deleted_never_holds_without_node thousand_abandoned_acquires_leave_no_node
             history_checked_mixed_contention cancelled_release_leaves_no_node
+            expired_exclusive_release_spares_next_holder exclusive_lost_sees_a_replaced_node
+            reentry_after_loss_is_refused wrapped_sequences_keep_exclusion_in_every_layout
+            mixed_recipes_and_layouts_refused mixed_recipes_racing_never_hold_together
         );
     };
 }

@@ -160,6 +160,7 @@ impl Harness for ZkHarness {
             disconnect: true,
             watch_delay: false,
             latency: false,
+            set_sequence: false,
         }
     }
     async fn client(&self) -> TestClient {

@@ -7,7 +7,8 @@
 //!
 //! Exit status: the command's; 75 when the wait ran out; 64 for bad usage or an invalid path; 69 when ZooKeeper
 //! cannot be reached; 70 when the lock was lost while the command ran (the command is sent SIGTERM, then SIGKILL);
-//! 126 / 127 when the command cannot be run. Every error is one line on stderr.
+//! 76 when the path holds a lock node of another recipe or layout (or a peer layout's counter has wrapped); 126 /
+//! 127 when the command cannot be run. Every error is one line on stderr.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -33,6 +34,9 @@ pub mod status {
     pub const SOFTWARE: u8 = 70;
     /// The wait for the lock ran out.
     pub const TEMPFAIL: u8 = 75;
+    /// The lock path is used by another protocol: a lock node of another recipe or layout is on it (or a peer
+    /// layout's sequence counter has wrapped): the lock refuses to hold beside it.
+    pub const PROTOCOL: u8 = 76;
     /// The command could not be executed.
     pub const CANNOT_EXECUTE: u8 = 126;
     /// The command was not found.
@@ -61,7 +65,8 @@ Examples:
   zklock inspect /deploy/web
 
 Exit status: the command's; 75 the wait ran out; 64 bad usage or invalid path; 69 ZooKeeper unreachable;
-70 the lock was lost while the command ran (it is sent SIGTERM, then SIGKILL); 126/127 the command cannot run.
+70 the lock was lost while the command ran (it is sent SIGTERM, then SIGKILL); 76 the path holds a lock node of
+another recipe or layout (one path takes one recipe family and one layout); 126/127 the command cannot run.
 
 The command runs in its own process group: SIGINT, SIGTERM and SIGHUP sent to zklock are passed to that group,
 and when the lock is lost the whole group is stopped. The lock is released only once the whole group has ended:
@@ -150,6 +155,7 @@ pub fn status_of(e: &Error) -> u8 {
             status::USAGE
         }
         Error::Unreachable { .. } | Error::ConnectionLoss => status::UNAVAILABLE,
+        Error::ForeignLock { .. } | Error::SequenceWrapped { .. } => status::PROTOCOL,
         _ => status::SOFTWARE,
     }
 }

@@ -204,6 +204,54 @@ fn wait_runs_out_exits_75() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A path used by another recipe or layout: exit 76 with one line naming the foreign node, and the command never
+/// runs (before the fix, `zklock -r exclusive` and a fair `zklock` both ran their commands at once).
+#[test]
+fn mixed_recipes_or_layouts_exit_76() {
+    let Some(zk) = server() else { return };
+    let dir = tempdir("mixed");
+    let ran = dir.join("ran");
+    for (holder_args, other_args, names) in [
+        (&["-r", "exclusive"][..], &[][..], "\"lock\""),
+        (&["-r", "exclusive"][..], &["-r", "write"][..], "\"lock\""),
+        (&[][..], &["-r", "exclusive"][..], "\"L-"),
+        (&[][..], &["--layout", "curator"][..], "\"L-"),
+        (&["--layout", "kazoo"][..], &[][..], "__lock__"),
+    ] {
+        let path = unique("mixed");
+        let started = dir.join("started");
+        let _ = std::fs::remove_file(&started);
+        let mut holder = zklock(&zk, holder_args)
+            .args([
+                path.as_str(),
+                "--",
+                "sh",
+                "-c",
+                &format!("touch {}; sleep 30", started.display()),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for_file(&started, Duration::from_secs(20));
+        let mut other = zklock(&zk, other_args);
+        other.args(["--wait", "0", path.as_str(), "--", "touch", ran.to_str().unwrap()]);
+        let o = run(other);
+        assert_eq!(
+            o.status.code(),
+            Some(76),
+            "{holder_args:?} then {other_args:?}: {}",
+            stderr(&o)
+        );
+        assert_eq!(stderr(&o).lines().count(), 1, "one line: {}", stderr(&o));
+        assert!(stderr(&o).contains(names), "names the foreign node: {}", stderr(&o));
+        assert!(!ran.exists(), "the command ran beside another recipe's holder");
+        let _ = holder.kill();
+        let _ = holder.wait();
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Bad usage, invalid paths, unknown recipes or layouts: 64, one line, no panic.
 #[test]
 fn bad_usage_exits_64() {

@@ -42,6 +42,19 @@ pub fn foreign<S: AsRef<str>>(own: Family, children: &[S]) -> Option<(String, Fa
     })
 }
 
+/// In a peer layout (Curator, kazoo), the first contender whose sequence has wrapped (is negative): those layouts
+/// order sequences as text, as their peers do, which inverts the order of negative sequences and puts a newcomer
+/// ahead of the holder, so no decision can be trusted while one is in the queue. `None` in the native layout, which
+/// orders across the wrap (see `unwrap_sequences`).
+pub fn wrapped(layout: Layout, contenders: &[Contender]) -> Option<&Contender> {
+    if layout == Layout::Native {
+        return None;
+    }
+    contenders
+        .iter()
+        .find(|c| matches!(&c.key, SortKey::Text(t) if t.starts_with('-')))
+}
+
 /// Parses `children` with `layout`, drops names it does not recognise, and sorts them by the layout's key (then
 /// name).
 ///

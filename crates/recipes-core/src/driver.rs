@@ -17,7 +17,7 @@ use uuid::Uuid;
 use crate::backend::{
     Backend, BackendExt, CreateMode, DeletionWatch, NodeEvent, SessionId, SessionState, SessionStatus,
 };
-use crate::decide::{contenders, decide, foreign, would_wait, Decision};
+use crate::decide::{contenders, decide, foreign, would_wait, wrapped, Decision};
 use crate::error::{Error, LostReason, Result};
 use crate::info::NodeInfo;
 use crate::layout::{Family, Layout, NodeKind, EXCLUSIVE_NODE};
@@ -762,7 +762,7 @@ impl Attempt<'_> {
 
     /// Deletes the node we made (now, within a grace) and refuses with `e`.
     async fn refuse<T>(&mut self, e: Error) -> Step<T> {
-        debug!(error = %e, "refusing to hold beside a foreign lock node");
+        debug!(error = %e, "refusing the lock");
         self.cleanup.finish_within(CLEANUP_GRACE).await;
         Err(Stop::Fail(e))
     }
@@ -1135,7 +1135,15 @@ impl Attempt<'_> {
             if let Some(e) = self.refusal(&children) {
                 return Err(Stop::Fail(e));
             }
-            if would_wait(kind, &contenders(self.ctx.layout, &children)) {
+            let cs = contenders(self.ctx.layout, &children);
+            if let Some(c) = wrapped(self.ctx.layout, &cs) {
+                return Err(Stop::Fail(Error::SequenceWrapped {
+                    path: self.path.to_string(),
+                    node: c.name.clone(),
+                    layout: self.ctx.layout,
+                }));
+            }
+            if would_wait(kind, &cs) {
                 return Ok(None);
             }
         }
@@ -1158,6 +1166,14 @@ impl Attempt<'_> {
                     return self.refuse(e).await;
                 }
                 let cs = contenders(self.ctx.layout, &children);
+                if let Some(c) = wrapped(self.ctx.layout, &cs) {
+                    let e = Error::SequenceWrapped {
+                        path: self.path.to_string(),
+                        node: c.name.clone(),
+                        layout: self.ctx.layout,
+                    };
+                    return self.refuse(e).await;
+                }
                 match decide(self.ctx.layout, kind, &cs, &name) {
                     Decision::Acquired => return Ok(Some(self.won(q, mark && kind != NodeKind::Read))),
                     Decision::Missing => {

@@ -151,6 +151,23 @@ pub enum Error {
         /// What this lock is.
         ours: String,
     },
+    /// ZooKeeper's sequence counter under the lock path has wrapped past `2147483647`, and the layout's peers
+    /// (Curator, kazoo) order the negative sequences that follow as text, which puts a newcomer ahead of the holder:
+    /// the lock refuses rather than hold in an order that lets two holders in.
+    #[error(
+        "lock at {path}: its sequence counter has wrapped ({node}), and the {layout} layout orders such nodes as its \
+         peers do, wrongly (a newcomer would sort ahead of the holder): refusing. The native layout orders across \
+         the wrap; with a peer layout the path recovers once it is empty (its container is deleted and the counter \
+         starts again)"
+    )]
+    SequenceWrapped {
+        /// The lock path.
+        path: String,
+        /// A node with a wrapped (negative) sequence.
+        node: String,
+        /// The layout.
+        layout: crate::layout::Layout,
+    },
     /// The lock was lost (its session ended, its node was deleted, or its lease ran out) while this owner still
     /// held it: re-entering it, or taking its read side, is refused.
     #[error("lock at {path} was lost ({reason}): re-entering it is refused; release every hold and acquire again")]

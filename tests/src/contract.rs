@@ -1,0 +1,260 @@
+//! The backend contract, checked on every backend: what the recipes rely on of the coordination service. Each
+//! check runs on the real ZooKeeper server too, so that the in-memory backend can be neither kinder nor harsher
+//! than ZooKeeper wherever a recipe could tell the difference.
+
+use std::future::Future;
+use std::task::Poll;
+use std::time::Duration;
+
+use recipes_core::{Backend, BackendExt, CreateMode, Error, SessionId, SessionRef, SessionState};
+
+use crate::harness::Harness;
+use crate::util::{bounded, eventually, skip};
+
+/// Calls the macro `$m` with `@expand` arguments and the name of every contract check.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __for_each_contract {
+    ($m:path; $($args:tt)*) => {
+        $m!($($args)* {contract}
+            request_of_ended_session_fails sent_request_lands_after_caller_drops
+            containers_are_reaped_later_not_at_once one_session_applies_in_order
+            watch_event_arrives_before_later_reply lost_reply_returns_to_same_session
+            server_expires_session_behind_cut_connection
+        );
+    };
+}
+
+/// Polls `fut` once, so that its request is sent, and hands back a future of its outcome (dropping that drops the
+/// request's future, not the request).
+pub async fn send_now<F: Future>(fut: F) -> impl Future<Output = F::Output> {
+    let mut fut = Box::pin(fut);
+    let first = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await;
+    async move {
+        match first {
+            Poll::Ready(out) => out,
+            Poll::Pending => fut.await,
+        }
+    }
+}
+
+/// Creates `path` and its missing ancestors as containers (as the recipes do).
+async fn containers(on: SessionRef<'_>, path: &str) {
+    let mut at = String::new();
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        at.push('/');
+        at.push_str(part);
+        match on.create(&at, b"", CreateMode::Container).await {
+            Ok(_) | Err(Error::NodeExists(_)) => {}
+            Err(e) => panic!("creating {at}: {e}"),
+        }
+    }
+}
+
+/// Waits until the backend's session is connected, with a session id other than `old` when given.
+async fn connected(h: &dyn Harness, b: &dyn Backend, old: Option<SessionId>) -> SessionId {
+    eventually(h, "the session is connected", || {
+        let st = b.session_status();
+        let ok = st.state == SessionState::Connected && Some(st.id) != old;
+        async move { ok }
+    })
+    .await;
+    b.session_status().id
+}
+
+/// A request naming a session that has ended fails with `SessionExpired` and has no effect; it never runs on the
+/// session the backend opened after it (a release running on the new session once deleted the next holder's node).
+pub async fn request_of_ended_session_fails(h: &dyn Harness) {
+    let path = h.path("ended-session");
+    let a = h.client().await;
+    let b = a.locks.backend().clone();
+    let old = b.session_status().id;
+    containers(b.on(old), &path).await;
+    a.faults.expire_session().await;
+    let new = connected(h, &*b, Some(old)).await;
+    let theirs = format!("{path}/theirs");
+    b.on(new).create(&theirs, b"v1", CreateMode::Ephemeral).await.unwrap();
+
+    let stale = b.on(old);
+    let mine = format!("{path}/mine");
+    assert_eq!(
+        stale.create(&mine, b"", CreateMode::Ephemeral).await,
+        Err(Error::SessionExpired)
+    );
+    assert_eq!(stale.delete(&theirs).await, Err(Error::SessionExpired));
+    assert_eq!(stale.children(&path).await, Err(Error::SessionExpired));
+    assert_eq!(stale.get(&theirs).await, Err(Error::SessionExpired));
+    assert!(matches!(
+        stale.watch_deletion(&theirs).await,
+        Err(Error::SessionExpired)
+    ));
+    assert!(matches!(stale.get_and_watch(&theirs).await, Err(Error::SessionExpired)));
+    stale.set_data_unacked(&theirs, b"stale");
+    let (_, created) = stale.create_and_list(&mine, b"", CreateMode::Ephemeral, &path).await;
+    assert_eq!(created, Err(Error::SessionExpired));
+
+    // Nothing of that reached the tree; the new session still works.
+    let now = b.on(new);
+    assert_eq!(now.get(&theirs).await.unwrap().map(|(d, _)| d), Some(b"v1".to_vec()));
+    assert_eq!(h.children(&path).await, vec!["theirs".to_owned()]);
+    now.delete(&theirs).await.unwrap();
+}
+
+/// A request whose future is dropped after it was sent is applied all the same (the caller merely does not learn
+/// the outcome), as on a real socket.
+pub async fn sent_request_lands_after_caller_drops(h: &dyn Harness) {
+    let path = h.path("dropped-request");
+    let a = h.client().await;
+    let b = a.locks.backend().clone();
+    containers(b.current(), &path).await;
+    let latencies: &[Duration] = if h.capabilities().latency {
+        &[Duration::ZERO, Duration::from_millis(30)]
+    } else {
+        &[Duration::ZERO]
+    };
+    for (i, latency) in latencies.iter().enumerate() {
+        h.set_latency(*latency);
+        let node = format!("{path}/landed-{i}");
+        let on = b.current();
+        drop(send_now(on.create(&node, b"", CreateMode::Ephemeral)).await);
+        let name = format!("landed-{i}");
+        let (path, name) = (&path, &name);
+        eventually(h, "the dropped create lands", || async move {
+            h.children(path).await.contains(name)
+        })
+        .await;
+        h.set_latency(Duration::ZERO);
+        b.current().delete(&node).await.unwrap();
+    }
+}
+
+/// An empty container is deleted by the server some time after its last child goes, not at once (a recipe that
+/// creates under it may find it gone later, or still there now).
+pub async fn containers_are_reaped_later_not_at_once(h: &dyn Harness) {
+    let path = h.path("reaped");
+    let a = h.client().await;
+    let on = a.locks.backend().current();
+    // The reaper runs periodically; the check right after the delete could, rarely, coincide with a pass: a few
+    // tries make that vanishingly unlikely.
+    let mut stayed = false;
+    for _ in 0..3 {
+        containers(on, &path).await;
+        let child = format!("{path}/c");
+        on.create(&child, b"", CreateMode::Ephemeral).await.unwrap();
+        on.delete(&child).await.unwrap();
+        if on.get(&path).await.unwrap().is_some() {
+            stayed = true;
+            break;
+        }
+    }
+    assert!(stayed, "an emptied container vanished at once, three times");
+    eventually(h, "the emptied container is reaped", || async {
+        matches!(on.get(&path).await, Ok(None))
+    })
+    .await;
+}
+
+/// One session's requests are applied in the order they are sent, even when sent without waiting for replies.
+pub async fn one_session_applies_in_order(h: &dyn Harness) {
+    let path = h.path("ordered");
+    let a = h.client().await;
+    let on = a.locks.backend().current();
+    containers(on, &path).await;
+    let node = format!("{path}/n");
+    let first = send_now(on.create(&node, b"1", CreateMode::Ephemeral)).await;
+    let second = send_now(on.delete(&node)).await;
+    let third = send_now(on.create(&node, b"3", CreateMode::Ephemeral)).await;
+    let (first, second, third) = bounded(h, "pipelined replies", async {
+        (first.await, second.await, third.await)
+    })
+    .await;
+    assert!(
+        first.is_ok() && second.is_ok() && third.is_ok(),
+        "{first:?} {second:?} {third:?}"
+    );
+    assert_eq!(on.get(&node).await.unwrap().map(|(d, _)| d), Some(b"3".to_vec()));
+    on.delete(&node).await.unwrap();
+}
+
+/// A watch event reaches its session before the reply to a later read that sees the change.
+pub async fn watch_event_arrives_before_later_reply(h: &dyn Harness) {
+    let path = h.path("event-order");
+    let a = h.client().await;
+    let b = h.client().await;
+    let on_a = a.locks.backend().current();
+    let on_b = b.locks.backend().current();
+    containers(on_a, &path).await;
+    let node = format!("{path}/n");
+    on_a.create(&node, b"", CreateMode::Ephemeral).await.unwrap();
+    let (_, mut watch) = on_b.watch_deletion(&node).await.unwrap().expect("exists");
+    on_a.delete(&node).await.unwrap();
+    // Read until B sees the deletion; the event must be there by then.
+    eventually(h, "B sees the deletion", || async {
+        matches!(on_b.get(&node).await, Ok(None))
+    })
+    .await;
+    let ready = std::future::poll_fn(|cx| Poll::Ready(watch.as_mut().poll(cx))).await;
+    assert!(
+        matches!(ready, Poll::Ready(Ok(()))),
+        "the deletion event must arrive before the reply that shows the node gone: {ready:?}"
+    );
+}
+
+/// A create whose reply is lost is applied, the caller sees `ConnectionLoss`, and the client comes back to the
+/// same session (the node is still its ephemeral).
+pub async fn lost_reply_returns_to_same_session(h: &dyn Harness) {
+    if !h.capabilities().lose_create_reply {
+        return skip(h, "lost_reply_returns_to_same_session", "lost create replies");
+    }
+    let path = h.path("lost-reply");
+    let a = h.client().await;
+    let b = a.locks.backend().clone();
+    let sid = b.session_status().id;
+    containers(b.on(sid), &path).await;
+    a.faults.lose_next_create_replies(1).await;
+    let node = format!("{path}/n");
+    assert_eq!(
+        b.on(sid).create(&node, b"", CreateMode::Ephemeral).await,
+        Err(Error::ConnectionLoss)
+    );
+    eventually(h, "the create was applied", || async {
+        h.children(&path).await == vec!["n".to_owned()]
+    })
+    .await;
+    let back = connected(h, &*b, None).await;
+    assert_eq!(back, sid, "a lost reply does not end the session");
+    let (_, stat) = b.on(sid).get(&node).await.unwrap().expect("exists");
+    assert_eq!(stat.ephemeral_owner, sid);
+    b.on(sid).delete(&node).await.unwrap();
+}
+
+/// Cut off past its timeout, a session is expired by the server (its ephemeral nodes go) while the client still
+/// believes it is merely disconnected; on reconnecting the client learns, and requests of the old session fail.
+pub async fn server_expires_session_behind_cut_connection(h: &dyn Harness) {
+    if !h.capabilities().disconnect {
+        return skip(h, "server_expires_session_behind_cut_connection", "disconnects");
+    }
+    let path = h.path("expired-behind");
+    let a = h.client_with_timeout(Duration::from_secs(2)).await;
+    let b = a.locks.backend().clone();
+    let sid = b.session_status().id;
+    containers(b.on(sid), &path).await;
+    let node = format!("{path}/n");
+    b.on(sid).create(&node, b"", CreateMode::Ephemeral).await.unwrap();
+    let timeout = a.faults.session_timeout();
+    a.faults.disconnect_for(timeout * 3).await;
+    eventually(h, "the server expires the session", || async {
+        h.children(&path).await.is_empty()
+    })
+    .await;
+    let st = b.session_status();
+    assert_eq!(st.id, sid, "the client cannot know yet");
+    assert_ne!(st.state, SessionState::Connected);
+    let new = connected(h, &*b, Some(sid)).await;
+    assert_ne!(new, sid);
+    assert_eq!(
+        b.on(sid).create(&node, b"", CreateMode::Ephemeral).await,
+        Err(Error::SessionExpired)
+    );
+    assert!(h.children(&path).await.is_empty());
+}

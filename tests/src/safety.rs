@@ -1,0 +1,322 @@
+//! Scenarios for the ways two holders once got in: a release after expiry, a lost signal watching someone else's
+//! node, a re-entry after the loss, wrapped sequences in peer layouts, mixed recipes and layouts on one path. Part
+//! of the conformance suite (re-exported by [`scenarios`](crate::scenarios)).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use recipes_core::{BackendExt, CreateMode, Error, Layout, Lock, Locks, LostReason, OwnerToken, Recipe};
+use tokio::task::JoinSet;
+
+use crate::harness::Harness;
+use crate::util::{bounded, eventually, skip, wait_children, Occupancy};
+
+/// `/a`, `/a/b`, … `path`.
+fn path_and_ancestors(path: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut at = String::new();
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        at.push('/');
+        at.push_str(part);
+        out.push(at.clone());
+    }
+    out
+}
+
+fn locks_with(locks: &Locks, layout: Layout) -> Locks {
+    Locks::builder(locks.backend().clone()).layout(layout).build()
+}
+
+/// Exclusive: a holder whose session expired releases (awaited, or on drop) without touching the node the next
+/// holder made under the same name; no third client gets in beside the second.
+pub async fn expired_exclusive_release_spares_next_holder(h: &dyn Harness) {
+    let path = h.path("expired-exclusive");
+    let a = h.client().await;
+    let b = h.client().await;
+    let c = h.client().await;
+    for on_drop in [false, true] {
+        let ga = a.locks.exclusive(&path).unwrap().acquire().await.unwrap();
+        let lock_b = b.locks.exclusive(&path).unwrap();
+        let waiting = tokio::spawn(async move { lock_b.acquire().await });
+        a.faults.expire_session().await;
+        let gb = bounded(h, "b takes over", waiting).await.unwrap().unwrap();
+        if on_drop {
+            drop(ga);
+            tokio::time::sleep(h.tick() * 4).await;
+        } else {
+            assert!(matches!(ga.release().await, Err(Error::SessionExpired)));
+        }
+        assert!(gb.is_valid(), "the next holder's lease is intact");
+        assert_eq!(
+            h.children(&path).await,
+            vec!["lock".to_string()],
+            "the next holder's node is intact"
+        );
+        let third = c.locks.exclusive(&path).unwrap().try_acquire().await.unwrap();
+        assert!(third.is_none(), "a third client got in beside the second");
+        gb.release().await.unwrap();
+    }
+    wait_children(h, &path, 0).await;
+}
+
+/// Exclusive: once the holder's node is deleted and another client made `P/lock` again, `lost()` (awaited only
+/// then) reports the loss at once instead of watching the other client's node; the guard is then invalid, and its
+/// release deletes nothing.
+pub async fn exclusive_lost_sees_a_replaced_node(h: &dyn Harness) {
+    let path = h.path("replaced-exclusive");
+    let a = h.client().await;
+    let b = h.client().await;
+    let admin = h.client().await;
+    let ga = a.locks.exclusive(&path).unwrap().acquire().await.unwrap();
+    admin.locks.backend().current().delete(ga.node()).await.unwrap();
+    let gb = bounded(h, "b acquires", b.locks.exclusive(&path).unwrap().acquire())
+        .await
+        .unwrap();
+    assert_eq!(bounded(h, "a's lost()", ga.lost()).await, LostReason::NodeDeleted);
+    assert!(!ga.is_valid(), "a guard whose loss was seen is not valid");
+    assert!(matches!(ga.release().await, Err(Error::NotHeld { .. })));
+    assert!(gb.is_valid());
+    assert_eq!(h.children(&path).await, vec!["lock".to_string()]);
+    gb.release().await.unwrap();
+    wait_children(h, &path, 0).await;
+}
+
+/// Reentrant and read/write: an owner whose lock was lost (session expired, another client took it) cannot
+/// re-enter it or take its read side: `LockLost`, and the hold count does not change.
+pub async fn reentry_after_loss_is_refused(h: &dyn Harness) {
+    let path = h.path("reentry-after-loss");
+    let a = h.client().await;
+    let b = h.client().await;
+    let token = OwnerToken::new();
+    let lock = a.locks.reentrant(&path).unwrap().with_owner(token.into());
+    let held = lock.acquire().await.unwrap();
+    a.faults.expire_session().await;
+    let gb = bounded(h, "b takes over", b.locks.reentrant(&path).unwrap().acquire())
+        .await
+        .unwrap();
+    assert!(matches!(
+        lock.acquire().await,
+        Err(Error::LockLost {
+            reason: LostReason::SessionExpired,
+            ..
+        })
+    ));
+    assert_eq!(lock.hold_count(token.into()), 1, "the count must not change");
+    drop(held);
+    gb.release().await.unwrap();
+
+    let rw_path = h.path("downgrade-after-loss");
+    let rw = a.locks.read_write(&rw_path).unwrap();
+    let w = rw.write().with_owner(token.into()).acquire().await.unwrap();
+    a.faults.expire_session().await;
+    let gb = bounded(h, "b writes", b.locks.read_write(&rw_path).unwrap().write().acquire())
+        .await
+        .unwrap();
+    assert!(matches!(
+        rw.read().with_owner(token.into()).acquire().await,
+        Err(Error::LockLost { .. })
+    ));
+    drop(w);
+    gb.release().await.unwrap();
+    wait_children(h, &path, 0).await;
+    wait_children(h, &rw_path, 0).await;
+}
+
+/// After ZooKeeper's sequence counter wraps (including -999999999 … -1, written with nine digits): the native layout
+/// keeps exclusion and leaves no node; the peer layouts, whose peers order such sequences wrongly, refuse with
+/// `SequenceWrapped` and leave no node either (never an orphan, never two holders).
+pub async fn wrapped_sequences_keep_exclusion_in_every_layout(h: &dyn Harness) {
+    if !h.capabilities().set_sequence {
+        return skip(
+            h,
+            "wrapped_sequences_keep_exclusion_in_every_layout",
+            "settable sequences",
+        );
+    }
+    let a = h.client().await;
+    let b = h.client().await;
+    for layout in Layout::ALL {
+        for start in [i32::MAX - 1, -1_000_000_001, -999_999_999, -3] {
+            let path = h.path(&format!("wrap-{layout}-{start}"));
+            let (la, lb) = (locks_with(&a.locks, layout), locks_with(&b.locks, layout));
+            // The path, kept from being reaped by a child that is no lock node, with its counter set.
+            let keep = format!("{path}/keep");
+            let on = a.locks.backend().current();
+            for p in path_and_ancestors(&path) {
+                let _ = on.create(&p, b"", CreateMode::Container).await;
+            }
+            on.create(&keep, b"", CreateMode::Ephemeral).await.unwrap();
+            h.set_next_sequence(&path, start);
+            let occ = Occupancy::new();
+            let mut set = JoinSet::new();
+            for locks in [la.clone(), lb.clone()] {
+                let (occ, path) = (occ.clone(), path.clone());
+                set.spawn(async move {
+                    let mut held = 0;
+                    for _ in 0..3 {
+                        match locks.fair(&path).unwrap().acquire().await {
+                            Ok(g) => {
+                                occ.enter_exclusive(g.fencing_token());
+                                tokio::time::sleep(Duration::from_millis(5)).await;
+                                occ.exit_exclusive();
+                                g.release().await.unwrap();
+                                held += 1;
+                            }
+                            Err(Error::SequenceWrapped { layout: l, .. }) => assert_ne!(l, Layout::Native),
+                            Err(e) => panic!("{layout}: {e}"),
+                        }
+                    }
+                    held
+                });
+            }
+            let mut held = 0;
+            while let Some(r) = set.join_next().await {
+                held += r.unwrap();
+            }
+            assert_eq!(occ.violations(), 0, "{layout} {start}: two holders");
+            if layout == Layout::Native {
+                assert_eq!(held, 6, "native: every acquire holds across the wrap");
+            }
+            assert_eq!(
+                h.children(&path).await,
+                vec!["keep".to_string()],
+                "{layout} {start}: a node was left"
+            );
+            on.delete(&keep).await.unwrap();
+            wait_children(h, &path, 0).await;
+        }
+    }
+}
+
+/// Recipes and layouts that would not see each other's nodes refuse to hold beside them (`ForeignLock`, naming the
+/// node), leave no node of their own, and leave the holder alone.
+pub async fn mixed_recipes_and_layouts_refused(h: &dyn Harness) {
+    let path = h.path("mixed");
+    let a = h.client().await;
+    let b = h.client().await;
+    let foreign = |r: Result<_, Error>, node: &str| match r {
+        Err(Error::ForeignLock { node: n, .. }) => assert!(n.starts_with(node), "names {n}, expected {node}…"),
+        other => panic!("expected ForeignLock naming {node}, got {other:?}"),
+    };
+    // An exclusive holder: every queued recipe, of every layout, refuses.
+    let ga = a.locks.exclusive(&path).unwrap().acquire().await.unwrap();
+    for recipe in [Recipe::Fair, Recipe::Reentrant, Recipe::Read, Recipe::Write] {
+        let lock = b.locks.lock(&path, recipe).unwrap();
+        foreign(lock.acquire().await.map(|_| ()), "lock");
+        foreign(lock.try_acquire().await.map(|_| ()), "lock");
+    }
+    for layout in [Layout::Curator, Layout::Kazoo] {
+        foreign(
+            locks_with(&b.locks, layout)
+                .fair(&path)
+                .unwrap()
+                .acquire()
+                .await
+                .map(|_| ()),
+            "lock",
+        );
+    }
+    assert_eq!(h.children(&path).await, vec!["lock".to_string()]);
+    assert!(ga.is_valid());
+    ga.release().await.unwrap();
+
+    // A fair (native) holder: the exclusive recipe and the peer layouts refuse.
+    let gb = b.locks.fair(&path).unwrap().acquire().await.unwrap();
+    let held = gb.node().rsplit('/').next().unwrap().to_owned();
+    foreign(a.locks.exclusive(&path).unwrap().acquire().await.map(|_| ()), "L-");
+    foreign(a.locks.exclusive(&path).unwrap().try_acquire().await.map(|_| ()), "L-");
+    for layout in [Layout::Curator, Layout::Kazoo] {
+        foreign(
+            locks_with(&a.locks, layout)
+                .fair(&path)
+                .unwrap()
+                .acquire()
+                .await
+                .map(|_| ()),
+            "L-",
+        );
+        foreign(
+            locks_with(&a.locks, layout)
+                .read_write(&path)
+                .unwrap()
+                .read()
+                .acquire()
+                .await
+                .map(|_| ()),
+            "L-",
+        );
+    }
+    assert_eq!(h.children(&path).await, vec![held]);
+    gb.release().await.unwrap();
+
+    // A Curator-layout holder: native and kazoo refuse.
+    let gc = locks_with(&a.locks, Layout::Curator)
+        .fair(&path)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    foreign(b.locks.fair(&path).unwrap().acquire().await.map(|_| ()), "_c_");
+    foreign(
+        locks_with(&b.locks, Layout::Kazoo)
+            .fair(&path)
+            .unwrap()
+            .acquire()
+            .await
+            .map(|_| ()),
+        "_c_",
+    );
+    foreign(b.locks.exclusive(&path).unwrap().acquire().await.map(|_| ()), "_c_");
+    gc.release().await.unwrap();
+    wait_children(h, &path, 0).await;
+}
+
+/// Clients of different recipes and layouts racing on one path: never two holders (each side lists after its own
+/// create, so at least one of two racing contenders sees the other and refuses); no node left behind.
+pub async fn mixed_recipes_racing_never_hold_together(h: &dyn Harness) {
+    let path = h.path("mixed-race");
+    let occ = Occupancy::new();
+    let mut set = JoinSet::new();
+    let kinds: [(Recipe, Layout); 4] = [
+        (Recipe::Exclusive, Layout::Native),
+        (Recipe::Fair, Layout::Native),
+        (Recipe::Write, Layout::Curator),
+        (Recipe::Fair, Layout::Kazoo),
+    ];
+    for (i, (recipe, layout)) in kinds.into_iter().enumerate() {
+        let c = h.client().await;
+        let locks = locks_with(&c.locks, layout);
+        let lock: Arc<dyn Lock> = locks.lock(&path, recipe).unwrap();
+        let occ = occ.clone();
+        let patience = h.patience();
+        set.spawn(async move {
+            let mut held = 0u32;
+            for round in 0..12 {
+                if (round + i) % 3 == 0 {
+                    tokio::task::yield_now().await;
+                }
+                match lock.acquire_timeout(patience).await {
+                    Ok(Some(g)) => {
+                        occ.enter_exclusive(g.fencing_token());
+                        tokio::time::sleep(Duration::from_millis(3)).await;
+                        occ.exit_exclusive();
+                        g.release().await.unwrap();
+                        held += 1;
+                    }
+                    Ok(None) => panic!("timed out"),
+                    Err(Error::ForeignLock { .. }) => tokio::time::sleep(Duration::from_millis(2)).await,
+                    Err(e) => panic!("{recipe} {layout}: {e}"),
+                }
+            }
+            drop(c);
+            held
+        });
+    }
+    let mut held = 0;
+    while let Some(r) = set.join_next().await {
+        held += r.unwrap();
+    }
+    assert_eq!(occ.violations(), 0, "two holders of different recipes or layouts");
+    assert!(held > 0, "nobody ever held");
+    eventually(h, "no node left", || async { h.children(&path).await.is_empty() }).await;
+}

@@ -11,6 +11,7 @@ pub mod contract;
 pub mod harness;
 pub mod history;
 pub mod mem;
+pub mod model;
 pub mod proxy;
 pub mod safety;
 pub mod scenarios;

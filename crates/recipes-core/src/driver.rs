@@ -656,6 +656,12 @@ pub(crate) async fn acquire(
             Target::Queue(kind) => attempt.queued(kind).await,
         };
         match outcome {
+            // Between the last reply and now the client may have learned that the session is over (a reply that
+            // arrives with the news of the expiry): the node went with it; never hand out a guard known lost.
+            Ok(Some(held)) if session_over(ctx.backend.session_status(), held.session) => {
+                held.released.store(true, Ordering::Release);
+                Err(Error::SessionExpired)
+            }
             Ok(Some(held)) => Ok(Some(held)),
             Ok(None) => {
                 attempt.cleanup.finish_within(CLEANUP_GRACE).await;

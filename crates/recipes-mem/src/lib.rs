@@ -53,8 +53,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 pub use client::MemClient;
-pub use server::NetEvent;
 use server::State;
+pub use server::{Access, NetEvent};
 
 /// The default session timeout of a client.
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -255,6 +255,11 @@ impl Controller {
     /// Makes `event` happen; `false` when it is not enabled.
     pub fn fire(&self, event: NetEvent) -> bool {
         self.cluster.with(|st, now| st.fire_event(event, now))
+    }
+
+    /// What `event` would touch if it happened now (two events commute when independent).
+    pub fn access(&self, event: NetEvent) -> Access {
+        self.cluster.peek(|st, _| st.access(event))
     }
 
     /// A readable description of `event` (what it would do now), for traces.

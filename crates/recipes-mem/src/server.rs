@@ -64,6 +64,24 @@ pub(crate) enum Op {
 }
 
 impl Op {
+    /// What the request reads and writes of the tree, for partial-order reduction.
+    fn access(&self, sid: SessionId) -> Access {
+        let node = |p: &str| format!("node:{p}");
+        let children = |p: &str| format!("children:{}", crate::tree::parent_of(p));
+        let (reads, writes) = match self {
+            Op::Create { path, .. } | Op::Delete { path } => (vec![], vec![node(path), children(path)]),
+            Op::SetData { path, .. } => (vec![], vec![node(path)]),
+            Op::Children { path } => (vec![format!("children:{path}")], vec![]),
+            Op::Get { path } | Op::Exists { path, .. } | Op::GetWatch { path, .. } => (vec![node(path)], vec![]),
+        };
+        Access {
+            session: Some(sid),
+            reads,
+            writes,
+            global: false,
+        }
+    }
+
     pub fn describe(&self) -> String {
         match self {
             Op::Create { path, mode, .. } => format!("create {path} ({mode:?})"),
@@ -227,6 +245,53 @@ pub(crate) enum Timer {
     Reconnect(SessionId, u64),
     /// The server expires this session, unless its client reconnected after the break of this epoch.
     ServerExpire(SessionId, u64),
+}
+
+/// What an event touches, so that a model checker can tell which events commute (partial-order reduction): two
+/// events of different sessions commute when neither writes what the other reads or writes. Timers are global.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Access {
+    /// The session whose queue the event takes from (`None`: none, or several).
+    pub session: Option<SessionId>,
+    /// What it reads: `node:<path>` (a node's data or existence), `children:<path>` (a node's child list).
+    pub reads: Vec<String>,
+    /// What it writes, in the same terms.
+    pub writes: Vec<String>,
+    /// Whether it may touch anything (a timer: reconnection, expiry).
+    pub global: bool,
+}
+
+impl Access {
+    /// Touches everything: commutes with nothing.
+    pub fn global() -> Self {
+        Access {
+            global: true,
+            ..Access::default()
+        }
+    }
+
+    /// Touches nothing the server keeps, and no session's queue of requests (a delivery to a client).
+    fn local(&self) -> bool {
+        !self.global && self.session.is_none() && self.reads.is_empty() && self.writes.is_empty()
+    }
+
+    /// Whether the two events commute.
+    pub fn independent(&self, other: &Access) -> bool {
+        if self.global || other.global {
+            return false;
+        }
+        if self.local() || other.local() {
+            // A delivery pops the head of its session's inbound queue and lets its client run; every request the
+            // client then sends goes behind those already queued, so it commutes with every network event.
+            return true;
+        }
+        match (self.session, other.session) {
+            (Some(a), Some(b)) if a != b => {}
+            _ => return false,
+        }
+        let hits = |w: &[String], r: &[String]| w.iter().any(|x| r.contains(x));
+        !(hits(&self.writes, &other.reads) || hits(&self.writes, &other.writes) || hits(&other.writes, &self.reads))
+    }
 }
 
 /// An event the controlled mode lets a model checker pick.
@@ -886,6 +951,28 @@ impl State {
             }
         }
         true
+    }
+
+    /// What `e` would touch if it happened now.
+    pub fn access(&self, e: NetEvent) -> Access {
+        match e {
+            NetEvent::Apply(s) => self
+                .sessions
+                .get(&s)
+                .and_then(|r| r.outbound.front())
+                .map_or_else(Access::global, |r| r.op.access(s)),
+            NetEvent::ApplyOrphan(s) => self
+                .sessions
+                .get(&s)
+                .and_then(|r| r.orphans.front())
+                .map_or_else(Access::global, |r| r.op.access(s)),
+            NetEvent::DropOrphans(s) => Access {
+                session: Some(s),
+                ..Access::default()
+            },
+            NetEvent::Deliver(_) => Access::default(),
+            NetEvent::Timer(_) => Access::global(),
+        }
     }
 
     /// A readable description of an event, for traces.

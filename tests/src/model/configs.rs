@@ -1,0 +1,222 @@
+//! The configurations the model checker explores, and the bugs it must find.
+
+use std::time::Duration;
+
+use recipes_core::mutants::Mutant;
+use recipes_core::{BackendExt, CreateMode, Layout, Recipe};
+
+use super::run::PATH;
+use super::{plain, Config, FaultKind, Patience, Program, ALL_FAULTS};
+
+/// Every fault kind but the operator's delete (which breaks the lease's promise on purpose: `is_valid()` cannot know
+/// of it until `lost()` looks).
+const FAULTS: &[FaultKind] = &[
+    FaultKind::Kill,
+    FaultKind::Partition,
+    FaultKind::Blip,
+    FaultKind::Crash,
+    FaultKind::Delay,
+];
+
+/// The exhaustive configurations: two clients of each recipe, one acquire and release each, with at most one fault
+/// of every kind at every point.
+pub fn exhaustive() -> Vec<Config> {
+    vec![
+        Config::new("exclusive", vec![plain(Recipe::Exclusive), plain(Recipe::Exclusive)]).with_faults(1, ALL_FAULTS),
+        Config::new("fair", vec![plain(Recipe::Fair), plain(Recipe::Fair)]).with_faults(1, FAULTS),
+        Config::new("reentrant", vec![Program::Reenter, Program::Reenter]).with_faults(1, FAULTS),
+        Config::new("read-write", vec![plain(Recipe::Read), plain(Recipe::Write)]).with_faults(1, FAULTS),
+        Config::new("downgrade", vec![Program::Downgrade, plain(Recipe::Read)]).with_faults(1, FAULTS),
+        Config::new("writer-downgrade", vec![Program::Downgrade, plain(Recipe::Write)]).with_faults(1, FAULTS),
+        Config::new(
+            "timed",
+            vec![
+                plain(Recipe::Fair),
+                Program::Plain {
+                    recipe: Recipe::Fair,
+                    patience: Patience::Timeout(Duration::from_millis(500)),
+                },
+            ],
+        )
+        .with_faults(1, FAULTS),
+        Config::new(
+            "try",
+            vec![
+                plain(Recipe::Write),
+                Program::Plain {
+                    recipe: Recipe::Write,
+                    patience: Patience::Try,
+                },
+            ],
+        )
+        .with_faults(1, FAULTS),
+        Config::new(
+            "abandoned",
+            vec![
+                plain(Recipe::Fair),
+                Program::Abandon {
+                    recipe: Recipe::Fair,
+                    after: Duration::from_millis(300),
+                },
+            ],
+        )
+        .with_faults(1, FAULTS),
+        Config::new("mixed-recipes", vec![plain(Recipe::Exclusive), plain(Recipe::Fair)]).with_faults(1, FAULTS),
+        Config::new("curator", vec![plain(Recipe::Read), plain(Recipe::Write)])
+            .with_layout(Layout::Curator)
+            .with_faults(1, FAULTS),
+        Config::new("kazoo-wrapped", vec![plain(Recipe::Fair), plain(Recipe::Fair)])
+            .with_layout(Layout::Kazoo)
+            .with_setup(wrapped_counter)
+            .with_faults(1, &[FaultKind::Blip, FaultKind::Kill]),
+        Config::new("native-wrapped", vec![plain(Recipe::Fair), plain(Recipe::Write)])
+            .with_setup(wrapping_counter)
+            .with_faults(1, &[FaultKind::Blip, FaultKind::Kill]),
+    ]
+}
+
+/// The larger configurations for random walks: three and four clients, mixed recipes, two faults.
+pub fn random() -> Vec<Config> {
+    vec![
+        Config::new(
+            "three-mixed",
+            vec![plain(Recipe::Read), plain(Recipe::Write), Program::Reenter],
+        )
+        .with_faults(2, ALL_FAULTS),
+        Config::new(
+            "four-mixed",
+            vec![
+                plain(Recipe::Read),
+                Program::Downgrade,
+                plain(Recipe::Fair),
+                Program::Plain {
+                    recipe: Recipe::Write,
+                    patience: Patience::Timeout(Duration::from_secs(1)),
+                },
+            ],
+        )
+        .with_faults(2, ALL_FAULTS),
+        Config::new(
+            "four-exclusive",
+            vec![
+                plain(Recipe::Exclusive),
+                plain(Recipe::Exclusive),
+                Program::Abandon {
+                    recipe: Recipe::Exclusive,
+                    after: Duration::from_millis(200),
+                },
+                plain(Recipe::Exclusive),
+            ],
+        )
+        .with_faults(2, ALL_FAULTS),
+    ]
+}
+
+/// Makes the lock path with its sequence counter in the range ZooKeeper writes with nine digits (-999999999 … -1),
+/// kept from being reaped by a child that is no lock node.
+fn wrapped_counter(cluster: &recipes_mem::MemCluster) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
+    counter_at(cluster.clone(), -3)
+}
+
+/// The counter two steps before the wrap of its signed 32-bit value.
+fn wrapping_counter(cluster: &recipes_mem::MemCluster) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
+    counter_at(cluster.clone(), i32::MAX - 1)
+}
+
+fn counter_at(cluster: recipes_mem::MemCluster, next: i32) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
+    Box::pin(async move {
+        let admin = cluster.client();
+        let on = admin.current();
+        on.create("/model", b"", CreateMode::Persistent).await.expect("setup");
+        on.create(PATH, b"", CreateMode::Persistent).await.expect("setup");
+        cluster.set_next_sequence(PATH, next).expect("setup");
+        // The admin session closes here; the path stays (persistent).
+    })
+}
+
+/// A bug the checker must find: the mutant that re-introduces it, and the configuration it shows in.
+#[derive(Debug, Clone)]
+pub struct Sensitivity {
+    /// Which problem it was.
+    pub problem: &'static str,
+    /// The switches that re-introduce it.
+    pub mutants: &'static [Mutant],
+    /// Where it shows.
+    pub config: Config,
+    /// A part of the message of the violation that characterises it.
+    pub shows_as: &'static str,
+}
+
+/// The known bugs, each with the configuration in which the checker finds it.
+pub fn sensitivity() -> Vec<Sensitivity> {
+    vec![
+        Sensitivity {
+            problem: "1: the stale exclusive release deletes the next holder's node (a request of an expired session \
+                      runs on its successor)",
+            mutants: &[Mutant::UnboundRequests],
+            config: Config::new("exclusive", vec![plain(Recipe::Exclusive), plain(Recipe::Exclusive)])
+                .with_faults(1, &[FaultKind::Kill]),
+            shows_as: "is valid but its node",
+        },
+        Sensitivity {
+            problem: "5: a create sent on an expired session becomes an ephemeral of the new one (an orphan)",
+            mutants: &[Mutant::UnboundRequests],
+            config: Config::new("fair", vec![plain(Recipe::Fair), plain(Recipe::Fair)])
+                .with_faults(1, &[FaultKind::Kill]),
+            shows_as: "left behind",
+        },
+        Sensitivity {
+            problem: "2: exclusive lost() watches whoever owns the name now",
+            mutants: &[Mutant::LostIgnoresCzxid],
+            config: Config::new("exclusive", vec![plain(Recipe::Exclusive), plain(Recipe::Exclusive)])
+                .with_faults(1, &[FaultKind::OperatorDelete]),
+            shows_as: "lost() did not resolve",
+        },
+        Sensitivity {
+            problem: "3: re-entry after the lock was lost succeeds",
+            mutants: &[Mutant::ReentryIgnoresLoss],
+            config: Config::new("reentrant", vec![Program::Reenter, Program::Reenter])
+                .with_faults(1, &[FaultKind::Kill]),
+            shows_as: "not valid",
+        },
+        Sensitivity {
+            problem: "3: a downgrade after the lock was lost succeeds",
+            mutants: &[Mutant::ReentryIgnoresLoss],
+            config: Config::new("writer-downgrade", vec![Program::Downgrade, plain(Recipe::Write)])
+                .with_faults(1, &[FaultKind::Kill]),
+            shows_as: "not valid",
+        },
+        Sensitivity {
+            problem: "4: kazoo nine-digit sequences not parsed, the unparsed node forgotten (orphans)",
+            mutants: &[Mutant::KazooNineDigits, Mutant::MissingForgetsNode],
+            config: Config::new("kazoo-wrapped", vec![plain(Recipe::Fair), plain(Recipe::Fair)])
+                .with_layout(Layout::Kazoo)
+                .with_setup(wrapped_counter)
+                .with_faults(0, &[]),
+            shows_as: "left behind",
+        },
+        Sensitivity {
+            problem: "5: the cleanup ignores a create still in flight, which lands after the caller gave up",
+            mutants: &[Mutant::CleanupIgnoresInFlight],
+            config: Config::new(
+                "abandoned",
+                vec![
+                    plain(Recipe::Fair),
+                    Program::Abandon {
+                        recipe: Recipe::Fair,
+                        after: Duration::from_millis(300),
+                    },
+                ],
+            )
+            .with_faults(1, &[FaultKind::Delay]),
+            shows_as: "left behind",
+        },
+        Sensitivity {
+            problem: "6: recipes ignore each other's nodes on one path",
+            mutants: &[Mutant::NoForeignCheck],
+            config: Config::new("mixed-recipes", vec![plain(Recipe::Exclusive), plain(Recipe::Fair)])
+                .with_faults(0, &[]),
+            shows_as: "two holders",
+        },
+    ]
+}

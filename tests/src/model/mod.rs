@@ -1,0 +1,469 @@
+//! A model checker over the real code: the recipes and the driver of `recipes-core`, run against the in-memory
+//! backend in its controlled mode, while an explorer decides the order of every event that ZooKeeper and the
+//! network could reorder.
+//!
+//! # What is explored
+//! One *schedule* is one run of a [`Config`]: a few clients (each its own session, running a small [`Program`] on
+//! one lock path) on a fresh cluster, on a current-thread tokio runtime with a paused clock, so that a run is
+//! deterministic. After every event the explorer lets every task run until nothing moves ("settles"), checks the
+//! oracles, lists the enabled events and picks one:
+//!
+//! - `Apply`: the server applies the oldest in-flight request of a session (one session's requests stay in order;
+//!   sessions interleave freely), including requests orphaned by a broken connection, which may also be lost;
+//! - `Deliver`: a reply or watch event reaches its client (in order per session). Deliveries to different clients
+//!   commute with each other and with other sessions' requests, so a pending delivery is made before any other
+//!   network event (a reduction that keeps every reachable state);
+//! - timers when due: a reconnection, the server expiring a session it has not heard from;
+//! - `Tick`: when nothing is in flight, virtual time runs until some task acts (a deadline, a lease's end, a hold
+//!   ending) or the next timer;
+//! - faults, within a budget, at every point: session expiry at the server with the client told at once
+//!   (Curator's KillSession), a partition past the session timeout (the server expires the session, the client
+//!   learns later), a short connection loss (replies in flight lost, requests in flight may still land: a lost
+//!   create reply is one case), a client crash (SIGKILL: its process never acts again, the server expires it after
+//!   the timeout), an operator deleting a lock node, and a delay (time runs while requests are in flight: a caller
+//!   gives up with its request still on the wire).
+//!
+//! # Oracles
+//! At every step: among the guards of live clients whose own `is_valid()` is true, at most one client holds
+//! exclusively, and never beside a reader of another client; the node of every such guard exists with its creation
+//! id; an acquire never returns a guard that is not valid; fencing tokens increase from one hold to the next;
+//! `lost()` resolves once the node is gone, and never claims a deletion that did not happen; a timed acquire ends
+//! within its deadline (plus the cleanup's grace). At the end: every live client finished (no deadlock, no hang),
+//! and no lock node of a live session is left.
+//!
+//! # Strategies
+//! [`explore`] walks every schedule of a configuration depth-first (replaying a prefix of choices and branching on
+//! the next one), and [`random_walks`] runs seeded random schedules for larger configurations. A failure carries the
+//! choices that replay it exactly ([`replay`]) and a readable trace.
+
+pub mod configs;
+mod programs;
+mod run;
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use recipes_core::{Layout, Recipe};
+
+pub use programs::{Patience, Program};
+
+/// A fault the explorer may inject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FaultKind {
+    /// The server expires the session and its client learns at once (Curator's `KillSession`).
+    Kill,
+    /// The client is cut off past its session timeout: the server expires it, the client learns on reconnecting.
+    Partition,
+    /// The connection breaks for a moment: replies in flight are lost, requests in flight may still land.
+    Blip,
+    /// The client process dies (SIGKILL); the server expires its session after the timeout.
+    Crash,
+    /// An operator deletes a lock node.
+    OperatorDelete,
+    /// Time runs while requests are in flight (a caller's deadline passes with its request on the wire).
+    Delay,
+}
+
+/// Every fault kind.
+pub const ALL_FAULTS: &[FaultKind] = &[
+    FaultKind::Kill,
+    FaultKind::Partition,
+    FaultKind::Blip,
+    FaultKind::Crash,
+    FaultKind::OperatorDelete,
+    FaultKind::Delay,
+];
+
+/// Sets a path up before the clients start (in the automatic mode).
+pub type Setup = fn(&recipes_mem::MemCluster) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
+
+/// One configuration to explore.
+#[derive(Clone)]
+pub struct Config {
+    /// Its name, in reports and replays.
+    pub name: &'static str,
+    /// The layout every client uses.
+    pub layout: Layout,
+    /// The program of each client (one session each).
+    pub clients: Vec<Program>,
+    /// How many faults one schedule may inject.
+    pub faults: u32,
+    /// Which faults.
+    pub fault_kinds: Vec<FaultKind>,
+    /// The clients' session timeout.
+    pub session_timeout: Duration,
+    /// Run before the clients start (e.g. to set the sequence counter).
+    pub setup: Option<Setup>,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("name", &self.name)
+            .field("layout", &self.layout)
+            .field("clients", &self.clients)
+            .field("faults", &self.faults)
+            .field("fault_kinds", &self.fault_kinds)
+            .finish()
+    }
+}
+
+impl Config {
+    /// Clients running `programs`, with up to one fault of the usual kinds.
+    pub fn new(name: &'static str, programs: Vec<Program>) -> Self {
+        Config {
+            name,
+            layout: Layout::Native,
+            clients: programs,
+            faults: 1,
+            fault_kinds: vec![
+                FaultKind::Kill,
+                FaultKind::Partition,
+                FaultKind::Blip,
+                FaultKind::Crash,
+                FaultKind::Delay,
+            ],
+            session_timeout: Duration::from_secs(4),
+            setup: None,
+        }
+    }
+
+    /// This configuration with a fault budget and kinds.
+    pub fn with_faults(mut self, n: u32, kinds: &[FaultKind]) -> Self {
+        self.faults = n;
+        self.fault_kinds = kinds.to_vec();
+        self
+    }
+
+    /// This configuration in another layout.
+    pub fn with_layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// This configuration with a setup step.
+    pub fn with_setup(mut self, setup: Setup) -> Self {
+        self.setup = Some(setup);
+        self
+    }
+}
+
+/// The plain program: `recipe`, waiting as long as it takes.
+pub fn plain(recipe: Recipe) -> Program {
+    Program::Plain {
+        recipe,
+        patience: Patience::Forever,
+    }
+}
+
+/// A violation found in one schedule.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    /// The configuration.
+    pub config: &'static str,
+    /// What went wrong.
+    pub message: String,
+    /// The choices that replay the schedule ([`replay`]).
+    pub choices: Vec<usize>,
+    /// The events of the schedule, readable.
+    pub trace: Vec<String>,
+    /// The seed of a random walk (`None` for an exhaustive run).
+    pub seed: Option<u64>,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "model checker: {} in configuration {:?}", self.message, self.config)?;
+        if let Some(seed) = self.seed {
+            writeln!(f, "seed: {seed}")?;
+        }
+        let choices: Vec<String> = self.choices.iter().map(|c| c.to_string()).collect();
+        writeln!(f, "replay: MODEL_REPLAY={}:{}", self.config, choices.join(","))?;
+        writeln!(f, "trace:")?;
+        for (i, line) in self.trace.iter().enumerate() {
+            writeln!(f, "  {:>3}. {line}", i + 1)?;
+        }
+        Ok(())
+    }
+}
+
+/// What an exploration found.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The configuration.
+    pub config: &'static str,
+    /// Distinct schedules run.
+    pub schedules: u64,
+    /// Whether every schedule within the bounds was explored (`false`: stopped at the schedule limit or the time
+    /// budget).
+    pub complete: bool,
+    /// The longest schedule, in events.
+    pub longest: usize,
+    /// The first violation found, if any.
+    pub violation: Option<Violation>,
+    /// Wall time spent.
+    pub elapsed: Duration,
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "MODEL {}: {} schedules{}, longest {} events, {:.1} s, {}",
+            self.config,
+            self.schedules,
+            if self.complete { " (all)" } else { " (bounded)" },
+            self.longest,
+            self.elapsed.as_secs_f64(),
+            match &self.violation {
+                None => "no violation".to_owned(),
+                Some(v) => format!("VIOLATION: {}", v.message),
+            }
+        )
+    }
+}
+
+/// One enabled choice at a step, as the explorer sees it: an identity stable across runs, what it touches, and
+/// whether it is a fault.
+#[derive(Debug, Clone)]
+pub(crate) struct Candidate<C> {
+    pub id: C,
+    pub access: recipes_mem::Access,
+}
+
+/// A choice point of the depth-first search: the choices that were awake there, and which one is being explored.
+#[derive(Debug, Clone)]
+struct Frame<C> {
+    awake: Vec<C>,
+    next: usize,
+}
+
+/// Picks among enabled events: depth-first with sleep sets (partial-order reduction), at random, or replaying the
+/// exact choices of an earlier run.
+pub(crate) struct Chooser<C> {
+    mode: Mode,
+    /// The search's choice points, kept across runs (depth-first mode).
+    frames: Vec<Frame<C>>,
+    /// Depth reached in the current run.
+    depth: usize,
+    /// The current run's sleep set: choices whose outcomes are explored elsewhere, until something that does not
+    /// commute with them happens.
+    sleep: Vec<Candidate<C>>,
+    /// Every choice the current run made (its index among the enabled ones): replays it exactly.
+    pub made: Vec<usize>,
+    /// Set when a replayed choice point offered different choices than before.
+    pub nondeterministic: bool,
+}
+
+enum Mode {
+    Search,
+    Random(u64),
+    Replay(Vec<usize>),
+}
+
+impl<C: Clone + PartialEq + std::fmt::Debug> Chooser<C> {
+    fn search() -> Self {
+        Self::with_mode(Mode::Search)
+    }
+
+    fn random(seed: u64) -> Self {
+        Self::with_mode(Mode::Random(seed ^ 0x9e37_79b9_7f4a_7c15))
+    }
+
+    fn replay(choices: Vec<usize>) -> Self {
+        Self::with_mode(Mode::Replay(choices))
+    }
+
+    fn with_mode(mode: Mode) -> Self {
+        Chooser {
+            mode,
+            frames: Vec::new(),
+            depth: 0,
+            sleep: Vec::new(),
+            made: Vec::new(),
+            nondeterministic: false,
+        }
+    }
+
+    /// Starts a new run of the search.
+    fn restart(&mut self) {
+        self.depth = 0;
+        self.sleep.clear();
+        self.made.clear();
+    }
+
+    /// Moves the search to its next run; `false` when every run has been made.
+    fn advance(&mut self) -> bool {
+        while let Some(f) = self.frames.last_mut() {
+            if f.next + 1 < f.awake.len() {
+                f.next += 1;
+                return true;
+            }
+            self.frames.pop();
+        }
+        false
+    }
+
+    fn next_random(state: &mut u64) -> u64 {
+        // splitmix64
+        *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = *state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Chooses among `cands`, the first `ordinary` of which are not faults. `None`: every choice is asleep (its
+    /// outcomes are explored by another run), so this run stops here.
+    pub fn choose(&mut self, cands: &[Candidate<C>], ordinary: usize) -> Option<usize> {
+        let pick = match &mut self.mode {
+            Mode::Replay(choices) => choices.get(self.made.len()).copied().unwrap_or(0).min(cands.len() - 1),
+            Mode::Random(state) => {
+                let n = cands.len();
+                let r = Self::next_random(state);
+                if n <= 1 {
+                    0
+                } else if ordinary == 0 || (ordinary < n && r % 100 < 4) {
+                    // Faults are rare, so that a schedule gets far before its fault.
+                    ordinary + (Self::next_random(state) as usize) % (n - ordinary)
+                } else {
+                    (r as usize / 100) % ordinary
+                }
+            }
+            Mode::Search => {
+                let awake: Vec<usize> = (0..cands.len())
+                    .filter(|i| !self.sleep.iter().any(|s| s.id == cands[*i].id))
+                    .collect();
+                if awake.is_empty() {
+                    return None;
+                }
+                let (local, before) = if awake.len() == 1 {
+                    (0, Vec::new())
+                } else {
+                    let ids: Vec<C> = awake.iter().map(|i| cands[*i].id.clone()).collect();
+                    if self.depth < self.frames.len() {
+                        if self.frames[self.depth].awake != ids {
+                            self.nondeterministic = true;
+                        }
+                    } else {
+                        self.frames.push(Frame { awake: ids, next: 0 });
+                    }
+                    let local = self.frames[self.depth].next.min(awake.len() - 1);
+                    self.depth += 1;
+                    (local, awake[..local].iter().map(|i| cands[*i].clone()).collect())
+                };
+                let chosen = &cands[awake[local]];
+                let mut sleep = std::mem::take(&mut self.sleep);
+                sleep.extend(before);
+                sleep.retain(|s| s.access.independent(&chosen.access));
+                self.sleep = sleep;
+                awake[local]
+            }
+        };
+        self.made.push(pick);
+        Some(pick)
+    }
+}
+
+/// Bounds of an exhaustive exploration.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// Stop after this many schedules.
+    pub max_schedules: u64,
+    /// Stop after this much wall time.
+    pub time: Duration,
+}
+
+/// Explores every schedule of `config` depth-first (with sleep sets: of schedules that differ only in the order of
+/// commuting events, one is run), within `bounds`; stops at the first violation.
+pub fn explore(config: &Config, bounds: Bounds) -> Report {
+    explore_for(config, bounds, |_| true)
+}
+
+/// As [`explore`], but goes on past violations whose message does not satisfy `wanted` (to show that one kind of
+/// violation is reachable).
+pub fn explore_for(config: &Config, bounds: Bounds, wanted: impl Fn(&str) -> bool) -> Report {
+    let start = Instant::now();
+    let mut chooser = Chooser::search();
+    let mut report = Report {
+        config: config.name,
+        schedules: 0,
+        complete: false,
+        longest: 0,
+        violation: None,
+        elapsed: Duration::ZERO,
+    };
+    loop {
+        chooser.restart();
+        let outcome = run::run(config, &mut chooser);
+        report.schedules += 1;
+        report.longest = report.longest.max(outcome.events);
+        let message = if chooser.nondeterministic {
+            Some("a replayed schedule met different choices: the run is not deterministic".to_owned())
+        } else {
+            outcome.violation.filter(|m| wanted(m))
+        };
+        if let Some(message) = message {
+            report.violation = Some(Violation {
+                config: config.name,
+                message,
+                choices: chooser.made.clone(),
+                trace: outcome.trace,
+                seed: None,
+            });
+            break;
+        }
+        if !chooser.advance() {
+            report.complete = true;
+            break;
+        }
+        if report.schedules >= bounds.max_schedules || start.elapsed() >= bounds.time {
+            break;
+        }
+    }
+    report.elapsed = start.elapsed();
+    report
+}
+
+/// Runs `runs` random schedules of `config` (seeds `seed`, `seed + 1`, …), within `time`; stops at the first
+/// violation.
+pub fn random_walks(config: &Config, seed: u64, runs: u64, time: Duration) -> Report {
+    let start = Instant::now();
+    let mut report = Report {
+        config: config.name,
+        schedules: 0,
+        complete: false,
+        longest: 0,
+        violation: None,
+        elapsed: Duration::ZERO,
+    };
+    for s in seed..seed.saturating_add(runs) {
+        let mut chooser = Chooser::random(s);
+        let outcome = run::run(config, &mut chooser);
+        report.schedules += 1;
+        report.longest = report.longest.max(outcome.events);
+        if let Some(message) = outcome.violation {
+            report.violation = Some(Violation {
+                config: config.name,
+                message,
+                choices: chooser.made.clone(),
+                trace: outcome.trace,
+                seed: Some(s),
+            });
+            break;
+        }
+        if start.elapsed() >= time {
+            break;
+        }
+    }
+    report.complete = report.violation.is_none() && report.schedules == runs;
+    report.elapsed = start.elapsed();
+    report
+}
+
+/// Replays one schedule from its choices: its trace, and its violation if any.
+pub fn replay(config: &Config, choices: &[usize]) -> (Vec<String>, Option<String>) {
+    let mut chooser = Chooser::replay(choices.to_vec());
+    let outcome = run::run(config, &mut chooser);
+    (outcome.trace, outcome.violation)
+}

@@ -1,0 +1,410 @@
+//! What the model's clients do, and the oracles they report to.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use recipes_core::{Error, LockGuard, Locks, LostReason, OwnerToken, Recipe};
+use recipes_mem::MemCluster;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// How long a client acquires for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Patience {
+    /// `acquire()`.
+    Forever,
+    /// `acquire_timeout(d)`.
+    Timeout(Duration),
+    /// `try_acquire()`.
+    Try,
+}
+
+/// A client's program, on the configuration's one lock path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Program {
+    /// Acquire, hold, ask `lost()`, release.
+    Plain {
+        /// The recipe.
+        recipe: Recipe,
+        /// How long to wait.
+        patience: Patience,
+    },
+    /// Reentrant (an owner token): acquire, hold, re-enter, ask `lost()`, release both holds.
+    Reenter,
+    /// Write, then take the read side (downgrade), release the write side, hold, release the read side.
+    Downgrade,
+    /// An acquire whose future is dropped after this long (a caller's own timeout), then nothing.
+    Abandon {
+        /// The recipe.
+        recipe: Recipe,
+        /// When the future is dropped.
+        after: Duration,
+    },
+}
+
+/// The grace an acquire that gives up may take for its cleanup, beyond its deadline (the driver's `CLEANUP_GRACE`).
+const CLEANUP_GRACE: Duration = Duration::from_millis(500);
+
+/// One hold, as the oracles track it.
+struct Hold {
+    client: usize,
+    exclusive: bool,
+    node: String,
+    token: u64,
+    /// The guard while held (taken out to release it).
+    guard: Option<Arc<LockGuard>>,
+}
+
+/// What the clients report, and the oracles over it.
+pub(crate) struct Oracle {
+    holds: Vec<Hold>,
+    pub violations: Vec<String>,
+    /// Notes for the trace (acquired, released, errors).
+    pub notes: Vec<String>,
+    max_exclusive_token: u64,
+    max_token: u64,
+    pub finished: usize,
+    pub crashed: HashSet<usize>,
+    /// Nodes an operator deleted: (path, czxid). Once a lock node is deleted behind the library's back, the lease no
+    /// longer promises exclusion (a holder cannot know until `lost()` looks), so the exclusion and token oracles stop;
+    /// `lost()`'s truthfulness, progress and leftovers are still checked.
+    pub deleted: HashSet<(String, u64)>,
+    pub activity: u64,
+    notify: Arc<Notify>,
+}
+
+impl Oracle {
+    pub fn new(notify: Arc<Notify>) -> Self {
+        Oracle {
+            holds: Vec::new(),
+            violations: Vec::new(),
+            notes: Vec::new(),
+            max_exclusive_token: 0,
+            max_token: 0,
+            finished: 0,
+            crashed: HashSet::new(),
+            deleted: HashSet::new(),
+            activity: 0,
+            notify,
+        }
+    }
+
+    fn touch(&mut self) {
+        self.activity += 1;
+        self.notify.notify_one();
+    }
+
+    fn note(&mut self, client: usize, what: String) {
+        self.notes.push(format!("client {client}: {what}"));
+        self.touch();
+    }
+
+    fn violate(&mut self, what: String) {
+        self.violations.push(what);
+        self.touch();
+    }
+
+    /// An acquire returned `guard`: it must be valid, and its token above the tokens of the holds before it.
+    fn acquired(&mut self, client: usize, exclusive: bool, guard: LockGuard, reentry: bool) -> usize {
+        let token = guard.fencing_token();
+        let node = guard.node().to_owned();
+        if !guard.is_valid() {
+            self.violate(format!(
+                "client {client}: an acquire returned a guard that is not valid ({})",
+                short(&node)
+            ));
+        }
+        if !reentry && self.deleted.is_empty() {
+            let floor = if exclusive {
+                self.max_token
+            } else {
+                self.max_exclusive_token
+            };
+            if token <= floor {
+                self.violate(format!(
+                    "client {client}: fencing token {token} of a new {} hold is not above {floor}",
+                    if exclusive { "exclusive" } else { "shared" }
+                ));
+            }
+            self.max_token = self.max_token.max(token);
+            if exclusive {
+                self.max_exclusive_token = self.max_exclusive_token.max(token);
+            }
+        }
+        self.note(
+            client,
+            format!(
+                "holds {} (token {token}{})",
+                short(&node),
+                if reentry { ", re-entered" } else { "" }
+            ),
+        );
+        self.holds.push(Hold {
+            client,
+            exclusive,
+            node,
+            token,
+            guard: Some(Arc::new(guard)),
+        });
+        self.holds.len() - 1
+    }
+
+    fn take(&mut self, id: usize) -> Option<Arc<LockGuard>> {
+        self.holds.get_mut(id).and_then(|h| h.guard.take())
+    }
+
+    fn guard(&self, id: usize) -> Option<Arc<LockGuard>> {
+        self.holds.get(id).and_then(|h| h.guard.clone())
+    }
+
+    /// The oracles over the current state: exclusion among valid guards, and their nodes present.
+    pub fn check(&mut self, cluster: &MemCluster) {
+        if !self.deleted.is_empty() {
+            return;
+        }
+        let mut exclusive = std::collections::BTreeSet::new();
+        let mut shared = std::collections::BTreeSet::new();
+        let mut problems = Vec::new();
+        for h in &self.holds {
+            let Some(g) = &h.guard else { continue };
+            if self.crashed.contains(&h.client) {
+                continue;
+            }
+            if !g.is_valid() {
+                continue;
+            }
+            if h.exclusive {
+                exclusive.insert(h.client);
+            } else {
+                shared.insert(h.client);
+            }
+            match cluster.stat(&h.node) {
+                Some(st) if st.czxid.max(0) as u64 == h.token => {}
+                _ => problems.push(format!(
+                    "client {}'s guard is valid but its node {} (token {}) is gone",
+                    h.client,
+                    short(&h.node),
+                    h.token
+                )),
+            }
+        }
+        let readers_beside: Vec<_> = shared.difference(&exclusive).collect();
+        if exclusive.len() > 1 || (exclusive.len() == 1 && !readers_beside.is_empty()) {
+            problems.push(format!(
+                "two holders: exclusive {exclusive:?}, shared {readers_beside:?}, all with valid leases"
+            ));
+        }
+        for p in problems {
+            if !self.violations.contains(&p) {
+                self.violate(p);
+            }
+        }
+    }
+}
+
+/// The node's name without its attempt id (random in every run): its kind and sequence.
+pub(crate) fn short(node: &str) -> String {
+    let name = node.rsplit('/').next().unwrap_or(node);
+    let hex = |s: &str| s.bytes().all(|c| c.is_ascii_hexdigit() || c == b'-');
+    if name.len() > 35 && name.as_bytes()[1] == b'-' && hex(&name[2..34]) {
+        format!("{}…{}", &name[..2], &name[34..])
+    } else if name.starts_with("_c_") && name.len() > 39 && hex(&name[3..39]) {
+        format!("_c_…{}", &name[39..])
+    } else if name.len() > 32 && hex(&name[..32]) {
+        format!("…{}", &name[32..])
+    } else {
+        name.to_owned()
+    }
+}
+
+/// What a client needs to run its program.
+pub(crate) struct Ctx {
+    pub id: usize,
+    pub locks: Locks,
+    pub path: String,
+    pub oracle: Arc<Mutex<Oracle>>,
+    pub cluster: MemCluster,
+    pub session_timeout: Duration,
+}
+
+impl Ctx {
+    fn oracle(&self) -> std::sync::MutexGuard<'_, Oracle> {
+        self.oracle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn note(&self, what: String) {
+        self.oracle().note(self.id, what);
+    }
+
+    /// An error that a correct library may return here (the lock was lost, refused, or the session ended).
+    fn expected(&self, what: &str, e: &Error) {
+        match e {
+            Error::SessionExpired
+            | Error::ConnectionLoss
+            | Error::Closed
+            | Error::NotHeld { .. }
+            | Error::LockLost { .. }
+            | Error::ForeignLock { .. }
+            | Error::SequenceWrapped { .. }
+            | Error::RetriesExhausted { .. } => self.note(format!("{what}: {e}")),
+            e => self
+                .oracle()
+                .violate(format!("client {}: {what} failed unexpectedly: {e}", self.id)),
+        }
+    }
+
+    fn hold_time(&self) -> Duration {
+        self.session_timeout / 4
+    }
+
+    /// Asks `lost()` of hold `id`, bounded by a session timeout: it must resolve when the node is already gone, and
+    /// must not claim a deletion that did not happen.
+    async fn check_lost(&self, id: usize) {
+        let (gone_before, node, token) = {
+            let o = self.oracle();
+            let Some(h) = o.holds.get(id) else { return };
+            let gone = self.cluster.stat(&h.node).is_none_or_changed(h.token);
+            (gone, h.node.clone(), h.token)
+        };
+        let Some(guard) = self.oracle().guard(id) else { return };
+        let lost = tokio::time::timeout(self.session_timeout, guard.lost()).await.ok();
+        drop(guard);
+        match lost {
+            None if gone_before => self.oracle().violate(format!(
+                "client {}: lost() did not resolve although its node {} was already gone",
+                self.id,
+                short(&node)
+            )),
+            None => {}
+            Some(LostReason::NodeDeleted) if !self.cluster.stat(&node).is_none_or_changed(token) => {
+                self.oracle().violate(format!(
+                    "client {}: lost() said NodeDeleted but node {} exists",
+                    self.id,
+                    short(&node)
+                ))
+            }
+            Some(r) => self.note(format!("lost(): {r}")),
+        }
+    }
+
+    async fn release(&self, id: usize, what: &str) {
+        let guard = self.oracle().take(id);
+        if let Some(g) = guard.and_then(Arc::into_inner) {
+            match g.release().await {
+                Ok(()) => self.note(format!("released {what}")),
+                Err(e) => self.expected(&format!("release {what}"), &e),
+            }
+        }
+    }
+}
+
+trait StatExt {
+    fn is_none_or_changed(&self, token: u64) -> bool;
+}
+
+impl StatExt for Option<recipes_core::Stat> {
+    fn is_none_or_changed(&self, token: u64) -> bool {
+        self.map_or(true, |s| s.czxid.max(0) as u64 != token)
+    }
+}
+
+fn exclusive(recipe: Recipe) -> bool {
+    recipe != Recipe::Read
+}
+
+/// Runs a client's program to its end.
+pub(crate) async fn run(ctx: Ctx, program: Program) {
+    match program {
+        Program::Plain { recipe, patience } => plain(&ctx, recipe, patience).await,
+        Program::Reenter => reenter(&ctx).await,
+        Program::Downgrade => downgrade(&ctx).await,
+        Program::Abandon { recipe, after } => {
+            let lock = ctx.locks.lock(&ctx.path, recipe).expect("valid path");
+            match tokio::time::timeout(after, lock.acquire()).await {
+                Err(_) => ctx.note("abandoned its acquire".into()),
+                Ok(Ok(g)) => {
+                    let id = ctx.oracle().acquired(ctx.id, exclusive(recipe), g, false);
+                    tokio::time::sleep(ctx.hold_time()).await;
+                    ctx.release(id, "").await;
+                }
+                Ok(Err(e)) => ctx.expected("acquire", &e),
+            }
+        }
+    }
+    let mut o = ctx.oracle();
+    o.finished += 1;
+    o.touch();
+}
+
+async fn plain(ctx: &Ctx, recipe: Recipe, patience: Patience) {
+    let lock = ctx.locks.lock(&ctx.path, recipe).expect("valid path");
+    let start = Instant::now();
+    let got = match patience {
+        Patience::Forever => lock.acquire().await.map(Some),
+        Patience::Timeout(d) => lock.acquire_timeout(d).await,
+        Patience::Try => lock.try_acquire().await,
+    };
+    if let Patience::Timeout(d) = patience {
+        let took = start.elapsed();
+        if took > d + CLEANUP_GRACE + Duration::from_millis(1) {
+            ctx.oracle()
+                .violate(format!("client {}: acquire_timeout({d:?}) took {took:?}", ctx.id));
+        }
+    }
+    let guard = match got {
+        Ok(Some(g)) => g,
+        Ok(None) => return ctx.note("did not get the lock".into()),
+        Err(e) => return ctx.expected("acquire", &e),
+    };
+    let id = ctx.oracle().acquired(ctx.id, exclusive(recipe), guard, false);
+    tokio::time::sleep(ctx.hold_time()).await;
+    ctx.check_lost(id).await;
+    ctx.release(id, "").await;
+}
+
+async fn reenter(ctx: &Ctx) {
+    let token = OwnerToken::new();
+    let lock = ctx
+        .locks
+        .reentrant(&ctx.path)
+        .expect("valid path")
+        .with_owner(token.into());
+    let outer = match lock.acquire().await {
+        Ok(g) => ctx.oracle().acquired(ctx.id, true, g, false),
+        Err(e) => return ctx.expected("acquire", &e),
+    };
+    tokio::time::sleep(ctx.hold_time()).await;
+    match lock.acquire().await {
+        Ok(g) => {
+            let inner = ctx.oracle().acquired(ctx.id, true, g, true);
+            ctx.check_lost(inner).await;
+            ctx.release(inner, "inner").await;
+        }
+        Err(e) => ctx.expected("re-enter", &e),
+    }
+    ctx.release(outer, "outer").await;
+}
+
+async fn downgrade(ctx: &Ctx) {
+    let token = OwnerToken::new();
+    let rw = ctx.locks.read_write(&ctx.path).expect("valid path");
+    let w = match rw.write().with_owner(token.into()).acquire().await {
+        Ok(g) => ctx.oracle().acquired(ctx.id, true, g, false),
+        Err(e) => return ctx.expected("write", &e),
+    };
+    tokio::time::sleep(ctx.hold_time()).await;
+    let r = match rw.read().with_owner(token.into()).acquire().await {
+        Ok(g) => Some(ctx.oracle().acquired(ctx.id, false, g, true)),
+        Err(e) => {
+            ctx.expected("downgrade", &e);
+            None
+        }
+    };
+    ctx.release(w, "write").await;
+    if let Some(r) = r {
+        tokio::time::sleep(ctx.hold_time()).await;
+        ctx.check_lost(r).await;
+        ctx.release(r, "read").await;
+    }
+}

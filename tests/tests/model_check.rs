@@ -1,0 +1,177 @@
+//! The model checker in CI (docs/reliability.md): exhaustive within a bound for two clients of every recipe, seeded
+//! random walks for larger configurations, and proof that it finds each bug it exists to find.
+//!
+//! `MODEL_DEEP=1` explores deeper (two faults per schedule, longer random walks); `MODEL_REPLAY=<config>:<choices>`
+//! replays one schedule of a configuration and prints its trace.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+use std::time::Duration;
+
+use recipes_conformance::model::configs::{exhaustive, random, sensitivity};
+use recipes_conformance::model::{explore, explore_for, random_walks, replay, Bounds, Config};
+use recipes_core::mutants;
+
+fn deep() -> bool {
+    std::env::var_os("MODEL_DEEP").is_some()
+}
+
+fn config(name: &str) -> Config {
+    exhaustive()
+        .into_iter()
+        .chain(random())
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no configuration {name}"))
+}
+
+/// Explores one configuration exhaustively; fails with the violation's trace.
+fn exhaustive_run(name: &str) {
+    let mut c = config(name);
+    if deep() {
+        c.faults = 2;
+    }
+    let bounds = Bounds {
+        max_schedules: if deep() { 50_000_000 } else { 400_000 },
+        time: Duration::from_secs(if deep() { 3600 } else { 150 }),
+    };
+    let r = explore(&c, bounds);
+    println!("{r}");
+    if let Some(v) = &r.violation {
+        panic!("{v}");
+    }
+    assert!(
+        r.complete || deep(),
+        "{name}: the bounded exploration did not finish: {r}"
+    );
+}
+
+macro_rules! exhaustive_tests {
+    ($($test:ident => $name:literal),* $(,)?) => {
+        $(
+            /// Every schedule of the configuration, with at most one fault (two with MODEL_DEEP).
+            #[test]
+            #[ignore = "CPU-bound: run alone by scripts/test's model-checker step"]
+            fn $test() {
+                exhaustive_run($name);
+            }
+        )*
+
+        /// Every exhaustive configuration has its test.
+        #[test]
+        fn every_configuration_is_explored() {
+            let tested = [$($name),*];
+            for c in exhaustive() {
+                assert!(tested.contains(&c.name), "configuration {} has no test", c.name);
+            }
+        }
+    };
+}
+
+exhaustive_tests! {
+    exhaustive_exclusive => "exclusive",
+    exhaustive_fair => "fair",
+    exhaustive_reentrant => "reentrant",
+    exhaustive_read_write => "read-write",
+    exhaustive_downgrade => "downgrade",
+    exhaustive_writer_downgrade => "writer-downgrade",
+    exhaustive_timed => "timed",
+    exhaustive_try => "try",
+    exhaustive_abandoned => "abandoned",
+    exhaustive_mixed_recipes => "mixed-recipes",
+    exhaustive_curator => "curator",
+    exhaustive_kazoo_wrapped => "kazoo-wrapped",
+    exhaustive_native_wrapped => "native-wrapped",
+}
+
+/// Seeded random walks of three and four clients with two faults.
+#[test]
+#[ignore = "CPU-bound: run alone by scripts/test's model-checker step"]
+fn random_walks_of_larger_configurations() {
+    let (runs, time) = if deep() { (200_000, 1800) } else { (3_000, 40) };
+    let seed: u64 = std::env::var("MODEL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    for c in random() {
+        let r = random_walks(&c, seed, runs, Duration::from_secs(time / 3));
+        println!("{r} (random walks from seed {seed})");
+        if let Some(v) = &r.violation {
+            panic!("{v}");
+        }
+    }
+}
+
+/// With each known bug switched back on, the checker finds it; its trace replays it exactly.
+#[test]
+fn the_checker_finds_every_known_bug() {
+    for s in sensitivity() {
+        for m in s.mutants {
+            mutants::set(*m, true);
+        }
+        let r = explore_for(
+            &s.config,
+            Bounds {
+                max_schedules: 200_000,
+                time: Duration::from_secs(60),
+            },
+            |m| m.contains(s.shows_as),
+        );
+        let replayed = r.violation.as_ref().map(|v| replay(&s.config, &v.choices));
+        for m in s.mutants {
+            mutants::set(*m, false);
+        }
+        let v = r
+            .violation
+            .unwrap_or_else(|| panic!("problem {}: not found in {} schedules", s.problem, r.schedules));
+        println!(
+            "MODEL finds problem {} after {} schedules: {}",
+            s.problem, r.schedules, v.message
+        );
+        let (_, again) = replayed.expect("replayed");
+        assert_eq!(
+            again.as_deref(),
+            Some(v.message.as_str()),
+            "the trace replays the violation"
+        );
+        // And without the mutant, the same schedule is fine.
+        let (_, fixed) = replay(&s.config, &v.choices);
+        assert_eq!(
+            fixed, None,
+            "problem {}: the fixed code fails the same schedule",
+            s.problem
+        );
+    }
+}
+
+/// The exploration is deterministic: the same configuration gives the same number of schedules twice.
+#[test]
+#[ignore = "CPU-bound: run alone by scripts/test's model-checker step"]
+fn exploration_is_deterministic() {
+    let c = config("read-write");
+    let bounds = Bounds {
+        max_schedules: 3_000,
+        time: Duration::from_secs(60),
+    };
+    let (a, b) = (explore(&c, bounds), explore(&c, bounds));
+    assert!(a.violation.is_none() && b.violation.is_none());
+    assert_eq!((a.schedules, a.longest), (b.schedules, b.longest));
+}
+
+/// `MODEL_REPLAY=<config>:<choices>` prints one schedule's trace (a no-op without it).
+#[test]
+fn replay_from_environment() {
+    let Ok(spec) = std::env::var("MODEL_REPLAY") else {
+        return;
+    };
+    let (name, choices) = spec.split_once(':').expect("MODEL_REPLAY=<config>:<choices>");
+    let choices: Vec<usize> = choices
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap())
+        .collect();
+    let (trace, violation) = replay(&config(name), &choices);
+    for (i, line) in trace.iter().enumerate() {
+        println!("{:>4}. {line}", i + 1);
+    }
+    println!("violation: {violation:?}");
+}

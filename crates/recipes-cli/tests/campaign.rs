@@ -368,3 +368,225 @@ fn sigkill_campaign() {
     drop(zk);
     std::fs::remove_dir_all(PathBuf::from(&dir)).unwrap();
 }
+
+/// A store that keeps the highest fencing token it has seen and rejects writes carrying a lower one: what an
+/// application puts beside a lock to stop a paused holder from doing damage. Commands write `W <who> <token>` lines
+/// to it over TCP; it records each write with its arrival time and verdict.
+struct FencedStore {
+    port: u16,
+    writes: Arc<Mutex<Vec<StoreWrite>>>,
+}
+
+#[derive(Debug, Clone)]
+struct StoreWrite {
+    who: String,
+    token: u64,
+    at: Instant,
+    accepted: bool,
+}
+
+impl FencedStore {
+    fn start() -> FencedStore {
+        use std::io::BufRead;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let writes: Arc<Mutex<Vec<StoreWrite>>> = Arc::default();
+        let highest = Arc::new(AtomicU64::new(0));
+        let w = writes.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let (w, highest) = (w.clone(), highest.clone());
+                std::thread::spawn(move || {
+                    for line in std::io::BufReader::new(conn).lines().map_while(Result::ok) {
+                        let f: Vec<&str> = line.split_whitespace().collect();
+                        let (Some(who), Some(token)) = (f.get(1), f.get(2).and_then(|t| t.parse::<u64>().ok())) else {
+                            continue;
+                        };
+                        // Accept only a token at least as high as any seen: one check-and-set, as a store's
+                        // conditional write would do.
+                        let accepted = highest.fetch_max(token, Ordering::SeqCst) <= token;
+                        w.lock().unwrap().push(StoreWrite {
+                            who: who.to_string(),
+                            token,
+                            at: Instant::now(),
+                            accepted,
+                        });
+                    }
+                });
+            }
+        });
+        FencedStore { port, writes }
+    }
+
+    fn writes(&self) -> Vec<StoreWrite> {
+        self.writes.lock().unwrap().clone()
+    }
+
+    fn count(&self, who: &str) -> usize {
+        self.writes().iter().filter(|w| w.who == who).count()
+    }
+}
+
+/// The command of the pause attack: writes `W <who> <token>` to the store every 20 ms for `$STEPS` steps. It
+/// ignores SIGTERM, as a command finishing its work would: only SIGKILL stops it.
+const WRITER: &str = r#"
+trap '' TERM
+exec 3<>/dev/tcp/127.0.0.1/$STORE_PORT
+i=0
+while [ "$i" -lt "$STEPS" ]; do
+  echo "W $WHO $ZKLOCK_FENCING_TOKEN" >&3
+  sleep 0.02
+  i=$((i + 1))
+done
+"#;
+
+fn writer(connect: &str, path: &str, who: &str, steps: u32, port: u16) -> Child {
+    Command::new(ZKLOCK)
+        .args([
+            "-s",
+            connect,
+            "--session-timeout",
+            "2s",
+            path,
+            "--",
+            "bash",
+            "-c",
+            WRITER,
+        ])
+        .env("STORE_PORT", port.to_string())
+        .env("WHO", who)
+        .env("STEPS", steps.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn zklock")
+}
+
+fn signal(target: i32, sig: &str) {
+    let st = Command::new("kill")
+        .args([sig, "--", &target.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success(), "kill {sig} {target}");
+}
+
+fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < limit, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A stop-the-world pause of a holder: `zklock` and its command's whole group are SIGSTOPped past the session
+/// timeout, another `zklock` takes the lock and writes, then the first is resumed (its command 100 ms before
+/// `zklock`). Measures how long the resumed command, which ignores SIGTERM, goes on writing before `zklock` stops
+/// it, and checks that a store fenced by `ZKLOCK_FENCING_TOKEN` rejects every one of those late writes.
+#[test]
+#[ignore = "fault campaign: run by scripts/campaign and scripts/test"]
+fn sigstop_pause_attack() {
+    if let Err(why) = available() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let zk = PrivateZk::start(1);
+    let connect = zk.connect().to_owned();
+    let store = FencedStore::start();
+    let path = "/campaign/pause";
+    let mut a = writer(&connect, path, "a", 100_000, store.port);
+    wait_until("a writes", Duration::from_secs(20), || store.count("a") >= 5);
+    let group = command_group(a.id());
+    // Stop the world of the holder: zklock, then its command's group (a pause hits both at once).
+    signal(a.id() as i32, "-STOP");
+    signal(-group, "-STOP");
+    let stopped = Instant::now();
+    let a_before = store.count("a");
+    let mut b = writer(&connect, path, "b", 250, store.port);
+    wait_until("b writes", Duration::from_secs(30), || store.count("b") >= 25);
+    let b_first = store.writes().iter().find(|w| w.who == "b").map(|w| w.at).unwrap();
+    // Resume, the command first: it runs a little before zklock is scheduled again.
+    signal(-group, "-CONT");
+    let resumed = Instant::now();
+    std::thread::sleep(Duration::from_millis(100));
+    signal(a.id() as i32, "-CONT");
+    let a_status = wait_child(&mut a, Duration::from_secs(30));
+    let b_status = wait_child(&mut b, Duration::from_secs(30));
+
+    let writes = store.writes();
+    let late: Vec<&StoreWrite> = writes.iter().filter(|w| w.who == "a" && w.at >= resumed).collect();
+    let accepted_late = late.iter().filter(|w| w.accepted).count();
+    let a_after_b = writes
+        .iter()
+        .filter(|w| w.who == "a" && w.at >= b_first && w.accepted)
+        .count();
+    let worked_for = late.last().map(|w| w.at.duration_since(resumed)).unwrap_or_default();
+    let b_token = writes.iter().find(|w| w.who == "b").map(|w| w.token).unwrap();
+    let a_token = writes.iter().find(|w| w.who == "a").map(|w| w.token).unwrap();
+    println!(
+        "CAMPAIGN pause: holder and its command SIGSTOPped {:.2} s (session timeout 2 s); the next holder wrote \
+         {:.2} s after the stop; after SIGCONT the old command wrote {} more times for {:.3} s before zklock \
+         stopped it (exit {a_status:?}); the fenced store rejected {} of them (tokens {a_token} < {b_token}), accepted \
+         {accepted_late} late and {a_after_b} after the next holder's first write",
+        resumed.duration_since(stopped).as_secs_f64(),
+        b_first.duration_since(stopped).as_secs_f64(),
+        late.len(),
+        worked_for.as_secs_f64(),
+        late.len() - accepted_late,
+    );
+    assert!(a_before >= 5);
+    assert!(b_token > a_token, "the next holder's token is higher");
+    assert_eq!(
+        a_after_b, 0,
+        "the store accepted a write of the paused holder after the next holder wrote"
+    );
+    assert_eq!(accepted_late, 0, "a late write was accepted");
+    assert_eq!(a_status, Some(70), "the resumed zklock reports the lost lock");
+    assert_eq!(b_status, Some(0));
+    drop(zk);
+}
+
+/// The process group of `zklock`'s command: the child of `zklock` that leads its own group.
+fn command_group(zklock: u32) -> i32 {
+    let t0 = Instant::now();
+    loop {
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+                continue;
+            };
+            let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+                continue;
+            };
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            // state ppid pgrp
+            if f.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(zklock)
+                && f.get(2) == Some(&pid.to_string().as_str())
+            {
+                return pid;
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no command group under zklock {zklock}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn wait_child(child: &mut Child, limit: Duration) -> Option<i32> {
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st.code();
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

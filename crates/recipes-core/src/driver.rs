@@ -791,8 +791,9 @@ impl Attempt<'_> {
         for p in self.path.ancestors().chain(std::iter::once(self.path.as_str())) {
             match self.call(on.create(p, b"", CreateMode::Container)).await {
                 Ok(_) | Err(Stop::Fail(Error::NodeExists(_))) => {}
-                // The create is retried as a whole; a lost parent shows up as NoNode again.
-                Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(()),
+                // The create is retried as a whole (bounded); a lost parent, or one the container reaper deleted
+                // between two of these creates, shows up as NoNode again.
+                Err(Stop::Fail(Error::ConnectionLoss | Error::NoNode(_))) => return Ok(()),
                 Err(e) => return Err(e),
             }
         }

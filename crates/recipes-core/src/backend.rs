@@ -186,6 +186,14 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// `ConnectionLoss`, `SessionExpired`.
     async fn get(&self, session: SessionId, path: &str) -> Result<Option<(Vec<u8>, Stat)>>;
 
+    /// Waits until the server this session is connected to has caught up with the leader (ZooKeeper's `sync`), so
+    /// that a read sent after it sees every write committed before it. A read after a reconnection to another server
+    /// may otherwise not show a create this session made before the connection broke.
+    ///
+    /// # Notable errors
+    /// `ConnectionLoss`, `SessionExpired`.
+    async fn sync(&self, session: SessionId, path: &str) -> Result<()>;
+
     /// Sets a one-shot watch for the deletion of `path`, then checks that it exists: its stat and the watch, or
     /// `None` when it does not exist.
     ///
@@ -308,6 +316,11 @@ impl SessionRef<'_> {
     /// See [`Backend::get`].
     pub async fn get(&self, path: &str) -> Result<Option<(Vec<u8>, Stat)>> {
         self.backend.get(self.id, path).await
+    }
+
+    /// See [`Backend::sync`].
+    pub async fn sync(&self, path: &str) -> Result<()> {
+        self.backend.sync(self.id, path).await
     }
 
     /// See [`Backend::watch_deletion`].

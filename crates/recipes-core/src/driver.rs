@@ -428,6 +428,18 @@ async fn delete_by_attempt(ctx: &Ctx, path: &LockPath, attempt: Uuid, session: S
             // Whatever the create made went with its session.
             return Ok(());
         }
+        // The create may have gone to a server we are no longer connected to: catch up first.
+        if let Err(e) = ctx.backend.on(session).sync(path.as_str()).await {
+            match e {
+                Error::ConnectionLoss => {
+                    lost_reply = true;
+                    wait_connected(&*ctx.backend, Some(Instant::now() + RECONNECT_WAIT)).await?;
+                    continue;
+                }
+                Error::SessionExpired | Error::Closed => return Ok(()),
+                e => return Err(e),
+            }
+        }
         let r = if fixed {
             let id = Identity {
                 fixed,
@@ -1031,7 +1043,15 @@ impl Attempt<'_> {
             self.cleanup.disarm();
             return Ok(None);
         }
-        let found = match self.call(self.backend().on(sid).get(node)).await {
+        // After a reconnection to another server, a read may not show our create yet: catch up with the leader.
+        let on = self.backend().on(sid);
+        let found = match self
+            .call(async {
+                on.sync(node).await?;
+                on.get(node).await
+            })
+            .await
+        {
             Ok(found) => found,
             Err(Stop::Fail(Error::ConnectionLoss)) => None,
             Err(e) => return Err(e),
@@ -1115,7 +1135,12 @@ impl Attempt<'_> {
     /// Finds the node our create made, by attempt id and ephemeral owner.
     async fn find_ours(&self, attempt: Uuid, sid: SessionId) -> Step<Option<(String, i64)>> {
         let on = self.backend().on(sid);
-        let children = match self.call(on.children(self.path.as_str())).await {
+        // After a reconnection to another server, a list may not show our create yet: catch up with the leader.
+        let listed = async {
+            on.sync(self.path.as_str()).await?;
+            on.children(self.path.as_str()).await
+        };
+        let children = match self.call(listed).await {
             Ok(c) => c,
             Err(Stop::Fail(Error::NoNode(_))) => return Ok(None),
             Err(e) => return Err(e),

@@ -195,6 +195,13 @@ impl Backend for MemClient {
         }
     }
 
+    async fn sync(&self, session: SessionId, path: &str) -> Result<()> {
+        match self.request(session, Op::Sync { path: path.to_owned() }).await? {
+            Reply::Done => Ok(()),
+            other => unexpected("sync", other),
+        }
+    }
+
     async fn watch_deletion(&self, session: SessionId, path: &str) -> Result<Option<(Stat, DeletionWatch)>> {
         let (watch, rx) = oneshot::channel();
         let op = Op::Exists {

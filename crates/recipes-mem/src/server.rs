@@ -61,6 +61,10 @@ pub(crate) enum Op {
     Delete {
         path: String,
     },
+    /// Catch up with the leader: the one server here is always caught up.
+    Sync {
+        path: String,
+    },
 }
 
 impl Op {
@@ -73,6 +77,7 @@ impl Op {
             Op::SetData { path, .. } => (vec![], vec![node(path)]),
             Op::Children { path } => (vec![format!("children:{path}")], vec![]),
             Op::Get { path } | Op::Exists { path, .. } | Op::GetWatch { path, .. } => (vec![node(path)], vec![]),
+            Op::Sync { .. } => (vec![], vec![]),
         };
         Access {
             session: Some(sid),
@@ -91,6 +96,7 @@ impl Op {
             Op::GetWatch { path, .. } => format!("get+watch {path}"),
             Op::SetData { path, .. } => format!("set {path}"),
             Op::Delete { path } => format!("delete {path}"),
+            Op::Sync { path } => format!("sync {path}"),
         }
     }
 
@@ -545,6 +551,7 @@ impl State {
                 self.fire_deleted(&path, now);
                 Ok(Reply::Done)
             }
+            Op::Sync { .. } => Ok(Reply::Done),
         }
     }
 

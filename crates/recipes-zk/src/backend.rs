@@ -1,0 +1,350 @@
+//! [`ZkBackend`]: one ZooKeeper session, implementing [`Backend`].
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use recipes_core::{
+    Backend, CreateMode, Created, DeletionWatch, Error, Lease, NodeEvent, NodeWatch, Result, SessionId, SessionStatus,
+    Stat,
+};
+use tokio::sync::watch;
+use tracing::info;
+
+use crate::errors::{map_err, session_event_error};
+use crate::lease::Stamp;
+use crate::options::ZkOptions;
+use crate::session::{heartbeat, monitor, session_id, Evidence, Inner};
+use crate::zk;
+
+/// One ZooKeeper session, implementing [`Backend`]. Cheap to share (`Arc`); dropping the last handle closes the
+/// session.
+pub struct ZkBackend {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for ZkBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZkBackend")
+            .field("servers", &self.inner.options.servers)
+            .field("session", &*self.inner.status.borrow())
+            .finish()
+    }
+}
+
+fn zk_mode(mode: CreateMode) -> Result<zk::CreateMode> {
+    Ok(match mode {
+        CreateMode::Persistent => zk::CreateMode::Persistent,
+        CreateMode::Container => zk::CreateMode::Container,
+        CreateMode::Ephemeral => zk::CreateMode::Ephemeral,
+        CreateMode::EphemeralSequential => zk::CreateMode::EphemeralSequential,
+        // CreateMode is non-exhaustive: a mode added later must be mapped here, never silently made persistent.
+        #[allow(unreachable_patterns)]
+        other => {
+            return Err(Error::InvalidArgument(format!(
+                "create mode {other:?} is not supported by ZooKeeper"
+            )))
+        }
+    })
+}
+
+fn created(path: &str, mode: CreateMode, stat: zk::Stat, seq: zk::CreateSequence) -> Created {
+    let path = if mode == CreateMode::EphemeralSequential {
+        format!("{path}{seq}")
+    } else {
+        path.to_owned()
+    };
+    Created {
+        path,
+        czxid: stat.czxid,
+    }
+}
+
+fn stat(s: &zk::Stat) -> Stat {
+    Stat::new(s.czxid, s.ephemeral_owner, s.ctime)
+}
+
+impl ZkBackend {
+    /// Connects and opens a session.
+    ///
+    /// It also asks every server of the connect string which session timeout it grants this client (with a
+    /// short-lived session each): a reconnection renegotiates the timeout, and the lease assumes the shortest.
+    ///
+    /// # Notable errors
+    /// [`Error::Unreachable`] when no server answers within the connect timeout (never a hang).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future drops the half-made session.
+    pub async fn connect(options: ZkOptions) -> Result<Arc<ZkBackend>> {
+        let sent = Stamp::now();
+        let client = options.connect().await?;
+        let granted = options.granted_timeouts().await;
+        let id = session_id(&client);
+        info!(servers = %options.servers, session = format!("{id:#x}"), timeout = ?client.session_timeout(), ?granted, "ZooKeeper session opened");
+        let watcher = client.state_watcher();
+        let inner = Arc::new(Inner::new(options, client, sent, &granted));
+        tokio::spawn(monitor(Arc::downgrade(&inner), watcher, id));
+        tokio::spawn(heartbeat(Arc::downgrade(&inner)));
+        Ok(Arc::new(ZkBackend { inner }))
+    }
+
+    /// The session timeout the lease assumes: the shortest any server of the connect string grants this client (the
+    /// requested one, bounded by each server's `minSessionTimeout` and `maxSessionTimeout`).
+    pub fn session_timeout(&self) -> Duration {
+        self.inner.session_timeout()
+    }
+
+    /// The current session id.
+    pub fn session_id(&self) -> SessionId {
+        self.inner.status.borrow().id
+    }
+
+    /// The options this backend was made with.
+    pub fn options(&self) -> &ZkOptions {
+        &self.inner.options
+    }
+
+    /// The current session's id and password, for fault injection in tests: a second connection attached to
+    /// them and then closed expires the session on the server, as Curator's `KillSession` does. (Cut this client
+    /// off first, or it re-attaches to its session before the close arrives.) `None` once closed.
+    pub fn zk_session(&self) -> Option<zk::SessionInfo> {
+        self.inner.client().ok().map(|c| c.session().clone())
+    }
+
+    /// Closes the session and waits (at most `limit`) until the close has reached the server, so that a process
+    /// about to exit does not leave its ephemeral nodes to the session timeout.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the session is closed either way; only the wait is cut short.
+    pub async fn shutdown(&self, limit: Duration) {
+        let watcher = self.inner.client().ok().map(|c| c.state_watcher());
+        self.close();
+        if let Some(mut w) = watcher {
+            let _ = tokio::time::timeout(limit, async {
+                loop {
+                    if matches!(w.changed().await, zk::SessionState::Closed | zk::SessionState::Expired) {
+                        return;
+                    }
+                }
+            })
+            .await;
+        }
+    }
+
+    /// Closes the session: its ephemeral nodes (held locks) go at once; later calls fail with [`Error::Closed`].
+    pub fn close(&self) {
+        // zookeeper-client closes the session when its last handle goes.
+        drop(self.inner.close());
+    }
+
+    fn map_err(&self, e: zk::Error, path: &str, client: &zk::Client) -> Error {
+        map_err(
+            e,
+            path,
+            self.inner.is_closed(),
+            client.state() == zk::SessionState::Disconnected,
+        )
+    }
+
+    /// Runs one request of `session` on that session's client, records what its answer proves for the lease, and maps
+    /// its error. The request is sent when this future is first polled.
+    async fn request<'a, T, F, Fut>(&self, session: SessionId, path: &str, evidence: Evidence, f: F) -> Result<T>
+    where
+        F: FnOnce(zk::Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, zk::Error>> + 'a,
+    {
+        let client = self.inner.client_for(session)?;
+        let sent = Stamp::now();
+        let r = f(client.clone()).await;
+        self.inner.record(session, sent, evidence, &r);
+        r.map_err(|e| self.map_err(e, path, &client))
+    }
+}
+
+/// A data-or-deletion watch of `session`, as the recipes see it.
+fn node_watch(watcher: zk::OneshotWatcher, inner: Weak<Inner>) -> NodeWatch {
+    Box::pin(async move {
+        let event = watcher.changed().await;
+        match event.event_type {
+            zk::EventType::NodeDeleted => Ok(NodeEvent::Deleted),
+            zk::EventType::NodeDataChanged | zk::EventType::NodeCreated | zk::EventType::NodeChildrenChanged => {
+                Ok(NodeEvent::DataChanged)
+            }
+            zk::EventType::Session => Err(session_event_error(
+                event.session_state,
+                inner.upgrade().is_none_or_closed(),
+            )),
+        }
+    })
+}
+
+trait ClosedExt {
+    fn is_none_or_closed(&self) -> bool;
+}
+
+impl ClosedExt for Option<Arc<Inner>> {
+    fn is_none_or_closed(&self) -> bool {
+        self.as_ref().map_or(true, |i| i.is_closed())
+    }
+}
+
+/// A deletion watch of `session`: a data change re-arms it on the same session (never on a later one).
+fn deletion_watch(watcher: zk::OneshotWatcher, inner: Weak<Inner>, session: SessionId, path: String) -> DeletionWatch {
+    Box::pin(async move {
+        let mut watcher = watcher;
+        loop {
+            let event = watcher.changed().await;
+            match event.event_type {
+                zk::EventType::NodeDeleted => return Ok(()),
+                zk::EventType::Session => {
+                    return Err(session_event_error(
+                        event.session_state,
+                        inner.upgrade().is_none_or_closed(),
+                    ))
+                }
+                _ => {
+                    let client = match inner.upgrade().map(|i| i.client_for(session)) {
+                        Some(Ok(c)) => c,
+                        Some(Err(e)) => return Err(e),
+                        None => return Err(Error::Closed),
+                    };
+                    match client.check_and_watch_stat(&path).await {
+                        Ok((None, _)) => return Ok(()),
+                        Ok((Some(_), w)) => watcher = w,
+                        Err(zk::Error::SessionExpired) => return Err(Error::SessionExpired),
+                        Err(_) => return Err(Error::ConnectionLoss),
+                    }
+                }
+            }
+        }
+    })
+}
+
+#[async_trait]
+impl Backend for ZkBackend {
+    async fn create(&self, session: SessionId, path: &str, data: &[u8], mode: CreateMode) -> Result<Created> {
+        let options = zk_mode(mode)?.with_acls(zk::Acls::anyone_all());
+        let (stat, seq) = self
+            .request(session, path, Evidence::Leader, |c| async move {
+                c.create(path, data, &options).await
+            })
+            .await?;
+        Ok(created(path, mode, stat, seq))
+    }
+
+    async fn create_and_list(
+        &self,
+        session: SessionId,
+        path: &str,
+        data: &[u8],
+        mode: CreateMode,
+        parent: &str,
+    ) -> (Result<Created>, Result<Vec<String>>) {
+        let client = match self.inner.client_for(session) {
+            Ok(c) => c,
+            Err(e) => return (Err(e.clone()), Err(e)),
+        };
+        let options = match zk_mode(mode) {
+            Ok(m) => m.with_acls(zk::Acls::anyone_all()),
+            Err(e) => return (Err(e.clone()), Err(e)),
+        };
+        // Both requests are sent now, in this order; the server applies them in order.
+        let sent = Stamp::now();
+        let create = client.create(path, data, &options);
+        let list = client.list_children(parent);
+        let create = create.await;
+        self.inner.record(session, sent, Evidence::Leader, &create);
+        let created = create
+            .map(|(stat, seq)| created(path, mode, stat, seq))
+            .map_err(|e| self.map_err(e, path, &client));
+        let listed = list.await;
+        self.inner.record(session, sent, Evidence::Seen, &listed);
+        let listed = listed.map_err(|e| self.map_err(e, parent, &client));
+        (created, listed)
+    }
+
+    async fn children(&self, session: SessionId, path: &str) -> Result<Vec<String>> {
+        self.request(
+            session,
+            path,
+            Evidence::Seen,
+            |c| async move { c.list_children(path).await },
+        )
+        .await
+    }
+
+    async fn get(&self, session: SessionId, path: &str) -> Result<Option<(Vec<u8>, Stat)>> {
+        let r = self
+            .request(session, path, Evidence::Seen, |c| async move {
+                match c.get_data(path).await {
+                    Ok(v) => Ok(Some(v)),
+                    Err(zk::Error::NoNode) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            })
+            .await?;
+        Ok(r.map(|(data, s)| (data, stat(&s))))
+    }
+
+    async fn sync(&self, session: SessionId, path: &str) -> Result<()> {
+        self.request(session, path, Evidence::Leader, |c| async move { c.sync(path).await })
+            .await
+    }
+
+    async fn watch_deletion(&self, session: SessionId, path: &str) -> Result<Option<(Stat, DeletionWatch)>> {
+        let (found, watcher) = self
+            .request(session, path, Evidence::Seen, |c| async move {
+                c.check_and_watch_stat(path).await
+            })
+            .await?;
+        let Some(found) = found else {
+            return Ok(None);
+        };
+        let w = deletion_watch(watcher, Arc::downgrade(&self.inner), session, path.to_owned());
+        Ok(Some((stat(&found), w)))
+    }
+
+    async fn get_and_watch(&self, session: SessionId, path: &str) -> Result<Option<(Vec<u8>, NodeWatch)>> {
+        let r = self
+            .request(session, path, Evidence::Seen, |c| async move {
+                match c.get_and_watch_data(path).await {
+                    Ok((data, _, w)) => Ok(Some((data, w))),
+                    Err(zk::Error::NoNode) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            })
+            .await?;
+        Ok(r.map(|(data, w)| (data, node_watch(w, Arc::downgrade(&self.inner)))))
+    }
+
+    fn set_data_unacked(&self, session: SessionId, path: &str, data: &[u8]) {
+        if let Ok(client) = self.inner.client_for(session) {
+            // Sent now (zookeeper-client sends at call time); the reply is awaited in the background and ignored.
+            let reply = client.set_data(path, data, None);
+            tokio::spawn(async move {
+                let _ = reply.await;
+            });
+        }
+    }
+
+    async fn delete(&self, session: SessionId, path: &str) -> Result<()> {
+        self.request(session, path, Evidence::Leader, |c| async move {
+            c.delete(path, None).await
+        })
+        .await
+    }
+
+    fn session_status(&self) -> SessionStatus {
+        *self.inner.status.borrow()
+    }
+
+    fn session(&self) -> watch::Receiver<SessionStatus> {
+        self.inner.status.subscribe()
+    }
+
+    fn lease(&self) -> Lease {
+        self.inner.lease()
+    }
+}

@@ -1,0 +1,267 @@
+//! The session: its client, its published state, its lease, and the two tasks that keep them current (the monitor of
+//! the client's state, which opens a new session after an expiry, and the heartbeat).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, RwLock, Weak};
+use std::time::Duration;
+
+use recipes_core::{Error, Lease, Result, SessionId, SessionState, SessionStatus};
+use tokio::sync::{watch, Notify};
+use tracing::{debug, info, warn};
+
+use crate::errors::is_answer;
+use crate::lease::{LeaseClock, Stamp};
+use crate::options::ZkOptions;
+use crate::zk;
+
+/// Backoff bounds of the reconnection after an expiry.
+const RECONNECT_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
+
+/// What a request tells the lease when it is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Evidence {
+    /// A read: the server that answered saw the session (it may be a follower cut off from the leader).
+    Seen,
+    /// A write or a `sync`: it passed through the leader.
+    Leader,
+}
+
+pub(crate) fn session_id(client: &zk::Client) -> SessionId {
+    client.session_id().0
+}
+
+/// The state shared by a backend and its tasks.
+pub(crate) struct Inner {
+    pub options: ZkOptions,
+    client: RwLock<Option<zk::Client>>,
+    pub status: watch::Sender<SessionStatus>,
+    closed: AtomicBool,
+    lease: Mutex<LeaseClock>,
+    /// Wakes the heartbeat at once (after a reconnection).
+    pub beat_now: Notify,
+}
+
+impl Inner {
+    /// A backend's state for a session just connected by `client` (its connect request sent at `sent`), whose servers
+    /// grant the session timeouts `granted`.
+    pub fn new(options: ZkOptions, client: zk::Client, sent: Stamp, granted: &[Duration]) -> Self {
+        let id = session_id(&client);
+        let (status, _) = watch::channel(SessionStatus {
+            id,
+            state: SessionState::Connected,
+        });
+        let lease = new_lease(&client, sent, granted);
+        Inner {
+            options,
+            client: RwLock::new(Some(client)),
+            status,
+            closed: AtomicBool::new(false),
+            lease: Mutex::new(lease),
+            beat_now: Notify::new(),
+        }
+    }
+
+    fn lease_clock(&self) -> MutexGuard<'_, LeaseClock> {
+        self.lease.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn client(&self) -> Result<zk::Client> {
+        self.client
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or(Error::Closed)
+    }
+
+    /// The client of session `session`: requests are bound to the session they name, and fail rather than run on
+    /// the session opened after it.
+    pub fn client_for(&self, session: SessionId) -> Result<zk::Client> {
+        let client = self.client()?;
+        if session_id(&client) != session {
+            // That session ended (a client is replaced only after its session expired).
+            return Err(Error::SessionExpired);
+        }
+        Ok(client)
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Records what an answered request of `session`, sent at `sent`, proves.
+    pub fn record<T>(
+        &self,
+        session: SessionId,
+        sent: Stamp,
+        evidence: Evidence,
+        r: &std::result::Result<T, zk::Error>,
+    ) {
+        if !is_answer(r) {
+            return;
+        }
+        let mut lease = self.lease_clock();
+        if lease.session() != session {
+            return;
+        }
+        match evidence {
+            Evidence::Seen => lease.answered(sent),
+            Evidence::Leader => lease.leader_confirmed(sent),
+        }
+    }
+
+    pub fn lease(&self) -> Lease {
+        self.lease_clock().lease(Stamp::now())
+    }
+
+    /// The session timeout the lease assumes: the shortest any server grants.
+    pub fn session_timeout(&self) -> Duration {
+        self.lease_clock().timeout()
+    }
+
+    fn shorten_timeout(&self, session: SessionId, granted: &[Duration]) {
+        let mut lease = self.lease_clock();
+        if lease.session() == session {
+            for t in granted {
+                lease.shorten_timeout(*t);
+            }
+        }
+    }
+
+    /// Marks the backend closed and takes its client (dropping it closes the session).
+    pub fn close(&self) -> Option<zk::Client> {
+        self.closed.store(true, Ordering::SeqCst);
+        let id = self.status.borrow().id;
+        self.status.send_replace(SessionStatus {
+            id,
+            state: SessionState::Closed,
+        });
+        self.client.write().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+fn new_lease(client: &zk::Client, sent: Stamp, granted: &[Duration]) -> LeaseClock {
+    let mut lease = LeaseClock::created(session_id(client), client.session_timeout(), sent);
+    for t in granted {
+        lease.shorten_timeout(*t);
+    }
+    lease
+}
+
+fn publish(inner: &Inner, id: SessionId, state: SessionState) {
+    let new = SessionStatus { id, state };
+    inner.status.send_if_modified(|s| {
+        if *s == new || s.state == SessionState::Closed {
+            false
+        } else {
+            *s = new;
+            true
+        }
+    });
+}
+
+/// Follows the session's state; after a reconnection, asks the servers again which session timeout they grant (a
+/// reconnection renegotiates it); after an expiry, connects a new session, retrying with a backoff until the backend
+/// goes (it holds the backend only while an attempt runs).
+pub(crate) async fn monitor(inner: Weak<Inner>, mut watcher: zk::StateWatcher, mut id: SessionId) {
+    loop {
+        let state = watcher.changed().await;
+        let Some(strong) = inner.upgrade() else { return };
+        debug!(session = format!("{id:#x}"), ?state, "ZooKeeper session state");
+        match state {
+            zk::SessionState::SyncConnected => {
+                publish(&strong, id, SessionState::Connected);
+                strong.beat_now.notify_one();
+                let (weak, session) = (inner.clone(), id);
+                tokio::spawn(async move {
+                    let Some(options) = weak.upgrade().map(|i| i.options.clone()) else {
+                        return;
+                    };
+                    let granted = options.granted_timeouts().await;
+                    if let Some(i) = weak.upgrade() {
+                        i.shorten_timeout(session, &granted);
+                    }
+                });
+            }
+            zk::SessionState::Disconnected | zk::SessionState::ConnectedReadOnly => {
+                publish(&strong, id, SessionState::Suspended)
+            }
+            zk::SessionState::Expired => {
+                warn!(
+                    session = format!("{id:#x}"),
+                    "ZooKeeper session expired; opening a new one"
+                );
+                publish(&strong, id, SessionState::Expired);
+                drop(strong);
+                let Some((client, strong)) = reconnect(&inner).await else {
+                    return;
+                };
+                id = session_id(&client);
+                watcher = client.state_watcher();
+                let mut slot = strong.client.write().unwrap_or_else(|e| e.into_inner());
+                if slot.is_none() {
+                    return; // closed meanwhile
+                }
+                *slot = Some(client);
+                drop(slot);
+                info!(session = format!("{id:#x}"), "new ZooKeeper session");
+                publish(&strong, id, SessionState::Connected);
+            }
+            zk::SessionState::Closed | zk::SessionState::AuthFailed => {
+                publish(&strong, id, SessionState::Closed);
+                return;
+            }
+        }
+    }
+}
+
+/// Connects a new session after an expiry, with a backoff; `None` once the backend is closed or gone.
+async fn reconnect(inner: &Weak<Inner>) -> Option<(zk::Client, std::sync::Arc<Inner>)> {
+    let mut backoff = RECONNECT_BACKOFF.0;
+    loop {
+        let options = {
+            let strong = inner.upgrade()?;
+            if strong.is_closed() {
+                return None;
+            }
+            strong.options.clone()
+        };
+        let sent = Stamp::now();
+        match options.connect().await {
+            Ok(c) => {
+                let granted = options.granted_timeouts().await;
+                let strong = inner.upgrade()?;
+                *strong.lease_clock() = new_lease(&c, sent, &granted);
+                return Some((c, strong));
+            }
+            Err(e) => {
+                debug!(error = %e, "reconnect after expiry failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(RECONNECT_BACKOFF.1);
+            }
+        }
+    }
+}
+
+/// Keeps the lease fresh on an idle session: a `sync` (it passes through the leader) every eighth of the session
+/// timeout, and at once after a reconnection.
+pub(crate) async fn heartbeat(inner: Weak<Inner>) {
+    loop {
+        let (interval, client) = {
+            let Some(strong) = inner.upgrade() else { return };
+            let Ok(client) = strong.client() else { return };
+            ((strong.session_timeout() / 8).max(Duration::from_millis(25)), client)
+        };
+        let sent = Stamp::now();
+        let r = tokio::time::timeout(interval * 4, client.sync("/")).await;
+        let Some(strong) = inner.upgrade() else { return };
+        if let Ok(r) = r {
+            strong.record(session_id(&client), sent, Evidence::Leader, &r);
+        }
+        drop(client);
+        tokio::select! {
+            biased;
+            () = strong.beat_now.notified() => {}
+            () = tokio::time::sleep(interval) => {}
+        }
+    }
+}

@@ -320,3 +320,19 @@ pub async fn mixed_recipes_racing_never_hold_together(h: &dyn Harness) {
     assert!(held > 0, "nobody ever held");
     eventually(h, "no node left", || async { h.children(&path).await.is_empty() }).await;
 }
+
+/// A timeout too long to be a deadline (`Duration::MAX`) waits as long as it takes, instead of panicking; on every
+/// recipe.
+pub async fn huge_timeout_is_no_deadline(h: &dyn Harness) {
+    let path = h.path("huge-timeout");
+    let a = h.client().await;
+    for recipe in Recipe::ALL {
+        let lock = a.locks.lock(&path, recipe).unwrap();
+        let g = bounded(h, "acquire with Duration::MAX", lock.acquire_timeout(Duration::MAX))
+            .await
+            .unwrap()
+            .expect("a free lock is taken");
+        g.release().await.unwrap();
+    }
+    wait_children(h, &path, 0).await;
+}

@@ -62,6 +62,12 @@ pub async fn connect(servers: &str, timeout: std::time::Duration) -> std::sync::
 impl PrivateZk {
     /// Starts `servers` (1 or 3) servers on free loopback ports.
     pub fn start(servers: u32) -> PrivateZk {
+        Self::start_with(servers, &[])
+    }
+
+    /// Starts `servers` servers with more options of `scripts/zk start` (`--server-opt 3:maxSessionTimeout=1000`,
+    /// `--quorum-relay 1`).
+    pub fn start_with(servers: u32, options: &[&str]) -> PrivateZk {
         let dir = std::env::temp_dir().join(format!(
             "recipes-zk-test-{}-{}",
             std::process::id(),
@@ -72,7 +78,9 @@ impl PrivateZk {
         ));
         let d = dir.to_string_lossy().into_owned();
         let n = servers.to_string();
-        let connect = run(&["start", "--dir", &d, "--ensemble", &n]).expect("start a private ZooKeeper");
+        let mut args = vec!["start", "--dir", &d, "--ensemble", &n];
+        args.extend_from_slice(options);
+        let connect = run(&args).expect("start a private ZooKeeper");
         let connect = connect.lines().last().unwrap_or_default().to_owned();
         PrivateZk { dir, connect }
     }
@@ -130,6 +138,88 @@ impl PrivateZk {
     /// Starts server `n` again on its data, and waits until it answers.
     pub fn revive(&self, n: u32) {
         self.signal("revive", n);
+    }
+
+    /// Freezes the relay between server `n` and the others (started with `--quorum-relay n`): nothing passes, and
+    /// nobody is told.
+    pub fn cut_quorum(&self, n: u32) {
+        self.signal("cut-quorum", n);
+    }
+
+    /// Thaws it.
+    pub fn heal_quorum(&self, n: u32) {
+        self.signal("heal-quorum", n);
+    }
+}
+
+/// A plain TCP relay on a free loopback port to `target` (`scripts/zk-relay.py`), which [`freeze`](Relay::freeze)
+/// stops dead (SIGSTOP: nothing passes, nobody is told) and [`thaw`](Relay::thaw) starts again. Killed on drop.
+#[derive(Debug)]
+pub struct Relay {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Relay {
+    /// Starts a relay to `target`.
+    pub fn start(target: std::net::SocketAddr) -> Relay {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        Self::start_on(port, target)
+    }
+
+    /// Starts a relay on `port` (one that was free) to `target`.
+    pub fn start_on(port: u16, target: std::net::SocketAddr) -> Relay {
+        let child = Command::new("python3")
+            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/zk-relay.py"))
+            .arg(format!("{port}:{}", target.port()))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start the relay");
+        let t0 = std::time::Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(10),
+                "the relay did not start"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Relay { child, port }
+    }
+
+    /// Its port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Its address, `127.0.0.1:port`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn signal(&self, sig: &str) {
+        let _ = Command::new("kill").args([sig, &self.child.id().to_string()]).status();
+    }
+
+    /// Nothing passes any more, and nobody is told.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Traffic passes again.
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.signal("-CONT");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -92,6 +92,10 @@ struct Cli {
     /// Give up after this long (500ms, 10s, 2m; 0 = try once) [default: wait forever]
     #[arg(short = 'w', long, value_name = "DURATION")]
     wait: Option<String>,
+    /// When the lock is at risk, how long the command gets between SIGTERM and SIGKILL; it must be dead before the
+    /// server may expire the session, so at most a tenth of the session timeout [default: that, at most 3s]
+    #[arg(long, value_name = "DURATION")]
+    term_grace: Option<String>,
     /// The lock path (absolute ZooKeeper path)
     #[arg(value_name = "PATH", required = true)]
     path: Option<String>,
@@ -173,7 +177,6 @@ impl From<Error> for Fail {
 struct Conn {
     options: ZkOptions,
     layout: Layout,
-    session_timeout: Duration,
 }
 
 fn conn(common: &Common) -> Result<Conn, Fail> {
@@ -186,7 +189,6 @@ fn conn(common: &Common) -> Result<Conn, Fail> {
     Ok(Conn {
         options: ZkOptions::new(common.servers.clone()).session_timeout(session_timeout),
         layout,
-        session_timeout,
     })
 }
 
@@ -198,7 +200,7 @@ async fn connect(c: &Conn) -> Result<(Arc<ZkBackend>, Locks), Fail> {
 
 fn main() -> ExitCode {
     if std::env::args_os().nth(1).is_some_and(|a| a == watchdog::ARG) {
-        return watchdog::main();
+        return watchdog::main(std::env::args_os().skip(2).collect());
     }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -251,8 +253,12 @@ fn main() -> ExitCode {
                     None => None,
                     Some(w) => Some(duration::parse(w).map_err(|e| Fail::usage(format!("invalid --wait: {e}")))?),
                 };
+                let term_grace = match &cli.term_grace {
+                    None => None,
+                    Some(g) => Some(duration::parse(g).map_err(|e| Fail::usage(format!("invalid --term-grace: {e}")))?),
+                };
                 let c = conn(&cli.common)?;
-                run::run(&c, &path, recipe, wait, &cli.command).await
+                run::run(&c, &path, recipe, wait, term_grace, &cli.command).await
             }
         }
     });

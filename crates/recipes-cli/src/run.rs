@@ -3,17 +3,45 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
-use recipes_core::{Error, LockGuard, LockPath, Recipe};
-use tokio::process::{Child, Command};
+use nix::sys::signal::Signal;
+use recipes_core::mutants::{is_active, Mutant};
+use recipes_core::{Error, LockGuard, LockPath, LostReason, Recipe};
+use recipes_zk::ZkBackend;
 use tokio::signal::unix::{signal, SignalKind};
+use tokio::time::Instant;
 
-use crate::watchdog::Watchdog;
+use crate::watchdog::{Report, StartError, Watchdog};
 use crate::{connect, status, Conn, Fail};
 
-/// How long a command is given to stop after SIGTERM before SIGKILL.
-const TERM_GRACE: Duration = Duration::from_secs(3);
+/// The longest grace a command gets between SIGTERM and SIGKILL, when the session's margin allows it.
+const MAX_TERM_GRACE: Duration = Duration::from_secs(3);
+/// How long zklock waits for the last process to be gone after SIGKILL before it gives up waiting.
+const KILL_WAIT: Duration = Duration::from_secs(10);
+
+/// The grace between SIGTERM and SIGKILL for a session of `timeout` with lease margin `margin`.
+///
+/// The lease ends at `margin × timeout` before the earliest moment the server may expire the session and let another
+/// client in. A command told to stop when the lease ends must be dead before that moment: the grace may take at most
+/// half of the margin (the other half covers clock rates and the time a kill takes).
+///
+/// # Notable errors
+/// [`Fail`] (usage) when `asked` does not fit.
+pub fn term_grace(asked: Option<Duration>, timeout: Duration, margin: f64) -> Result<Duration, Fail> {
+    let fits = timeout.mul_f64(margin / 2.0);
+    match asked {
+        None => Ok(fits.min(MAX_TERM_GRACE)),
+        Some(g) if g <= fits => Ok(g),
+        Some(g) => Err(Fail {
+            status: status::USAGE,
+            message: format!(
+                "--term-grace {g:?} does not fit: the command must be dead before the server may expire the session, \
+                 {:?} after the lease ends ({margin} of the {timeout:?} session timeout the server granted); use at \
+                 most {fits:?}, or a longer --session-timeout",
+                timeout.mul_f64(margin)
+            ),
+        }),
+    }
+}
 
 /// Runs `command` while holding the lock; returns the exit status.
 pub async fn run(
@@ -21,10 +49,11 @@ pub async fn run(
     path: &LockPath,
     recipe: Recipe,
     wait: Option<Duration>,
+    term_grace: Option<Duration>,
     command: &[OsString],
 ) -> Result<u8, Fail> {
     let (backend, locks) = connect(c).await?;
-    let result = locked(&locks, path, recipe, wait, command, c.session_timeout).await;
+    let result = locked(&backend, &locks, path, recipe, wait, term_grace, command).await;
     // Close the session (and with it any node still ours) before the process exits.
     backend.shutdown(Duration::from_secs(2)).await;
     result
@@ -38,13 +67,19 @@ fn display(command: &[OsString]) -> String {
 }
 
 async fn locked(
+    backend: &ZkBackend,
     locks: &recipes_core::Locks,
     path: &LockPath,
     recipe: Recipe,
     wait: Option<Duration>,
+    term_grace: Option<Duration>,
     command: &[OsString],
-    session_timeout: Duration,
 ) -> Result<u8, Fail> {
+    // Should the watchdog be killed, every process of the command comes back to zklock, which then kills them.
+    #[cfg(target_os = "linux")]
+    let _ = nix::sys::prctl::set_child_subreaper(true);
+    let timeout = backend.session_timeout();
+    let grace = self::term_grace(term_grace, timeout, locks.lease_margin().get())?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| software(format!("signal handler: {e}")))?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| software(format!("signal handler: {e}")))?;
     let mut sighup = signal(SignalKind::hangup()).map_err(|e| software(format!("signal handler: {e}")))?;
@@ -81,85 +116,143 @@ async fn locked(
         _ = sighup.recv() => return Err(Fail { status: 129, message: format!("hung up while waiting for the lock at {path}") }),
     };
 
-    // Started before the command, so that no instant exists where zklock could die with the group unwatched.
-    let mut watchdog = Watchdog::start();
-    let mut cmd = Command::new(&command[0]);
-    // Its own process group, so that stopping it (lock lost) or forwarding a signal reaches everything it started.
-    cmd.process_group(0);
-    stop_with_us(&mut cmd);
-    cmd.args(&command[1..])
-        .env("ZKLOCK_PATH", path.as_str())
-        .env("ZKLOCK_NODE", guard.node())
-        .env("ZKLOCK_FENCING_TOKEN", guard.fencing_token().to_string())
-        .env("ZKLOCK_SESSION_TIMEOUT_MS", session_timeout.as_millis().to_string());
-    let mut child = match cmd.spawn() {
-        Ok(child) => child,
+    let env = [
+        ("ZKLOCK_PATH", path.as_str().to_owned()),
+        ("ZKLOCK_NODE", guard.node().to_owned()),
+        ("ZKLOCK_FENCING_TOKEN", guard.fencing_token().to_string()),
+        ("ZKLOCK_SESSION_TIMEOUT_MS", timeout.as_millis().to_string()),
+    ];
+    let mut watchdog = match Watchdog::start(command, &env).await {
+        Ok(w) => w,
         Err(e) => {
-            if let Some(w) = watchdog {
-                w.done();
-            }
             let _ = guard.release().await;
-            let status = if e.kind() == std::io::ErrorKind::NotFound {
-                status::NOT_FOUND
-            } else {
-                status::CANNOT_EXECUTE
-            };
-            return Err(Fail {
-                status,
-                message: format!("cannot run {}: {e}", display(command)),
+            return Err(match e {
+                StartError::NotFound(why) => Fail {
+                    status: status::NOT_FOUND,
+                    message: format!("cannot run {}: {why}", display(command)),
+                },
+                StartError::Exec(why) => Fail {
+                    status: status::CANNOT_EXECUTE,
+                    message: format!("cannot run {}: {why}", display(command)),
+                },
+                StartError::Watchdog(why) => software(format!("cannot start the watchdog: {why}")),
             });
         }
     };
-    let group = child.id();
-    if let (Some(w), Some(g)) = (watchdog.as_mut(), group) {
-        w.watch(g);
-    }
 
     loop {
         tokio::select! {
-            st = child.wait() => {
-                let code = match st {
-                    Ok(st) => exit_code(st),
-                    Err(e) => return Err(software(format!("waiting for {}: {e}", display(command)))),
-                };
-                // The lock is held until everything the command started has ended, too.
-                if let Some(g) = group {
-                    end_leftovers(g).await;
+            biased;
+            report = watchdog.next() => match report {
+                Report::Exited(code) => {
+                    // The lock is held until everything the command started has ended, too.
+                    let kill_at = kill_deadline(&guard, grace, None).min(Instant::now() + grace);
+                    let gone = stop_all(&mut watchdog, &guard, grace, kill_at).await;
+                    watchdog.done().await;
+                    if !gone {
+                        drop(guard);
+                        return Err(software(format!("processes {} left behind would not die", display(command))));
+                    }
+                    return finish(guard, path, command, code).await;
                 }
-                if let Some(w) = watchdog {
-                    w.done();
+                Report::Gone => continue,
+                Report::Died => {
+                    kill_own_descendants();
+                    drop(guard);
+                    return Err(software("the watchdog was killed; every process of the command was killed".into()));
                 }
-                return finish(guard, path, command, code).await;
-            }
+            },
             reason = guard.lost() => {
-                stop(&mut child).await;
-                if let Some(w) = watchdog {
-                    w.done();
-                }
+                let kill_at = kill_deadline(&guard, grace, Some(reason));
+                stop_all(&mut watchdog, &guard, grace, kill_at).await;
+                watchdog.done().await;
                 drop(guard);
                 return Err(Fail {
                     status: status::SOFTWARE,
                     message: format!("lock at {path} lost while {} ran ({reason}); the command was stopped", display(command)),
                 });
             }
-            _ = sigint.recv() => forward(&child, Signal::SIGINT),
-            _ = sigterm.recv() => forward(&child, Signal::SIGTERM),
-            _ = sighup.recv() => forward(&child, Signal::SIGHUP),
+            _ = sigint.recv() => watchdog.order(&format!("signal {}", Signal::SIGINT as i32)).await,
+            _ = sigterm.recv() => watchdog.order(&format!("signal {}", Signal::SIGTERM as i32)).await,
+            _ = sighup.recv() => watchdog.order(&format!("signal {}", Signal::SIGHUP as i32)).await,
         }
     }
 }
 
-/// If zklock itself dies (even by SIGKILL, which it cannot handle), the command is killed too (Linux
-/// `PR_SET_PDEATHSIG`): it must not go on working under a lock nobody watches any more. This reaches the command
-/// itself; the [`Watchdog`] stops the processes it started.
+/// When everything the command started must be dead: `grace` after the lease ends, which leaves half the margin before
+/// the earliest moment the server may expire the session; at once when the lock is already lost to a deletion or an
+/// expiry (another client may hold it now), or when that moment has passed.
+fn kill_deadline(guard: &LockGuard, grace: Duration, reason: Option<LostReason>) -> Instant {
+    let now = Instant::now();
+    if is_active(Mutant::FixedTermGrace) {
+        return now + MAX_TERM_GRACE;
+    }
+    match reason {
+        Some(LostReason::NodeDeleted | LostReason::SessionExpired) => now,
+        _ => guard.valid_until().map_or(now, |t| t + grace),
+    }
+}
+
+/// Stops every process the command started: SIGTERM now, SIGKILL at `kill_at` (at once when that has passed), and
+/// waits until none is left. A loss of the lock meanwhile brings the SIGKILL forward to what the loss allows. Returns
+/// whether none is left.
+async fn stop_all(watchdog: &mut Watchdog, guard: &LockGuard, grace: Duration, mut kill_at: Instant) -> bool {
+    if Instant::now() < kill_at {
+        watchdog.order("term").await;
+        let mut watching_loss = true;
+        loop {
+            tokio::select! {
+                biased;
+                report = watchdog.next() => match report {
+                    Report::Gone => return true,
+                    Report::Died => {
+                        kill_own_descendants();
+                        return true;
+                    }
+                    Report::Exited(_) => {}
+                },
+                reason = guard.lost(), if watching_loss => {
+                    watching_loss = false;
+                    kill_at = kill_at.min(kill_deadline(guard, grace, Some(reason)));
+                }
+                () = tokio::time::sleep_until(kill_at) => break,
+            }
+        }
+    }
+    watchdog.order("kill").await;
+    let limit = Instant::now() + KILL_WAIT;
+    loop {
+        tokio::select! {
+            biased;
+            report = watchdog.next() => match report {
+                Report::Gone => return true,
+                Report::Died => {
+                    kill_own_descendants();
+                    return true;
+                }
+                Report::Exited(_) => {}
+            },
+            () = tokio::time::sleep_until(limit) => return false,
+        }
+    }
+}
+
+/// SIGKILL to every descendant of zklock (the watchdog's orphans, re-parented to zklock).
+fn kill_own_descendants() {
+    crate::watchdog::signal_all(std::process::id() as i32, Signal::SIGKILL);
+}
+
+/// If its parent dies (even by SIGKILL, which it cannot handle), the command is killed too (Linux `PR_SET_PDEATHSIG`):
+/// it must not go on working under a lock nobody watches any more. This reaches the command itself; the watchdog stops
+/// the processes it started.
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
-fn stop_with_us(cmd: &mut Command) {
+pub(crate) fn stop_with_parent(cmd: &mut std::process::Command) {
     let parent = nix::unistd::getpid();
     // SAFETY: the closure runs in the forked child before `exec`. It makes only async-signal-safe system calls
     // (prctl, getppid) and allocates nothing (the error is a raw OS error), as `pre_exec` requires.
     unsafe {
-        cmd.pre_exec(move || {
+        std::os::unix::process::CommandExt::pre_exec(cmd, move || {
             let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
             if nix::unistd::getppid() != parent {
                 // zklock died between the fork and the prctl: do not start the command at all.
@@ -171,7 +264,7 @@ fn stop_with_us(cmd: &mut Command) {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn stop_with_us(_cmd: &mut Command) {}
+pub(crate) fn stop_with_parent(_cmd: &mut std::process::Command) {}
 
 /// Releases the lock after the command exited; a lock that turns out to have been lost is reported.
 async fn finish(guard: LockGuard, path: &LockPath, command: &[OsString], code: u8) -> Result<u8, Fail> {
@@ -187,85 +280,6 @@ async fn finish(guard: LockGuard, path: &LockPath, command: &[OsString], code: u
             Ok(code)
         }
     }
-}
-
-fn exit_code(st: std::process::ExitStatus) -> u8 {
-    use std::os::unix::process::ExitStatusExt;
-    match (st.code(), st.signal()) {
-        (Some(c), _) => c.clamp(0, 255) as u8,
-        (None, Some(sig)) => (128 + sig).clamp(0, 255) as u8,
-        _ => status::SOFTWARE,
-    }
-}
-
-/// Sends `sig` to the command's process group (the command and everything it started).
-fn forward(child: &Child, sig: Signal) {
-    if let Some(pid) = child.id() {
-        let _ = kill(Pid::from_raw(-(pid as i32)), sig);
-    }
-}
-
-/// SIGTERM to the command's process group, a short grace, then SIGKILL; waits for the command to be gone.
-async fn stop(child: &mut Child) {
-    let group = child.id().map(|pid| Pid::from_raw(-(pid as i32)));
-    forward(child, Signal::SIGTERM);
-    if tokio::time::timeout(TERM_GRACE, child.wait()).await.is_err() {
-        forward(child, Signal::SIGKILL);
-        let _ = child.wait().await;
-    }
-    // Whatever the command left behind in its group goes too.
-    if let Some(g) = group {
-        let _ = kill(g, Signal::SIGKILL);
-    }
-}
-
-/// Processes the command left running in its group when it exited (`sh -c 'worker &'`) would work on after the lock
-/// is released: they get SIGTERM, a short grace, then SIGKILL, before the release.
-async fn end_leftovers(group: u32) {
-    let g = Pid::from_raw(-(group as i32));
-    for (sig, limit) in [(Signal::SIGTERM, TERM_GRACE), (Signal::SIGKILL, Duration::from_secs(1))] {
-        if !group_alive(group) {
-            return;
-        }
-        let _ = kill(g, sig);
-        let t0 = std::time::Instant::now();
-        while group_alive(group) && t0.elapsed() < limit {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-/// Whether a live (not zombie) process is in process group `group`.
-#[cfg(target_os = "linux")]
-fn group_alive(group: u32) -> bool {
-    // A zombie still counts for kill(2), and its reaping is up to whoever adopted it; read /proc instead.
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return kill(Pid::from_raw(-(group as i32)), None).is_ok();
-    };
-    dir.flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
-        })
-        .any(|e| {
-            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-                return false;
-            };
-            // pid (comm) state ppid pgrp ...; comm may contain spaces and parentheses.
-            let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-                return false;
-            };
-            let mut f = rest.split_whitespace();
-            let state = f.next();
-            let pgrp = f.nth(1).and_then(|p| p.parse::<u32>().ok());
-            pgrp == Some(group) && state != Some("Z")
-        })
-}
-
-#[cfg(not(target_os = "linux"))]
-fn group_alive(group: u32) -> bool {
-    kill(Pid::from_raw(-(group as i32)), None).is_ok()
 }
 
 fn software(message: String) -> Fail {

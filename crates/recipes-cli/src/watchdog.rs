@@ -1,119 +1,328 @@
-//! The watchdog: a small process that outlives zklock only to stop the command's whole process group when zklock
-//! dies without finishing (SIGKILL, a crash, the OOM killer).
+//! The watchdog: the command's parent, and the one process that can always find everything the command started.
 //!
-//! `PR_SET_PDEATHSIG` reaches the command itself but not the processes it started (`sh -c 'worker & wait'`), and
-//! those would go on working under a lock whose session nobody keeps any more: once the session expires another
-//! client acquires, and two work at once. zklock therefore starts this copy of itself before the command and keeps
-//! the write end of a pipe to it. The watchdog learns the command's process group through the pipe and waits for
-//! the pipe to close. When zklock finished normally it says `done` first and the watchdog exits quietly; when the
-//! pipe closes without `done`, zklock died, and the watchdog kills the group at once, long before the session
-//! (and so the lock) can pass to anyone else.
+//! Processes leave the command's process group (GNU `timeout`, `set -m` job control, `setsid`, daemons), so
+//! signalling the group misses them, and they would work on under a lock nobody holds. zklock therefore does not start
+//! the command itself: it starts this copy of itself (`zklock --internal-watchdog`, renamed `zklock-watchdog`, in a
+//! process group of its own so that Ctrl-C and `pkill zklock` miss it), which becomes a *child subreaper* (Linux
+//! `PR_SET_CHILD_SUBREAPER`) and starts the command. Every process the command starts, however it forks or whatever
+//! group or session it moves to, stays a descendant of the watchdog while it lives: orphans are re-parented to the
+//! nearest subreaper. The watchdog finds them through `/proc` and signals each one, and reaps them.
 //!
-//! The watchdog runs in a process group of its own, so that signals meant for zklock's group (Ctrl-C at a terminal)
-//! do not stop it, and is named `zklock-watchdog` so that `pkill zklock` leaves it alone.
+//! It talks to zklock over a socket (one line per message):
+//! - zklock → watchdog: `signal <n>` (to the command's own process group: a forwarded SIGINT, SIGTERM or SIGHUP),
+//!   `term` / `kill` (to every descendant), `done` (zklock is finishing normally). The socket closing without `done`
+//!   means zklock died (SIGKILL, a crash, the OOM killer): every descendant gets SIGKILL at once, long before the
+//!   session, and so the lock, can pass to anyone else.
+//! - watchdog → zklock: `started <pid>` or `failed <notfound|exec> <message>`, `exited <status>` when the command
+//!   ends (its exit code, or 128 + the signal that killed it), and `gone` once no descendant is left.
+//!
+//! zklock is a subreaper too: should the watchdog itself be killed, the command's processes are re-parented to
+//! zklock, which kills them all (it sees the socket close without `gone`).
 
-use std::io::{BufRead, Write};
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
-use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
+use recipes_core::mutants::{is_active, Mutant};
 
-/// The hidden first argument that turns zklock into the watchdog.
+/// The hidden first argument that turns zklock into the watchdog: `zklock --internal-watchdog <fd> -- <command>…`.
 pub const ARG: &str = "--internal-watchdog";
 
-/// The watchdog's main: read the group, wait for `done` or the end of the pipe.
-pub fn main() -> ExitCode {
+/// How many rounds of SIGKILL a `kill` makes against processes that fork as fast as they are killed.
+const KILL_ROUNDS: u32 = 200;
+
+/// The processes whose ancestry leads to `root` (not `root` itself, not zombies), read from `/proc`.
+pub fn descendants(root: i32) -> Vec<i32> {
+    let mut parent_of: Vec<(i32, i32)> = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...; comm may contain spaces and parentheses.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let mut f = rest.split_whitespace();
+        let state = f.next();
+        let Some(ppid) = f.next().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        if state != Some("Z") {
+            parent_of.push((pid, ppid));
+        }
+    }
+    let mut out = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(p) = frontier.pop() {
+        for (child, _) in parent_of.iter().filter(|(_, pp)| *pp == p) {
+            if !out.contains(child) {
+                out.push(*child);
+                frontier.push(*child);
+            }
+        }
+    }
+    out
+}
+
+/// The parent of `pid`, from `/proc`.
+fn parent(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Sends `sig` to every descendant of `root`; with SIGKILL, again and again until none is left (each one is stopped
+/// first, so that none can fork between two looks).
+pub fn signal_all(root: i32, sig: Signal) {
+    if is_active(Mutant::GroupOnlyStop) {
+        // The old, wrong rule: only the process groups led by `root`'s own children (the command's group).
+        for p in descendants(root).into_iter().filter(|p| parent(*p) == Some(root)) {
+            let _ = kill(Pid::from_raw(-p), sig);
+        }
+        return;
+    }
+    if sig != Signal::SIGKILL {
+        for p in descendants(root) {
+            let _ = kill(Pid::from_raw(p), sig);
+        }
+        return;
+    }
+    for _ in 0..KILL_ROUNDS {
+        let all = descendants(root);
+        if all.is_empty() {
+            return;
+        }
+        for p in &all {
+            let _ = kill(Pid::from_raw(*p), Signal::SIGSTOP);
+        }
+        for p in &all {
+            let _ = kill(Pid::from_raw(*p), Signal::SIGKILL);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The watchdog's main: `args` are what follows [`ARG`]: the socket's descriptor, `--`, the command.
+pub fn main(args: Vec<OsString>) -> ExitCode {
     #[cfg(target_os = "linux")]
-    let _ = nix::sys::prctl::set_name(c"zklock-watchdog");
-    let mut group: Option<i32> = None;
-    let stdin = std::io::stdin();
-    for line in stdin.lock().lines() {
-        let Ok(line) = line else { break };
-        match line.trim() {
-            "done" => return ExitCode::SUCCESS,
-            n => {
-                if let Ok(g) = n.parse::<i32>() {
-                    if g > 1 {
-                        group = Some(g);
+    {
+        let _ = nix::sys::prctl::set_name(c"zklock-watchdog");
+        let _ = nix::sys::prctl::set_child_subreaper(true);
+    }
+    let fd: Option<i32> = args.first().and_then(|a| a.to_str()).and_then(|s| s.parse().ok());
+    let (Some(fd), Some(command)) = (fd, args.get(2..).filter(|c| !c.is_empty())) else {
+        eprintln!("zklock-watchdog: internal use only");
+        return ExitCode::from(crate::status::USAGE);
+    };
+    let sock = UnixStream::from(adopt_fd(fd));
+    // The command must not inherit the socket.
+    let _ = nix::fcntl::fcntl(&sock, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
+    let out = Arc::new(Mutex::new(match sock.try_clone() {
+        Ok(s) => s,
+        Err(_) => return ExitCode::from(crate::status::SOFTWARE),
+    }));
+    let say = {
+        let out = out.clone();
+        move |line: String| {
+            let mut o = out.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = writeln!(o, "{line}").and_then(|()| o.flush());
+        }
+    };
+    let me = std::process::id() as i32;
+    let mut cmd = Command::new(&command[0]);
+    cmd.args(&command[1..]).process_group(0);
+    crate::run::stop_with_parent(&mut cmd);
+    let child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let kind = if e.kind() == std::io::ErrorKind::NotFound {
+                "notfound"
+            } else {
+                "exec"
+            };
+            say(format!("failed {kind} {e}"));
+            return ExitCode::SUCCESS;
+        }
+    };
+    let pid = child.id() as i32;
+    // The std handle is not used to wait: the loop below reaps every child, this one included.
+    std::mem::forget(child);
+    say(format!("started {pid}"));
+
+    // Orders from zklock, on a thread of their own.
+    let reader = {
+        let sock = match sock.try_clone() {
+            Ok(s) => s,
+            Err(_) => return ExitCode::from(crate::status::SOFTWARE),
+        };
+        std::thread::spawn(move || {
+            for line in BufReader::new(sock).lines() {
+                let Ok(line) = line else { break };
+                let mut words = line.split_whitespace();
+                match (words.next(), words.next().and_then(|n| n.parse::<i32>().ok())) {
+                    (Some("done"), _) => return,
+                    (Some("term"), _) => signal_all(me, Signal::SIGTERM),
+                    (Some("kill"), _) => signal_all(me, Signal::SIGKILL),
+                    (Some("signal"), Some(n)) => {
+                        if let Ok(sig) = Signal::try_from(n) {
+                            let _ = kill(Pid::from_raw(-pid), sig);
+                        }
                     }
+                    _ => {}
+                }
+            }
+            // zklock is gone without a word: nothing it started may work on.
+            signal_all(me, Signal::SIGKILL);
+            eprintln!(
+                "zklock-watchdog: zklock ended while its command ran; every process the command started was killed"
+            );
+        })
+    };
+
+    // Reap every child (orphans of the command's tree come to us), report the command's end, then the last one's.
+    loop {
+        match waitpid(None::<Pid>, None) {
+            Ok(WaitStatus::Exited(p, code)) if p.as_raw() == pid => say(format!("exited {}", code.clamp(0, 255))),
+            Ok(WaitStatus::Signaled(p, sig, _)) if p.as_raw() == pid => {
+                say(format!("exited {}", (128 + sig as i32).clamp(0, 255)))
+            }
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => break, // ECHILD: nothing left
+        }
+    }
+    say("gone".into());
+    // Stay until zklock has read it (or is gone), so that its end of the socket sees `gone` before the close.
+    let _ = reader.join();
+    ExitCode::SUCCESS
+}
+
+/// Takes ownership of the socket's descriptor, passed open by zklock (std offers no safe way to adopt an inherited
+/// descriptor; architecture decision 24).
+#[allow(unsafe_code)]
+fn adopt_fd(fd: i32) -> OwnedFd {
+    // SAFETY: zklock opened `fd` for this process alone and passed its number on our command line; nothing else in
+    // this process owns or closes it, so taking ownership once, here, is sound.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// zklock's end of the watchdog: the process, and the socket to it.
+#[derive(Debug)]
+pub struct Watchdog {
+    child: tokio::process::Child,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::net::unix::OwnedReadHalf>>,
+    orders: tokio::net::unix::OwnedWriteHalf,
+}
+
+/// What the watchdog reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Report {
+    /// The command ended, with this exit status (128 + n when killed by signal n).
+    Exited(u8),
+    /// No process the command started is left.
+    Gone,
+    /// The watchdog itself ended without saying `gone` (it was killed).
+    Died,
+}
+
+/// Why the command could not be started.
+#[derive(Debug)]
+pub enum StartError {
+    /// The command was not found.
+    NotFound(String),
+    /// The command could not be executed.
+    Exec(String),
+    /// The watchdog could not be started.
+    Watchdog(String),
+}
+
+impl Watchdog {
+    /// Starts the watchdog, which starts `command` (with `env` added to the environment) and reports its pid.
+    pub async fn start(command: &[OsString], env: &[(&str, String)]) -> Result<Watchdog, StartError> {
+        use tokio::io::AsyncBufReadExt;
+        let fail = |e: std::io::Error| StartError::Watchdog(e.to_string());
+        let (ours, theirs) = UnixStream::pair().map_err(fail)?;
+        // Inherited by the watchdog (and only by it: zklock starts no other process).
+        nix::fcntl::fcntl(&theirs, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()))
+            .map_err(|e| StartError::Watchdog(e.to_string()))?;
+        // On Linux, /proc/self/exe: in the forked child it is still zklock's own image, even when the file was
+        // replaced or deleted since zklock started (an upgrade).
+        let exe = if cfg!(target_os = "linux") {
+            std::path::PathBuf::from("/proc/self/exe")
+        } else {
+            std::env::current_exe().map_err(fail)?
+        };
+        let mut cmd = tokio::process::Command::new(exe);
+        cmd.arg(ARG)
+            .arg(theirs.as_raw_fd().to_string())
+            .arg("--")
+            .args(command)
+            .process_group(0)
+            .kill_on_drop(false);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().map_err(fail)?;
+        drop(theirs);
+        ours.set_nonblocking(true).map_err(fail)?;
+        let (read, orders) = tokio::net::UnixStream::from_std(ours).map_err(fail)?.into_split();
+        let mut lines = tokio::io::BufReader::new(read).lines();
+        let first = lines.next_line().await.map_err(fail)?.unwrap_or_default();
+        let mut words = first.splitn(3, ' ');
+        match (words.next(), words.next(), words.next()) {
+            (Some("started"), Some(_pid), _) => Ok(Watchdog { child, lines, orders }),
+            (Some("failed"), Some("notfound"), why) => Err(StartError::NotFound(why.unwrap_or_default().to_owned())),
+            (Some("failed"), _, why) => Err(StartError::Exec(why.unwrap_or_default().to_owned())),
+            _ => Err(StartError::Watchdog(format!("it reported {first:?}"))),
+        }
+    }
+
+    /// Sends an order: `term`, `kill` (every descendant), `signal <n>` (the command's group), `done`.
+    pub async fn order(&mut self, order: &str) {
+        use tokio::io::AsyncWriteExt;
+        let _ = self.orders.write_all(format!("{order}\n").as_bytes()).await;
+    }
+
+    /// The next report.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a report is consumed only when returned.
+    pub async fn next(&mut self) -> Report {
+        loop {
+            match self.lines.next_line().await {
+                Ok(Some(line)) => {
+                    let mut w = line.split_whitespace();
+                    match (w.next(), w.next().and_then(|c| c.parse::<u8>().ok())) {
+                        (Some("exited"), Some(code)) => return Report::Exited(code),
+                        (Some("gone"), _) => return Report::Gone,
+                        _ => {}
+                    }
+                }
+                _ => {
+                    let _ = self.child.wait().await;
+                    return Report::Died;
                 }
             }
         }
     }
-    if let Some(g) = group {
-        if kill(Pid::from_raw(-g), Signal::SIGKILL).is_ok() {
-            eprintln!(
-                "zklock-watchdog: zklock ended while its command ran; the command's process group {g} was killed"
-            );
-        }
-    }
-    ExitCode::SUCCESS
-}
 
-/// zklock's end of the watchdog. Dropped without [`Watchdog::done`] (a panic), it lets the watchdog kill the group.
-#[derive(Debug)]
-pub struct Watchdog {
-    child: Child,
-    pipe: Option<ChildStdin>,
-}
-
-impl Watchdog {
-    /// Starts the watchdog; `None` (after a warning) when it cannot be started: the command then has only
-    /// `PR_SET_PDEATHSIG` to stop it with zklock.
-    pub fn start() -> Option<Watchdog> {
-        // On Linux, /proc/self/exe: in the forked child it is still zklock's own image, even when the file was
-        // replaced or deleted since zklock started (an upgrade).
-        let exe = if cfg!(target_os = "linux") {
-            Ok(std::path::PathBuf::from("/proc/self/exe"))
-        } else {
-            std::env::current_exe()
-        };
-        let exe = match exe {
-            Ok(exe) => exe,
-            Err(e) => {
-                eprintln!("zklock: warning: no watchdog (cannot find zklock's own executable: {e})");
-                return None;
-            }
-        };
-        let spawned = Command::new(&exe)
-            .arg(ARG)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .process_group(0)
-            .spawn();
-        match spawned {
-            Ok(mut child) => {
-                let pipe = child.stdin.take();
-                Some(Watchdog { child, pipe })
-            }
-            Err(e) => {
-                eprintln!("zklock: warning: no watchdog (cannot start {}: {e})", exe.display());
-                None
-            }
-        }
-    }
-
-    /// Tells the watchdog which process group to kill should zklock die.
-    pub fn watch(&mut self, group: u32) {
-        if let Some(p) = self.pipe.as_mut() {
-            let _ = writeln!(p, "{group}").and_then(|()| p.flush());
-        }
-    }
-
-    /// zklock is finishing normally: the watchdog exits without killing anything.
-    pub fn done(mut self) {
-        if let Some(mut p) = self.pipe.take() {
-            let _ = p.write_all(b"done\n").and_then(|()| p.flush());
-        }
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        // Closing the pipe without `done` lets the watchdog act; reap it so that no zombie is left.
-        drop(self.pipe.take());
-        let _ = self.child.wait();
+    /// zklock is finishing normally (after `gone`): the watchdog exits.
+    pub async fn done(mut self) {
+        self.order("done").await;
+        let _ = self.child.wait().await;
     }
 }

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use recipes_conformance::campaign::{seed, Rng};
 use recipes_conformance::history::{check, Event, Mode};
-use recipes_conformance::zkserver::{available, PrivateZk};
+use recipes_conformance::zkserver::{available, PrivateZk, Relay};
 use recipes_core::Error;
 use recipes_zk::{ZkBackend, ZkOptions};
 
@@ -375,6 +375,8 @@ fn sigkill_campaign() {
 struct FencedStore {
     port: u16,
     writes: Arc<Mutex<Vec<StoreWrite>>>,
+    /// `T <who> <n>` lines: a value a command reports (its session timeout).
+    reports: Arc<Mutex<Vec<(String, u64)>>>,
 }
 
 #[derive(Debug, Clone)]
@@ -391,14 +393,21 @@ impl FencedStore {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let writes: Arc<Mutex<Vec<StoreWrite>>> = Arc::default();
+        let reports: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
         let highest = Arc::new(AtomicU64::new(0));
-        let w = writes.clone();
+        let (w, r) = (writes.clone(), reports.clone());
         std::thread::spawn(move || {
             for conn in listener.incoming().flatten() {
-                let (w, highest) = (w.clone(), highest.clone());
+                let (w, highest, reports) = (w.clone(), highest.clone(), r.clone());
                 std::thread::spawn(move || {
                     for line in std::io::BufReader::new(conn).lines().map_while(Result::ok) {
                         let f: Vec<&str> = line.split_whitespace().collect();
+                        if f.first() == Some(&"T") {
+                            if let (Some(who), Some(t)) = (f.get(1), f.get(2).and_then(|t| t.parse::<u64>().ok())) {
+                                reports.lock().unwrap().push((who.to_string(), t));
+                            }
+                            continue;
+                        }
                         let (Some(who), Some(token)) = (f.get(1), f.get(2).and_then(|t| t.parse::<u64>().ok())) else {
                             continue;
                         };
@@ -415,7 +424,16 @@ impl FencedStore {
                 });
             }
         });
-        FencedStore { port, writes }
+        FencedStore { port, writes, reports }
+    }
+
+    fn reported(&self, who: &str) -> Option<u64> {
+        self.reports
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(w, _)| w == who)
+            .map(|(_, v)| *v)
     }
 
     fn writes(&self) -> Vec<StoreWrite> {
@@ -441,26 +459,54 @@ done
 "#;
 
 fn writer(connect: &str, path: &str, who: &str, steps: u32, port: u16) -> Child {
+    writer_with(
+        &["-s", connect, "--session-timeout", "2s"],
+        path,
+        who,
+        steps,
+        port,
+        WRITER,
+    )
+}
+
+/// `zklock ARGS PATH -- bash -c SCRIPT`, with the store's port, `WHO`, `STEPS` and `WRITER` (the writer loop, for
+/// scripts that start several) in the environment.
+fn writer_with(args: &[&str], path: &str, who: &str, steps: u32, port: u16, script: &str) -> Child {
     Command::new(ZKLOCK)
-        .args([
-            "-s",
-            connect,
-            "--session-timeout",
-            "2s",
-            path,
-            "--",
-            "bash",
-            "-c",
-            WRITER,
-        ])
+        .args(args)
+        .args([path, "--", "bash", "-c", script])
         .env("STORE_PORT", port.to_string())
         .env("WHO", who)
         .env("STEPS", steps.to_string())
+        .env("WRITER", WRITER)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn zklock")
+}
+
+/// When the old holder's last write and the new holder's first write reached the store: `(old_last, new_first)`.
+/// `old` matches every writer whose name starts with it (a command's descendants are `a1`, `a2`, …).
+fn handover(store: &FencedStore, old: &str, new: &str) -> (Instant, Instant) {
+    let writes = store.writes();
+    let old_last = writes
+        .iter()
+        .filter(|w| w.who.starts_with(old))
+        .map(|w| w.at)
+        .max()
+        .unwrap();
+    let new_first = writes.iter().filter(|w| w.who == new).map(|w| w.at).min().unwrap();
+    (old_last, new_first)
+}
+
+/// Seconds from `a` to `b`, negative when `b` came first.
+fn secs_between(a: Instant, b: Instant) -> f64 {
+    if b >= a {
+        b.duration_since(a).as_secs_f64()
+    } else {
+        -a.duration_since(b).as_secs_f64()
+    }
 }
 
 fn signal(target: i32, sig: &str) {
@@ -589,4 +635,238 @@ fn wait_child(child: &mut Child, limit: Duration) -> Option<i32> {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// A holder connected only to a follower whose link to the leader is frozen (a partition nobody notices): the follower
+/// goes on answering reads for `syncLimit` ticks while the leader hears nothing and expires the session. The holder's
+/// lease must end, and its command (which ignores SIGTERM) die, before a client of another server acquires.
+#[test]
+#[ignore = "fault campaign: run by scripts/campaign and scripts/test"]
+fn follower_partition_attack() {
+    if let Err(why) = available() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let zk = PrivateZk::start_with(3, &["--quorum-relay", "1"]);
+    let store = FencedStore::start();
+    let path = "/campaign/follower-partition";
+    let (s1, others) = (zk.addr(1).to_string(), format!("{},{}", zk.addr(2), zk.addr(3)));
+    let args_a = ["-s", s1.as_str(), "--session-timeout", "3s"];
+    let mut a = writer_with(&args_a, path, "a", 100_000, store.port, WRITER);
+    wait_until("a writes", Duration::from_secs(30), || store.count("a") >= 5);
+    let args_b = ["-s", others.as_str(), "--session-timeout", "3s"];
+    let mut b = writer_with(&args_b, path, "b", 50, store.port, WRITER);
+    std::thread::sleep(Duration::from_millis(500));
+    zk.cut_quorum(1);
+    let cut = Instant::now();
+    wait_until("b writes", Duration::from_secs(40), || store.count("b") >= 5);
+    let a_status = wait_child(&mut a, Duration::from_secs(30));
+    let b_status = wait_child(&mut b, Duration::from_secs(30));
+    zk.heal_quorum(1);
+    let (a_last, b_first) = handover(&store, "a", "b");
+    let gap = secs_between(a_last, b_first);
+    println!(
+        "CAMPAIGN follower partition: 3 servers, holder on server 1 only (session timeout 3 s), server 1's link to the \
+         leader frozen; the holder's command (ignoring SIGTERM) wrote last {:.2} s after the cut, the next holder first \
+         {:.2} s after it: the old command was dead {gap:.2} s before the next holder's first write (zklock exit \
+         {a_status:?})",
+        secs_between(cut, a_last),
+        secs_between(cut, b_first),
+    );
+    assert!(
+        gap > 0.0,
+        "the old holder wrote {:.2} s after the new holder began",
+        -gap
+    );
+    assert_eq!(a_status, Some(70));
+    assert_eq!(b_status, Some(0));
+}
+
+/// A command that traps SIGTERM, its holder cut off from the server: zklock must SIGKILL it before the server may
+/// expire the session (before anyone else can acquire), not after a fixed grace.
+#[test]
+#[ignore = "fault campaign: run by scripts/campaign and scripts/test"]
+fn trapped_sigterm_attack() {
+    if let Err(why) = available() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let zk = PrivateZk::start(1);
+    let relay = Relay::start(zk.addr(1));
+    let store = FencedStore::start();
+    let path = "/campaign/trapped-term";
+    let via = relay.addr();
+    let mut a = writer_with(
+        &["-s", &via, "--session-timeout", "2s"],
+        path,
+        "a",
+        100_000,
+        store.port,
+        WRITER,
+    );
+    wait_until("a writes", Duration::from_secs(20), || store.count("a") >= 5);
+    let mut b = writer(zk.connect(), path, "b", 50, store.port);
+    std::thread::sleep(Duration::from_millis(300));
+    relay.freeze();
+    let cut = Instant::now();
+    wait_until("b writes", Duration::from_secs(30), || store.count("b") >= 5);
+    let a_status = wait_child(&mut a, Duration::from_secs(30));
+    let b_status = wait_child(&mut b, Duration::from_secs(30));
+    let (a_last, b_first) = handover(&store, "a", "b");
+    let gap = secs_between(a_last, b_first);
+    println!(
+        "CAMPAIGN trapped SIGTERM: holder cut off (session timeout 2 s, lease margin 0.4 s, SIGTERM grace 0.2 s), its \
+         command ignoring SIGTERM; it wrote last {:.2} s after the cut, the next holder first {:.2} s after it: dead \
+         {gap:.2} s before (zklock exit {a_status:?})",
+        secs_between(cut, a_last),
+        secs_between(cut, b_first),
+    );
+    assert!(
+        gap > 0.0,
+        "the old command wrote {:.2} s after the new holder began",
+        -gap
+    );
+    assert_eq!(a_status, Some(70));
+    assert_eq!(b_status, Some(0));
+}
+
+/// Processes that leave the command's process group (GNU `timeout`, `setsid`): stopped with the rest, whether
+/// zklock is SIGKILLed or its lock is lost.
+#[test]
+#[ignore = "fault campaign: run by scripts/campaign and scripts/test"]
+fn escaping_descendants_attack() {
+    if let Err(why) = available() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    // Two writers that each leave the command's group: one under `timeout`, one in a session of its own.
+    const ESCAPING: &str = r#"
+WHO=a1 timeout 60 bash -c "$WRITER" &
+WHO=a2 setsid bash -c "$WRITER" &
+wait
+"#;
+    let zk = PrivateZk::start(1);
+    let mut report = Vec::new();
+    for (round, how) in [(0, "zklock SIGKILLed"), (1, "lock lost (holder cut off)")] {
+        let relay = Relay::start(zk.addr(1));
+        let store = FencedStore::start();
+        let path = format!("/campaign/escaping-{round}");
+        let via = relay.addr();
+        let mut a = writer_with(
+            &["-s", &via, "--session-timeout", "2s"],
+            &path,
+            "a",
+            100_000,
+            store.port,
+            ESCAPING,
+        );
+        wait_until("both escaped writers write", Duration::from_secs(20), || {
+            store.count("a1") >= 5 && store.count("a2") >= 5
+        });
+        let mut b = writer(zk.connect(), &path, "b", 50, store.port);
+        std::thread::sleep(Duration::from_millis(300));
+        if round == 0 {
+            let _ = a.kill();
+        } else {
+            relay.freeze();
+        }
+        let t0 = Instant::now();
+        wait_until("b writes", Duration::from_secs(30), || store.count("b") >= 5);
+        let _ = wait_child(&mut a, Duration::from_secs(30));
+        let b_status = wait_child(&mut b, Duration::from_secs(30));
+        let (a_last, b_first) = handover(&store, "a", "b");
+        let gap = secs_between(a_last, b_first);
+        report.push(format!(
+            "{how}: the escaped writers wrote last {:.2} s after, the next holder first {:.2} s after, dead {gap:.2} s before",
+            secs_between(t0, a_last),
+            secs_between(t0, b_first)
+        ));
+        assert!(
+            gap > 0.0,
+            "{how}: an escaped writer wrote {:.2} s after the new holder began",
+            -gap
+        );
+        assert_eq!(b_status, Some(0));
+    }
+    println!(
+        "CAMPAIGN escaping descendants (timeout, setsid; session timeout 2 s): {}",
+        report.join("; ")
+    );
+}
+
+/// A reconnection to a server that grants a much shorter session timeout (`maxSessionTimeout=1000` on server 3 of
+/// three, 8 s asked): the lease uses the shortest timeout any server grants, so the holder's command is dead before
+/// the server expires the renegotiated session. `ZKLOCK_SESSION_TIMEOUT_MS` says the granted value.
+#[test]
+#[ignore = "fault campaign: run by scripts/campaign and scripts/test"]
+fn renegotiated_timeout_attack() {
+    if let Err(why) = available() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    const REPORT: &str =
+        r#"echo "T $WHO $ZKLOCK_SESSION_TIMEOUT_MS" >/dev/tcp/127.0.0.1/$STORE_PORT; bash -c "$WRITER""#;
+    let zk = PrivateZk::start_with(3, &["--server-opt", "3:maxSessionTimeout=1000"]);
+    let store = FencedStore::start();
+
+    // The holder starts on server 1 (8 s granted there): server 3 refuses connections until then.
+    let r1 = Relay::start(zk.addr(1));
+    let r3_port = Relay::start(zk.addr(3)).port(); // dropped at once: its port now refuses
+    let via = format!("{},127.0.0.1:{r3_port}", r1.addr());
+    let path = "/campaign/renegotiated";
+    let mut a = writer_with(
+        &["-s", &via, "--session-timeout", "8s"],
+        path,
+        "a",
+        100_000,
+        store.port,
+        WRITER,
+    );
+    wait_until("a writes", Duration::from_secs(30), || store.count("a") >= 5);
+    let r3 = Relay::start_on(r3_port, zk.addr(3));
+    let mut b = writer(&zk.addr(2).to_string(), path, "b", 50, store.port);
+    std::thread::sleep(Duration::from_millis(300));
+    // Off server 1 (its connection reset), at once onto server 3, which renegotiates the session to 1 s; a while
+    // later, off everything without anyone being told.
+    drop(r1);
+    std::thread::sleep(Duration::from_secs(3));
+    r3.freeze();
+    let cut = Instant::now();
+    wait_until("b writes", Duration::from_secs(40), || store.count("b") >= 5);
+    let a_status = wait_child(&mut a, Duration::from_secs(30));
+    let b_status = wait_child(&mut b, Duration::from_secs(30));
+    let (a_last, b_first) = handover(&store, "a", "b");
+    let gap = secs_between(a_last, b_first);
+    assert!(
+        gap > 0.0,
+        "the old holder wrote {:.2} s after the new holder began",
+        -gap
+    );
+    assert_eq!(b_status, Some(0));
+
+    // The command is told the granted timeout, not the requested one.
+    let all = zk.connect().to_owned();
+    let mut probe = writer_with(
+        &["-s", &all, "--session-timeout", "8s"],
+        "/campaign/granted",
+        "p",
+        1,
+        store.port,
+        REPORT,
+    );
+    assert_eq!(wait_child(&mut probe, Duration::from_secs(30)), Some(0));
+    let granted = store
+        .reported("p")
+        .expect("the command reports ZKLOCK_SESSION_TIMEOUT_MS");
+    assert_eq!(
+        granted, 1000,
+        "the shortest timeout a server grants, not the requested one"
+    );
+    println!(
+        "CAMPAIGN renegotiated timeout: 8 s asked, server 3 grants 1 s (ZKLOCK_SESSION_TIMEOUT_MS={granted}); holder \
+         moved from server 1 to server 3, then cut off 3 s later: its command wrote last {:.2} s after the cut, the next holder \
+         first {:.2} s after it: dead {gap:.2} s before (zklock exit {a_status:?})",
+        secs_between(cut, a_last),
+        secs_between(cut, b_first),
+    );
 }

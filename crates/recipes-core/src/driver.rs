@@ -396,6 +396,11 @@ async fn delete_once(ctx: &Ctx, node: &str, id: Identity) -> Result<()> {
 }
 
 /// Deletes our node, retrying through connection loss (bounded). `NoNode` after a lost reply counts as done.
+///
+/// After a lost reply, the earlier delete may still land (the server it went to may have passed it on), and a server
+/// reached after the reconnection may not show it yet: a `sync` first, so that the check of a fixed-name node does not
+/// read our node where the next holder's already is (found by the model checker: the stale check let the retried
+/// delete remove the next holder's node).
 async fn delete_with_retry(ctx: &Ctx, node: &str, id: Identity) -> Result<()> {
     let mut lost_reply = false;
     for _ in 0..DELETE_ATTEMPTS {
@@ -403,7 +408,13 @@ async fn delete_with_retry(ctx: &Ctx, node: &str, id: Identity) -> Result<()> {
             // The session that owned the node is gone, and the node with it.
             return Err(Error::SessionExpired);
         }
-        match delete_once(ctx, node, id).await {
+        let attempt = async {
+            if lost_reply && !is_active(Mutant::NoSyncAfterLostReply) {
+                ctx.backend.on(id.session).sync(node).await?;
+            }
+            delete_once(ctx, node, id).await
+        };
+        match attempt.await {
             Ok(()) => return Ok(()),
             Err(Error::NoNode(_)) if lost_reply => return Ok(()),
             Err(Error::ConnectionLoss) => {
@@ -429,7 +440,12 @@ async fn delete_by_attempt(ctx: &Ctx, path: &LockPath, attempt: Uuid, session: S
             return Ok(());
         }
         // The create may have gone to a server we are no longer connected to: catch up first.
-        if let Err(e) = ctx.backend.on(session).sync(path.as_str()).await {
+        let synced = if is_active(Mutant::NoSyncAfterLostReply) {
+            Ok(())
+        } else {
+            ctx.backend.on(session).sync(path.as_str()).await
+        };
+        if let Err(e) = synced {
             match e {
                 Error::ConnectionLoss => {
                     lost_reply = true;
@@ -504,6 +520,8 @@ struct Cleanup {
     path: LockPath,
     fixed: bool,
     state: Pending,
+    /// Earlier cleanups of this acquire still running in the background (their grace ran out).
+    background: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Cleanup {
@@ -547,10 +565,18 @@ impl Cleanup {
         })
     }
 
-    /// Runs the cleanup now, waiting at most `grace` for it; past that it goes on in the background.
+    /// Runs the cleanup now, and waits at most `grace` for it and for earlier ones still running; past that they go on
+    /// in the background.
     async fn finish_within(&mut self, grace: Duration) {
         if let Some(t) = self.task() {
-            let _ = tokio::time::timeout(grace, tokio::spawn(t)).await;
+            self.background.push(tokio::spawn(t));
+        }
+        let until = Instant::now() + grace;
+        while let Some(h) = self.background.last_mut() {
+            if tokio::time::timeout_at(until, h).await.is_err() {
+                return;
+            }
+            self.background.pop();
         }
     }
 }
@@ -661,6 +687,7 @@ pub(crate) async fn acquire(
                 path: path.clone(),
                 fixed: target == Target::Exclusive,
                 state: Pending::Nothing,
+                background: Vec::new(),
             },
         };
         let outcome = match target {
@@ -781,8 +808,18 @@ impl Attempt<'_> {
     /// Deletes the node we made (now, within a grace) and refuses with `e`.
     async fn refuse<T>(&mut self, e: Error) -> Step<T> {
         debug!(error = %e, "refusing the lock");
-        self.cleanup.finish_within(CLEANUP_GRACE).await;
+        self.clean_up_now().await;
         Err(Stop::Fail(e))
+    }
+
+    /// Runs the cleanup of what this acquire made so far, waiting for it at most until the deadline (and at most the
+    /// cleanup grace): an acquire that gives up later waits at most one more grace past its deadline, all told.
+    async fn clean_up_now(&mut self) {
+        let grace = match self.deadline {
+            Some(d) => CLEANUP_GRACE.min(d.saturating_duration_since(Instant::now())),
+            None => CLEANUP_GRACE,
+        };
+        self.cleanup.finish_within(grace).await;
     }
 
     /// Lists the lock path on session `sid`, through connection losses of that session.
@@ -956,7 +993,7 @@ impl Attempt<'_> {
         if is_active(Mutant::MissingForgetsNode) {
             self.cleanup.disarm();
         } else {
-            self.cleanup.finish_within(CLEANUP_GRACE).await;
+            self.clean_up_now().await;
         }
         self.failed()
     }
@@ -1016,7 +1053,7 @@ impl Attempt<'_> {
                         Some(czxid) => (czxid, None),
                         None => {
                             // Not known to be ours: delete whatever this attempt may have made, then try again.
-                            self.cleanup.finish_within(CLEANUP_GRACE).await;
+                            self.clean_up_now().await;
                             continue;
                         }
                     }
@@ -1123,7 +1160,7 @@ impl Attempt<'_> {
                             });
                         }
                         Ok(None) => self.cleanup.disarm(),
-                        Err(Stop::Fail(Error::ConnectionLoss)) => self.cleanup.finish_within(CLEANUP_GRACE).await,
+                        Err(Stop::Fail(Error::ConnectionLoss)) => self.clean_up_now().await,
                         Err(e) => return Err(e),
                     }
                 }
@@ -1137,7 +1174,9 @@ impl Attempt<'_> {
         let on = self.backend().on(sid);
         // After a reconnection to another server, a list may not show our create yet: catch up with the leader.
         let listed = async {
-            on.sync(self.path.as_str()).await?;
+            if !is_active(Mutant::NoSyncAfterLostReply) {
+                on.sync(self.path.as_str()).await?;
+            }
             on.children(self.path.as_str()).await
         };
         let children = match self.call(listed).await {
@@ -1223,7 +1262,7 @@ impl Attempt<'_> {
                         }
                         // Only native nodes are marked (peers neither read the mark nor expect our writes).
                         let position = cs.iter().position(|c| c.name == name).unwrap_or(0);
-                        mark |= position >= MARK_FROM_QUEUE_LEN;
+                        mark |= position >= MARK_FROM_QUEUE_LEN || is_active(Mutant::AlwaysMark);
                         // Keep only what the wait needs: the queue itself can be long.
                         let blocker_first = cs.first().is_some_and(|c| c.name == on);
                         drop(cs);

@@ -116,7 +116,10 @@ fn patience(timeout: Duration) -> Patience {
     if timeout.is_zero() {
         Patience::TryOnce
     } else {
-        Patience::Until(Instant::now() + timeout)
+        // A timeout too long to express as an instant (`Duration::MAX`) is no deadline at all.
+        Instant::now()
+            .checked_add(timeout)
+            .map_or(Patience::Forever, Patience::Until)
     }
 }
 
@@ -548,6 +551,11 @@ impl Locks {
     /// The node layout.
     pub fn layout(&self) -> Layout {
         self.ctx.layout
+    }
+
+    /// The lease margin.
+    pub fn lease_margin(&self) -> LeaseMargin {
+        LeaseMargin(self.ctx.lease_margin)
     }
 
     /// A snapshot of the counters.

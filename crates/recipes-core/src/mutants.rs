@@ -1,6 +1,7 @@
 //! Switches that re-introduce bugs this library once had, one at a time, so that the model checker and the tests
 //! can show that they find each of them. Compiled to nothing (every switch reads `false`) unless the `mutants`
-//! feature is on; even then every switch is off until a test turns it on for its own thread.
+//! feature is on; even then every switch is off until a test turns it on for its own thread, or, for a child
+//! process (`zklock` in the fault campaign), names it in the environment variable `RECIPES_MUTANTS`.
 //!
 //! Not part of the API: for the project's own tests.
 
@@ -23,6 +24,30 @@ pub enum Mutant {
     NoForeignCheck,
     /// The acquire cleanup ignores a create whose reply is outstanding (it may still land on the server).
     CleanupIgnoresInFlight,
+    /// The ZooKeeper backend extends the lease on any answered request, reads answered by a follower cut off from
+    /// the leader included.
+    LeaseFromReads,
+    /// The ZooKeeper backend's lease keeps the session timeout of the first connection (a reconnection may
+    /// renegotiate a shorter one).
+    FirstTimeoutOnly,
+    /// `zklock` gives the command a fixed 3 s between SIGTERM and SIGKILL when the lock is at risk, whatever the
+    /// session's margin.
+    FixedTermGrace,
+    /// `zklock` signals only the command's process group (processes that left it survive).
+    GroupOnlyStop,
+    /// After a lost reply, the driver reads (to recover a create, or to check a fixed-name node before deleting it)
+    /// without a `sync` first, on a server that may not show the lost request's effect yet.
+    NoSyncAfterLostReply,
+    /// Not a bug: every waiter that came to hold the lock marks itself `first`, not only one behind a long queue,
+    /// so that the model checker explores the marking optimisation with a few clients.
+    AlwaysMark,
+}
+
+impl Mutant {
+    /// The mutant's name, as `RECIPES_MUTANTS` lists it.
+    pub fn name(self) -> String {
+        format!("{self:?}")
+    }
 }
 
 #[cfg(feature = "mutants")]
@@ -35,9 +60,15 @@ mod on {
         static ACTIVE: RefCell<Vec<Mutant>> = const { RefCell::new(Vec::new()) };
     }
 
-    /// Whether `m` is switched on for this thread.
+    /// Whether `m` is switched on for this thread, or for this process by `RECIPES_MUTANTS`.
     pub fn is_active(m: Mutant) -> bool {
-        ACTIVE.with(|a| a.borrow().contains(&m))
+        static FROM_ENV: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+        let env = FROM_ENV.get_or_init(|| {
+            std::env::var("RECIPES_MUTANTS")
+                .map(|v| v.split(',').map(|s| s.trim().to_owned()).collect())
+                .unwrap_or_default()
+        });
+        env.contains(&m.name()) || ACTIVE.with(|a| a.borrow().contains(&m))
     }
 
     /// Switches `m` on (or off) for this thread.

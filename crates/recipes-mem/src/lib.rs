@@ -287,6 +287,11 @@ impl Controller {
         self.cluster.peek(|st, _| st.in_flight())
     }
 
+    /// [`activity`](Controller::activity) and [`in_flight`](Controller::in_flight) at once.
+    pub fn progress(&self) -> (u64, usize) {
+        self.cluster.peek(|st, _| (st.activity, st.in_flight()))
+    }
+
     /// Deletes a node as an operator would, from outside every client session (no session is needed).
     ///
     /// # Notable errors

@@ -208,6 +208,20 @@ pub(crate) struct Session {
 }
 
 impl Session {
+    /// Whether the oldest request in flight must wait until the orphans of a broken connection have landed or been
+    /// lost: a write or a `sync`. An orphan the leader began to commit before the session moved gets a transaction id
+    /// below every later write of the session, and a sync is answered only once it is committed; a read of the new
+    /// connection may be answered before it lands (by a server that has not applied it yet).
+    fn waits_for_orphans(&self) -> bool {
+        !self.orphans.is_empty()
+            && self.outbound.front().is_some_and(|r| {
+                matches!(
+                    r.op,
+                    Op::Sync { .. } | Op::Create { .. } | Op::Delete { .. } | Op::SetData { .. }
+                )
+            })
+    }
+
     /// The send time of the last heartbeat the server answered: heartbeats are sent every `timeout / 4` while
     /// connected, starting with the connection itself.
     fn heartbeat(&self, now: Instant) -> Option<Instant> {
@@ -664,7 +678,9 @@ impl State {
         }
         rec.up = true;
         rec.connected_since = now;
-        rec.orphans.clear();
+        // Requests of the broken connection may still land after the reconnection (ZooKeeper: the old server may have
+        // forwarded them to the leader before the session moved), though before any later write or `sync` of the
+        // session (see `waits_for_orphans`). So orphans stay in flight.
         let watch_delay = self.watch_delay;
         for item in rec.inbound.iter_mut() {
             if let Inbound::Event { due, .. } = item {
@@ -865,7 +881,7 @@ impl State {
                 consider(*at, *seq, NetEvent::Timer(*seq));
             }
             for (sid, rec) in &self.sessions {
-                if let Some(r) = rec.outbound.front() {
+                if let Some(r) = rec.outbound.front().filter(|_| !rec.waits_for_orphans()) {
                     consider(r.due, r.seq, NetEvent::Apply(*sid));
                 }
                 if let Some(r) = rec.orphans.front() {
@@ -887,7 +903,7 @@ impl State {
     pub fn events(&self, now: Instant) -> Vec<NetEvent> {
         let mut out = Vec::new();
         for (sid, rec) in &self.sessions {
-            if !rec.outbound.is_empty() {
+            if !rec.outbound.is_empty() && !rec.waits_for_orphans() {
                 out.push(NetEvent::Apply(*sid));
             }
             if !rec.orphans.is_empty() {
@@ -915,7 +931,11 @@ impl State {
     pub fn fire_event(&mut self, e: NetEvent, now: Instant) -> bool {
         match e {
             NetEvent::Apply(sid) => {
-                if self.sessions.get(&sid).map_or(true, |r| r.outbound.is_empty()) {
+                if self
+                    .sessions
+                    .get(&sid)
+                    .map_or(true, |r| r.outbound.is_empty() || r.waits_for_orphans())
+                {
                     return false;
                 }
                 self.apply(sid, false, now);

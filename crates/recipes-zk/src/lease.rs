@@ -103,6 +103,14 @@ impl LeaseClock {
         self.timeout = self.timeout.min(timeout);
     }
 
+    /// The old, wrong rule (a mutant): any answer moves the lease to its send time.
+    pub fn created_at(&mut self, sent: Stamp) {
+        self.answered(sent);
+        if self.base.is_none_or_before(sent) {
+            self.base = Some(sent);
+        }
+    }
+
     /// A server answered a request of this session sent at `sent`: activity it saw.
     pub fn answered(&mut self, sent: Stamp) {
         if self.base.is_some_and(|b| sent <= b) {

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock, Weak};
 use std::time::Duration;
 
+use recipes_core::mutants::{is_active, Mutant};
 use recipes_core::{Error, Lease, Result, SessionId, SessionState, SessionStatus};
 use tokio::sync::{watch, Notify};
 use tracing::{debug, info, warn};
@@ -104,7 +105,8 @@ impl Inner {
             return;
         }
         match evidence {
-            Evidence::Seen => lease.answered(sent),
+            Evidence::Seen if !is_active(Mutant::LeaseFromReads) => lease.answered(sent),
+            Evidence::Seen => lease.created_at(sent),
             Evidence::Leader => lease.leader_confirmed(sent),
         }
     }
@@ -119,6 +121,9 @@ impl Inner {
     }
 
     fn shorten_timeout(&self, session: SessionId, granted: &[Duration]) {
+        if is_active(Mutant::FirstTimeoutOnly) {
+            return;
+        }
         let mut lease = self.lease_clock();
         if lease.session() == session {
             for t in granted {
@@ -141,8 +146,10 @@ impl Inner {
 
 fn new_lease(client: &zk::Client, sent: Stamp, granted: &[Duration]) -> LeaseClock {
     let mut lease = LeaseClock::created(session_id(client), client.session_timeout(), sent);
-    for t in granted {
-        lease.shorten_timeout(*t);
+    if !is_active(Mutant::FirstTimeoutOnly) {
+        for t in granted {
+            lease.shorten_timeout(*t);
+        }
     }
     lease
 }
@@ -252,11 +259,19 @@ pub(crate) async fn heartbeat(inner: Weak<Inner>) {
             ((strong.session_timeout() / 8).max(Duration::from_millis(25)), client)
         };
         let sent = Stamp::now();
-        let r = tokio::time::timeout(interval * 4, client.sync("/")).await;
-        let Some(strong) = inner.upgrade() else { return };
-        if let Ok(r) = r {
-            strong.record(session_id(&client), sent, Evidence::Leader, &r);
+        if is_active(Mutant::LeaseFromReads) {
+            // The old heartbeat: a read, which a follower cut off from the leader answers.
+            let r = tokio::time::timeout(interval * 4, client.check_stat("/")).await;
+            if let (Some(strong), Ok(r)) = (inner.upgrade(), r) {
+                strong.record(session_id(&client), sent, Evidence::Seen, &r);
+            }
+        } else {
+            let r = tokio::time::timeout(interval * 4, client.sync("/")).await;
+            if let (Some(strong), Ok(r)) = (inner.upgrade(), r) {
+                strong.record(session_id(&client), sent, Evidence::Leader, &r);
+            }
         }
+        let Some(strong) = inner.upgrade() else { return };
         drop(client);
         tokio::select! {
             biased;

@@ -75,6 +75,23 @@ pub fn exhaustive() -> Vec<Config> {
     ]
 }
 
+/// Configurations run with a switch on: (switch, configuration).
+pub fn switched() -> Vec<(Mutant, Config)> {
+    vec![(
+        // The `first` mark is written only behind 16 or more waiters in production; this makes every waiter that
+        // came to hold the lock write it, so that three clients exercise it (and the waiter that trusts it).
+        Mutant::AlwaysMark,
+        Config::new(
+            "marking",
+            vec![plain(Recipe::Fair), plain(Recipe::Write), plain(Recipe::Fair)],
+        )
+        .with_faults(
+            1,
+            &[FaultKind::Kill, FaultKind::Blip, FaultKind::Crash, FaultKind::Delay],
+        ),
+    )]
+}
+
 /// The larger configurations for random walks: three and four clients, mixed recipes, two faults.
 pub fn random() -> Vec<Config> {
     vec![
@@ -143,7 +160,7 @@ pub struct Sensitivity {
     pub mutants: &'static [Mutant],
     /// Where it shows.
     pub config: Config,
-    /// A part of the message of the violation that characterises it.
+    /// Parts of the message of the violation that characterise it, separated by `|` (any of them).
     pub shows_as: &'static str,
 }
 
@@ -210,6 +227,22 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             )
             .with_faults(1, &[FaultKind::Delay]),
             shows_as: "left behind",
+        },
+        Sensitivity {
+            problem: "found by the checker: after a lost delete reply, the retried release of the fixed node checks \
+                      it on a server that does not show the first delete yet, and deletes the next holder's node",
+            mutants: &[Mutant::NoSyncAfterLostReply],
+            config: Config::new("exclusive", vec![plain(Recipe::Exclusive), plain(Recipe::Exclusive)])
+                .with_faults(1, &[FaultKind::Blip]),
+            shows_as: "is valid but its node",
+        },
+        Sensitivity {
+            problem: "found by review: a create of a broken connection lands after the recovery looked for it (an \
+                      orphan, or the exclusive recipe waiting on its own node)",
+            mutants: &[Mutant::NoSyncAfterLostReply],
+            config: Config::new("fair", vec![plain(Recipe::Fair), plain(Recipe::Fair)])
+                .with_faults(1, &[FaultKind::Blip]),
+            shows_as: "left behind|never finished",
         },
         Sensitivity {
             problem: "6: recipes ignore each other's nodes on one path",

@@ -15,7 +15,7 @@ pub(crate) const PATH: &str = "/model/lock";
 /// No schedule may be longer than this many events (a livelock otherwise).
 const MAX_EVENTS: usize = 2_000;
 /// Yields without any change before the world counts as settled.
-const SETTLED_AFTER: u32 = 3;
+const SETTLED_AFTER: u32 = 2;
 /// How far one tick may move the clock (in session timeouts) without anyone acting: longer than every timer of
 /// the library (the 30 s reconnection wait of a release included).
 const MAX_STEP_TIMEOUTS: u32 = 10;
@@ -126,7 +126,8 @@ impl<'c> World<'c> {
 
     /// What moves when anything happens: the cluster's activity and in-flight count, the clients' reports.
     fn marker(&self) -> (u64, usize, u64) {
-        (self.ctl.activity(), self.ctl.in_flight(), self.oracle().activity)
+        let (activity, in_flight) = self.ctl.progress();
+        (activity, in_flight, self.oracle().activity)
     }
 
     /// Lets every task run until nothing moves any more.
@@ -172,7 +173,12 @@ impl<'c> World<'c> {
             Some(d) => vec![Choice::Net(*d)],
             None => net.iter().map(|e| Choice::Net(*e)).collect(),
         };
-        if net.is_empty() && !self.quiet {
+        // Time runs when nothing is in flight, or only requests of a broken connection (they may land much later:
+        // a server may have passed them on before the connection broke).
+        let in_flight = net
+            .iter()
+            .any(|e| !matches!(e, NetEvent::ApplyOrphan(_) | NetEvent::DropOrphans(_)));
+        if !in_flight && !self.quiet {
             out.push(Choice::Tick);
         }
         let ordinary = out.len();
@@ -180,7 +186,7 @@ impl<'c> World<'c> {
             for kind in &self.config.fault_kinds {
                 match kind {
                     FaultKind::Delay => {
-                        if !net.is_empty() {
+                        if in_flight {
                             out.push(Choice::Delay);
                         }
                     }
@@ -353,6 +359,11 @@ impl<'c> World<'c> {
             if !c.crashed && !c.task.is_finished() {
                 return Err(format!("client {i} never finished (deadlock or hang)"));
             }
+        }
+        // A task that panicked is finished too, without having reported the end of its program.
+        let crashed = self.clients.iter().filter(|c| c.crashed).count();
+        if self.oracle().finished + crashed < self.clients.len() {
+            return Err("a client's task ended without finishing its program (a panic?)".into());
         }
         let live: Vec<_> = self
             .clients

@@ -34,21 +34,52 @@ fn age(ctime_ms: i64) -> String {
     }
 }
 
+/// The most of a node's data read for the report (lock nodes carry a few lines; another client may have written up
+/// to a megabyte).
+const DATA_READ: usize = 4096;
+/// The longest field printed.
+const FIELD_MAX: usize = 64;
+
+/// `s` made safe for a terminal: control and other non-printable characters escaped (`\u{1b}`), cut to `max`
+/// characters. Node names and data come from other clients, which may write terminal escape sequences.
+fn printable(s: &str, max: usize) -> String {
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i == max {
+            out.push('…');
+            break;
+        }
+        if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}') {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 async fn row(backend: &dyn Backend, path: &LockPath, name: &str, role: String, kind: &str) -> Option<Row> {
-    let (data, stat) = backend.current().get(&path.child(name)).await.ok().flatten()?;
+    let (mut data, stat) = backend.current().get(&path.child(name)).await.ok().flatten()?;
+    data.truncate(DATA_READ);
     let info = NodeInfo::decode(&data);
     Some(Row {
         role,
-        recipe: info
-            .as_ref()
-            .map(|i| i.recipe.clone())
-            .filter(|r| !r.is_empty())
-            .unwrap_or_else(|| kind.to_owned()),
-        owner: info
-            .map(|i| format!("{}:{}", i.host, i.pid))
-            .unwrap_or_else(|| "?".into()),
+        recipe: printable(
+            &info
+                .as_ref()
+                .map(|i| i.recipe.clone())
+                .filter(|r| !r.is_empty())
+                .unwrap_or_else(|| kind.to_owned()),
+            FIELD_MAX,
+        ),
+        owner: printable(
+            &info
+                .map(|i| format!("{}:{}", i.host, i.pid))
+                .unwrap_or_else(|| "?".into()),
+            FIELD_MAX,
+        ),
         age: age(stat.ctime),
-        node: name.to_owned(),
+        node: printable(name, 2 * FIELD_MAX),
     })
 }
 
@@ -117,7 +148,11 @@ async fn report(backend: &dyn Backend, c: &Conn, path: &LockPath) -> Result<Stri
         out.push_str(&format!(
             "ignored {} child(ren) that are not lock nodes of this layout: {}\n",
             foreign.len(),
-            foreign.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            foreign
+                .iter()
+                .map(|s| printable(s, FIELD_MAX))
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
     Ok(out)
@@ -126,7 +161,20 @@ async fn report(backend: &dyn Backend, c: &Conn, path: &LockPath) -> Result<Stri
 /// The node name shortened for display: the kind, and the sequence.
 fn short(name: &str) -> String {
     match (name.get(..2), name.rsplit('-').next()) {
-        (Some(kind), Some(seq)) if name.len() > 20 => format!("{kind}…-{seq}"),
-        _ => name.to_owned(),
+        (Some(kind), Some(seq)) if name.len() > 20 => printable(&format!("{kind}…-{seq}"), FIELD_MAX),
+        _ => printable(name, FIELD_MAX),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn other_clients_data_cannot_drive_the_terminal() {
+        assert_eq!(printable("worker-7:42", 64), "worker-7:42");
+        assert_eq!(printable("evil\u{1b}[2J\rX", 64), "evil\\u{1b}[2J\\u{d}X");
+        assert_eq!(printable("a\u{202e}b", 64), "a\\u{202e}b");
+        assert_eq!(printable(&"x".repeat(100), 5), "xxxxx…");
     }
 }

@@ -439,6 +439,76 @@ fn inspect_lists_holders_and_waiters() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A `--term-grace` that does not fit in the lease's margin (the command could outlive the session) is bad usage, with
+/// the largest that fits in the message; one that fits is used.
+#[test]
+fn term_grace_must_fit_in_the_margin() {
+    let Some(zk) = server() else { return };
+    let path = unique("grace");
+    let o = run(zklock(
+        &zk,
+        &["--session-timeout", "2s", "--term-grace", "1s", &path, "--", "true"],
+    ));
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("does not fit") && stderr(&o).contains("200ms"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(stderr(&o).lines().count(), 1);
+    let o = run(zklock(
+        &zk,
+        &["--session-timeout", "2s", "--term-grace", "150ms", &path, "--", "true"],
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = run(zklock(&zk, &["--term-grace", "soon", &path, "--", "true"]));
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+}
+
+/// `zklock inspect` prints what other clients wrote into lock nodes escaped (no terminal escape sequence, no carriage
+/// return comes through) and cut short (a megabyte of data is not printed).
+#[test]
+fn inspect_escapes_what_other_clients_wrote() {
+    let Some(zk) = server() else { return };
+    let path = unique("inspect-hostile");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let b = rt.block_on(recipes_conformance::zkserver::connect(&zk, Duration::from_secs(10)));
+    let on = recipes_core::BackendExt::current(&*b);
+    let data = format!(
+        "recipes-lock 1\nattempt=0123456789abcdef0123456789abcdef\nrecipe=fair\u{1b}[2J\nhost=h\u{1b}]0;pwned\u{7}\rX\npid=1\n{}",
+        "A".repeat(1_000_000)
+    );
+    rt.block_on(async {
+        let mut at = String::new();
+        for part in path.split('/').filter(|p| !p.is_empty()) {
+            at.push('/');
+            at.push_str(part);
+            let _ = on.create(&at, b"", recipes_core::CreateMode::Container).await;
+        }
+        on.create(
+            &format!("{path}/L-0123456789abcdef0123456789abcdef-"),
+            data.as_bytes(),
+            recipes_core::CreateMode::EphemeralSequential,
+        )
+        .await
+        .unwrap();
+    });
+    let o = run(zklock(&zk, &["inspect", &path]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(text.contains("1 holder(s)"), "{text}");
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\r') && !text.contains('\u{7}'),
+        "{text:?}"
+    );
+    assert!(text.contains("\\u{1b}"), "escaped, not dropped: {text}");
+    assert!(text.len() < 2000, "{} bytes printed", text.len());
+    b.close();
+}
+
 /// The server paused past the session timeout: the lease runs out, the command is stopped, zklock exits 70.
 #[test]
 fn lease_elapsed_stops_the_command_and_exits_70() {

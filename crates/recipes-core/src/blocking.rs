@@ -8,7 +8,7 @@ use tokio::runtime::{Handle, Runtime};
 
 use crate::error::{Error, LostReason, Result};
 use crate::guard::LockGuard;
-use crate::locks::Lock;
+use crate::lock::Lock;
 
 fn runtime() -> Result<Handle> {
     static RT: OnceLock<std::result::Result<Runtime, String>> = OnceLock::new();

@@ -67,6 +67,54 @@ impl fmt::Display for LostReason {
     }
 }
 
+/// Why a release found its lock not held ([`Error::NotHeld`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NotHeldReason {
+    /// The hold was released already.
+    Released,
+    /// The lock node was deleted by someone else before the release.
+    Deleted,
+    /// The lock node was deleted by someone else and a node of the same name now belongs to another holder (the
+    /// exclusive recipe's fixed node); it was left alone.
+    Replaced,
+}
+
+impl fmt::Display for NotHeldReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NotHeldReason::Released => "it was released already",
+            NotHeldReason::Deleted => "its node was deleted by someone else before the release",
+            NotHeldReason::Replaced => "its node was deleted and now belongs to another holder",
+        })
+    }
+}
+
+/// What kept going wrong when an operation gave up after its bound of attempts ([`Error::RetriesExhausted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RetryReason {
+    /// An acquire's node would not stick: create replies were lost, the parent vanished, or the node was deleted under
+    /// it, [`max_attempts`](crate::LocksBuilder::max_attempts) times.
+    NodeWouldNotStick,
+    /// The connection kept failing while releasing (deleting) the lock node.
+    ReleaseKeptFailing,
+    /// The connection kept failing while deleting what an abandoned acquire had made.
+    CleanupKeptFailing,
+}
+
+impl fmt::Display for RetryReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RetryReason::NodeWouldNotStick => {
+                "the lock node could not be made to stick (lost replies, vanishing parent or node)"
+            }
+            RetryReason::ReleaseKeptFailing => "the connection kept failing while deleting the lock node",
+            RetryReason::CleanupKeptFailing => "the connection kept failing while cleaning up",
+        })
+    }
+}
+
 /// Every error of the library. Backends map their own errors into it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -117,7 +165,7 @@ pub enum Error {
         /// The lock path.
         path: String,
         /// Why it is not held.
-        why: String,
+        why: NotHeldReason,
     },
     /// An owner holding the read side asked for the write side of the same lock.
     #[error("lock at {0}: upgrading a read lock to a write lock is refused (it would deadlock); release the read lock first")]
@@ -133,7 +181,7 @@ pub enum Error {
         /// How many attempts were made.
         attempts: u32,
         /// What kept going wrong.
-        why: String,
+        why: RetryReason,
     },
     /// The lock path holds a lock node of another recipe or layout: this lock refuses to run beside it (the two
     /// would not see each other as contenders, and could both hold).

@@ -12,12 +12,12 @@ use crate::driver::HeldNode;
 use crate::error::{LostReason, Result};
 use crate::owner::Owner;
 use crate::path::LockPath;
-use crate::reentrant::{OwnedCore, Side};
+use crate::reentrant::{Hold, Revocable};
 
-struct Hold {
-    core: Arc<OwnedCore>,
-    side: Side,
-    owner: Owner,
+impl Revocable for HeldNode {
+    fn lost_now(&self) -> Option<LostReason> {
+        HeldNode::lost_now(self)
+    }
 }
 
 /// Proof that a lock is held. Owned (`'static`) and `Send`: it may move between tasks.
@@ -40,7 +40,8 @@ struct Hold {
 #[clippy::has_significant_drop]
 pub struct LockGuard {
     node: Arc<HeldNode>,
-    hold: Option<Hold>,
+    /// For the owned recipes (reentrant, read/write), the hold this guard counts; it counts itself out when dropped.
+    hold: Option<Hold<HeldNode>>,
 }
 
 impl LockGuard {
@@ -51,10 +52,10 @@ impl LockGuard {
         }
     }
 
-    pub(crate) fn counted(node: Arc<HeldNode>, core: Arc<OwnedCore>, side: Side, owner: Owner) -> Self {
+    pub(crate) fn counted(hold: Hold<HeldNode>) -> Self {
         LockGuard {
-            node,
-            hold: Some(Hold { core, side, owner }),
+            node: hold.node().clone(),
+            hold: Some(hold),
         }
     }
 
@@ -105,15 +106,12 @@ impl LockGuard {
 
     /// The owner of this hold (`None` for the non-reentrant recipes).
     pub fn owner(&self) -> Option<Owner> {
-        self.hold.as_ref().map(|h| h.owner)
+        self.hold.as_ref().map(Hold::owner)
     }
 
     /// How many holds this guard's owner has on this side of the lock (1 for the non-reentrant recipes).
     pub fn hold_count(&self) -> u32 {
-        match &self.hold {
-            Some(h) => h.core.count(h.side, &h.owner),
-            None => 1,
-        }
+        self.hold.as_ref().map_or(1, Hold::count)
     }
 
     /// Until when the lock is known valid: the send time of the last request of its session that the server
@@ -145,9 +143,8 @@ impl LockGuard {
         self.valid_until().is_some_and(|t| Instant::now() + budget < t)
     }
 
-    /// Runs `op` under the lock's lease, as the patent in the project's seeds describes: checks validity (and does
-    /// not run `op` when the lease is gone), runs it, checks again, and calls `rollback` with the result when the
-    /// lease ran out in between. `Ok` means the lease held from before `op` started until after it ended: commit.
+    /// Runs `op` under the lock's lease: checks validity (and does not run `op` when the lease is gone), runs it,
+    /// checks again, and calls `rollback` with the result when the lease ran out in between. `Ok` means the lease held from before `op` started until after it ended: commit.
     ///
     /// This does not depend on any callback being scheduled in time: the checks read the lease on the clock.
     ///
@@ -250,25 +247,14 @@ impl LockGuard {
     /// # Cancel safety
     /// Not cancel safe in the sense that dropping the future midway leaves the outcome unknown; the node is then
     /// deleted in the background.
-    pub async fn release(mut self) -> Result<()> {
-        let node = Arc::clone(&self.node);
-        if let Some(h) = self.hold.take() {
-            h.core.unhold(h.side, &h.owner, &node);
-        }
-        drop(self);
+    pub async fn release(self) -> Result<()> {
+        let LockGuard { node, hold } = self;
+        // Counts this hold out; the node is released here only when no other hold (or downgraded side) shares it.
+        drop(hold);
         match Arc::into_inner(node) {
             Some(n) => n.release().await,
             None => Ok(()),
         }
-    }
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        if let Some(h) = self.hold.take() {
-            h.core.unhold(h.side, &h.owner, &self.node);
-        }
-        // Dropping the last `Arc<HeldNode>` deletes the node in the background.
     }
 }
 

@@ -42,12 +42,15 @@ mod error;
 mod guard;
 pub mod info;
 pub mod layout;
+mod lock;
 mod locks;
 mod metrics;
 #[doc(hidden)]
 pub mod mutants;
 mod owner;
 mod path;
+mod patience;
+mod recipe;
 mod reentrant;
 
 pub use backend::{
@@ -55,16 +58,15 @@ pub use backend::{
     SessionState, SessionStatus, Stat,
 };
 pub use blocking::{BlockingGuard, BlockingLock};
-pub use error::{Error, LostReason, PathProblem, Result};
+pub use error::{Error, LostReason, NotHeldReason, PathProblem, Result, RetryReason};
 pub use guard::{GuardedError, LockGuard};
 pub use layout::{Layout, NodeKind};
-pub use locks::{
-    ExclusiveLock, FairLock, LeaseMargin, Lock, Locks, LocksBuilder, ReadLock, ReadWriteLock, Recipe, ReentrantLock,
-    WriteLock,
-};
+pub use lock::{ExclusiveLock, FairLock, Lock, ReadLock, ReadWriteLock, ReentrantLock, WriteLock};
+pub use locks::{LeaseMargin, Locks, LocksBuilder};
 pub use metrics::Metrics;
 pub use owner::{Owner, OwnerToken};
 pub use path::LockPath;
+pub use recipe::Recipe;
 
 /// Compile-time checks: guards and locks are `Send + Sync + 'static`; the backend trait is object safe.
 #[allow(dead_code)]

@@ -1,0 +1,212 @@
+//! The verdict on one listing of the lock path: everything the driver decides between two requests.
+
+use super::{blocker, contenders, foreign, would_wait, wrapped, Contender};
+use crate::layout::{Family, Layout, NodeKind};
+use crate::mutants::{is_active, Mutant};
+
+/// A waiter that comes to hold the lock marks itself `first` only when at least this many contenders were ahead of
+/// it: in a short queue the node behind it lists again more cheaply (a read) than the mark costs (a write). Marking is
+/// only an optimisation: without a mark the node behind lists again.
+pub const MARK_FROM_QUEUE_LEN: usize = 16;
+
+/// Why a contender refuses to hold the lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// A lock node of another recipe family or layout is on the path (see [`foreign`]).
+    Foreign {
+        /// Its child name.
+        node: String,
+        /// Its family.
+        family: Family,
+    },
+    /// A peer layout's sequence has wrapped (see [`wrapped`]).
+    Wrapped {
+        /// The child name of a node with a wrapped sequence.
+        node: String,
+    },
+}
+
+/// How a queued contender waits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wait {
+    /// The child name to watch.
+    pub on: String,
+    /// Wait in line without listing again after the deletion (the native layout; see the driver's `wait_in_line`).
+    /// Otherwise list again on every wake-up, as the peers of the Curator and kazoo layouts do.
+    pub in_line: bool,
+    /// Nothing is ahead of the blocker: its deletion means we hold (only when `in_line`).
+    pub blocker_first: bool,
+    /// Once we hold the lock, mark our node `first` for the node behind us (only when `in_line`, never for readers,
+    /// and only behind at least [`MARK_FROM_QUEUE_LEN`] contenders).
+    pub mark: bool,
+}
+
+/// What a queued contender does next, judged from one listing of the lock path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// Refuse the lock (deleting our node).
+    Refuse(Refusal),
+    /// Our node holds the lock.
+    Acquired,
+    /// Our node is not in the queue (deleted by someone, or a name the layout does not read): delete it by its path
+    /// and queue again.
+    Missing,
+    /// Wait for the deletion of another node.
+    Wait(Wait),
+}
+
+/// The refusal for a contender of family `own` beside `children`, when one of them is a lock node of another family.
+fn foreign_refusal<S: AsRef<str>>(own: Family, children: &[S]) -> Option<Refusal> {
+    if is_active(Mutant::NoForeignCheck) {
+        return None;
+    }
+    foreign(own, children).map(|(node, family)| Refusal::Foreign { node, family })
+}
+
+/// The refusal, if any, for a queued contender of `layout` beside `children` (parsed into `cs`).
+fn queue_refusal<S: AsRef<str>>(layout: Layout, children: &[S], cs: &[Contender]) -> Option<Refusal> {
+    foreign_refusal(layout.queue_family(), children)
+        .or_else(|| wrapped(layout, cs).map(|c| Refusal::Wrapped { node: c.name.clone() }))
+}
+
+/// The exclusive recipe's verdict on the children listed after it made `P/lock`: hold, unless it must refuse.
+pub fn judge_exclusive<S: AsRef<str>>(children: &[S]) -> Option<Refusal> {
+    foreign_refusal(Family::Exclusive, children)
+}
+
+/// Before a `try_acquire` makes its node: `Ok(true)` when a new node of `kind` would wait (so the try gives up with no
+/// write), `Ok(false)` when it would hold, `Err` when it must refuse.
+pub fn judge_newcomer<S: AsRef<str>>(layout: Layout, kind: NodeKind, children: &[S]) -> Result<bool, Refusal> {
+    let cs = contenders(layout, children);
+    match queue_refusal(layout, children, &cs) {
+        Some(r) => Err(r),
+        None => Ok(would_wait(kind, &cs)),
+    }
+}
+
+/// What the queued contender `ours`, of `kind`, does next, given the children of the lock path listed after its
+/// node was made.
+///
+/// # Contract
+/// - Refusals come first: a foreign lock node anywhere on the path, or (peer layouts) a wrapped sequence.
+/// - Otherwise [`decide`](super::decide): `Acquired`, `Missing`, or a wait on the blocker it names.
+/// - A wait is in line (no list after the wake-up) only in the native layout, whose nodes carry the `first` mark;
+///   `blocker_first` says that the blocker is the first contender.
+pub fn judge<S: AsRef<str>>(layout: Layout, kind: NodeKind, children: &[S], ours: &str) -> Next {
+    let cs = contenders(layout, children);
+    if let Some(r) = queue_refusal(layout, children, &cs) {
+        return Next::Refuse(r);
+    }
+    let Some(position) = cs.iter().position(|c| c.name == ours) else {
+        return Next::Missing;
+    };
+    let Some(on) = blocker(layout, kind, &cs[..position]) else {
+        return Next::Acquired;
+    };
+    let in_line = layout == Layout::Native;
+    let long_queue = position >= MARK_FROM_QUEUE_LEN || is_active(Mutant::AlwaysMark);
+    Next::Wait(Wait {
+        on: on.name.clone(),
+        in_line,
+        blocker_first: in_line && cs[0].name == on.name,
+        mark: in_line && kind != NodeKind::Read && long_queue,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uuid::Uuid;
+
+    fn node(layout: Layout, kind: NodeKind, seq: u32) -> String {
+        let id = Uuid::from_u128(u128::from(seq) + 1);
+        format!("{}{seq:010}", layout.prefix(kind, id))
+    }
+
+    fn wait(on: &str, in_line: bool, blocker_first: bool, mark: bool) -> Next {
+        Next::Wait(Wait {
+            on: on.to_owned(),
+            in_line,
+            blocker_first,
+            mark,
+        })
+    }
+
+    #[test]
+    fn native_waits_in_line_and_peers_list_again() {
+        for layout in Layout::ALL {
+            let a = node(layout, NodeKind::Lock, 1);
+            let b = node(layout, NodeKind::Lock, 2);
+            let c = node(layout, NodeKind::Lock, 3);
+            let native = layout == Layout::Native;
+            let q = [&c, &a, &b];
+            assert_eq!(judge(layout, NodeKind::Lock, &q, &a), Next::Acquired, "{layout}");
+            assert_eq!(
+                judge(layout, NodeKind::Lock, &q, &b),
+                wait(&a, native, native, false),
+                "{layout}"
+            );
+            assert_eq!(
+                judge(layout, NodeKind::Lock, &q, &c),
+                wait(&b, native, false, false),
+                "{layout}"
+            );
+            let gone = node(layout, NodeKind::Lock, 9);
+            assert_eq!(judge(layout, NodeKind::Lock, &q, &gone), Next::Missing, "{layout}");
+        }
+    }
+
+    #[test]
+    fn marks_only_behind_a_long_queue_and_never_as_a_reader() {
+        let l = Layout::Native;
+        let mut q: Vec<String> = (0..=MARK_FROM_QUEUE_LEN as u32)
+            .map(|i| node(l, NodeKind::Write, i))
+            .collect();
+        let last = q[MARK_FROM_QUEUE_LEN].clone();
+        let before = q[MARK_FROM_QUEUE_LEN - 1].clone();
+        assert_eq!(judge(l, NodeKind::Write, &q, &last), wait(&before, true, false, true));
+        let short = q[MARK_FROM_QUEUE_LEN - 1].clone();
+        let ahead = q[MARK_FROM_QUEUE_LEN - 2].clone();
+        assert_eq!(judge(l, NodeKind::Write, &q, &short), wait(&ahead, true, false, false));
+        let reader = node(l, NodeKind::Read, 99);
+        q.push(reader.clone());
+        assert_eq!(judge(l, NodeKind::Read, &q, &reader), wait(&last, true, false, false));
+    }
+
+    #[test]
+    fn refusals_come_first() {
+        let l = Layout::Native;
+        let ours = node(l, NodeKind::Lock, 1);
+        let q = [ours.clone(), "lock".to_owned()];
+        let foreign = Refusal::Foreign {
+            node: "lock".into(),
+            family: Family::Exclusive,
+        };
+        assert_eq!(judge(l, NodeKind::Lock, &q, &ours), Next::Refuse(foreign.clone()));
+        assert_eq!(judge_newcomer(l, NodeKind::Lock, &q), Err(foreign));
+        assert_eq!(judge_exclusive(&["lock"]), None);
+        assert!(matches!(
+            judge_exclusive(&["lock", &ours]),
+            Some(Refusal::Foreign { .. })
+        ));
+        let c = Layout::Curator;
+        let ours = node(c, NodeKind::Lock, 1);
+        let wrapped_name = format!("{}-2147483648", c.prefix(NodeKind::Lock, Uuid::from_u128(7)));
+        let q = [ours.clone(), wrapped_name.clone()];
+        let want = Refusal::Wrapped { node: wrapped_name };
+        assert_eq!(judge(c, NodeKind::Lock, &q, &ours), Next::Refuse(want.clone()));
+        assert_eq!(judge_newcomer(c, NodeKind::Lock, &q), Err(want));
+    }
+
+    #[test]
+    fn newcomer_waits_only_behind_a_blocker() {
+        let l = Layout::Native;
+        let r = node(l, NodeKind::Read, 1);
+        let w = node(l, NodeKind::Write, 2);
+        let none: [&str; 0] = [];
+        assert_eq!(judge_newcomer(l, NodeKind::Write, &none), Ok(false));
+        assert_eq!(judge_newcomer(l, NodeKind::Read, &[&r]), Ok(false));
+        assert_eq!(judge_newcomer(l, NodeKind::Write, &[&r]), Ok(true));
+        assert_eq!(judge_newcomer(l, NodeKind::Read, &[&r, &w]), Ok(true));
+    }
+}

@@ -1,0 +1,162 @@
+//! Table tests of the order and the decision.
+
+use super::*;
+use uuid::Uuid;
+
+fn name(kind: NodeKind, seq: i32) -> String {
+    // A fixed id per (kind, seq) so names are distinct and sort differently from their sequence.
+    let id = Uuid::from_u128(u128::MAX - (seq as u32 as u128) * 7919);
+    format!("{}{:010}", Layout::Native.prefix(kind, id), seq)
+}
+
+fn queue(spec: &str) -> Vec<String> {
+    spec.split_whitespace()
+        .map(|t| {
+            let (k, s) = t.split_at(1);
+            let kind = match k {
+                "L" => NodeKind::Lock,
+                "R" => NodeKind::Read,
+                "W" => NodeKind::Write,
+                _ => unreachable!(),
+            };
+            name(kind, s.parse().unwrap())
+        })
+        .collect()
+}
+
+/// (queue in arbitrary order, our token, expected: "acq" | "miss" | token waited on)
+const TABLE: &[(&str, &str, &str)] = &[
+    ("L1", "L1", "acq"),
+    ("L2 L1", "L2", "L1"),
+    ("L3 L1 L2", "L3", "L2"),
+    ("L1 L2 L3", "L1", "acq"),
+    ("L1 L3", "L2", "miss"),
+    // ordered by sequence, not by name: a large sequence sorts after a small one whatever the id
+    ("L10 L9", "L10", "L9"),
+    ("L1000000000 L999999999", "L1000000000", "L999999999"),
+    // across the counter's wrap, creation order: the node made before the wrap stays ahead
+    ("L2147483647 L-2147483648", "L2147483647", "acq"),
+    ("L2147483647 L-2147483648", "L-2147483648", "L2147483647"),
+    ("L-2147483647 L2147483646 L-2147483648", "L-2147483647", "L-2147483648"),
+    // readers
+    ("R1 R2 R3", "R3", "acq"),
+    ("W1 R2", "R2", "W1"),
+    ("R1 W2 R3", "R3", "W2"),
+    ("R1 W2 R3", "R1", "acq"),
+    ("W1 R2 W3 R4", "R4", "W3"),
+    ("W1 R2 W3 R4", "R2", "W1"),
+    ("R1 W2 R3 R4", "R4", "W2"),
+    ("L1 R2", "R2", "L1"),
+    // writers wait on the immediate predecessor, reader or writer
+    ("R1 R2 W3", "W3", "R2"),
+    ("W1 W2", "W2", "W1"),
+    ("W1 R2 W3", "W3", "R2"),
+    ("W1", "W1", "acq"),
+];
+
+#[test]
+fn decision_table() {
+    for (q, ours, want) in TABLE {
+        let names = queue(q);
+        let ours_name = queue(ours).remove(0);
+        let kind = Layout::Native.parse(&ours_name).unwrap().kind;
+        let got = decide(Layout::Native, kind, &contenders(Layout::Native, &names), &ours_name);
+        let want = match *want {
+            "acq" => Decision::Acquired,
+            "miss" => Decision::Missing,
+            w => Decision::Wait { on: queue(w).remove(0) },
+        };
+        assert_eq!(got, want, "queue {q}, ours {ours}");
+    }
+}
+
+#[test]
+fn reader_never_waits_on_a_later_writer() {
+    let names = queue("R1 W2 W3 R4");
+    let c = contenders(Layout::Native, &names);
+    assert_eq!(
+        decide(Layout::Native, NodeKind::Read, &c, &names[0]),
+        Decision::Acquired
+    );
+}
+
+#[test]
+fn unknown_children_are_ignored() {
+    let mut names = queue("L2 L3");
+    names.push("lock".into());
+    names.push("garbage-0000000001".into());
+    let c = contenders(Layout::Native, &names);
+    assert_eq!(c.len(), 2);
+    assert_eq!(
+        decide(Layout::Native, NodeKind::Lock, &c, &names[0]),
+        Decision::Acquired
+    );
+}
+
+fn order(layout: Layout, names: &[&str]) -> Vec<String> {
+    contenders(layout, names).into_iter().map(|c| c.name).collect()
+}
+
+#[test]
+fn wrapped_sequences_order_per_layout() {
+    // Creation order across the wrap: 2147483646, 2147483647, -2147483648, -2147483647.
+    let seqs = ["2147483646", "2147483647", "-2147483648", "-2147483647"];
+    let names = |layout: Layout| -> Vec<String> {
+        let p = layout.prefix(NodeKind::Lock, Uuid::from_u128(1));
+        seqs.iter().map(|s| format!("{p}{s}")).collect()
+    };
+    let sorted = |layout: Layout| {
+        let n = names(layout);
+        let refs: Vec<&str> = n.iter().map(String::as_str).collect();
+        let got = order(layout, &refs);
+        got.iter()
+            .map(|g| n.iter().position(|x| x == g).unwrap())
+            .collect::<Vec<_>>()
+    };
+    // Native: creation order, so the holder made before the wrap stays first.
+    assert_eq!(sorted(Layout::Native), vec![0, 1, 2, 3]);
+    // Curator and kazoo: text order, as they sort ("-2147483647" < "-2147483648" < "2147483646" < ...): a node
+    // made after the wrap jumps ahead. Reproduced exactly so that all processes on a path agree; documented.
+    assert_eq!(sorted(Layout::Curator), vec![3, 2, 0, 1]);
+    assert_eq!(sorted(Layout::Kazoo), vec![3, 2, 0, 1]);
+    // Near zero (-2, -1, 0, 1) the native order is plain numeric, which is creation order.
+    let p = Layout::Native.prefix(NodeKind::Lock, Uuid::from_u128(1));
+    let n: Vec<String> = ["-000000002", "-000000001", "0000000000", "0000000001"]
+        .iter()
+        .map(|s| format!("{p}{s}"))
+        .collect();
+    let refs: Vec<&str> = n.iter().map(String::as_str).collect();
+    assert_eq!(order(Layout::Native, &refs), n);
+    // kazoo itself does not count "-000000001" (nine digits after the sign), but the kazoo layout must find its
+    // own node there (else it would leave it behind and create another, and another).
+    let k = Layout::Kazoo.prefix(NodeKind::Lock, Uuid::from_u128(1));
+    assert_eq!(contenders(Layout::Kazoo, &[format!("{k}-000000001")]).len(), 1);
+}
+
+#[test]
+fn curator_readers_watch_the_first_writer() {
+    let id = |i: u128| Uuid::from_u128(i);
+    let c = Layout::Curator;
+    let w1 = format!("{}0000000001", c.prefix(NodeKind::Write, id(1)));
+    let w2 = format!("{}0000000002", c.prefix(NodeKind::Write, id(2)));
+    let r3 = format!("{}0000000003", c.prefix(NodeKind::Read, id(3)));
+    let cs = contenders(c, &[&w2, &r3, &w1]);
+    assert_eq!(decide(c, NodeKind::Read, &cs, &r3), Decision::Wait { on: w1.clone() });
+    assert_eq!(decide(c, NodeKind::Write, &cs, &w2), Decision::Wait { on: w1.clone() });
+    let n = Layout::Native;
+    let w1 = format!("{}0000000001", n.prefix(NodeKind::Write, id(1)));
+    let w2 = format!("{}0000000002", n.prefix(NodeKind::Write, id(2)));
+    let r3 = format!("{}0000000003", n.prefix(NodeKind::Read, id(3)));
+    let cs = contenders(n, &[&w2, &r3, &w1]);
+    assert_eq!(decide(n, NodeKind::Read, &cs, &r3), Decision::Wait { on: w2 });
+}
+
+#[test]
+fn would_wait_table() {
+    let c = |q: &str| contenders(Layout::Native, &queue(q));
+    assert!(!would_wait(NodeKind::Lock, &c("")));
+    assert!(would_wait(NodeKind::Lock, &c("R1")));
+    assert!(!would_wait(NodeKind::Read, &c("R1 R2")));
+    assert!(would_wait(NodeKind::Read, &c("R1 W2")));
+    assert!(would_wait(NodeKind::Write, &c("R1")));
+}

@@ -1,0 +1,198 @@
+//! One acquire in progress: its bounds (deadline, failure budget), what it must clean up, and the requests every
+//! recipe makes (list, make the parents, refuse).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use tracing::debug;
+
+use super::cleanup::{Cleanup, Identity};
+use super::{session, Ctx, HeldNode, CLEANUP_GRACE, TRY_BOUND};
+use crate::backend::{Backend, BackendExt, CreateMode, SessionId};
+use crate::decide::Refusal;
+use crate::error::{Error, Result, RetryReason};
+use crate::layout::Family;
+use crate::metrics::Counters;
+use crate::path::LockPath;
+use crate::patience::Patience;
+use crate::recipe::Recipe;
+
+/// Why an attempt stopped short of holding the lock.
+pub(crate) enum Stop {
+    /// The deadline passed.
+    Deadline,
+    /// An error.
+    Fail(Error),
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Self {
+        Stop::Fail(e)
+    }
+}
+
+pub(crate) type Step<T> = std::result::Result<T, Stop>;
+
+/// One acquire in progress: its settings, its failure budget, and what it must clean up.
+pub(crate) struct Attempt<'a> {
+    pub ctx: &'a Arc<Ctx>,
+    pub path: &'a LockPath,
+    pub recipe: Recipe,
+    pub try_once: bool,
+    deadline: Option<Instant>,
+    failures: u32,
+    pub cleanup: Cleanup,
+}
+
+impl<'a> Attempt<'a> {
+    pub fn new(ctx: &'a Arc<Ctx>, path: &'a LockPath, recipe: Recipe, patience: Patience) -> Self {
+        Attempt {
+            ctx,
+            path,
+            recipe,
+            try_once: patience == Patience::TryOnce,
+            deadline: match patience {
+                Patience::Until(d) => Some(d),
+                // A try must not wait, but its requests may sit in the client while it is disconnected: bound them.
+                Patience::TryOnce => Some(Instant::now() + TRY_BOUND),
+                Patience::Forever => None,
+            },
+            failures: 0,
+            cleanup: Cleanup::new(ctx.clone(), path.clone(), recipe.node_kind().is_none()),
+        }
+    }
+
+    pub fn backend(&self) -> &'a dyn Backend {
+        &*self.ctx.backend
+    }
+
+    /// Runs one request, bounded by the deadline.
+    pub async fn call<T>(&self, f: impl Future<Output = Result<T>>) -> Step<T> {
+        match self.deadline {
+            Some(d) => match tokio::time::timeout_at(d, f).await {
+                Ok(r) => Ok(r?),
+                Err(_) => Err(Stop::Deadline),
+            },
+            None => Ok(f.await?),
+        }
+    }
+
+    /// A deadline as a future (pending forever without one).
+    pub async fn deadline_passed(&self) {
+        match self.deadline {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Waits until the session is connected; returns its id.
+    pub async fn connected(&self) -> Step<SessionId> {
+        session::connected(self.backend(), self.deadline)
+            .await?
+            .ok_or(Stop::Deadline)
+    }
+
+    /// Waits until the session `pinned` is connected again; fails when it is over meanwhile.
+    pub async fn reconnected(&self, pinned: SessionId) -> Step<()> {
+        if self.connected().await? != pinned {
+            return Err(Stop::Fail(Error::SessionExpired));
+        }
+        Ok(())
+    }
+
+    /// Counts a failed create (lost reply, vanished parent or node) against the bound.
+    pub fn failed(&mut self) -> Step<()> {
+        self.failures += 1;
+        if self.failures >= self.ctx.max_attempts {
+            return Err(Stop::Fail(Error::RetriesExhausted {
+                path: self.path.to_string(),
+                attempts: self.failures,
+                why: RetryReason::NodeWouldNotStick,
+            }));
+        }
+        Ok(())
+    }
+
+    /// Our node holds the lock: nothing is left to clean up.
+    pub fn held(&mut self, node: String, czxid: i64, id: Identity) -> HeldNode {
+        self.cleanup.disarm();
+        Counters::bump(&self.ctx.counters.acquisitions);
+        tracing::Span::current().record("node", node.as_str());
+        debug!("acquired");
+        HeldNode::new(self.ctx.clone(), self.path.clone(), node, czxid, id)
+    }
+
+    /// The error for a refusal.
+    fn refusal_error(&self, r: Refusal) -> Error {
+        match r {
+            Refusal::Foreign { node, family } => {
+                let ours = match self.recipe.node_kind() {
+                    None => Family::Exclusive,
+                    Some(_) => self.ctx.layout.queue_family(),
+                };
+                Error::ForeignLock {
+                    path: self.path.to_string(),
+                    node,
+                    found: family.describe().to_owned(),
+                    ours: ours.describe().to_owned(),
+                }
+            }
+            Refusal::Wrapped { node } => Error::SequenceWrapped {
+                path: self.path.to_string(),
+                node,
+                layout: self.ctx.layout,
+            },
+        }
+    }
+
+    /// Refuses before anything was made.
+    pub fn refused<T>(&self, r: Refusal) -> Step<T> {
+        Err(Stop::Fail(self.refusal_error(r)))
+    }
+
+    /// Deletes the node we made (now, within a grace) and refuses.
+    pub async fn refuse<T>(&mut self, r: Refusal) -> Step<T> {
+        let e = self.refusal_error(r);
+        debug!(error = %e, "refusing the lock");
+        self.clean_up_now().await;
+        Err(Stop::Fail(e))
+    }
+
+    /// Runs the cleanup of what this acquire made so far, waiting for it at most until the deadline (and at most the
+    /// cleanup grace): an acquire that gives up later waits at most one more grace past its deadline, all told.
+    pub async fn clean_up_now(&mut self) {
+        let grace = match self.deadline {
+            Some(d) => CLEANUP_GRACE.min(d.saturating_duration_since(Instant::now())),
+            None => CLEANUP_GRACE,
+        };
+        self.cleanup.finish_within(grace).await;
+    }
+
+    /// Lists the lock path on session `sid`, through connection losses of that session.
+    pub async fn list(&self, sid: SessionId) -> Step<Vec<String>> {
+        loop {
+            match self.call(self.backend().on(sid).children(self.path.as_str())).await {
+                Ok(c) => return Ok(c),
+                Err(Stop::Fail(Error::NoNode(_))) => return Ok(Vec::new()),
+                Err(Stop::Fail(Error::ConnectionLoss)) => self.reconnected(sid).await?,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Creates the lock path and its ancestors as container nodes.
+    pub async fn ensure_parents(&self, sid: SessionId) -> Step<()> {
+        let on = self.backend().on(sid);
+        for p in self.path.ancestors().chain(std::iter::once(self.path.as_str())) {
+            match self.call(on.create(p, b"", CreateMode::Container)).await {
+                Ok(_) | Err(Stop::Fail(Error::NodeExists(_))) => {}
+                // The create is retried as a whole (bounded); a lost parent, or one the container reaper deleted
+                // between two of these creates, shows up as NoNode again.
+                Err(Stop::Fail(Error::ConnectionLoss | Error::NoNode(_))) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,292 @@
+//! Deleting what an acquire made: the held node at release, and the remains of an acquire that did not complete
+//! (a node, or a create whose reply never came).
+//!
+//! Every delete runs on the session that made the node, or not at all: a request of a session that is over fails,
+//! and never runs on the session the backend opened after it.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio::time::Instant;
+use tracing::{debug, warn};
+use uuid::Uuid;
+
+use super::session::{self, reports_end};
+use super::Ctx;
+use crate::backend::{BackendExt, SessionId};
+use crate::error::{Error, Result, RetryReason};
+use crate::info::NodeInfo;
+use crate::layout::EXCLUSIVE_NODE;
+use crate::metrics::Counters;
+use crate::mutants::{is_active, Mutant};
+use crate::path::LockPath;
+
+/// How many times a delete is sent through connection losses before giving up.
+const DELETE_ATTEMPTS: u32 = 20;
+/// How long a delete waits for a lost connection to come back before trying again.
+const RECONNECT_WAIT: Duration = Duration::from_secs(30);
+
+/// Whose node a delete may remove.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Identity {
+    /// A fixed-name node (exclusive) must be checked to be ours before deleting: after a loss, it may be another
+    /// holder's node of the same name.
+    pub fixed: bool,
+    pub attempt: Uuid,
+    /// The session that made the node: every request of the delete runs on it, or not at all.
+    pub session: SessionId,
+}
+
+/// What a delete of our node found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Deleted {
+    /// Our node was there, and is deleted.
+    Ours,
+    /// No node was there.
+    Absent,
+    /// A node of our fixed name was there, but another holder's: it was left alone.
+    NotOurs,
+}
+
+/// Whether the node's data and stat say it is the node of this attempt, made by this session.
+pub(crate) fn is_ours(data: &[u8], stat_owner: SessionId, attempt: Uuid, session: SessionId) -> bool {
+    stat_owner == session && NodeInfo::decode(data).is_some_and(|i| i.attempt == attempt)
+}
+
+/// Deletes `node` on its own session. A fixed-name node is read first and deleted only if it is ours (both requests
+/// on that session, so an expiry in between fails the delete instead of letting it run elsewhere).
+async fn delete_once(ctx: &Ctx, node: &str, id: Identity) -> Result<Deleted> {
+    let on = ctx.backend.on(id.session);
+    if id.fixed {
+        match on.get(node).await? {
+            None => return Ok(Deleted::Absent),
+            Some((data, stat)) if !is_ours(&data, stat.ephemeral_owner, id.attempt, id.session) => {
+                return Ok(Deleted::NotOurs)
+            }
+            Some(_) => {}
+        }
+    }
+    match on.delete(node).await {
+        Ok(()) => Ok(Deleted::Ours),
+        Err(Error::NoNode(_)) => Ok(Deleted::Absent),
+        Err(e) => Err(e),
+    }
+}
+
+/// Runs `step` on session `session` until it has an outcome, through connection losses (at most
+/// [`DELETE_ATTEMPTS`] times). `step` is told whether an earlier try lost its reply: that try may still land, and a
+/// server reached after the reconnection may not show it yet.
+///
+/// # Notable errors
+/// [`Error::SessionExpired`] once the session is over (its nodes went with it); `RetriesExhausted` with `why`.
+async fn on_session_through_losses<T, F, Fut>(
+    ctx: &Ctx,
+    session: SessionId,
+    path: &str,
+    why: RetryReason,
+    mut step: F,
+) -> Result<T>
+where
+    F: FnMut(bool) -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let mut lost_reply = false;
+    for _ in 0..DELETE_ATTEMPTS {
+        if session::is_over(ctx.backend.session_status(), session) {
+            return Err(Error::SessionExpired);
+        }
+        match step(lost_reply).await {
+            Err(Error::ConnectionLoss) => {
+                lost_reply = true;
+                session::connected(&*ctx.backend, Some(Instant::now() + RECONNECT_WAIT)).await?;
+            }
+            r => return r,
+        }
+    }
+    Err(Error::RetriesExhausted {
+        path: path.to_owned(),
+        attempts: DELETE_ATTEMPTS,
+        why,
+    })
+}
+
+/// Deletes our node, retrying through connection loss (bounded). An absent node after a lost reply counts as ours,
+/// deleted by that reply's request.
+///
+/// After a lost reply the earlier delete may still land (the server it went to may have passed it on), and a server
+/// reached after the reconnection may not show it yet: a `sync` first, so that the check of a fixed-name node does not
+/// read our node where the next holder's already is (found by the model checker: the stale check let the retried
+/// delete remove the next holder's node).
+pub(crate) async fn delete_node(ctx: &Ctx, node: &str, id: Identity) -> Result<Deleted> {
+    let why = RetryReason::ReleaseKeptFailing;
+    on_session_through_losses(ctx, id.session, node, why, |lost_reply| async move {
+        if lost_reply && !is_active(Mutant::NoSyncAfterLostReply) {
+            ctx.backend.on(id.session).sync(node).await?;
+        }
+        match delete_once(ctx, node, id).await? {
+            Deleted::Absent if lost_reply => Ok(Deleted::Ours),
+            d => Ok(d),
+        }
+    })
+    .await
+}
+
+/// Deletes whatever node a create of this attempt, sent on `session`, may have made (its reply never arrived).
+async fn delete_by_attempt(ctx: &Ctx, path: &LockPath, id: Identity) -> Result<()> {
+    let on = ctx.backend.on(id.session);
+    let why = RetryReason::CleanupKeptFailing;
+    let r = on_session_through_losses(ctx, id.session, path.as_str(), why, |_| async move {
+        // The create may have gone to a server we are no longer connected to: catch up first.
+        if !is_active(Mutant::NoSyncAfterLostReply) {
+            on.sync(path.as_str()).await?;
+        }
+        if id.fixed {
+            return delete_once(ctx, &path.child(EXCLUSIVE_NODE), id).await;
+        }
+        let children = match on.children(path.as_str()).await {
+            Ok(c) => c,
+            Err(Error::NoNode(_)) => return Ok(Deleted::Absent),
+            Err(e) => return Err(e),
+        };
+        let mut found = Deleted::Absent;
+        for name in children {
+            if ctx.layout.parse(&name).is_some_and(|p| p.attempt == id.attempt) {
+                match on.delete(&path.child(&name)).await {
+                    Ok(()) => found = Deleted::Ours,
+                    Err(Error::NoNode(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(found)
+    })
+    .await;
+    match r {
+        // Whatever the create made went with its session.
+        Err(e) if reports_end(&e) => Ok(()),
+        r => r.map(drop),
+    }
+}
+
+/// What an acquire that has not completed may have made.
+#[derive(Debug)]
+pub(crate) enum Pending {
+    /// Nothing of ours may exist.
+    Nothing,
+    /// A create was sent on this session; its node may exist, name unknown.
+    Sent(Uuid, SessionId),
+    /// Our node exists.
+    Created(String, Uuid, SessionId),
+}
+
+/// Undoes the remote side effects of an acquire that did not complete: deletes our node, awaited on the ordinary
+/// exit paths and in the background when the acquire future is dropped.
+pub(crate) struct Cleanup {
+    ctx: Arc<Ctx>,
+    path: LockPath,
+    fixed: bool,
+    pub state: Pending,
+    /// Earlier cleanups of this acquire still running in the background (their grace ran out).
+    background: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Cleanup {
+    pub fn new(ctx: Arc<Ctx>, path: LockPath, fixed: bool) -> Self {
+        Cleanup {
+            ctx,
+            path,
+            fixed,
+            state: Pending::Nothing,
+            background: Vec::new(),
+        }
+    }
+
+    /// Nothing is left to delete (we hold the node now, or it is known gone).
+    pub fn disarm(&mut self) {
+        self.state = Pending::Nothing;
+    }
+
+    fn task(&mut self) -> Option<impl Future<Output = ()> + Send + 'static> {
+        let mut state = std::mem::replace(&mut self.state, Pending::Nothing);
+        if matches!(state, Pending::Sent(..)) && is_active(Mutant::CleanupIgnoresInFlight) {
+            state = Pending::Nothing;
+        }
+        let fixed = self.fixed;
+        let (node, id) = match state {
+            Pending::Nothing => return None,
+            Pending::Sent(attempt, session) => (
+                None,
+                Identity {
+                    fixed,
+                    attempt,
+                    session,
+                },
+            ),
+            Pending::Created(node, attempt, session) => (
+                Some(node),
+                Identity {
+                    fixed,
+                    attempt,
+                    session,
+                },
+            ),
+        };
+        let ctx = self.ctx.clone();
+        let path = self.path.clone();
+        Some(async move {
+            let res = match node {
+                None => delete_by_attempt(&ctx, &path, id).await,
+                Some(node) => match delete_node(&ctx, &node, id).await {
+                    Err(e) if reports_end(&e) => Ok(()),
+                    r => r.map(drop),
+                },
+            };
+            match res {
+                Ok(()) => Counters::bump(&ctx.counters.cleanups),
+                Err(e) => {
+                    warn!(error = %e, "could not delete an abandoned lock node; it stays until its session ends")
+                }
+            }
+        })
+    }
+
+    /// Runs the cleanup now, and waits at most `grace` for it and for earlier ones still running; past that they go on
+    /// in the background.
+    pub async fn finish_within(&mut self, grace: Duration) {
+        if let Some(t) = self.task() {
+            self.background.push(tokio::spawn(t));
+        }
+        let until = Instant::now() + grace;
+        while let Some(h) = self.background.last_mut() {
+            if tokio::time::timeout_at(until, h).await.is_err() {
+                return;
+            }
+            self.background.pop();
+        }
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Some(t) = self.task() {
+            debug!(path = %self.path, "acquire abandoned; cleaning up in the background");
+            spawn_cleanup(None, self.path.as_str(), t);
+        }
+    }
+}
+
+/// Runs a cleanup in the background, on `handle` or else the current runtime; without either, the node stays until
+/// its session ends (said in a warning).
+pub(crate) fn spawn_cleanup(handle: Option<&Handle>, node: &str, fut: impl Future<Output = ()> + Send + 'static) {
+    match handle.cloned().or_else(|| Handle::try_current().ok()) {
+        Some(h) => {
+            h.spawn(fut);
+        }
+        None => warn!(
+            node,
+            "no tokio runtime to delete the lock node in the background; it stays until its session ends"
+        ),
+    }
+}

@@ -1,0 +1,119 @@
+//! The exclusive recipe's node: one fixed ephemeral `P/lock`, made or waited for.
+
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+use super::attempt::{Attempt, Step, Stop};
+use super::cleanup::{is_ours, Identity, Pending};
+use super::{Ctx, HeldNode};
+use crate::backend::{BackendExt, CreateMode, SessionId};
+use crate::decide::judge_exclusive;
+use crate::error::Error;
+use crate::info::NodeInfo;
+use crate::layout::EXCLUSIVE_NODE;
+use crate::metrics::Counters;
+
+impl Attempt<'_> {
+    /// The exclusive recipe: create `P/lock` (and list `P` in the same round trip, to refuse beside the nodes of
+    /// other recipes); when it exists, wait for its deletion and try again.
+    pub async fn exclusive(&mut self) -> Step<Option<HeldNode>> {
+        let node = self.path.child(EXCLUSIVE_NODE);
+        loop {
+            let sid = self.connected().await?;
+            let ctx: &Arc<Ctx> = self.ctx;
+            let on = ctx.backend.on(sid);
+            let attempt = Uuid::new_v4();
+            let id = Identity {
+                fixed: true,
+                attempt,
+                session: sid,
+            };
+            let data = NodeInfo::for_this_process(attempt, self.recipe.name()).encode();
+            self.cleanup.state = Pending::Sent(attempt, sid);
+            let (created, listed) = self
+                .call(async {
+                    Ok(on
+                        .create_and_list(&node, &data, CreateMode::Ephemeral, self.path.as_str())
+                        .await)
+                })
+                .await?;
+            let (czxid, listed) = match created {
+                Ok(c) => {
+                    Counters::bump(&self.ctx.counters.creates);
+                    self.cleanup.state = Pending::Created(node.clone(), attempt, sid);
+                    (c.czxid, listed.ok())
+                }
+                Err(Error::NodeExists(_)) => {
+                    self.cleanup.disarm();
+                    if let Some(r) = listed.ok().and_then(|c| judge_exclusive(&c)) {
+                        return self.refuse(r).await;
+                    }
+                    if self.try_once {
+                        return Ok(None);
+                    }
+                    self.wait_deleted(&node, sid).await?;
+                    continue;
+                }
+                Err(Error::NoNode(_)) => {
+                    self.cleanup.disarm();
+                    self.failed()?;
+                    self.ensure_parents(sid).await?;
+                    continue;
+                }
+                Err(Error::ConnectionLoss) => {
+                    self.failed()?;
+                    match self.recover_exclusive(&node, attempt, sid).await? {
+                        Some(czxid) => (czxid, None),
+                        None => {
+                            // Not known to be ours: delete whatever this attempt may have made, then try again.
+                            self.clean_up_now().await;
+                            continue;
+                        }
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            };
+            // We made `P/lock`; it holds unless a lock node of another recipe is on the path.
+            let children = match listed {
+                Some(c) => c,
+                None => self.list(sid).await?,
+            };
+            if let Some(r) = judge_exclusive(&children) {
+                return self.refuse(r).await;
+            }
+            return Ok(Some(self.held(node, czxid, id)));
+        }
+    }
+
+    /// After a lost create reply: whether `P/lock` is the node of this attempt, made by session `sid`.
+    async fn recover_exclusive(&mut self, node: &str, attempt: Uuid, sid: SessionId) -> Step<Option<i64>> {
+        if self.connected().await? != sid {
+            // The session is over: whatever the create made went with it.
+            self.cleanup.disarm();
+            return Ok(None);
+        }
+        // After a reconnection to another server, a read may not show our create yet: catch up with the leader.
+        let on = self.backend().on(sid);
+        let found = match self
+            .call(async {
+                on.sync(node).await?;
+                on.get(node).await
+            })
+            .await
+        {
+            Ok(found) => found,
+            Err(Stop::Fail(Error::ConnectionLoss)) => None,
+            Err(e) => return Err(e),
+        };
+        match found {
+            Some((data, stat)) if is_ours(&data, stat.ephemeral_owner, attempt, sid) => {
+                Counters::bump(&self.ctx.counters.creates);
+                Counters::bump(&self.ctx.counters.create_recoveries);
+                self.cleanup.state = Pending::Created(node.to_owned(), attempt, sid);
+                Ok(Some(stat.czxid))
+            }
+            _ => Ok(None),
+        }
+    }
+}

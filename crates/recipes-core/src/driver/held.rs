@@ -1,0 +1,280 @@
+//! The held lock node: its lease, the ways it can be lost, and its release.
+
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::Arc;
+
+use tokio::runtime::Handle;
+use tokio::time::Instant;
+use tracing::debug;
+use uuid::Uuid;
+
+use super::cleanup::{delete_node, spawn_cleanup, Deleted, Identity};
+use super::session::{self, reports_end};
+use super::Ctx;
+use crate::backend::{BackendExt, DeletionWatch, SessionId, SessionRef, SessionState, SessionStatus};
+use crate::error::{Error, LostReason, NotHeldReason, Result};
+use crate::metrics::Counters;
+use crate::mutants::{is_active, Mutant};
+use crate::path::LockPath;
+
+/// A lock node that holds its lock. Deleting it releases the lock; dropping it unreleased deletes it in the
+/// background.
+#[derive(Debug)]
+pub(crate) struct HeldNode {
+    ctx: Arc<Ctx>,
+    pub path: LockPath,
+    pub node: String,
+    pub czxid: i64,
+    pub session: SessionId,
+    attempt: Uuid,
+    fixed: bool,
+    handle: Option<Handle>,
+    released: AtomicBool,
+    /// A loss that cannot be undone, once `lost()` has seen it.
+    known_loss: KnownLoss,
+}
+
+/// A loss that cannot be undone, remembered once seen (a lease that ran out may come back, and is not remembered).
+#[derive(Debug, Default)]
+struct KnownLoss(AtomicU8);
+
+impl KnownLoss {
+    const NONE: u8 = 0;
+    const DELETED: u8 = 1;
+    const EXPIRED: u8 = 2;
+
+    fn get(&self) -> Option<LostReason> {
+        match self.0.load(Ordering::Acquire) {
+            Self::DELETED => Some(LostReason::NodeDeleted),
+            Self::EXPIRED => Some(LostReason::SessionExpired),
+            _ => None,
+        }
+    }
+
+    fn remember(&self, reason: LostReason) {
+        let code = match reason {
+            LostReason::NodeDeleted => Self::DELETED,
+            LostReason::SessionExpired => Self::EXPIRED,
+            LostReason::LeaseExpired => return,
+        };
+        let _ = self
+            .0
+            .compare_exchange(Self::NONE, code, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
+
+/// How a watch on our node ended.
+enum Watched {
+    /// The node is gone, or a node of our name that is not ours is there.
+    Deleted,
+    /// The session is over.
+    SessionOver,
+    /// The connection was lost: arm again once the session's state changes.
+    Interrupted,
+}
+
+impl HeldNode {
+    /// A node that an acquire made and found holding the lock.
+    pub fn new(ctx: Arc<Ctx>, path: LockPath, node: String, czxid: i64, id: Identity) -> Self {
+        HeldNode {
+            ctx,
+            path,
+            node,
+            czxid,
+            session: id.session,
+            attempt: id.attempt,
+            fixed: id.fixed,
+            handle: Handle::try_current().ok(),
+            released: AtomicBool::new(false),
+            known_loss: KnownLoss::default(),
+        }
+    }
+
+    fn identity(&self) -> Identity {
+        Identity {
+            fixed: self.fixed,
+            attempt: self.attempt,
+            session: self.session,
+        }
+    }
+
+    /// Marks the node as gone with its session, so that dropping it deletes nothing.
+    pub fn forget(self) {
+        self.released.store(true, Ordering::Release);
+    }
+
+    /// Deletes the node and reports what happened.
+    ///
+    /// The node counts as released only once the delete has an outcome: if this future is dropped midway, the
+    /// node's `Drop` still deletes it in the background.
+    pub async fn release(&self) -> Result<()> {
+        if self.released.load(Ordering::Acquire) {
+            return Err(self.not_held(NotHeldReason::Released));
+        }
+        let r = delete_node(&self.ctx, &self.node, self.identity()).await;
+        if self.released.swap(true, Ordering::AcqRel) {
+            return Err(self.not_held(NotHeldReason::Released));
+        }
+        Counters::bump(&self.ctx.counters.releases);
+        debug!(node = %self.node, ok = matches!(r, Ok(Deleted::Ours)), "released");
+        match r? {
+            Deleted::Ours => Ok(()),
+            Deleted::Absent => Err(self.not_held(NotHeldReason::Deleted)),
+            Deleted::NotOurs => Err(self.not_held(NotHeldReason::Replaced)),
+        }
+    }
+
+    fn not_held(&self, why: NotHeldReason) -> Error {
+        Error::NotHeld {
+            path: self.path.to_string(),
+            why,
+        }
+    }
+
+    /// A loss this client knows of and that cannot be undone: the session is over, or `lost()` saw the node go.
+    fn known_loss(&self, status: SessionStatus) -> Option<LostReason> {
+        if session::is_over(status, self.session) {
+            return Some(LostReason::SessionExpired);
+        }
+        self.known_loss.get()
+    }
+
+    /// Until when the lock is known valid: the lease of its session, or `None` once that session is over (or the
+    /// node is known to have been deleted).
+    pub fn valid_until(&self) -> Option<Instant> {
+        if self.known_loss(self.ctx.backend.session_status()).is_some() {
+            return None;
+        }
+        let lease = self.ctx.backend.lease();
+        if lease.session != self.session {
+            return None;
+        }
+        let trusted = lease.session_timeout.mul_f64(1.0 - self.ctx.lease_margin);
+        lease.answered_send.map(|t| t + trusted)
+    }
+
+    /// Why the lock cannot be trusted now, or `None` while its lease is valid.
+    pub fn lost_now(&self) -> Option<LostReason> {
+        if let Some(r) = self.known_loss(self.ctx.backend.session_status()) {
+            return Some(r);
+        }
+        match self.valid_until() {
+            Some(until) if Instant::now() < until => None,
+            Some(_) => Some(LostReason::LeaseExpired),
+            None => Some(LostReason::SessionExpired),
+        }
+    }
+
+    /// Resolves when the lock is known lost: the session expired, the node was deleted by someone else, or the
+    /// lease ran out (checked on the clock, whatever the connection state claims).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping it only drops a watch registration.
+    pub async fn lost(&self) -> LostReason {
+        let reason = self.watch_for_loss().await;
+        self.known_loss.remember(reason);
+        reason
+    }
+
+    /// One `select!` over the ways a lock is lost: the session's state, a watch on our node (armed while connected,
+    /// and again after a reconnection when the connection interrupted it), and the end of the lease.
+    async fn watch_for_loss(&self) -> LostReason {
+        let on = self.ctx.backend.on(self.session);
+        let mut rx = self.ctx.backend.session();
+        let mut watch = None;
+        // Changes of the session's state seen so far; the one at which the watch was armed; after an interruption,
+        // the watch is armed again only once the state has changed since it was armed (a reconnection).
+        let mut seen = 0u64;
+        let mut armed_at = 0u64;
+        let mut interrupted_at: Option<u64> = None;
+        loop {
+            if rx.has_changed().unwrap_or(true) {
+                seen += 1;
+            }
+            let status = *rx.borrow_and_update();
+            if let Some(r) = self.known_loss(status) {
+                return r;
+            }
+            let until = match self.valid_until() {
+                None => return LostReason::SessionExpired,
+                Some(until) if Instant::now() >= until => return LostReason::LeaseExpired,
+                Some(until) => until,
+            };
+            let armable = interrupted_at.map_or(true, |at| seen > at);
+            if watch.is_none() && armable && status.state == SessionState::Connected {
+                watch = Some(Box::pin(self.watch_node(on)));
+                armed_at = seen;
+            }
+            let deletion = async {
+                match watch.as_mut() {
+                    Some(w) => w.await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                w = deletion => match w {
+                    Watched::Deleted => return LostReason::NodeDeleted,
+                    Watched::SessionOver => return LostReason::SessionExpired,
+                    Watched::Interrupted => {
+                        watch = None;
+                        interrupted_at = Some(armed_at);
+                    }
+                },
+                r = rx.changed() => {
+                    if r.is_err() {
+                        return LostReason::SessionExpired;
+                    }
+                    seen += 1;
+                }
+                () = tokio::time::sleep_until(until) => {}
+            }
+        }
+    }
+
+    /// Arms a deletion watch on our node, checking that the node carrying our name is ours (by its creation id: the
+    /// exclusive recipe's fixed name may by now be another holder's node), and waits for it.
+    async fn watch_node(&self, on: SessionRef<'_>) -> Watched {
+        let interrupted = |e: Error| {
+            if reports_end(&e) {
+                Watched::SessionOver
+            } else {
+                Watched::Interrupted
+            }
+        };
+        let w: DeletionWatch = match on.watch_deletion(&self.node).await {
+            // Our session answered, and the node is not there: someone deleted it.
+            Ok(None) => return Watched::Deleted,
+            Ok(Some((stat, _))) if stat.czxid != self.czxid && !is_active(Mutant::LostIgnoresCzxid) => {
+                return Watched::Deleted
+            }
+            Ok(Some((_, w))) => w,
+            Err(e) => return interrupted(e),
+        };
+        match w.await {
+            // The deletion of our own session's ephemeral is never reported to that session's watches (it sees the
+            // expiry instead): someone else deleted the node.
+            Ok(()) => Watched::Deleted,
+            Err(e) => interrupted(e),
+        }
+    }
+}
+
+impl Drop for HeldNode {
+    fn drop(&mut self) {
+        if self.released.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        Counters::bump(&self.ctx.counters.releases);
+        let ctx = self.ctx.clone();
+        let node = std::mem::take(&mut self.node);
+        let id = self.identity();
+        spawn_cleanup(self.handle.as_ref(), &node.clone(), async move {
+            match delete_node(&ctx, &node, id).await {
+                Ok(Deleted::Ours) => {}
+                Ok(found) => debug!(%node, ?found, "release on drop found the lock already gone"),
+                Err(e) => debug!(%node, error = %e, "release on drop found the lock already gone"),
+            }
+        });
+    }
+}

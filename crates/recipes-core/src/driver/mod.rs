@@ -1,0 +1,108 @@
+//! Layer 2, the I/O half: the one driver that runs create / list / decide / watch / wait for every recipe, with
+//! cleanup of our node on every exit path.
+//!
+//! Its rooms: [`session`] (what is known of the session our nodes belong to), [`attempt`] (one acquire: its bounds
+//! and the requests it makes), [`exclusive`] and [`queue`] (making the node, for the fixed node and the queue),
+//! [`wait`] (waiting for a deletion), [`held`] (the held node: lease, loss, release) and [`cleanup`] (deleting what an
+//! acquire made). Every decision is made in [`decide`](crate::decide); the driver only does I/O around it.
+//!
+//! Every request names the session it belongs to (`backend.on(sid)`): a request of a session that has ended fails,
+//! and never runs on the session the backend opened after it.
+
+mod attempt;
+mod cleanup;
+mod exclusive;
+mod held;
+mod queue;
+pub(crate) mod session;
+mod wait;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::Instrument;
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use crate::metrics::Counters;
+use crate::path::LockPath;
+use crate::patience::Patience;
+use crate::recipe::Recipe;
+use attempt::{Attempt, Stop};
+pub(crate) use held::HeldNode;
+
+/// Shared by every lock made from one [`Locks`](crate::Locks) value.
+#[derive(Debug)]
+pub(crate) struct Ctx {
+    pub backend: Arc<dyn Backend>,
+    pub layout: Layout,
+    pub counters: Counters,
+    /// Bound on creates per acquire (lost replies, vanished parents, vanished nodes).
+    pub max_attempts: u32,
+    /// The share of the session timeout a lease does not count on.
+    pub lease_margin: f64,
+}
+
+/// How long a `try_acquire` may spend on requests (while disconnected they wait for the connection).
+const TRY_BOUND: Duration = Duration::from_secs(5);
+/// How long an acquire that gives up waits for its cleanup before leaving it to the background.
+const CLEANUP_GRACE: Duration = Duration::from_millis(500);
+
+/// Acquires the lock of `recipe` under `path`. `Ok(None)`: gave up (try-once found it held, or the deadline passed),
+/// with our node deleted (or, when the server cannot be reached within a short grace, being deleted in the
+/// background).
+///
+/// Every request is bounded by the deadline: a client that queues requests while disconnected cannot make a timed
+/// acquire overrun. A `TryOnce` that cannot reach the server in a few seconds fails with `ConnectionLoss`.
+///
+/// # Cancel safety
+/// Dropping the future at any await point deletes our node (or, when a create's reply is outstanding, any node
+/// carrying our attempt id) in the background.
+pub(crate) async fn acquire(
+    ctx: &Arc<Ctx>,
+    path: &LockPath,
+    recipe: Recipe,
+    patience: Patience,
+) -> Result<Option<HeldNode>> {
+    let span = tracing::debug_span!("acquire", %path, %recipe, node = tracing::field::Empty);
+    async move {
+        let mut attempt = Attempt::new(ctx, path, recipe, patience);
+        let outcome = match recipe.node_kind() {
+            None => attempt.exclusive().await,
+            Some(kind) => attempt.queued(kind).await,
+        };
+        match outcome {
+            // Between the last reply and now the client may have learned that the session is over (a reply that
+            // arrives with the news of the expiry): the node went with it; never hand out a guard known lost.
+            Ok(Some(held)) if session::is_over(ctx.backend.session_status(), held.session) => {
+                held.forget();
+                Err(Error::SessionExpired)
+            }
+            Ok(Some(held)) => Ok(Some(held)),
+            Ok(None) => {
+                attempt.cleanup.finish_within(CLEANUP_GRACE).await;
+                Ok(None)
+            }
+            Err(Stop::Deadline) => {
+                attempt.cleanup.finish_within(CLEANUP_GRACE).await;
+                if patience == Patience::TryOnce {
+                    Err(Error::ConnectionLoss)
+                } else {
+                    Ok(None)
+                }
+            }
+            Err(Stop::Fail(e)) => {
+                if session::reports_end(&e) {
+                    // Whatever we made went with the session.
+                    attempt.cleanup.disarm();
+                } else {
+                    attempt.cleanup.finish_within(CLEANUP_GRACE).await;
+                }
+                Err(e)
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}

@@ -1,0 +1,227 @@
+//! The queued recipes (fair, reentrant, read, write): make our sequential node, then follow the verdict on each
+//! listing until it holds.
+
+use std::sync::Arc;
+
+use tracing::debug;
+use uuid::Uuid;
+
+use super::attempt::{Attempt, Step, Stop};
+use super::cleanup::{Identity, Pending};
+use super::wait::InLine;
+use super::{session, Ctx, HeldNode};
+use crate::backend::{BackendExt, CreateMode, SessionId};
+use crate::decide::{judge, judge_newcomer, Next};
+use crate::error::Error;
+use crate::info::NodeInfo;
+use crate::layout::NodeKind;
+use crate::metrics::Counters;
+use crate::mutants::{is_active, Mutant};
+
+/// Our node in the queue, just made.
+struct Queued {
+    node: String,
+    czxid: i64,
+    id: Identity,
+    /// The children listed right after the create, pipelined with it (`None` when not available).
+    children: Option<Vec<String>>,
+}
+
+impl Queued {
+    fn name(&self) -> &str {
+        self.node.rsplit('/').next().unwrap_or_default()
+    }
+}
+
+impl Attempt<'_> {
+    /// The queued recipes: create our node, then judge / wait until it holds.
+    pub async fn queued(&mut self, kind: NodeKind) -> Step<Option<HeldNode>> {
+        if self.try_once {
+            // Give up before writing anything when the queue already says we would wait (or must refuse).
+            let sid = self.connected().await?;
+            let children = self.list(sid).await?;
+            match judge_newcomer(self.ctx.layout, kind, &children) {
+                Err(r) => return self.refused(r),
+                Ok(true) => return Ok(None),
+                Ok(false) => {}
+            }
+        }
+        loop {
+            let mut q = self.create_queued(kind).await?;
+            let name = q.name().to_owned();
+            let mut prefetched = q.children.take();
+            // Whether we waited behind a long queue (then we mark ourselves first once we hold the lock).
+            let mut mark = false;
+            loop {
+                let children = match prefetched.take() {
+                    Some(c) => c,
+                    None => self.list(q.id.session).await?,
+                };
+                if session::is_over(self.backend().session_status(), q.id.session) {
+                    self.cleanup.disarm();
+                    return Err(Stop::Fail(Error::SessionExpired));
+                }
+                let wait = match judge(self.ctx.layout, kind, &children, &name) {
+                    Next::Refuse(r) => return self.refuse(r).await,
+                    Next::Acquired => return Ok(Some(self.won(q, mark))),
+                    Next::Missing => {
+                        self.vanished(&q.node).await?;
+                        break;
+                    }
+                    Next::Wait(wait) => wait,
+                };
+                if self.try_once {
+                    return Ok(None);
+                }
+                // Keep only what the wait needs: the queue itself can be long.
+                drop(children);
+                if !wait.in_line {
+                    self.wait_deleted(&self.path.child(&wait.on), q.id.session).await?;
+                    continue;
+                }
+                mark |= wait.mark;
+                match self
+                    .wait_in_line(&name, &wait.on, wait.blocker_first, q.id.session)
+                    .await?
+                {
+                    InLine::Acquired => return Ok(Some(self.won(q, mark))),
+                    InLine::Missing => {
+                        self.vanished(&q.node).await?;
+                        break;
+                    }
+                    InLine::Relist => {}
+                }
+            }
+        }
+    }
+
+    /// Our queued node holds the lock: keep it, and mark it first when the node behind may need to know.
+    fn won(&mut self, q: Queued, mark: bool) -> HeldNode {
+        if mark {
+            self.mark_first(&q.node, q.id);
+        }
+        self.held(q.node, q.czxid, q.id)
+    }
+
+    /// Tells the node behind us that nothing is ahead of us any more (see `wait_in_line`). Not awaited: the
+    /// request is ordered before our release.
+    fn mark_first(&self, node: &str, id: Identity) {
+        let mut info = NodeInfo::for_this_process(id.attempt, self.recipe.name());
+        info.first = true;
+        self.backend().on(id.session).set_data_unacked(node, &info.encode());
+    }
+
+    /// The verdict could not find our node among the contenders: it was deleted (by someone), or it has a name the
+    /// layout does not read. Either way, delete it by its path (the cleanup knows it) and queue again, bounded.
+    async fn vanished(&mut self, node: &str) -> Step<()> {
+        debug!(%node, "our lock node is not in the queue; deleting it by its path and creating it again");
+        if is_active(Mutant::MissingForgetsNode) {
+            self.cleanup.disarm();
+        } else {
+            self.clean_up_now().await;
+        }
+        self.failed()
+    }
+
+    /// Creates our sequential node (protected: recognised by its attempt id after a lost reply).
+    async fn create_queued(&mut self, kind: NodeKind) -> Step<Queued> {
+        loop {
+            let sid = self.connected().await?;
+            let ctx: &Arc<Ctx> = self.ctx;
+            let on = ctx.backend.on(sid);
+            let attempt = Uuid::new_v4();
+            let id = Identity {
+                fixed: false,
+                attempt,
+                session: sid,
+            };
+            let prefix = self.path.child(&self.ctx.layout.prefix(kind, attempt));
+            let data = NodeInfo::for_this_process(attempt, self.recipe.name()).encode();
+            self.cleanup.state = Pending::Sent(attempt, sid);
+            let (created, listed) = self
+                .call(async {
+                    Ok(on
+                        .create_and_list(&prefix, &data, CreateMode::EphemeralSequential, self.path.as_str())
+                        .await)
+                })
+                .await?;
+            let found = match created {
+                Ok(c) => Some((c.path, c.czxid, listed.ok())),
+                Err(Error::NoNode(_)) => {
+                    self.cleanup.disarm();
+                    self.failed()?;
+                    self.ensure_parents(sid).await?;
+                    None
+                }
+                Err(Error::ConnectionLoss) => {
+                    self.failed()?;
+                    self.recover_queued(id).await?
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if let Some((node, czxid, children)) = found {
+                Counters::bump(&self.ctx.counters.creates);
+                self.cleanup.state = Pending::Created(node.clone(), attempt, sid);
+                return Ok(Queued {
+                    node,
+                    czxid,
+                    id,
+                    children,
+                });
+            }
+        }
+    }
+
+    /// After a lost create reply: our node, when the create made one (found by its attempt id and owner).
+    async fn recover_queued(&mut self, id: Identity) -> Step<Option<(String, i64, Option<Vec<String>>)>> {
+        if self.connected().await? != id.session {
+            // The session is over: whatever the create made went with it.
+            self.cleanup.disarm();
+            return Ok(None);
+        }
+        match self.find_ours(id.attempt, id.session).await {
+            Ok(Some((node, czxid))) => {
+                Counters::bump(&self.ctx.counters.create_recoveries);
+                debug!(%node, "create reply was lost; found our node by its attempt id");
+                Ok(Some((node, czxid, None)))
+            }
+            Ok(None) => {
+                self.cleanup.disarm();
+                Ok(None)
+            }
+            Err(Stop::Fail(Error::ConnectionLoss)) => {
+                self.clean_up_now().await;
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Finds the node our create made, by attempt id and ephemeral owner.
+    async fn find_ours(&self, attempt: Uuid, sid: SessionId) -> Step<Option<(String, i64)>> {
+        let on = self.backend().on(sid);
+        // After a reconnection to another server, a list may not show our create yet: catch up with the leader.
+        let listed = async {
+            if !is_active(Mutant::NoSyncAfterLostReply) {
+                on.sync(self.path.as_str()).await?;
+            }
+            on.children(self.path.as_str()).await
+        };
+        let children = match self.call(listed).await {
+            Ok(c) => c,
+            Err(Stop::Fail(Error::NoNode(_))) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        for name in children {
+            if self.ctx.layout.parse(&name).is_some_and(|p| p.attempt == attempt) {
+                let node = self.path.child(&name);
+                if let Some((_, stat)) = self.call(on.get(&node)).await? {
+                    if stat.ephemeral_owner == sid {
+                        return Ok(Some((node, stat.czxid)));
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+}

@@ -1,0 +1,78 @@
+//! What the driver knows of the session its nodes belong to.
+//!
+//! Three things are easy to confuse, and each has one name here:
+//! - A session is **over** ([`is_over`], [`over`]): it expired, the application closed it, or the backend moved on
+//!   to a new session. Its ephemeral nodes are gone (or going), and no request may run on it any more.
+//! - A request **reports the end** of its session ([`reports_end`]): `SessionExpired` or `Closed`. It says what
+//!   `is_over` says, learned from a reply rather than from the session's status.
+//! - The connection is **lost** (`ConnectionLoss`): the session may live on, and the outcome of the request is
+//!   unknown. [`connected`] waits for the connection to come back.
+//!
+//! Whether a lock can be trusted *now* (its lease) is a fourth question, answered in `held.rs`.
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::backend::{Backend, SessionId, SessionState, SessionStatus};
+use crate::error::{Error, Result};
+
+/// Whether the session `pinned` is over, as far as this client knows: the backend moved to another session, or the
+/// session expired or was closed.
+pub(crate) fn is_over(status: SessionStatus, pinned: SessionId) -> bool {
+    status.id != pinned || matches!(status.state, SessionState::Expired | SessionState::Closed)
+}
+
+/// Whether a request's error says that the session it ran on is over (its nodes went with it).
+pub(crate) fn reports_end(e: &Error) -> bool {
+    matches!(e, Error::SessionExpired | Error::Closed)
+}
+
+/// Resolves when the session `pinned` is over.
+///
+/// # Cancel safety
+/// Cancel safe: it only reads the status channel.
+pub(crate) async fn over(rx: &mut watch::Receiver<SessionStatus>, pinned: SessionId) {
+    loop {
+        if is_over(*rx.borrow_and_update(), pinned) {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Waits until the backend's session is connected; returns its id (a new session's, after an expiry). `Ok(None)`:
+/// the deadline passed first.
+///
+/// # Notable errors
+/// [`Error::Closed`] once the application closed the backend.
+///
+/// # Cancel safety
+/// Cancel safe: it only reads the status channel.
+pub(crate) async fn connected(backend: &dyn Backend, deadline: Option<Instant>) -> Result<Option<SessionId>> {
+    let now = backend.session_status();
+    if now.state == SessionState::Connected {
+        return Ok(Some(now.id));
+    }
+    let mut rx = backend.session();
+    loop {
+        let st = *rx.borrow_and_update();
+        match st.state {
+            SessionState::Connected => return Ok(Some(st.id)),
+            SessionState::Closed => return Err(Error::Closed),
+            SessionState::Suspended | SessionState::Expired => {}
+        }
+        let changed = rx.changed();
+        let changed = match deadline {
+            Some(d) => match tokio::time::timeout_at(d, changed).await {
+                Ok(r) => r,
+                Err(_) => return Ok(None),
+            },
+            None => changed.await,
+        };
+        if changed.is_err() {
+            return Err(Error::Closed);
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! Waiting for a deletion: the blocker ahead of us, or the exclusive node.
+
+use std::task::Poll;
+
+use super::attempt::{Attempt, Step, Stop};
+use super::session;
+use crate::backend::{BackendExt, DeletionWatch, NodeEvent, SessionId};
+use crate::error::Error;
+use crate::info::NodeInfo;
+use crate::metrics::Counters;
+
+/// How a wait in line ended.
+pub(crate) enum InLine {
+    /// Every blocker ahead has gone: we hold the lock.
+    Acquired,
+    /// Our own node was deleted (by someone else).
+    Missing,
+    /// Look at the queue again.
+    Relist,
+}
+
+/// Whether node data carries the `first` mark.
+fn marked_first(data: &[u8]) -> bool {
+    NodeInfo::decode(data).is_some_and(|i| i.first)
+}
+
+impl Attempt<'_> {
+    /// Waits for the deletion of `node`: the watch is set before the existence check, so no wake-up is lost.
+    pub async fn wait_deleted(&self, node: &str, pinned: SessionId) -> Step<()> {
+        let on = self.backend().on(pinned);
+        let mut rx = self.backend().session();
+        loop {
+            match self.call(on.watch_deletion(node)).await {
+                Ok(None) => return Ok(()),
+                Ok(Some((_, w))) => {
+                    tokio::select! {
+                        biased;
+                        r = w => match r {
+                            Ok(()) => {
+                                Counters::bump(&self.ctx.counters.wakeups);
+                                return Ok(());
+                            }
+                            Err(Error::ConnectionLoss) => {}
+                            Err(e) => return Err(e.into()),
+                        },
+                        () = session::over(&mut rx, pinned) => return Err(Stop::Fail(Error::SessionExpired)),
+                        () = self.deadline_passed() => return Err(Stop::Deadline),
+                    }
+                }
+                Err(Stop::Fail(Error::ConnectionLoss)) => self.reconnected(pinned).await?,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Native layout: waits for the blocker ahead of us without listing the children again when we can know that
+    /// nothing else is ahead of it.
+    ///
+    /// # Contract
+    /// - Nodes made after our list sort behind us (sequence order, across the wrap too), so nothing can appear
+    ///   ahead of us. If nothing was ahead of our blocker (it was first in our list, or it marked itself `first`
+    ///   in its data after it came to hold the lock), its deletion means we hold the lock: no list, one watch event
+    ///   per handoff. Otherwise (a waiter ahead was cancelled or crashed) we list again.
+    /// - The data of a native lock node is written only by this library: at creation, and once to mark it first.
+    ///   So a data change seen on the blocker is its mark, even when the node is already gone when we look.
+    /// - Our own node is watched as well, registered in the same round trip as the blocker's watch. ZooKeeper
+    ///   delivers one session's watch events in the order of the changes, and the own-node watch is polled first,
+    ///   so if our node was deleted (by someone else) before the blocker went, we never claim the lock.
+    /// - `Relist` hands back to the listing path.
+    pub async fn wait_in_line(
+        &self,
+        ours: &str,
+        blocker: &str,
+        blocker_first: bool,
+        pinned: SessionId,
+    ) -> Step<InLine> {
+        let on = self.backend().on(pinned);
+        let own_path = self.path.child(ours);
+        let blocker_path = self.path.child(blocker);
+        // Both watches in one round trip.
+        let (own, watched) = tokio::join!(
+            self.call(on.watch_deletion(&own_path)),
+            self.call(on.get_and_watch(&blocker_path))
+        );
+        let mut own = match own {
+            Ok(Some((_, w))) => w,
+            Ok(None) => return Ok(InLine::Missing),
+            Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
+            Err(e) => return Err(e),
+        };
+        let mut known_first = blocker_first;
+        let mut watch = match watched {
+            Ok(Some((data, w))) => {
+                known_first |= marked_first(&data);
+                w
+            }
+            Ok(None) => return blocker_gone(known_first, &mut own).await,
+            Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
+            Err(e) => return Err(e),
+        };
+        let mut rx = self.backend().session();
+        loop {
+            tokio::select! {
+                biased;
+                r = &mut own => return match r {
+                    Ok(()) => Ok(InLine::Missing),
+                    Err(Error::ConnectionLoss) => Ok(InLine::Relist),
+                    Err(e) => Err(e.into()),
+                },
+                r = &mut watch => match r {
+                    Ok(NodeEvent::Deleted) => {
+                        Counters::bump(&self.ctx.counters.wakeups);
+                        return blocker_gone(known_first, &mut own).await;
+                    }
+                    Ok(_) => {
+                        // The blocker marked itself first (the only data change of a lock node): watch on.
+                        known_first = true;
+                        match self.call(on.get_and_watch(&blocker_path)).await {
+                            Ok(Some((_, w))) => watch = w,
+                            Ok(None) => {
+                                Counters::bump(&self.ctx.counters.wakeups);
+                                return blocker_gone(true, &mut own).await;
+                            }
+                            Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    Err(Error::ConnectionLoss) => return Ok(InLine::Relist),
+                    Err(e) => return Err(e.into()),
+                },
+                () = session::over(&mut rx, pinned) => return Err(Stop::Fail(Error::SessionExpired)),
+                () = self.deadline_passed() => return Err(Stop::Deadline),
+            }
+        }
+    }
+}
+
+/// Our blocker is gone: with nothing known ahead of it we hold the lock, unless our own node went first.
+async fn blocker_gone(known_first: bool, own: &mut DeletionWatch) -> Step<InLine> {
+    if !known_first {
+        return Ok(InLine::Relist);
+    }
+    let own_gone = std::future::poll_fn(|cx| Poll::Ready(own.as_mut().poll(cx))).await;
+    match own_gone {
+        Poll::Pending => Ok(InLine::Acquired),
+        Poll::Ready(Ok(())) => Ok(InLine::Missing),
+        Poll::Ready(Err(Error::ConnectionLoss)) => Ok(InLine::Relist),
+        Poll::Ready(Err(e)) => Err(e.into()),
+    }
+}

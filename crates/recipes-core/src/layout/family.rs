@@ -1,0 +1,106 @@
+//! Lock node families: which recipe of which layout a child name belongs to, so that every recipe can refuse to hold
+//! beside another's nodes.
+
+use uuid::Uuid;
+
+use super::{parse_kazoo, parse_native, parse_seq, EXCLUSIVE_NODE};
+
+/// A family of lock nodes: the nodes of one recipe of one layout, which only that recipe (and its peers) honours.
+///
+/// Every recipe recognises the nodes of *every* family on its path, and refuses with
+/// [`Error::ForeignLock`](crate::Error::ForeignLock) to hold beside a family other than its own: two recipes that
+/// ignored each other's nodes could both hold. Children of no family are not lock nodes and are left alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Family {
+    /// The exclusive recipe's fixed node `lock`.
+    Exclusive,
+    /// The native queue of the fair, reentrant, read and write recipes: `L-`, `R-`, `W-<id>-<seq>`.
+    NativeQueue,
+    /// Native semaphore leases: `S-<id>-<seq>`.
+    NativeSemaphore,
+    /// Curator's mutex and read/write lock: `_c_<uuid>-lock-<seq>`, `…-__READ__<seq>`, `…-__WRIT__<seq>`.
+    CuratorLock,
+    /// Curator's semaphore leases: `_c_<uuid>-lease-<seq>`.
+    CuratorLease,
+    /// kazoo's `Lock`, `ReadLock` and `WriteLock`: `…__lock__<seq>`, `…__rlock__<seq>`.
+    Kazoo,
+}
+
+impl Family {
+    /// The family of a child name, or `None` when it is no lock node this library knows.
+    ///
+    /// ```
+    /// use recipes_core::layout::Family;
+    /// assert_eq!(Family::of("lock"), Some(Family::Exclusive));
+    /// assert_eq!(Family::of("L-0123456789abcdef0123456789abcdef-0000000007"), Some(Family::NativeQueue));
+    /// assert_eq!(Family::of("_c_8c2b6b0e-1f2a-4b3c-9d4e-5f6a7b8c9d0e-lock-0000000007"), Some(Family::CuratorLock));
+    /// assert_eq!(Family::of("0123456789abcdef0123456789abcdef__rlock__0000000007"), Some(Family::Kazoo));
+    /// assert_eq!(Family::of("config"), None);
+    /// ```
+    pub fn of(name: &str) -> Option<Family> {
+        if name == EXCLUSIVE_NODE {
+            return Some(Family::Exclusive);
+        }
+        if parse_native(name).is_some() {
+            return Some(Family::NativeQueue);
+        }
+        if is_native_semaphore(name) {
+            return Some(Family::NativeSemaphore);
+        }
+        if let Some(f) = curator_family(name) {
+            return Some(f);
+        }
+        if parse_kazoo(name).is_some() {
+            return Some(Family::Kazoo);
+        }
+        None
+    }
+
+    /// What the family is, for messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Family::Exclusive => "exclusive (native, fixed node)",
+            Family::NativeQueue => "native fair/reentrant/read/write",
+            Family::NativeSemaphore => "native semaphore",
+            Family::CuratorLock => "Curator mutex or read/write",
+            Family::CuratorLease => "Curator semaphore",
+            Family::Kazoo => "kazoo lock",
+        }
+    }
+}
+
+fn is_native_semaphore(name: &str) -> bool {
+    let b = name.as_bytes();
+    b.len() >= 45
+        && b[0] == b'S'
+        && b[1] == b'-'
+        && b[34] == b'-'
+        && name
+            .get(2..34)
+            .is_some_and(|h| h.bytes().all(|c| c.is_ascii_hexdigit()))
+        && name.get(35..).and_then(parse_seq).is_some()
+}
+
+/// Curator's protected names `_c_<uuid>-<marker><seq>`, and the unprotected `<marker><seq>`.
+fn curator_family(name: &str) -> Option<Family> {
+    let rest = match name.strip_prefix("_c_") {
+        Some(r) => {
+            let uuid = r.get(..36)?;
+            Uuid::parse_str(uuid).ok()?;
+            r.get(36..)?.strip_prefix('-')?
+        }
+        None => name,
+    };
+    for (marker, family) in [
+        ("lock-", Family::CuratorLock),
+        ("__READ__", Family::CuratorLock),
+        ("__WRIT__", Family::CuratorLock),
+        ("lease-", Family::CuratorLease),
+    ] {
+        if let Some(seq) = rest.strip_prefix(marker) {
+            return parse_seq(seq).map(|_| family);
+        }
+    }
+    None
+}

@@ -1,0 +1,399 @@
+//! Layer 3: the recipes and the [`Lock`] trait they share.
+//!
+//! Each recipe is thin: the plain ones (exclusive, fair) are a path and a recipe for the driver; the owned ones
+//! (reentrant, read/write) put the generic reentrancy layer in front of the same driver call.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::driver::{self, Ctx, HeldNode};
+use crate::error::Result;
+use crate::guard::LockGuard;
+use crate::owner::Owner;
+use crate::path::LockPath;
+use crate::patience::Patience;
+use crate::recipe::Recipe;
+use crate::reentrant::{Reentrancy, Side};
+
+/// The hold counts of one owned lock path.
+pub(crate) type Holds = Reentrancy<HeldNode>;
+
+/// What a plain (not owned) recipe needs: the driver's context and the path.
+#[derive(Debug, Clone)]
+struct Plain {
+    ctx: Arc<Ctx>,
+    path: LockPath,
+}
+
+impl Plain {
+    async fn get(&self, recipe: Recipe, p: Patience) -> Result<Option<LockGuard>> {
+        let held = driver::acquire(&self.ctx, &self.path, recipe, p).await?;
+        Ok(held.map(LockGuard::plain))
+    }
+}
+
+/// An owned recipe's handle: the path's hold counts, and the owner it acquires for (`None`: the current task or
+/// thread at each acquire).
+#[derive(Debug, Clone)]
+struct Owned {
+    ctx: Arc<Ctx>,
+    holds: Arc<Holds>,
+    owner: Option<Owner>,
+}
+
+impl Owned {
+    async fn get(&self, side: Side, recipe: Recipe, p: Patience) -> Result<Option<LockGuard>> {
+        let owner = self.owner.unwrap_or_else(Owner::current);
+        let (ctx, path) = (&self.ctx, self.holds.path());
+        let first = || driver::acquire(ctx, path, recipe, p);
+        let hold = self.holds.acquire(side, owner, p, first).await?;
+        Ok(hold.map(LockGuard::counted))
+    }
+
+    fn with_owner(&self, owner: Owner) -> Self {
+        Owned {
+            owner: Some(owner),
+            ..self.clone()
+        }
+    }
+}
+
+/// What every recipe offers, object safe so frameworks can hold `Arc<dyn Lock>` chosen at run time.
+///
+/// Each concrete recipe type has inherent methods of the same names, so the trait need not be imported to use
+/// them.
+#[async_trait]
+pub trait Lock: Send + Sync + fmt::Debug {
+    /// The lock path.
+    fn path(&self) -> &LockPath;
+
+    /// The recipe.
+    fn recipe(&self) -> Recipe;
+
+    /// Waits until the lock is held.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future at any await point leaves no lock node behind (it is deleted in the
+    /// background).
+    async fn acquire(&self) -> Result<LockGuard>;
+
+    /// Takes the lock if it is free now; never queues. `None`: someone else holds it (or is ahead in the queue).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Lock::acquire).
+    async fn try_acquire(&self) -> Result<Option<LockGuard>>;
+
+    /// Waits at most `timeout`. `None`: the time ran out; no node of ours is left behind when it returns.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Lock::acquire).
+    async fn acquire_timeout(&self, timeout: Duration) -> Result<Option<LockGuard>>;
+}
+
+/// The guard of an acquire without deadline, which returns a guard or an error, never "gave up".
+fn forever(g: Option<LockGuard>) -> LockGuard {
+    match g {
+        Some(g) => g,
+        None => unreachable!("an acquire without deadline gives up only with an error"),
+    }
+}
+
+/// Implements the shared acquire methods, inherent and for [`Lock`], on a type with
+/// `async fn get(&self, Patience) -> Result<Option<LockGuard>>`.
+macro_rules! lock_methods {
+    ($ty:ty, $recipe:expr) => {
+        impl $ty {
+            /// The lock path.
+            pub fn path(&self) -> &LockPath {
+                self.lock_path()
+            }
+
+            /// Waits until the lock is held.
+            ///
+            /// # Notable errors
+            /// [`Error::SessionExpired`] when the session ends while waiting; [`Error::RetriesExhausted`] when
+            /// the node kept vanishing; [`Error::Closed`].
+            ///
+            /// # Cancel safety
+            /// Cancel safe: dropping the future at any await point leaves no lock node behind (it is deleted in
+            /// the background, including a node whose create reply had not arrived yet).
+            pub async fn acquire(&self) -> Result<LockGuard> {
+                Ok(forever(self.get(Patience::Forever).await?))
+            }
+
+            /// Takes the lock if it is free now; never queues. `None`: someone else holds it or is ahead.
+            ///
+            /// # Cancel safety
+            /// As [`acquire`](Self::acquire).
+            pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
+                self.get(Patience::TryOnce).await
+            }
+
+            /// Waits at most `timeout` (zero: as [`try_acquire`](Self::try_acquire)). `None`: the time ran out;
+            /// our node has been deleted by the time it returns.
+            ///
+            /// # Cancel safety
+            /// As [`acquire`](Self::acquire).
+            pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Option<LockGuard>> {
+                self.get(Patience::from_timeout(timeout)).await
+            }
+        }
+
+        #[async_trait]
+        impl Lock for $ty {
+            fn path(&self) -> &LockPath {
+                self.lock_path()
+            }
+            fn recipe(&self) -> Recipe {
+                $recipe
+            }
+            async fn acquire(&self) -> Result<LockGuard> {
+                <$ty>::acquire(self).await
+            }
+            async fn try_acquire(&self) -> Result<Option<LockGuard>> {
+                <$ty>::try_acquire(self).await
+            }
+            async fn acquire_timeout(&self, timeout: Duration) -> Result<Option<LockGuard>> {
+                <$ty>::acquire_timeout(self, timeout).await
+            }
+        }
+    };
+}
+
+/// The exclusive recipe: one fixed ephemeral node `P/lock`.
+///
+/// Simple and cheap when uncontended (one create, one delete), but **unfair** (whoever creates first after a
+/// release wins) and with a **herd effect**: every waiter watches the one node, so each release wakes all of them
+/// and all of them race to create it again. Prefer [`FairLock`] when more than a few clients contend. Not
+/// re-entrant: a second acquire by the same task waits for itself (use a timeout, or [`ReentrantLock`]).
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use recipes_core::Locks;
+/// let locks = Locks::new(recipes_mem::MemCluster::new().client());
+/// let lock = locks.exclusive("/cron/nightly").unwrap();
+/// let guard = lock.acquire().await.unwrap();
+/// assert!(lock.try_acquire().await.unwrap().is_none());
+/// guard.release().await.unwrap();
+/// # });
+/// ```
+#[derive(Debug, Clone)]
+pub struct ExclusiveLock {
+    plain: Plain,
+}
+
+impl ExclusiveLock {
+    pub(crate) fn new(ctx: Arc<Ctx>, path: LockPath) -> Self {
+        ExclusiveLock {
+            plain: Plain { ctx, path },
+        }
+    }
+    fn lock_path(&self) -> &LockPath {
+        &self.plain.path
+    }
+    async fn get(&self, p: Patience) -> Result<Option<LockGuard>> {
+        self.plain.get(Recipe::Exclusive, p).await
+    }
+}
+lock_methods!(ExclusiveLock, Recipe::Exclusive);
+
+/// The fair recipe: ephemeral-sequential nodes `P/L-<id>-<seq>`, granted in FIFO order (guaranteed).
+///
+/// Each waiter watches only its immediate predecessor, so a release wakes exactly one waiter. Not re-entrant.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use recipes_core::Locks;
+/// let locks = Locks::new(recipes_mem::MemCluster::new().client());
+/// let guard = locks.fair("/orders/42").unwrap().acquire().await.unwrap();
+/// assert!(guard.node().starts_with("/orders/42/L-"));
+/// # drop(guard);
+/// # });
+/// ```
+#[derive(Debug, Clone)]
+pub struct FairLock {
+    plain: Plain,
+}
+
+impl FairLock {
+    pub(crate) fn new(ctx: Arc<Ctx>, path: LockPath) -> Self {
+        FairLock {
+            plain: Plain { ctx, path },
+        }
+    }
+    fn lock_path(&self) -> &LockPath {
+        &self.plain.path
+    }
+    async fn get(&self, p: Patience) -> Result<Option<LockGuard>> {
+        self.plain.get(Recipe::Fair, p).await
+    }
+}
+lock_methods!(FairLock, Recipe::Fair);
+
+/// The reentrant recipe: the fair lock with per-owner hold counts.
+///
+/// The owner is the current tokio task, else the current thread, unless fixed with
+/// [`with_owner`](ReentrantLock::with_owner) (see [`Owner`] for the id-reuse rule). Holds of the same owner nest;
+/// the node is deleted when the owner's last guard goes. A different owner, even in the same process, queues its
+/// own node and waits like any other client. Every handle on one path made from one [`Locks`] shares the counts.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use recipes_core::{Locks, OwnerToken};
+/// let locks = Locks::new(recipes_mem::MemCluster::new().client());
+/// let lock = locks.reentrant("/accounts/7").unwrap().with_owner(OwnerToken::new().into());
+/// let outer = lock.acquire().await.unwrap();
+/// let inner = lock.acquire().await.unwrap();
+/// assert_eq!(inner.hold_count(), 2);
+/// assert_eq!(inner.node(), outer.node());
+/// inner.release().await.unwrap();
+/// outer.release().await.unwrap();
+/// # });
+/// ```
+#[derive(Debug, Clone)]
+pub struct ReentrantLock {
+    owned: Owned,
+}
+
+impl ReentrantLock {
+    pub(crate) fn new(ctx: Arc<Ctx>, holds: Arc<Holds>) -> Self {
+        ReentrantLock {
+            owned: Owned {
+                ctx,
+                holds,
+                owner: None,
+            },
+        }
+    }
+    fn lock_path(&self) -> &LockPath {
+        self.owned.holds.path()
+    }
+    async fn get(&self, p: Patience) -> Result<Option<LockGuard>> {
+        self.owned.get(Side::Exclusive, Recipe::Reentrant, p).await
+    }
+
+    /// This lock with a fixed owner (e.g. an [`OwnerToken`](crate::OwnerToken) for work that moves between tasks).
+    pub fn with_owner(&self, owner: Owner) -> Self {
+        ReentrantLock {
+            owned: self.owned.with_owner(owner),
+        }
+    }
+
+    /// How many holds `owner` has now.
+    pub fn hold_count(&self, owner: Owner) -> u32 {
+        self.owned.holds.count(Side::Exclusive, &owner)
+    }
+
+    /// Test hook (feature `test-util`), not part of the API: sets the hold count of `owner`'s existing hold.
+    #[cfg(feature = "test-util")]
+    #[doc(hidden)]
+    pub fn __set_hold_count(&self, owner: Owner, count: u32) {
+        self.owned.holds.force_count(Side::Exclusive, &owner, count);
+    }
+}
+lock_methods!(ReentrantLock, Recipe::Reentrant);
+
+/// The read/write recipe: readers `P/R-<id>-<seq>` share, writers `P/W-<id>-<seq>` exclude everyone; FIFO with
+/// respect to writers.
+///
+/// A reader waits only for the nearest writer queued ahead of it, never for one behind it; a writer waits for its
+/// immediate predecessor. Both sides are re-entrant per owner. An owner holding the write side may take the read
+/// side (downgrade) and then release the write side; the write node then stays until the read side is released
+/// too, so no writer queued meanwhile can slip in beside the downgraded reader. An owner holding the read side that
+/// asks for the write side gets [`Error::UpgradeRefused`] at once (waiting would deadlock).
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use recipes_core::Locks;
+/// let locks = Locks::new(recipes_mem::MemCluster::new().client());
+/// let rw = locks.read_write("/catalog").unwrap();
+/// let w = rw.write().acquire().await.unwrap();
+/// let r = rw.read().acquire().await.unwrap(); // downgrade
+/// w.release().await.unwrap();
+/// assert!(matches!(rw.write().acquire().await, Err(recipes_core::Error::UpgradeRefused(_))));
+/// r.release().await.unwrap();
+/// # });
+/// ```
+#[derive(Debug, Clone)]
+pub struct ReadWriteLock {
+    ctx: Arc<Ctx>,
+    holds: Arc<Holds>,
+}
+
+impl ReadWriteLock {
+    pub(crate) fn new(ctx: Arc<Ctx>, holds: Arc<Holds>) -> Self {
+        ReadWriteLock { ctx, holds }
+    }
+
+    /// The lock path.
+    pub fn path(&self) -> &LockPath {
+        self.holds.path()
+    }
+
+    fn side(&self) -> Owned {
+        Owned {
+            ctx: self.ctx.clone(),
+            holds: self.holds.clone(),
+            owner: None,
+        }
+    }
+
+    /// The read side (owner: the current task or thread at each acquire).
+    pub fn read(&self) -> ReadLock {
+        ReadLock { owned: self.side() }
+    }
+
+    /// The write side (owner: the current task or thread at each acquire).
+    pub fn write(&self) -> WriteLock {
+        WriteLock { owned: self.side() }
+    }
+}
+
+/// The read side of a [`ReadWriteLock`].
+#[derive(Debug, Clone)]
+pub struct ReadLock {
+    owned: Owned,
+}
+
+impl ReadLock {
+    fn lock_path(&self) -> &LockPath {
+        self.owned.holds.path()
+    }
+    async fn get(&self, p: Patience) -> Result<Option<LockGuard>> {
+        self.owned.get(Side::Shared, Recipe::Read, p).await
+    }
+
+    /// This side with a fixed owner.
+    pub fn with_owner(&self, owner: Owner) -> Self {
+        ReadLock {
+            owned: self.owned.with_owner(owner),
+        }
+    }
+}
+lock_methods!(ReadLock, Recipe::Read);
+
+/// The write side of a [`ReadWriteLock`].
+#[derive(Debug, Clone)]
+pub struct WriteLock {
+    owned: Owned,
+}
+
+impl WriteLock {
+    fn lock_path(&self) -> &LockPath {
+        self.owned.holds.path()
+    }
+    async fn get(&self, p: Patience) -> Result<Option<LockGuard>> {
+        self.owned.get(Side::Exclusive, Recipe::Write, p).await
+    }
+
+    /// This side with a fixed owner.
+    pub fn with_owner(&self, owner: Owner) -> Self {
+        WriteLock {
+            owned: self.owned.with_owner(owner),
+        }
+    }
+}
+lock_methods!(WriteLock, Recipe::Write);

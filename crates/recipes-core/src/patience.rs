@@ -1,0 +1,30 @@
+//! How long an acquire may wait.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// How long an acquire may wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Patience {
+    /// Never queue: give up as soon as someone else holds the lock.
+    TryOnce,
+    /// Wait until this instant.
+    Until(Instant),
+    /// Wait as long as it takes.
+    Forever,
+}
+
+impl Patience {
+    /// A timeout as patience: zero never queues; a timeout too long to express as an instant (`Duration::MAX`) is no
+    /// deadline at all.
+    pub fn from_timeout(timeout: Duration) -> Self {
+        if timeout.is_zero() {
+            Patience::TryOnce
+        } else {
+            Instant::now()
+                .checked_add(timeout)
+                .map_or(Patience::Forever, Patience::Until)
+        }
+    }
+}

@@ -329,7 +329,7 @@ pub async fn readers_wake_together_after_writer(h: &dyn Harness) {
         readers.push((c, read));
     }
     let waits: Vec<_> = readers.iter().map(|(_, r)| Box::pin(r.acquire())).collect();
-    let mut joined = Box::pin(futures_join_all(waits));
+    let mut joined = Box::pin(futures::future::join_all(waits));
     assert_pending(h, "readers behind writer", &mut joined).await;
     wg.release().await.unwrap();
     let guards: Vec<LockGuard> = bounded(h, "all readers", joined)
@@ -346,34 +346,6 @@ pub async fn readers_wake_together_after_writer(h: &dyn Harness) {
         g.release().await.unwrap();
     }
     wait_children(h, &path, 0).await;
-}
-
-async fn futures_join_all<F: std::future::Future + Unpin>(futs: Vec<F>) -> Vec<F::Output> {
-    let mut out = Vec::with_capacity(futs.len());
-    let mut pending: Vec<Option<F>> = futs.into_iter().map(Some).collect();
-    let mut results: Vec<Option<F::Output>> = (0..pending.len()).map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut all = true;
-        for (i, slot) in pending.iter_mut().enumerate() {
-            if let Some(f) = slot {
-                match std::pin::Pin::new(f).poll(cx) {
-                    std::task::Poll::Ready(v) => {
-                        results[i] = Some(v);
-                        *slot = None;
-                    }
-                    std::task::Poll::Pending => all = false,
-                }
-            }
-        }
-        if all {
-            std::task::Poll::Ready(())
-        } else {
-            std::task::Poll::Pending
-        }
-    })
-    .await;
-    out.extend(results.into_iter().flatten());
-    out
 }
 
 /// Reentrant: the same task re-enters with a count; the node goes only with the last release.

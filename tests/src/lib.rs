@@ -13,7 +13,6 @@ pub mod history;
 pub mod mem;
 pub mod model;
 pub mod proxy;
-pub mod safety;
 pub mod scenarios;
 pub mod util;
 pub mod zk;

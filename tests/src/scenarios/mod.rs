@@ -78,6 +78,17 @@ macro_rules! __for_each_scenario {
     };
 }
 
+/// Expands the list of [`__for_each_scenario!`](crate::__for_each_scenario) into [`SCENARIO_NAMES`].
+macro_rules! scenario_names {
+    ({$module:ident} $($name:ident)*) => {
+        /// The name of every scenario in the list of [`__for_each_scenario!`](crate::__for_each_scenario), in its
+        /// order: `tests/tests/suite_complete.rs` compares it with the scenarios written in this folder.
+        pub const SCENARIO_NAMES: &[&str] = &[$(stringify!($name)),*];
+    };
+}
+
+crate::__for_each_scenario!(scenario_names;);
+
 const HOLD: Duration = Duration::from_millis(5);
 
 async fn contend_exclusive(h: &dyn Harness, recipe: Recipe, clients: usize, rounds: usize) -> Arc<Occupancy> {

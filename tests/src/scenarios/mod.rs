@@ -11,9 +11,10 @@
 //! - [`faults`]: lost replies, deleted nodes, disconnections, delayed watches.
 //! - [`safety`]: regressions of the attacks that once put two holders in.
 //!
-//! [`__for_each_scenario!`](crate::__for_each_scenario) below lists every scenario by name;
-//! [`conformance_suite!`](crate::conformance_suite) makes each one a test on a backend. A new scenario goes into its
-//! theme's file and into that list.
+//! `__for_each_scenario!` below lists every scenario by name; [`conformance_suite!`](crate::conformance_suite) makes
+//! each one a test on a backend. A new scenario goes into its theme's file and into that list;
+//! `tests/suite_complete.rs` fails while a `pub async fn` of this folder is not in the list, or the list names
+//! anything else. The helpers shared by several themes live here.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,11 +79,11 @@ macro_rules! __for_each_scenario {
     };
 }
 
-/// Expands the list of [`__for_each_scenario!`](crate::__for_each_scenario) into [`SCENARIO_NAMES`].
+/// Expands the list of `__for_each_scenario!` into [`SCENARIO_NAMES`].
 macro_rules! scenario_names {
     ({$module:ident} $($name:ident)*) => {
-        /// The name of every scenario in the list of [`__for_each_scenario!`](crate::__for_each_scenario), in its
-        /// order: `tests/tests/suite_complete.rs` compares it with the scenarios written in this folder.
+        /// The name of every scenario in the list of `__for_each_scenario!`, in its order:
+        /// `tests/tests/suite_complete.rs` compares it with the scenarios written in this folder.
         pub const SCENARIO_NAMES: &[&str] = &[$(stringify!($name)),*];
     };
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use recipes_core::{Owner, OwnerToken, Recipe};
 use tokio::task::JoinSet;
 
+use super::granted_then_released;
 use crate::harness::Harness;
 use crate::util::{assert_pending, bounded, wait_children};
 
@@ -105,12 +106,7 @@ async fn timeout_leaves_no_node(h: &dyn Harness, recipe: Recipe, holder_recipe: 
     );
     assert!(b.locks.metrics().cleanups >= u64::from(recipe != Recipe::Exclusive));
     g.release().await.unwrap();
-    bounded(h, "acquire after timeout", lock.acquire())
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    granted_then_released(h, "acquire after timeout", lock.acquire()).await;
     wait_children(h, &path, 0).await;
 }
 
@@ -211,7 +207,7 @@ pub async fn cancelled_middle_waiter_chain_repairs(h: &dyn Harness) {
     let gb = bounded(h, "b", &mut wb).await.unwrap();
     assert_pending(h, "d behind b holding", &mut wd).await;
     gb.release().await.unwrap();
-    bounded(h, "d", wd).await.unwrap().release().await.unwrap();
+    granted_then_released(h, "d", wd).await;
     wait_children(h, &path, 0).await;
 }
 

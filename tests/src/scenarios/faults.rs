@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use recipes_core::{BackendExt, Error, LostReason, Recipe};
 
-use super::contend_exclusive;
+use super::{contend_exclusive, granted_then_released};
 use crate::harness::Harness;
 use crate::util::{assert_pending, bounded, eventually, skip, wait_children};
 
@@ -239,12 +239,7 @@ pub async fn timed_acquire_while_disconnected_ends_on_time(h: &dyn Harness) {
     // Once reconnected, nothing of b's is left and b can queue normally.
     wait_children(h, &path, 1).await;
     g.release().await.unwrap();
-    bounded(h, "acquire after reconnect", lock.acquire())
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    granted_then_released(h, "acquire after reconnect", lock.acquire()).await;
     wait_children(h, &path, 0).await;
 }
 

@@ -16,14 +16,15 @@
 //! `tests/suite_complete.rs` fails while a `pub async fn` of this folder is not in the list, or the list names
 //! anything else. The helpers shared by several themes live here.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::Recipe;
+use recipes_core::{LockGuard, Recipe};
 use tokio::task::JoinSet;
 
 use crate::harness::Harness;
-use crate::util::{hold_exclusive, wait_children, Occupancy};
+use crate::util::{bounded, hold_exclusive, wait_children, Occupancy};
 
 pub mod cancellation;
 pub mod exclusion;
@@ -89,6 +90,15 @@ macro_rules! scenario_names {
 }
 
 crate::__for_each_scenario!(scenario_names;);
+
+/// Awaits `acquire` (at most the harness's patience, as [`bounded`]), which must grant the lock, and releases it.
+async fn granted_then_released<E: std::fmt::Debug>(
+    h: &dyn Harness,
+    what: &str,
+    acquire: impl Future<Output = Result<LockGuard, E>>,
+) {
+    bounded(h, what, acquire).await.unwrap().release().await.unwrap();
+}
 
 const HOLD: Duration = Duration::from_millis(5);
 

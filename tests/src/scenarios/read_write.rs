@@ -3,6 +3,7 @@
 
 use recipes_core::{Error, LockGuard, Owner, OwnerToken};
 
+use super::granted_then_released;
 use crate::harness::Harness;
 use crate::util::{assert_pending, bounded, wait_children};
 
@@ -54,12 +55,7 @@ pub async fn write_waits_for_all_readers(h: &dyn Harness) {
     g1.release().await.unwrap();
     assert_pending(h, "writer behind one reader", &mut waiting).await;
     g2.release().await.unwrap();
-    bounded(h, "writer after readers", waiting)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    granted_then_released(h, "writer after readers", waiting).await;
     wait_children(h, &path, 0).await;
 }
 
@@ -82,12 +78,7 @@ pub async fn reader_waits_for_earlier_writer(h: &dyn Harness) {
     let wg = bounded(h, "writer", wwait).await.unwrap();
     assert_pending(h, "reader behind holding writer", &mut rwait).await;
     wg.release().await.unwrap();
-    bounded(h, "second reader", rwait)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    granted_then_released(h, "second reader", rwait).await;
     wait_children(h, &path, 0).await;
 }
 
@@ -107,12 +98,7 @@ pub async fn reader_never_waits_on_later_writer(h: &dyn Harness) {
     let rg = bounded(h, "reader after first writer", rwait).await.unwrap();
     assert_pending(h, "second writer behind the reader", &mut w2wait).await;
     rg.release().await.unwrap();
-    bounded(h, "second writer", w2wait)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    granted_then_released(h, "second writer", w2wait).await;
     wait_children(h, &path, 0).await;
 }
 
@@ -164,12 +150,7 @@ pub async fn downgrade_write_to_read(h: &dyn Harness) {
     assert_pending(h, "other writer while the downgraded reader holds", &mut wwait).await;
     assert!(rg.hold_count() == 1);
     rg.release().await.unwrap();
-    bounded(h, "other writer after downgrade ends", wwait)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    granted_then_released(h, "other writer after downgrade ends", wwait).await;
     wait_children(h, &path, 0).await;
 }
 

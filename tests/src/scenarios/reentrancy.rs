@@ -3,6 +3,7 @@
 
 use recipes_core::{BlockingLock, Owner, OwnerToken};
 
+use super::granted_then_released;
 use crate::harness::Harness;
 use crate::util::{assert_pending, bounded, wait_children};
 
@@ -31,12 +32,7 @@ pub async fn reentrant_counts_per_task(h: &dyn Harness) {
         "still held after inner releases"
     );
     g1.release().await.unwrap();
-    bounded(h, "other client after release", other.acquire())
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    granted_then_released(h, "other client after release", other.acquire()).await;
     drop(a);
     wait_children(h, &path, 0).await;
 }
@@ -190,6 +186,6 @@ pub async fn read_reentrant(h: &dyn Harness) {
     g2.release().await.unwrap();
     assert_pending(h, "writer while one read hold remains", &mut wwait).await;
     g1.release().await.unwrap();
-    bounded(h, "writer", wwait).await.unwrap().release().await.unwrap();
+    granted_then_released(h, "writer", wwait).await;
     wait_children(h, &path, 0).await;
 }

@@ -1,6 +1,6 @@
 //! Scenarios for the ways two holders once got in: a release after expiry, a lost signal watching someone else's
-//! node, a re-entry after the loss, wrapped sequences in peer layouts, mixed recipes and layouts on one path. Part
-//! of the conformance suite (re-exported by [`scenarios`](crate::scenarios)).
+//! node, a re-entry after the loss, wrapped sequences in peer layouts, mixed recipes and layouts on one path. Each is
+//! the regression of an attack that found a bug; re-exported by [`scenarios`](crate::scenarios) like every theme.
 
 use std::sync::Arc;
 use std::time::Duration;

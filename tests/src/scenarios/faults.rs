@@ -1,0 +1,255 @@
+//! Injected faults: lost create replies, nodes deleted by someone else, disconnections shorter and longer than the
+//! session timeout, delayed watch delivery. Scenarios needing a fault the backend cannot inject are skipped there.
+
+use std::time::Duration;
+
+use recipes_core::{BackendExt, Error, LostReason, Recipe};
+
+use super::{contend_exclusive, granted_then_released};
+use crate::harness::Harness;
+use crate::util::{assert_pending, bounded, eventually, skip, wait_children};
+
+/// Releasing a lock whose node someone else deleted reports NotHeld and deletes nothing else.
+pub async fn release_after_node_deleted_is_error(h: &dyn Harness) {
+    let path = h.path("release-deleted");
+    let (a, admin, b) = (h.client().await, h.client().await, h.client().await);
+    let g = a.locks.fair(&path).unwrap().acquire().await.unwrap();
+    admin.locks.backend().current().delete(g.node()).await.unwrap();
+    let gb = bounded(h, "b after deletion", b.locks.fair(&path).unwrap().acquire())
+        .await
+        .unwrap();
+    let r = g.release().await;
+    assert!(matches!(r, Err(Error::NotHeld { .. })), "{r:?}");
+    assert_eq!(
+        h.children(&path).await.len(),
+        1,
+        "b's node must survive a's stale release"
+    );
+    gb.release().await.unwrap();
+    wait_children(h, &path, 0).await;
+}
+
+/// Exclusive: a stale holder's release never deletes the fixed node now owned by someone else.
+pub async fn stale_exclusive_release_spares_new_holder(h: &dyn Harness) {
+    let path = h.path("stale-exclusive");
+    let (a, admin, b) = (h.client().await, h.client().await, h.client().await);
+    let g = a.locks.exclusive(&path).unwrap().acquire().await.unwrap();
+    admin.locks.backend().current().delete(g.node()).await.unwrap();
+    let gb = bounded(h, "b", b.locks.exclusive(&path).unwrap().acquire())
+        .await
+        .unwrap();
+    assert!(matches!(g.release().await, Err(Error::NotHeld { .. })));
+    assert!(
+        a.locks.exclusive(&path).unwrap().try_acquire().await.unwrap().is_none(),
+        "b's lock was deleted"
+    );
+    assert_eq!(h.children(&path).await, vec!["lock".to_string()]);
+    gb.release().await.unwrap();
+    wait_children(h, &path, 0).await;
+}
+
+/// Deleting the holder's node (by someone else) resolves lost() with NodeDeleted.
+pub async fn node_deleted_fires_lost(h: &dyn Harness) {
+    let path = h.path("deleted-lost");
+    let (a, admin) = (h.client().await, h.client().await);
+    for recipe in [Recipe::Fair, Recipe::Exclusive, Recipe::Write] {
+        let g = a.locks.lock(&path, recipe).unwrap().acquire().await.unwrap();
+        let mut lost = Box::pin(g.lost());
+        assert_pending(h, "lost before deletion", &mut lost).await;
+        admin.locks.backend().current().delete(g.node()).await.unwrap();
+        assert_eq!(bounded(h, "lost", lost).await, LostReason::NodeDeleted, "{recipe}");
+        drop(g);
+        wait_children(h, &path, 0).await;
+    }
+}
+
+/// A waiter whose node is deleted by someone else, just before the holder releases, never holds the lock without a
+/// node: it notices and queues again.
+pub async fn waiter_node_deleted_never_holds_without_node(h: &dyn Harness) {
+    let path = h.path("waiter-node-deleted");
+    let (a, b, admin) = (h.client().await, h.client().await, h.client().await);
+    for recipe in [Recipe::Fair, Recipe::Write, Recipe::Read] {
+        let holder = if recipe == Recipe::Read {
+            Recipe::Write
+        } else {
+            Recipe::Fair
+        };
+        let g = a.locks.lock(&path, holder).unwrap().acquire().await.unwrap();
+        let lb = b.locks.lock(&path, recipe).unwrap();
+        let waiter = tokio::spawn(async move { lb.acquire().await.unwrap() });
+        wait_children(h, &path, 2).await;
+        tokio::time::sleep(h.tick() * 2).await;
+        let held_name = g.node().rsplit('/').next().unwrap().to_owned();
+        let b_node = h
+            .children(&path)
+            .await
+            .into_iter()
+            .find(|c| *c != held_name)
+            .expect("b's node");
+        // Delete b's node, then release at once: b must see its own node gone first.
+        admin
+            .locks
+            .backend()
+            .current()
+            .delete(&format!("{path}/{b_node}"))
+            .await
+            .unwrap();
+        g.release().await.unwrap();
+        let gb = bounded(h, "b after re-queueing", waiter).await.unwrap();
+        let name = gb.node().rsplit('/').next().unwrap().to_owned();
+        assert_ne!(name, b_node, "{recipe}: b claimed the lock with its deleted node");
+        assert_eq!(
+            h.children(&path).await,
+            vec![name],
+            "{recipe}: b holds without its node"
+        );
+        gb.release().await.unwrap();
+        wait_children(h, &path, 0).await;
+    }
+}
+
+async fn lost_create_reply_no_orphan(h: &dyn Harness, recipe: Recipe) {
+    if !h.capabilities().lose_create_reply {
+        return skip(
+            h,
+            &format!("lost_create_reply_no_orphan_{recipe}"),
+            "lost create replies",
+        );
+    }
+    let path = h.path(&format!("lost-reply-{recipe}"));
+    let a = h.client().await;
+    a.faults.lose_next_create_replies(1).await;
+    let lock = a.locks.lock(&path, recipe).unwrap();
+    let g = bounded(h, "acquire through a lost reply", lock.acquire())
+        .await
+        .unwrap();
+    assert_eq!(
+        h.children(&path).await.len(),
+        1,
+        "{recipe}: a retried create left an orphan"
+    );
+    assert_eq!(a.locks.metrics().create_recoveries, 1, "{recipe}");
+    g.release().await.unwrap();
+    wait_children(h, &path, 0).await;
+}
+
+/// A fair acquire whose create reply is lost finds its node again: no orphan, no deadlock.
+pub async fn lost_create_reply_no_orphan_fair(h: &dyn Harness) {
+    lost_create_reply_no_orphan(h, Recipe::Fair).await;
+}
+
+/// An exclusive acquire whose create reply is lost recognises its node: no self-deadlock, no orphan.
+pub async fn lost_create_reply_no_orphan_exclusive(h: &dyn Harness) {
+    lost_create_reply_no_orphan(h, Recipe::Exclusive).await;
+}
+
+/// Lost create replies while queued behind a holder leave exactly one node, and the lock passes on.
+pub async fn lost_create_replies_while_queued_no_deadlock(h: &dyn Harness) {
+    if !h.capabilities().lose_create_reply {
+        return skip(h, "lost_create_replies_while_queued_no_deadlock", "lost create replies");
+    }
+    let path = h.path("lost-reply-queued");
+    let (a, b) = (h.client().await, h.client().await);
+    let g = a.locks.fair(&path).unwrap().acquire().await.unwrap();
+    b.faults.lose_next_create_replies(2).await;
+    let lb = b.locks.fair(&path).unwrap();
+    let wb = tokio::spawn(async move { lb.acquire().await.unwrap() });
+    wait_children(h, &path, 2).await;
+    tokio::time::sleep(h.tick() * 3).await;
+    assert_eq!(h.children(&path).await.len(), 2, "orphan from a lost reply");
+    g.release().await.unwrap();
+    let gb = bounded(h, "b after a", wb).await.unwrap();
+    gb.release().await.unwrap();
+    wait_children(h, &path, 0).await;
+}
+
+/// A disconnection shorter than the session timeout keeps the lock, and lost() stays pending.
+pub async fn suspended_within_timeout_keeps_lock(h: &dyn Harness) {
+    if !h.capabilities().disconnect {
+        return skip(h, "suspended_within_timeout_keeps_lock", "disconnects");
+    }
+    let path = h.path("suspended-kept");
+    let (a, b) = (h.client().await, h.client().await);
+    let g = a.locks.fair(&path).unwrap().acquire().await.unwrap();
+    let timeout = a.faults.session_timeout();
+    let mut lost = Box::pin(g.lost());
+    a.faults.disconnect_for(timeout / 3).await;
+    assert_pending(h, "lost while suspended", &mut lost).await;
+    tokio::time::sleep(timeout / 2).await;
+    assert_pending(h, "lost after reconnect", &mut lost).await;
+    assert!(b.locks.fair(&path).unwrap().try_acquire().await.unwrap().is_none());
+    drop(lost);
+    g.release().await.unwrap();
+    wait_children(h, &path, 0).await;
+}
+
+/// A disconnection past the session timeout loses the lock: another client gets it, lost() reports expiry.
+pub async fn disconnect_past_timeout_loses_lock(h: &dyn Harness) {
+    if !h.capabilities().disconnect {
+        return skip(h, "disconnect_past_timeout_loses_lock", "disconnects");
+    }
+    let path = h.path("suspended-lost");
+    let (a, b) = (h.client().await, h.client().await);
+    let g = a.locks.fair(&path).unwrap().acquire().await.unwrap();
+    let timeout = a.faults.session_timeout();
+    a.faults.disconnect_for(timeout * 2).await;
+    let gb = bounded(h, "b takes over", b.locks.fair(&path).unwrap().acquire())
+        .await
+        .unwrap();
+    // First the lease runs out (the client cannot know yet that the server expired its session)...
+    assert_eq!(bounded(h, "a's lease", g.lost()).await, LostReason::LeaseExpired);
+    assert!(!g.is_valid());
+    // ...then, once the connection is back, the client learns of the expiry.
+    eventually(h, "a learns that its session expired", || async {
+        tokio::time::timeout(h.tick(), g.lost()).await == Ok(LostReason::SessionExpired)
+    })
+    .await;
+    assert_eq!(g.valid_until(), None);
+    assert!(gb.fencing_token() > g.fencing_token());
+    gb.release().await.unwrap();
+    drop(g);
+    wait_children(h, &path, 0).await;
+}
+
+/// While the client is cut off from the server, a timed acquire ends on time, a try waits only briefly for the
+/// connection, and no node is left once the connection is back.
+pub async fn timed_acquire_while_disconnected_ends_on_time(h: &dyn Harness) {
+    if !h.capabilities().disconnect {
+        return skip(h, "timed_acquire_while_disconnected_ends_on_time", "disconnects");
+    }
+    let path = h.path("disconnected-timeout");
+    let (a, b) = (h.client().await, h.client().await);
+    let g = a.locks.fair(&path).unwrap().acquire().await.unwrap();
+    let timeout = b.faults.session_timeout();
+    b.faults.disconnect_for(timeout / 2).await;
+    let lock = b.locks.fair(&path).unwrap();
+    let t0 = tokio::time::Instant::now();
+    let r = lock.acquire_timeout(timeout / 8).await;
+    assert!(matches!(r, Ok(None)), "{r:?}");
+    assert!(
+        t0.elapsed() < timeout / 8 + Duration::from_secs(2),
+        "timed acquire overran: {:?}",
+        t0.elapsed()
+    );
+    // A try waits (briefly) for the connection, then answers from the queue: the lock is held.
+    let t1 = tokio::time::Instant::now();
+    let r = lock.try_acquire().await;
+    assert!(matches!(r, Ok(None)), "{r:?}");
+    assert!(t1.elapsed() < Duration::from_secs(6), "try overran: {:?}", t1.elapsed());
+    // Once reconnected, nothing of b's is left and b can queue normally.
+    wait_children(h, &path, 1).await;
+    g.release().await.unwrap();
+    granted_then_released(h, "acquire after reconnect", lock.acquire()).await;
+    wait_children(h, &path, 0).await;
+}
+
+/// Delayed watch delivery does not break exclusion or progress.
+pub async fn delayed_watch_delivery_keeps_exclusion(h: &dyn Harness) {
+    if !h.capabilities().watch_delay {
+        return skip(h, "delayed_watch_delivery_keeps_exclusion", "watch delays");
+    }
+    h.set_watch_delay(Duration::from_millis(30));
+    contend_exclusive(h, Recipe::Fair, 4, 3).await;
+    contend_exclusive(h, Recipe::Exclusive, 4, 3).await;
+    h.set_watch_delay(Duration::ZERO);
+}

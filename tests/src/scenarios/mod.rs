@@ -1,0 +1,134 @@
+//! Every scenario, written once, in one file per theme. Each is a `pub async fn name(h: &dyn Harness)` that takes the
+//! backend's [`Harness`] and panics on a violation; all are re-exported here, so each is `scenarios::name` whatever
+//! its file.
+//!
+//! - [`exclusion`]: mutual exclusion on every recipe, and what every lock shares (paths, guards, foreign children).
+//! - [`order`]: FIFO order of the waiters, wake-ups per release, fencing tokens.
+//! - [`read_write`]: readers and writers, downgrade and upgrade.
+//! - [`reentrancy`]: holds counted per task, thread or token.
+//! - [`cancellation`]: `try_acquire`, timeouts, acquires and releases dropped midway.
+//! - [`sessions`]: session expiry and the lease.
+//! - [`faults`]: lost replies, deleted nodes, disconnections, delayed watches.
+//! - [`safety`]: regressions of the attacks that once put two holders in.
+//!
+//! `__for_each_scenario!` below lists every scenario by name; [`conformance_suite!`](crate::conformance_suite) makes
+//! each one a test on a backend. A new scenario goes into its theme's file and into that list;
+//! `tests/suite_complete.rs` fails while a `pub async fn` of this folder is not in the list, or the list names
+//! anything else. The helpers shared by several themes live here.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use recipes_core::{LockGuard, Recipe};
+use tokio::task::JoinSet;
+
+use crate::harness::Harness;
+use crate::util::{bounded, hold_exclusive, wait_children, Occupancy};
+
+pub mod cancellation;
+pub mod exclusion;
+pub mod faults;
+pub mod order;
+pub mod read_write;
+pub mod reentrancy;
+pub mod safety;
+pub mod sessions;
+
+pub use cancellation::*;
+pub use exclusion::*;
+pub use faults::*;
+pub use order::*;
+pub use read_write::*;
+pub use reentrancy::*;
+pub use safety::*;
+pub use sessions::*;
+
+/// Calls the macro `$m` with `@expand` arguments and the name of every scenario.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __for_each_scenario {
+    ($m:path; $($args:tt)*) => {
+        $m!($($args)* {scenarios}
+            exclusive_mutual_exclusion fair_mutual_exclusion reentrant_mutual_exclusion write_mutual_exclusion
+            read_write_mutual_exclusion every_recipe_by_name_excludes fair_fifo_order write_fifo_order
+            readers_share writer_excludes_readers write_waits_for_all_readers reader_waits_for_earlier_writer
+            reader_never_waits_on_later_writer readers_wake_together_after_writer reentrant_counts_per_task
+            reentrant_counts_per_thread reentrant_counts_per_token reentrant_other_task_contends
+            reentrant_same_owner_concurrent_acquires write_reentrant read_reentrant downgrade_write_to_read
+            upgrade_refused try_acquire_on_held_fair try_acquire_on_held_exclusive try_acquire_free_every_recipe
+            try_read_beside_reader_but_not_writer timeout_leaves_no_node_fair timeout_leaves_no_node_exclusive
+            timeout_leaves_no_node_read dropped_acquire_leaves_no_node dropped_acquire_at_every_point
+            cancelled_middle_waiter_chain_repairs release_after_node_deleted_is_error
+            stale_exclusive_release_spares_new_holder session_expiry_fires_lost session_expiry_waiter_takes_over
+            node_deleted_fires_lost waiting_acquire_fails_on_session_expiry acquire_after_expiry_uses_new_session
+            lost_create_reply_no_orphan_fair lost_create_reply_no_orphan_exclusive
+            lost_create_replies_while_queued_no_deadlock fencing_tokens_increase_fair
+            fencing_tokens_increase_exclusive fencing_writer_above_earlier_readers fair_wakes_one_waiter_per_release
+            exclusive_wakes_every_waiter many_paths_at_once bad_paths_rejected release_on_drop_frees_lock
+            guard_moves_between_tasks deep_path_created_and_emptied suspended_within_timeout_keeps_lock
+            disconnect_past_timeout_loses_lock delayed_watch_delivery_keeps_exclusion unknown_children_ignored
+            blocking_api_refused_inside_runtime timed_acquire_while_disconnected_ends_on_time
+            lease_valid_while_held lease_lost_before_another_client_acquires
+            fencing_tokens_increase_over_1000_handoffs guarded_operation_under_the_lease
+            waiter_node_deleted_never_holds_without_node thousand_abandoned_acquires_leave_no_node
+            history_checked_mixed_contention cancelled_release_leaves_no_node
+            expired_exclusive_release_spares_next_holder exclusive_lost_sees_a_replaced_node
+            reentry_after_loss_is_refused wrapped_sequences_keep_exclusion_in_every_layout
+            mixed_recipes_and_layouts_refused mixed_recipes_racing_never_hold_together huge_timeout_is_no_deadline
+        );
+    };
+}
+
+/// Expands the list of `__for_each_scenario!` into [`SCENARIO_NAMES`].
+macro_rules! scenario_names {
+    ({$module:ident} $($name:ident)*) => {
+        /// The name of every scenario in the list of `__for_each_scenario!`, in its order:
+        /// `tests/tests/suite_complete.rs` compares it with the scenarios written in this folder.
+        pub const SCENARIO_NAMES: &[&str] = &[$(stringify!($name)),*];
+    };
+}
+
+crate::__for_each_scenario!(scenario_names;);
+
+/// Awaits `acquire` (at most the harness's patience, as [`bounded`]), which must grant the lock, and releases it.
+async fn granted_then_released<E: std::fmt::Debug>(
+    h: &dyn Harness,
+    what: &str,
+    acquire: impl Future<Output = Result<LockGuard, E>>,
+) {
+    bounded(h, what, acquire).await.unwrap().release().await.unwrap();
+}
+
+const HOLD: Duration = Duration::from_millis(5);
+
+async fn contend_exclusive(h: &dyn Harness, recipe: Recipe, clients: usize, rounds: usize) -> Arc<Occupancy> {
+    let path = h.path(&format!("mutex-{recipe}"));
+    let occ = Occupancy::new();
+    let mut set = JoinSet::new();
+    for _ in 0..clients {
+        let c = h.client().await;
+        let lock = c.locks.lock(&path, recipe).unwrap();
+        let occ = occ.clone();
+        set.spawn(async move {
+            for _ in 0..rounds {
+                let g = lock.acquire().await.expect("acquire");
+                if recipe == Recipe::Reentrant {
+                    // Re-enter once inside the critical section.
+                    let inner = lock.acquire().await.expect("re-enter");
+                    assert_eq!(inner.hold_count(), 2);
+                    inner.release().await.expect("release inner");
+                }
+                hold_exclusive(&occ, g, HOLD).await;
+            }
+            drop(c);
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r.expect("client task");
+    }
+    assert_eq!(occ.violations(), 0, "{recipe}: two holders at once");
+    assert_eq!(occ.entries(), (clients * rounds) as u64);
+    wait_children(h, &path, 0).await;
+    occ
+}

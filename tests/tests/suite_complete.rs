@@ -1,0 +1,128 @@
+//! No scenario is left out: every scenario written in `src/scenarios/` is in the list of `__for_each_scenario!`, and
+//! the list names nothing else and nothing twice. `conformance_suite!` makes the tests of every backend from that one
+//! list (`tests/conformance.rs`), so every scenario written runs on every backend.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use recipes_conformance::scenarios::SCENARIO_NAMES;
+
+/// The Rust files below `dir`, sorted.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The scenarios written in `text`, with their line numbers: every `pub async fn`, and every `async fn` (of any
+/// visibility) whose only parameter is a `&dyn Harness`. Plain string parsing; rustfmt's layout is assumed.
+fn scenarios_in(text: &str) -> Vec<(usize, String)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let line = line.trim_start();
+        if line.starts_with("//") {
+            continue;
+        }
+        let Some(at) = line.find("async fn ") else {
+            continue;
+        };
+        let public = line.starts_with("pub async fn ");
+        let rest = &line[at + "async fn ".len()..];
+        let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        // The parameters, up to the first `)`, across the lines rustfmt may have broken them onto.
+        let mut signature = rest[name.len()..].to_string();
+        let mut next = i + 1;
+        while !signature.contains(')') && next < lines.len() {
+            signature.push_str(lines[next].trim());
+            next += 1;
+        }
+        let params = signature.trim_start_matches('(').split(')').next().unwrap_or("");
+        let params: Vec<&str> = params.split(',').map(str::trim).filter(|p| !p.is_empty()).collect();
+        let takes_only_a_harness = params.len() == 1
+            && params[0]
+                .split_once(':')
+                .is_some_and(|(_, ty)| ty.trim() == "&dyn Harness");
+        if public || takes_only_a_harness {
+            out.push((i + 1, name));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_scenario_written_is_listed_once_and_the_list_names_only_scenarios() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/scenarios");
+    let mut written: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for file in rust_files(&dir) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let shown = file
+            .strip_prefix(env!("CARGO_MANIFEST_DIR"))
+            .unwrap_or(&file)
+            .display()
+            .to_string();
+        for (line, name) in scenarios_in(&text) {
+            written.entry(name).or_default().push(format!("{shown}:{line}"));
+        }
+    }
+    let mut listed: BTreeMap<&str, usize> = BTreeMap::new();
+    for name in SCENARIO_NAMES {
+        *listed.entry(name).or_default() += 1;
+    }
+
+    let mut problems = Vec::new();
+    for (name, places) in &written {
+        if !listed.contains_key(name.as_str()) {
+            problems.push(format!(
+                "{name} ({}) is not in the list of __for_each_scenario! (src/scenarios/mod.rs), so it never runs; \
+                 list it (or, if it is a helper, make it private and give it more than the harness)",
+                places.join(", ")
+            ));
+        }
+        if places.len() > 1 {
+            problems.push(format!("{name} is written more than once: {}", places.join(", ")));
+        }
+    }
+    for (name, count) in &listed {
+        if !written.contains_key(*name) {
+            problems.push(format!(
+                "{name} is listed in __for_each_scenario! but written nowhere in src/scenarios/"
+            ));
+        }
+        if *count > 1 {
+            problems.push(format!("{name} is listed {count} times in __for_each_scenario!"));
+        }
+    }
+    assert!(!SCENARIO_NAMES.is_empty(), "the list of __for_each_scenario! is empty");
+    assert!(
+        problems.is_empty(),
+        "the scenario list is out of step:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn the_parser_finds_scenarios_and_passes_over_helpers() {
+    let text = "\
+/// A doc line: pub async fn in_a_comment(h: &dyn Harness)
+pub async fn plain(h: &dyn Harness) {
+async fn helper(h: &dyn Harness, recipe: Recipe) -> u64 {
+async fn private_scenario(h: &dyn Harness) {
+pub async fn wrapped(
+    h: &dyn Harness,
+) {
+    let x = async move { 1 };
+";
+    let names: Vec<String> = scenarios_in(text).into_iter().map(|(_, n)| n).collect();
+    assert_eq!(names, ["plain", "private_scenario", "wrapped"]);
+}

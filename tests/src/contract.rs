@@ -25,6 +25,17 @@ macro_rules! __for_each_contract {
     };
 }
 
+/// Expands the list of `__for_each_contract!` into [`CONTRACT_NAMES`].
+macro_rules! contract_names {
+    ({$module:ident} $($name:ident)*) => {
+        /// The name of every check in the list of `__for_each_contract!`: `tests/tests/suite_complete.rs` compares it
+        /// with the checks written in this file.
+        pub const CONTRACT_NAMES: &[&str] = &[$(stringify!($name)),*];
+    };
+}
+
+crate::__for_each_contract!(contract_names;);
+
 /// Polls `fut` once, so that its request is sent, and hands back a future of its outcome (dropping that drops the
 /// request's future, not the request).
 pub async fn send_now<F: Future>(fut: F) -> impl Future<Output = F::Output> {

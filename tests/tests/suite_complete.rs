@@ -1,12 +1,14 @@
 //! No scenario is left out: every scenario written in `src/scenarios/` is in the list of `__for_each_scenario!`, and
 //! the list names nothing else and nothing twice. `conformance_suite!` makes the tests of every backend from that one
-//! list (`tests/conformance.rs`), so every scenario written runs on every backend.
+//! list (`tests/conformance.rs`), so every scenario written runs on every backend. The same holds for the checks of
+//! the backend contract (`src/contract.rs`, `__for_each_contract!`, `tests/contract.rs`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use recipes_conformance::contract::CONTRACT_NAMES;
 use recipes_conformance::scenarios::SCENARIO_NAMES;
 
 /// The Rust files below `dir`, sorted.
@@ -27,6 +29,23 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
 /// The scenarios written in `text`, with their line numbers: every `pub async fn`, and every `async fn` (of any
 /// visibility) whose only parameter is a `&dyn Harness`. Plain string parsing; rustfmt's layout is assumed.
 fn scenarios_in(text: &str) -> Vec<(usize, String)> {
+    async_fns_in(text)
+        .into_iter()
+        .filter(|f| f.public || f.takes_only_a_harness)
+        .map(|f| (f.line, f.name))
+        .collect()
+}
+
+/// An `async fn` found in a source file.
+struct AsyncFn {
+    line: usize,
+    name: String,
+    public: bool,
+    takes_only_a_harness: bool,
+}
+
+/// Every `async fn` written in `text`, outside comments.
+fn async_fns_in(text: &str) -> Vec<AsyncFn> {
     let lines: Vec<&str> = text.lines().collect();
     let mut out = Vec::new();
     for (i, line) in lines.iter().enumerate() {
@@ -53,11 +72,48 @@ fn scenarios_in(text: &str) -> Vec<(usize, String)> {
             && params[0]
                 .split_once(':')
                 .is_some_and(|(_, ty)| ty.trim() == "&dyn Harness");
-        if public || takes_only_a_harness {
-            out.push((i + 1, name));
-        }
+        out.push(AsyncFn {
+            line: i + 1,
+            name,
+            public,
+            takes_only_a_harness,
+        });
     }
     out
+}
+
+#[test]
+fn every_contract_check_written_is_listed_once() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/contract.rs");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let written: Vec<String> = async_fns_in(&text)
+        .into_iter()
+        .filter(|f| f.takes_only_a_harness)
+        .map(|f| f.name)
+        .collect();
+    let mut problems = Vec::new();
+    for name in &written {
+        match CONTRACT_NAMES.iter().filter(|n| *n == name).count() {
+            0 => problems.push(format!(
+                "{name} is not in the list of __for_each_contract!, so it never runs"
+            )),
+            1 => {}
+            n => problems.push(format!("{name} is listed {n} times in __for_each_contract!")),
+        }
+    }
+    for name in CONTRACT_NAMES {
+        if !written.iter().any(|w| w == name) {
+            problems.push(format!(
+                "{name} is listed in __for_each_contract! but written nowhere in src/contract.rs"
+            ));
+        }
+    }
+    assert!(!CONTRACT_NAMES.is_empty());
+    assert!(
+        problems.is_empty(),
+        "the contract list is out of step:\n{}",
+        problems.join("\n")
+    );
 }
 
 #[test]

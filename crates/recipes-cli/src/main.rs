@@ -41,6 +41,12 @@ pub mod status {
     pub const CANNOT_EXECUTE: u8 = 126;
     /// The command was not found.
     pub const NOT_FOUND: u8 = 127;
+    /// Hung up (SIGHUP) while waiting for the lock: 128 + 1, as a shell reports it.
+    pub const HANGUP: u8 = 128 + 1;
+    /// Interrupted (SIGINT) while waiting for the lock: 128 + 2.
+    pub const INTERRUPTED: u8 = 128 + 2;
+    /// Terminated (SIGTERM) while waiting for the lock: 128 + 15.
+    pub const TERMINATED: u8 = 128 + 15;
 }
 
 const EXAMPLES: &str = "\
@@ -258,7 +264,14 @@ fn main() -> ExitCode {
                     Some(g) => Some(duration::parse(g).map_err(|e| Fail::usage(format!("invalid --term-grace: {e}")))?),
                 };
                 let c = conn(&cli.common)?;
-                run::run(&c, &path, recipe, wait, term_grace, &cli.command).await
+                let job = run::Job {
+                    path,
+                    recipe,
+                    wait,
+                    term_grace,
+                    command: cli.command,
+                };
+                run::run(&c, &job).await
             }
         }
     });

@@ -43,17 +43,25 @@ pub fn term_grace(asked: Option<Duration>, timeout: Duration, margin: f64) -> Re
     }
 }
 
-/// Runs `command` while holding the lock; returns the exit status.
-pub async fn run(
-    c: &Conn,
-    path: &LockPath,
-    recipe: Recipe,
-    wait: Option<Duration>,
-    term_grace: Option<Duration>,
-    command: &[OsString],
-) -> Result<u8, Fail> {
+/// What `zklock PATH -- COMMAND` was asked to do.
+#[derive(Debug)]
+pub struct Job {
+    /// The lock path.
+    pub path: LockPath,
+    /// The recipe (not reentrant).
+    pub recipe: Recipe,
+    /// How long to wait for the lock (`None`: as long as it takes; zero: try once).
+    pub wait: Option<Duration>,
+    /// The grace between SIGTERM and SIGKILL asked for (`None`: the default; see [`term_grace`]).
+    pub term_grace: Option<Duration>,
+    /// The command and its arguments.
+    pub command: Vec<OsString>,
+}
+
+/// Runs the job's command while holding the lock; returns the exit status.
+pub async fn run(c: &Conn, job: &Job) -> Result<u8, Fail> {
     let (backend, locks) = connect(c).await?;
-    let result = locked(&backend, &locks, path, recipe, wait, term_grace, command).await;
+    let result = locked(&backend, &locks, job).await;
     // Close the session (and with it any node still ours) before the process exits.
     backend.shutdown(Duration::from_secs(2)).await;
     result
@@ -66,15 +74,15 @@ fn display(command: &[OsString]) -> String {
         .unwrap_or_default()
 }
 
-async fn locked(
-    backend: &ZkBackend,
-    locks: &recipes_core::Locks,
-    path: &LockPath,
-    recipe: Recipe,
-    wait: Option<Duration>,
-    term_grace: Option<Duration>,
-    command: &[OsString],
-) -> Result<u8, Fail> {
+async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> Result<u8, Fail> {
+    let Job {
+        path,
+        recipe,
+        wait,
+        term_grace,
+        command,
+    } = job;
+    let (recipe, wait, term_grace) = (*recipe, *wait, *term_grace);
     // Should the watchdog be killed, every process of the command comes back to zklock, which then kills them.
     #[cfg(target_os = "linux")]
     let _ = nix::sys::prctl::set_child_subreaper(true);
@@ -111,9 +119,9 @@ async fn locked(
             }
             Err(e) => return Err(e.into()),
         },
-        _ = sigint.recv() => return Err(Fail { status: 130, message: format!("interrupted while waiting for the lock at {path}") }),
-        _ = sigterm.recv() => return Err(Fail { status: 143, message: format!("terminated while waiting for the lock at {path}") }),
-        _ = sighup.recv() => return Err(Fail { status: 129, message: format!("hung up while waiting for the lock at {path}") }),
+        _ = sigint.recv() => return Err(Fail { status: status::INTERRUPTED, message: format!("interrupted while waiting for the lock at {path}") }),
+        _ = sigterm.recv() => return Err(Fail { status: status::TERMINATED, message: format!("terminated while waiting for the lock at {path}") }),
+        _ = sighup.recv() => return Err(Fail { status: status::HANGUP, message: format!("hung up while waiting for the lock at {path}") }),
     };
 
     let env = [
@@ -203,14 +211,7 @@ async fn stop_all(watchdog: &mut Watchdog, guard: &LockGuard, grace: Duration, m
         loop {
             tokio::select! {
                 biased;
-                report = watchdog.next() => match report {
-                    Report::Gone => return true,
-                    Report::Died => {
-                        kill_own_descendants();
-                        return true;
-                    }
-                    Report::Exited(_) => {}
-                },
+                () = all_gone(watchdog) => return true,
                 reason = guard.lost(), if watching_loss => {
                     watching_loss = false;
                     kill_at = kill_at.min(kill_deadline(guard, grace, Some(reason)));
@@ -220,19 +221,23 @@ async fn stop_all(watchdog: &mut Watchdog, guard: &LockGuard, grace: Duration, m
         }
     }
     watchdog.order("kill").await;
-    let limit = Instant::now() + KILL_WAIT;
+    tokio::time::timeout(KILL_WAIT, all_gone(watchdog)).await.is_ok()
+}
+
+/// Resolves when the watchdog reports that no process of the command is left (or dies, leaving its orphans to
+/// zklock, which kills them).
+///
+/// # Cancel safety
+/// Cancel safe as [`Watchdog::next`]: a report is consumed only when returned.
+async fn all_gone(watchdog: &mut Watchdog) {
     loop {
-        tokio::select! {
-            biased;
-            report = watchdog.next() => match report {
-                Report::Gone => return true,
-                Report::Died => {
-                    kill_own_descendants();
-                    return true;
-                }
-                Report::Exited(_) => {}
-            },
-            () = tokio::time::sleep_until(limit) => return false,
+        match watchdog.next().await {
+            Report::Gone => return,
+            Report::Died => {
+                kill_own_descendants();
+                return;
+            }
+            Report::Exited(_) => {}
         }
     }
 }

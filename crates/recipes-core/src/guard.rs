@@ -144,7 +144,9 @@ impl LockGuard {
     }
 
     /// Runs `op` under the lock's lease: checks validity (and does not run `op` when the lease is gone), runs it,
-    /// checks again, and calls `rollback` with the result when the lease ran out in between. `Ok` means the lease held from before `op` started until after it ended: commit.
+    /// checks again, and calls `rollback` with the result when the lease ran out in between. `Ok` means the lease held
+    /// from before `op` started until after it ended: commit. (It is [`guarded_steps`](LockGuard::guarded_steps)
+    /// with a commit that only hands the result back.)
     ///
     /// This does not depend on any callback being scheduled in time: the checks read the lease on the clock.
     ///
@@ -178,15 +180,8 @@ impl LockGuard {
         R: FnOnce(T) -> RFut,
         RFut: Future<Output = ()>,
     {
-        if !self.is_valid() {
-            return Err(GuardedError::NotRun);
-        }
-        let out = op().await.map_err(GuardedError::Failed)?;
-        if !self.is_valid() {
-            rollback(out).await;
-            return Err(GuardedError::RolledBack);
-        }
-        Ok(out)
+        let commit = |out| async move { Ok(out) };
+        self.guarded_steps(op, commit, rollback).await
     }
 
     /// The three-step form: `prepare` does the work and returns what `commit` or `rollback` need (the saved

@@ -23,12 +23,20 @@ pub(crate) type Holds = Reentrancy<HeldNode>;
 
 /// What a plain (not owned) recipe needs: the driver's context and the path.
 #[derive(Debug, Clone)]
-struct Plain {
+pub(crate) struct Plain {
     ctx: Arc<Ctx>,
     path: LockPath,
 }
 
 impl Plain {
+    pub fn new(ctx: Arc<Ctx>, path: LockPath) -> Self {
+        Plain { ctx, path }
+    }
+
+    fn path(&self) -> &LockPath {
+        &self.path
+    }
+
     async fn get(&self, recipe: Recipe, p: Patience) -> Result<Option<LockGuard>> {
         let held = driver::acquire(&self.ctx, &self.path, recipe, p).await?;
         Ok(held.map(LockGuard::plain))
@@ -38,14 +46,31 @@ impl Plain {
 /// An owned recipe's handle: the path's hold counts, and the owner it acquires for (`None`: the current task or
 /// thread at each acquire).
 #[derive(Debug, Clone)]
-struct Owned {
+pub(crate) struct Owned {
     ctx: Arc<Ctx>,
     holds: Arc<Holds>,
     owner: Option<Owner>,
 }
 
 impl Owned {
-    async fn get(&self, side: Side, recipe: Recipe, p: Patience) -> Result<Option<LockGuard>> {
+    pub fn new(ctx: Arc<Ctx>, holds: Arc<Holds>) -> Self {
+        Owned {
+            ctx,
+            holds,
+            owner: None,
+        }
+    }
+
+    fn path(&self) -> &LockPath {
+        self.holds.path()
+    }
+
+    async fn get(&self, recipe: Recipe, p: Patience) -> Result<Option<LockGuard>> {
+        let side = if recipe == Recipe::Read {
+            Side::Shared
+        } else {
+            Side::Exclusive
+        };
         let owner = self.owner.unwrap_or_else(Owner::current);
         let (ctx, path) = (&self.ctx, self.holds.path());
         let first = || driver::acquire(ctx, path, recipe, p);
@@ -101,21 +126,49 @@ fn forever(g: Option<LockGuard>) -> LockGuard {
     }
 }
 
-/// Implements the shared acquire methods, inherent and for [`Lock`], on a type with
-/// `async fn get(&self, Patience) -> Result<Option<LockGuard>>`.
-macro_rules! lock_methods {
-    ($ty:ty, $recipe:expr) => {
+/// Declares a recipe type over `Plain` or `Owned`, with the shared acquire methods, inherent and for [`Lock`]; an
+/// owned recipe also gets `with_owner`.
+macro_rules! recipe_type {
+    ($(#[$attr:meta])* $ty:ident: Owned, $recipe:expr) => {
+        recipe_type!($(#[$attr])* $ty: Owned = $recipe);
         impl $ty {
+            /// This lock with a fixed owner (e.g. an [`OwnerToken`](crate::OwnerToken) for work that moves between
+            /// tasks).
+            pub fn with_owner(&self, owner: Owner) -> Self {
+                $ty { inner: self.inner.with_owner(owner) }
+            }
+        }
+    };
+    ($(#[$attr:meta])* $ty:ident: Plain, $recipe:expr) => {
+        recipe_type!($(#[$attr])* $ty: Plain = $recipe);
+    };
+    ($(#[$attr:meta])* $ty:ident: $inner:ident = $recipe:expr) => {
+        $(#[$attr])*
+        #[derive(Debug, Clone)]
+        pub struct $ty {
+            inner: $inner,
+        }
+
+        impl $ty {
+            pub(crate) fn new(inner: $inner) -> Self {
+                $ty { inner }
+            }
+
+            async fn get(&self, p: Patience) -> Result<Option<LockGuard>> {
+                self.inner.get($recipe, p).await
+            }
+
             /// The lock path.
             pub fn path(&self) -> &LockPath {
-                self.lock_path()
+                self.inner.path()
             }
 
             /// Waits until the lock is held.
             ///
             /// # Notable errors
-            /// [`Error::SessionExpired`] when the session ends while waiting; [`Error::RetriesExhausted`] when
-            /// the node kept vanishing; [`Error::Closed`].
+            /// [`Error::SessionExpired`](crate::Error::SessionExpired) when the session ends while waiting;
+            /// [`Error::RetriesExhausted`](crate::Error::RetriesExhausted) when the node kept vanishing;
+            /// [`Error::Closed`](crate::Error::Closed).
             ///
             /// # Cancel safety
             /// Cancel safe: dropping the future at any await point leaves no lock node behind (it is deleted in
@@ -145,7 +198,7 @@ macro_rules! lock_methods {
         #[async_trait]
         impl Lock for $ty {
             fn path(&self) -> &LockPath {
-                self.lock_path()
+                self.inner.path()
             }
             fn recipe(&self) -> Recipe {
                 $recipe
@@ -163,6 +216,7 @@ macro_rules! lock_methods {
     };
 }
 
+recipe_type!(
 /// The exclusive recipe: one fixed ephemeral node `P/lock`.
 ///
 /// Simple and cheap when uncontended (one create, one delete), but **unfair** (whoever creates first after a
@@ -180,26 +234,10 @@ macro_rules! lock_methods {
 /// guard.release().await.unwrap();
 /// # });
 /// ```
-#[derive(Debug, Clone)]
-pub struct ExclusiveLock {
-    plain: Plain,
-}
+ExclusiveLock: Plain, Recipe::Exclusive
+);
 
-impl ExclusiveLock {
-    pub(crate) fn new(ctx: Arc<Ctx>, path: LockPath) -> Self {
-        ExclusiveLock {
-            plain: Plain { ctx, path },
-        }
-    }
-    fn lock_path(&self) -> &LockPath {
-        &self.plain.path
-    }
-    async fn get(&self, p: Patience) -> Result<Option<LockGuard>> {
-        self.plain.get(Recipe::Exclusive, p).await
-    }
-}
-lock_methods!(ExclusiveLock, Recipe::Exclusive);
-
+recipe_type!(
 /// The fair recipe: ephemeral-sequential nodes `P/L-<id>-<seq>`, granted in FIFO order (guaranteed).
 ///
 /// Each waiter watches only its immediate predecessor, so a release wakes exactly one waiter. Not re-entrant.
@@ -213,32 +251,16 @@ lock_methods!(ExclusiveLock, Recipe::Exclusive);
 /// # drop(guard);
 /// # });
 /// ```
-#[derive(Debug, Clone)]
-pub struct FairLock {
-    plain: Plain,
-}
+FairLock: Plain, Recipe::Fair
+);
 
-impl FairLock {
-    pub(crate) fn new(ctx: Arc<Ctx>, path: LockPath) -> Self {
-        FairLock {
-            plain: Plain { ctx, path },
-        }
-    }
-    fn lock_path(&self) -> &LockPath {
-        &self.plain.path
-    }
-    async fn get(&self, p: Patience) -> Result<Option<LockGuard>> {
-        self.plain.get(Recipe::Fair, p).await
-    }
-}
-lock_methods!(FairLock, Recipe::Fair);
-
+recipe_type!(
 /// The reentrant recipe: the fair lock with per-owner hold counts.
 ///
 /// The owner is the current tokio task, else the current thread, unless fixed with
 /// [`with_owner`](ReentrantLock::with_owner) (see [`Owner`] for the id-reuse rule). Holds of the same owner nest;
 /// the node is deleted when the owner's last guard goes. A different owner, even in the same process, queues its
-/// own node and waits like any other client. Every handle on one path made from one [`Locks`] shares the counts.
+/// own node and waits like any other client. Every handle on one path made from one [`Locks`](crate::Locks) shares the counts.
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -253,48 +275,22 @@ lock_methods!(FairLock, Recipe::Fair);
 /// outer.release().await.unwrap();
 /// # });
 /// ```
-#[derive(Debug, Clone)]
-pub struct ReentrantLock {
-    owned: Owned,
-}
+ReentrantLock: Owned, Recipe::Reentrant
+);
 
 impl ReentrantLock {
-    pub(crate) fn new(ctx: Arc<Ctx>, holds: Arc<Holds>) -> Self {
-        ReentrantLock {
-            owned: Owned {
-                ctx,
-                holds,
-                owner: None,
-            },
-        }
-    }
-    fn lock_path(&self) -> &LockPath {
-        self.owned.holds.path()
-    }
-    async fn get(&self, p: Patience) -> Result<Option<LockGuard>> {
-        self.owned.get(Side::Exclusive, Recipe::Reentrant, p).await
-    }
-
-    /// This lock with a fixed owner (e.g. an [`OwnerToken`](crate::OwnerToken) for work that moves between tasks).
-    pub fn with_owner(&self, owner: Owner) -> Self {
-        ReentrantLock {
-            owned: self.owned.with_owner(owner),
-        }
-    }
-
     /// How many holds `owner` has now.
     pub fn hold_count(&self, owner: Owner) -> u32 {
-        self.owned.holds.count(Side::Exclusive, &owner)
+        self.inner.holds.count(Side::Exclusive, &owner)
     }
 
     /// Test hook (feature `test-util`), not part of the API: sets the hold count of `owner`'s existing hold.
     #[cfg(feature = "test-util")]
     #[doc(hidden)]
     pub fn __set_hold_count(&self, owner: Owner, count: u32) {
-        self.owned.holds.force_count(Side::Exclusive, &owner, count);
+        self.inner.holds.force_count(Side::Exclusive, &owner, count);
     }
 }
-lock_methods!(ReentrantLock, Recipe::Reentrant);
 
 /// The read/write recipe: readers `P/R-<id>-<seq>` share, writers `P/W-<id>-<seq>` exclude everyone; FIFO with
 /// respect to writers.
@@ -303,7 +299,7 @@ lock_methods!(ReentrantLock, Recipe::Reentrant);
 /// immediate predecessor. Both sides are re-entrant per owner. An owner holding the write side may take the read
 /// side (downgrade) and then release the write side; the write node then stays until the read side is released
 /// too, so no writer queued meanwhile can slip in beside the downgraded reader. An owner holding the read side that
-/// asks for the write side gets [`Error::UpgradeRefused`] at once (waiting would deadlock).
+/// asks for the write side gets [`Error::UpgradeRefused`](crate::Error::UpgradeRefused) at once (waiting would deadlock).
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -333,67 +329,23 @@ impl ReadWriteLock {
         self.holds.path()
     }
 
-    fn side(&self) -> Owned {
-        Owned {
-            ctx: self.ctx.clone(),
-            holds: self.holds.clone(),
-            owner: None,
-        }
-    }
-
     /// The read side (owner: the current task or thread at each acquire).
     pub fn read(&self) -> ReadLock {
-        ReadLock { owned: self.side() }
+        ReadLock::new(Owned::new(self.ctx.clone(), self.holds.clone()))
     }
 
     /// The write side (owner: the current task or thread at each acquire).
     pub fn write(&self) -> WriteLock {
-        WriteLock { owned: self.side() }
+        WriteLock::new(Owned::new(self.ctx.clone(), self.holds.clone()))
     }
 }
 
+recipe_type!(
 /// The read side of a [`ReadWriteLock`].
-#[derive(Debug, Clone)]
-pub struct ReadLock {
-    owned: Owned,
-}
+ReadLock: Owned, Recipe::Read
+);
 
-impl ReadLock {
-    fn lock_path(&self) -> &LockPath {
-        self.owned.holds.path()
-    }
-    async fn get(&self, p: Patience) -> Result<Option<LockGuard>> {
-        self.owned.get(Side::Shared, Recipe::Read, p).await
-    }
-
-    /// This side with a fixed owner.
-    pub fn with_owner(&self, owner: Owner) -> Self {
-        ReadLock {
-            owned: self.owned.with_owner(owner),
-        }
-    }
-}
-lock_methods!(ReadLock, Recipe::Read);
-
+recipe_type!(
 /// The write side of a [`ReadWriteLock`].
-#[derive(Debug, Clone)]
-pub struct WriteLock {
-    owned: Owned,
-}
-
-impl WriteLock {
-    fn lock_path(&self) -> &LockPath {
-        self.owned.holds.path()
-    }
-    async fn get(&self, p: Patience) -> Result<Option<LockGuard>> {
-        self.owned.get(Side::Exclusive, Recipe::Write, p).await
-    }
-
-    /// This side with a fixed owner.
-    pub fn with_owner(&self, owner: Owner) -> Self {
-        WriteLock {
-            owned: self.owned.with_owner(owner),
-        }
-    }
-}
-lock_methods!(WriteLock, Recipe::Write);
+WriteLock: Owned, Recipe::Write
+);

@@ -10,7 +10,7 @@ use crate::backend::Backend;
 use crate::driver::Ctx;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use crate::lock::{ExclusiveLock, FairLock, Holds, Lock, ReadWriteLock, ReentrantLock};
+use crate::lock::{ExclusiveLock, FairLock, Holds, Lock, Owned, Plain, ReadWriteLock, ReentrantLock};
 use crate::metrics::{Counters, Metrics};
 use crate::path::LockPath;
 use crate::recipe::Recipe;
@@ -22,12 +22,12 @@ const REGISTRY_SWEEP_FROM: usize = 64;
 
 /// Which owned recipe a registry entry is for: one path has separate hold counts per recipe.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum Owned {
+enum OwnedPath {
     Reentrant(LockPath),
     ReadWrite(LockPath),
 }
 
-type Registry = Mutex<HashMap<Owned, Weak<Holds>>>;
+type Registry = Mutex<HashMap<OwnedPath, Weak<Holds>>>;
 
 /// The share of the session timeout a lease does not count on (default 0.2): a lock is trusted until
 /// `answered_send + session_timeout × (1 − margin)`.
@@ -105,15 +105,13 @@ pub struct LocksBuilder {
 
 impl LocksBuilder {
     /// The lease margin (default [`LeaseMargin::default`], 0.2).
-    pub fn lease_margin(mut self, margin: LeaseMargin) -> Self {
-        self.lease_margin = margin;
-        self
+    pub fn lease_margin(self, lease_margin: LeaseMargin) -> Self {
+        LocksBuilder { lease_margin, ..self }
     }
 
     /// The node layout (default [`Layout::Native`]).
-    pub fn layout(mut self, layout: Layout) -> Self {
-        self.layout = layout;
-        self
+    pub fn layout(self, layout: Layout) -> Self {
+        LocksBuilder { layout, ..self }
     }
 
     /// How many creates one acquire may make before giving up with [`Error::RetriesExhausted`], when replies are
@@ -186,7 +184,7 @@ impl Locks {
                 self.ctx.layout
             )));
         }
-        Ok(ExclusiveLock::new(self.ctx.clone(), path))
+        Ok(ExclusiveLock::new(Plain::new(self.ctx.clone(), path)))
     }
 
     /// A [`FairLock`] at `path`.
@@ -194,7 +192,7 @@ impl Locks {
     /// # Notable errors
     /// [`Error::InvalidPath`].
     pub fn fair(&self, path: impl AsRef<str>) -> Result<FairLock> {
-        Ok(FairLock::new(self.ctx.clone(), LockPath::new(path)?))
+        Ok(FairLock::new(Plain::new(self.ctx.clone(), LockPath::new(path)?)))
     }
 
     /// A [`ReentrantLock`] at `path`; every handle on one path shares its hold counts.
@@ -202,8 +200,8 @@ impl Locks {
     /// # Notable errors
     /// [`Error::InvalidPath`].
     pub fn reentrant(&self, path: impl AsRef<str>) -> Result<ReentrantLock> {
-        let holds = self.holds(Owned::Reentrant(LockPath::new(path)?));
-        Ok(ReentrantLock::new(self.ctx.clone(), holds))
+        let holds = self.holds(OwnedPath::Reentrant(LockPath::new(path)?));
+        Ok(ReentrantLock::new(Owned::new(self.ctx.clone(), holds)))
     }
 
     /// A [`ReadWriteLock`] at `path`; every handle on one path shares its hold counts.
@@ -211,7 +209,7 @@ impl Locks {
     /// # Notable errors
     /// [`Error::InvalidPath`].
     pub fn read_write(&self, path: impl AsRef<str>) -> Result<ReadWriteLock> {
-        let holds = self.holds(Owned::ReadWrite(LockPath::new(path)?));
+        let holds = self.holds(OwnedPath::ReadWrite(LockPath::new(path)?));
         Ok(ReadWriteLock::new(self.ctx.clone(), holds))
     }
 
@@ -230,7 +228,7 @@ impl Locks {
     }
 
     /// The hold counts of an owned path, shared with every other handle on it.
-    fn holds(&self, key: Owned) -> Arc<Holds> {
+    fn holds(&self, key: OwnedPath) -> Arc<Holds> {
         let mut reg = self.registry.lock();
         if let Some(holds) = reg.get(&key).and_then(Weak::upgrade) {
             return holds;
@@ -239,7 +237,7 @@ impl Locks {
             reg.retain(|_, w| w.strong_count() > 0);
         }
         let path = match &key {
-            Owned::Reentrant(p) | Owned::ReadWrite(p) => p.clone(),
+            OwnedPath::Reentrant(p) | OwnedPath::ReadWrite(p) => p.clone(),
         };
         let holds = Arc::new(Holds::new(path));
         reg.insert(key, Arc::downgrade(&holds));

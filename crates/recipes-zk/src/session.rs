@@ -2,8 +2,10 @@
 //! the client's state, which opens a new session after an expiry, and the heartbeat).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, RwLock, Weak};
+use std::sync::Weak;
 use std::time::Duration;
+
+use parking_lot::{Mutex, MutexGuard, RwLock};
 
 use recipes_core::mutants::{is_active, Mutant};
 use recipes_core::{Error, Lease, Result, SessionId, SessionState, SessionStatus};
@@ -63,15 +65,11 @@ impl Inner {
     }
 
     fn lease_clock(&self) -> MutexGuard<'_, LeaseClock> {
-        self.lease.lock().unwrap_or_else(|e| e.into_inner())
+        self.lease.lock()
     }
 
     pub fn client(&self) -> Result<zk::Client> {
-        self.client
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .ok_or(Error::Closed)
+        self.client.read().clone().ok_or(Error::Closed)
     }
 
     /// The client of session `session`: requests are bound to the session they name, and fail rather than run on
@@ -140,7 +138,7 @@ impl Inner {
             id,
             state: SessionState::Closed,
         });
-        self.client.write().unwrap_or_else(|e| e.into_inner()).take()
+        self.client.write().take()
     }
 }
 
@@ -204,7 +202,7 @@ pub(crate) async fn monitor(inner: Weak<Inner>, mut watcher: zk::StateWatcher, m
                 };
                 id = session_id(&client);
                 watcher = client.state_watcher();
-                let mut slot = strong.client.write().unwrap_or_else(|e| e.into_inner());
+                let mut slot = strong.client.write();
                 if slot.is_none() {
                     return; // closed meanwhile
                 }

@@ -6,13 +6,15 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 use tracing::debug;
+use uuid::Uuid;
 
-use super::cleanup::{Cleanup, Identity};
+use super::cleanup::{Cleanup, Identity, Pending};
 use super::{session, Ctx, HeldNode, CLEANUP_GRACE, TRY_BOUND};
-use crate::backend::{Backend, BackendExt, CreateMode, SessionId};
+use crate::backend::{Backend, BackendExt, CreateMode, Created, SessionId};
 use crate::decide::Refusal;
 use crate::error::{Error, Result, RetryReason};
-use crate::layout::Family;
+use crate::info::NodeInfo;
+use crate::layout::{Family, NodeKind, EXCLUSIVE_NODE};
 use crate::metrics::Counters;
 use crate::path::LockPath;
 use crate::patience::Patience;
@@ -33,6 +35,9 @@ impl From<Error> for Stop {
 }
 
 pub(crate) type Step<T> = std::result::Result<T, Stop>;
+
+/// The outcome of a create, and of the list sent behind it (meaningful only when the create succeeded).
+pub(crate) type Listed = (Result<Created>, Result<Vec<String>>);
 
 /// One acquire in progress: its settings, its failure budget, and what it must clean up.
 pub(crate) struct Attempt<'a> {
@@ -167,6 +172,32 @@ impl<'a> Attempt<'a> {
             None => CLEANUP_GRACE,
         };
         self.cleanup.finish_within(grace).await;
+    }
+
+    /// Sends the create of our node (a fresh attempt id, in the node's data, and in its name when `name` is a prefix
+    /// that takes it) with a list of the lock path behind it, in one round trip; the cleanup knows the create is in
+    /// flight before it is sent. `kind`: the queued node's kind, or `None` for the exclusive node.
+    pub async fn create_and_list(&mut self, sid: SessionId, kind: Option<NodeKind>) -> Step<(Identity, Listed)> {
+        let attempt = Uuid::new_v4();
+        let id = Identity {
+            fixed: kind.is_none(),
+            attempt,
+            session: sid,
+        };
+        let (node, mode) = match kind {
+            None => (self.path.child(EXCLUSIVE_NODE), CreateMode::Ephemeral),
+            Some(k) => (
+                self.path.child(&self.ctx.layout.prefix(k, attempt)),
+                CreateMode::EphemeralSequential,
+            ),
+        };
+        let data = NodeInfo::for_this_process(attempt, self.recipe.name()).encode();
+        self.cleanup.state = Pending::Sent(attempt, sid);
+        let on = self.backend().on(sid);
+        let listed = self
+            .call(async { Ok(on.create_and_list(&node, &data, mode, self.path.as_str()).await) })
+            .await?;
+        Ok((id, listed))
     }
 
     /// Lists the lock path on session `sid`, through connection losses of that session.

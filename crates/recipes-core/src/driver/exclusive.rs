@@ -1,16 +1,13 @@
 //! The exclusive recipe's node: one fixed ephemeral `P/lock`, made or waited for.
 
-use std::sync::Arc;
-
 use uuid::Uuid;
 
 use super::attempt::{Attempt, Step, Stop};
-use super::cleanup::{is_ours, Identity, Pending};
-use super::{Ctx, HeldNode};
-use crate::backend::{BackendExt, CreateMode, SessionId};
+use super::cleanup::{is_ours, Pending};
+use super::HeldNode;
+use crate::backend::{BackendExt, SessionId};
 use crate::decide::judge_exclusive;
 use crate::error::Error;
-use crate::info::NodeInfo;
 use crate::layout::EXCLUSIVE_NODE;
 use crate::metrics::Counters;
 
@@ -21,23 +18,8 @@ impl Attempt<'_> {
         let node = self.path.child(EXCLUSIVE_NODE);
         loop {
             let sid = self.connected().await?;
-            let ctx: &Arc<Ctx> = self.ctx;
-            let on = ctx.backend.on(sid);
-            let attempt = Uuid::new_v4();
-            let id = Identity {
-                fixed: true,
-                attempt,
-                session: sid,
-            };
-            let data = NodeInfo::for_this_process(attempt, self.recipe.name()).encode();
-            self.cleanup.state = Pending::Sent(attempt, sid);
-            let (created, listed) = self
-                .call(async {
-                    Ok(on
-                        .create_and_list(&node, &data, CreateMode::Ephemeral, self.path.as_str())
-                        .await)
-                })
-                .await?;
+            let (id, (created, listed)) = self.create_and_list(sid, None).await?;
+            let attempt = id.attempt;
             let (czxid, listed) = match created {
                 Ok(c) => {
                     Counters::bump(&self.ctx.counters.creates);

@@ -1,16 +1,14 @@
 //! The queued recipes (fair, reentrant, read, write): make our sequential node, then follow the verdict on each
 //! listing until it holds.
 
-use std::sync::Arc;
-
 use tracing::debug;
 use uuid::Uuid;
 
 use super::attempt::{Attempt, Step, Stop};
 use super::cleanup::{Identity, Pending};
 use super::wait::InLine;
-use super::{session, Ctx, HeldNode};
-use crate::backend::{BackendExt, CreateMode, SessionId};
+use super::{session, HeldNode};
+use crate::backend::{BackendExt, SessionId};
 use crate::decide::{judge, judge_newcomer, Next};
 use crate::error::Error;
 use crate::info::NodeInfo;
@@ -127,24 +125,7 @@ impl Attempt<'_> {
     async fn create_queued(&mut self, kind: NodeKind) -> Step<Queued> {
         loop {
             let sid = self.connected().await?;
-            let ctx: &Arc<Ctx> = self.ctx;
-            let on = ctx.backend.on(sid);
-            let attempt = Uuid::new_v4();
-            let id = Identity {
-                fixed: false,
-                attempt,
-                session: sid,
-            };
-            let prefix = self.path.child(&self.ctx.layout.prefix(kind, attempt));
-            let data = NodeInfo::for_this_process(attempt, self.recipe.name()).encode();
-            self.cleanup.state = Pending::Sent(attempt, sid);
-            let (created, listed) = self
-                .call(async {
-                    Ok(on
-                        .create_and_list(&prefix, &data, CreateMode::EphemeralSequential, self.path.as_str())
-                        .await)
-                })
-                .await?;
+            let (id, (created, listed)) = self.create_and_list(sid, Some(kind)).await?;
             let found = match created {
                 Ok(c) => Some((c.path, c.czxid, listed.ok())),
                 Err(Error::NoNode(_)) => {
@@ -161,7 +142,7 @@ impl Attempt<'_> {
             };
             if let Some((node, czxid, children)) = found {
                 Counters::bump(&self.ctx.counters.creates);
-                self.cleanup.state = Pending::Created(node.clone(), attempt, sid);
+                self.cleanup.state = Pending::Created(node.clone(), id.attempt, sid);
                 return Ok(Queued {
                     node,
                     czxid,

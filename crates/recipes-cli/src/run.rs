@@ -17,6 +17,13 @@ use crate::{connect, status, Conn, Fail};
 const MAX_TERM_GRACE: Duration = Duration::from_secs(3);
 /// How long zklock waits for the last process to be gone after SIGKILL before it gives up waiting.
 const KILL_WAIT: Duration = Duration::from_secs(10);
+/// How long zklock waits, before it starts the command, for servers that have not said which session timeout they
+/// grant (the command is told the shortest in `ZKLOCK_SESSION_TIMEOUT_MS`).
+const PROBE_WAIT: Duration = Duration::from_secs(1);
+/// zklock moves the watchdog's kill deadline at least this many times per session timeout ...
+const DEADLINE_REFRESH_PER_TIMEOUT: u32 = 16;
+/// ... but not more often than this.
+const DEADLINE_REFRESH_AT_MOST: Duration = Duration::from_millis(20);
 
 /// The grace between SIGTERM and SIGKILL for a session of `timeout` with lease margin `margin`.
 ///
@@ -87,10 +94,13 @@ async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> 
     #[cfg(target_os = "linux")]
     let _ = nix::sys::prctl::set_child_subreaper(true);
     let timeout = backend.session_timeout();
-    let grace = self::term_grace(term_grace, timeout, locks.lease_margin().get())?;
+    let margin = locks.lease_margin().get();
+    let grace = self::term_grace(term_grace, timeout, margin)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| software(format!("signal handler: {e}")))?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| software(format!("signal handler: {e}")))?;
     let mut sighup = signal(SignalKind::hangup()).map_err(|e| software(format!("signal handler: {e}")))?;
+    let mut sigtstp =
+        signal(SignalKind::from_raw(Signal::SIGTSTP as i32)).map_err(|e| software(format!("signal handler: {e}")))?;
     let lock = locks.lock(path, recipe)?;
 
     // Wait for the lock; a signal ends the wait (the acquire is dropped, which removes our node).
@@ -124,6 +134,9 @@ async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> 
         _ = sighup.recv() => return Err(Fail { status: status::HANGUP, message: format!("hung up while waiting for the lock at {path}") }),
     };
 
+    // The command is told the shortest timeout any server grants: wait (briefly) for every server to have said.
+    backend.timeouts_probed(PROBE_WAIT).await;
+    let timeout = backend.session_timeout();
     let env = [
         ("ZKLOCK_PATH", path.as_str().to_owned()),
         ("ZKLOCK_NODE", guard.node().to_owned()),
@@ -148,19 +161,30 @@ async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> 
         }
     };
 
+    // The grace may only shrink: the session timeout the lease assumes shrinks when a server grants less.
+    let grace_now = || grace.min(self::term_grace(None, backend.session_timeout(), margin).unwrap_or(grace));
+    // The watchdog kills everything by the kill deadline unless zklock moves it: a zklock stopped (SIGSTOP, a
+    // debugger) cannot leave the command running past the lease.
+    let mut deadline_sent = kill_deadline(&guard, grace_now(), None);
+    let deadlines = !is_active(Mutant::NoKillDeadline);
+    if deadlines {
+        watchdog.deadline(deadline_sent).await;
+    }
     loop {
+        let refresh = (backend.session_timeout() / DEADLINE_REFRESH_PER_TIMEOUT).max(DEADLINE_REFRESH_AT_MOST);
         tokio::select! {
             biased;
             report = watchdog.next() => match report {
                 Report::Exited(code) => {
                     // The lock is held until everything the command started has ended, too.
+                    let grace = grace_now();
                     let kill_at = kill_deadline(&guard, grace, None).min(Instant::now() + grace);
-                    let gone = stop_all(&mut watchdog, &guard, grace, kill_at).await;
-                    watchdog.done().await;
-                    if !gone {
+                    if !stop_all(&mut watchdog, &guard, grace, kill_at).await {
+                        // Not `done`: the watchdog goes on killing them, and kills them all should zklock go.
                         drop(guard);
                         return Err(software(format!("processes {} left behind would not die", display(command))));
                     }
+                    watchdog.done().await;
                     return finish(guard, path, command, code).await;
                 }
                 Report::Gone => continue,
@@ -171,9 +195,11 @@ async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> 
                 }
             },
             reason = guard.lost() => {
+                let grace = grace_now();
                 let kill_at = kill_deadline(&guard, grace, Some(reason));
-                stop_all(&mut watchdog, &guard, grace, kill_at).await;
-                watchdog.done().await;
+                if stop_all(&mut watchdog, &guard, grace, kill_at).await {
+                    watchdog.done().await;
+                }
                 drop(guard);
                 return Err(Fail {
                     status: status::SOFTWARE,
@@ -183,6 +209,15 @@ async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> 
             _ = sigint.recv() => watchdog.order(&format!("signal {}", Signal::SIGINT as i32)).await,
             _ = sigterm.recv() => watchdog.order(&format!("signal {}", Signal::SIGTERM as i32)).await,
             _ = sighup.recv() => watchdog.order(&format!("signal {}", Signal::SIGHUP as i32)).await,
+            // Ctrl-Z must not stop zklock while the command runs on: the lease would run out under it.
+            _ = sigtstp.recv() => eprintln!("zklock: not suspending while the command holds the lock at {path}"),
+            () = tokio::time::sleep(refresh) => {
+                let at = kill_deadline(&guard, grace_now(), None);
+                if at != deadline_sent && deadlines {
+                    deadline_sent = at;
+                    watchdog.deadline(at).await;
+                }
+            }
         }
     }
 }

@@ -9,10 +9,13 @@
 //! nearest subreaper. The watchdog finds them through `/proc` and signals each one, and reaps them.
 //!
 //! It talks to zklock over a socket (one line per message):
-//! - zklock → watchdog: `signal <n>` (to the command's own process group: a forwarded SIGINT, SIGTERM or SIGHUP),
-//!   `term` / `kill` (to every descendant), `done` (zklock is finishing normally). The socket closing without `done`
-//!   means zklock died (SIGKILL, a crash, the OOM killer): every descendant gets SIGKILL at once, long before the
-//!   session, and so the lock, can pass to anyone else.
+//! - zklock → watchdog: `signal <n>` (to the command's own process group: a forwarded SIGINT, SIGTERM or SIGHUP,
+//!   followed by SIGCONT so that a stopped command acts on it), `term` / `kill` (to every descendant), `deadline <ms>`
+//!   (the moment, on `CLOCK_BOOTTIME`, by which every descendant must be dead unless zklock moves it: zklock moves it
+//!   as the lease moves), `done` (zklock is finishing normally). The socket closing without `done` means zklock died
+//!   (SIGKILL, a crash, the OOM killer): every descendant gets SIGKILL at once, long before the session, and so the
+//!   lock, can pass to anyone else. A deadline that passes means zklock is alive but not acting (stopped by SIGSTOP, a
+//!   debugger, starved of CPU): every descendant gets SIGKILL then, before the lease's margin runs out.
 //! - watchdog → zklock: `started <pid>` or `failed <notfound|exec> <message>`, `exited <status>` when the command
 //!   ends (its exit code, or 128 + the signal that killed it), and `gone` once no descendant is left.
 //!
@@ -25,6 +28,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -38,6 +42,37 @@ pub const ARG: &str = "--internal-watchdog";
 
 /// How many rounds of SIGKILL a `kill` makes against processes that fork as fast as they are killed.
 const KILL_ROUNDS: u32 = 200;
+/// How often the watchdog looks at the deadline.
+const DEADLINE_LOOK: Duration = Duration::from_millis(5);
+
+/// Milliseconds of `CLOCK_BOOTTIME`: a clock every process reads alike, which also counts time the machine spent
+/// suspended (as the server's clock does).
+pub fn boottime_ms() -> u64 {
+    match nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME) {
+        Ok(ts) => ts.tv_sec() as u64 * 1000 + ts.tv_nsec() as u64 / 1_000_000,
+        Err(_) => 0,
+    }
+}
+
+/// Kills every descendant of `root` once the deadline (milliseconds of [`boottime_ms`], 0: none yet) has passed; the
+/// deadline stays in force, so a process started after a kill is killed too.
+fn enforce_deadline(root: i32, deadline: Arc<AtomicU64>) {
+    let mut said = false;
+    loop {
+        std::thread::sleep(DEADLINE_LOOK);
+        let d = deadline.load(Ordering::Acquire);
+        if d != 0 && boottime_ms() >= d && !descendants(root).is_empty() {
+            signal_all(root, Signal::SIGKILL);
+            if !said {
+                said = true;
+                eprintln!(
+                    "zklock-watchdog: zklock did not renew its deadline (stopped?) before the lease ran out; every \
+                     process the command started was killed"
+                );
+            }
+        }
+    }
+}
 
 /// The processes whose ancestry leads to `root` (not `root` itself, not zombies), read from `/proc`.
 pub fn descendants(root: i32) -> Vec<i32> {
@@ -163,6 +198,13 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     std::mem::forget(child);
     say(format!("started {pid}"));
 
+    // The deadline zklock keeps moving, enforced on a thread of its own.
+    let deadline = Arc::new(AtomicU64::new(0));
+    {
+        let deadline = deadline.clone();
+        std::thread::spawn(move || enforce_deadline(me, deadline));
+    }
+
     // Orders from zklock, on a thread of their own.
     let reader = {
         let sock = match sock.try_clone() {
@@ -173,13 +215,18 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             for line in BufReader::new(sock).lines() {
                 let Ok(line) = line else { break };
                 let mut words = line.split_whitespace();
-                match (words.next(), words.next().and_then(|n| n.parse::<i32>().ok())) {
+                match (words.next(), words.next().and_then(|n| n.parse::<u64>().ok())) {
                     (Some("done"), _) => return,
-                    (Some("term"), _) => signal_all(me, Signal::SIGTERM),
+                    (Some("term"), _) => {
+                        signal_all(me, Signal::SIGTERM);
+                        signal_all(me, Signal::SIGCONT);
+                    }
                     (Some("kill"), _) => signal_all(me, Signal::SIGKILL),
+                    (Some("deadline"), Some(ms)) => deadline.store(ms.max(1), Ordering::Release),
                     (Some("signal"), Some(n)) => {
-                        if let Ok(sig) = Signal::try_from(n) {
+                        if let Some(sig) = i32::try_from(n).ok().and_then(|n| Signal::try_from(n).ok()) {
                             let _ = kill(Pid::from_raw(-pid), sig);
+                            let _ = kill(Pid::from_raw(-pid), Signal::SIGCONT);
                         }
                     }
                     _ => {}
@@ -289,6 +336,13 @@ impl Watchdog {
             (Some("failed"), _, why) => Err(StartError::Exec(why.unwrap_or_default().to_owned())),
             _ => Err(StartError::Watchdog(format!("it reported {first:?}"))),
         }
+    }
+
+    /// Tells the watchdog when every descendant must be dead unless a later deadline comes first.
+    pub async fn deadline(&mut self, at: tokio::time::Instant) {
+        let left = at.saturating_duration_since(tokio::time::Instant::now());
+        let ms = boottime_ms().saturating_add(u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
+        self.order(&format!("deadline {ms}")).await;
     }
 
     /// Sends an order: `term`, `kill` (every descendant), `signal <n>` (the command's group), `done`.

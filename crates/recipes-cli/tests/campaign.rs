@@ -870,3 +870,123 @@ fn renegotiated_timeout_attack() {
         secs_between(cut, b_first),
     );
 }
+
+/// `zklock` alone is stopped (SIGSTOP: Ctrl-Z on a job, a debugger, a process starved of CPU), while its watchdog and
+/// its command (which ignores SIGTERM) run on: the watchdog kills the command by the kill deadline zklock last gave
+/// it, before the server may expire the session and let the next holder in.
+#[test]
+#[ignore = "fault campaign: run by scripts/campaign and scripts/test"]
+fn stopped_zklock_attack() {
+    if let Err(why) = available() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let zk = PrivateZk::start(1);
+    let connect = zk.connect().to_owned();
+    let store = FencedStore::start();
+    let path = "/campaign/stopped-zklock";
+    let mut a = writer(&connect, path, "a", 100_000, store.port);
+    wait_until("a writes", Duration::from_secs(20), || store.count("a") >= 5);
+    signal(a.id() as i32, "-STOP");
+    let stopped = Instant::now();
+    let mut b = writer(&connect, path, "b", 50, store.port);
+    wait_until("b writes", Duration::from_secs(30), || store.count("b") >= 5);
+    signal(a.id() as i32, "-CONT");
+    let a_status = wait_child(&mut a, Duration::from_secs(30));
+    let b_status = wait_child(&mut b, Duration::from_secs(30));
+    let (a_last, b_first) = handover(&store, "a", "b");
+    let gap = secs_between(a_last, b_first);
+    println!(
+        "CAMPAIGN stopped zklock: zklock alone SIGSTOPped (session timeout 2 s), its command ignoring SIGTERM: the \
+         command wrote last {:.2} s after the stop, the next holder first {:.2} s after it: dead {gap:.2} s before \
+         (zklock exit after SIGCONT {a_status:?})",
+        secs_between(stopped, a_last),
+        secs_between(stopped, b_first),
+    );
+    assert!(
+        gap > 0.0,
+        "the stopped holder's command wrote {:.2} s after the new holder began",
+        -gap
+    );
+    assert_eq!(a_status, Some(70), "the resumed zklock reports the lost lock");
+    assert_eq!(b_status, Some(0));
+}
+
+/// A port that accepts connections and never answers: a server that hangs (or a black hole in front of one).
+fn silent_listener(port: u16) -> std::thread::JoinHandle<()> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind the silent port");
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        let t0 = Instant::now();
+        listener.set_nonblocking(true).unwrap();
+        while t0.elapsed() < Duration::from_secs(120) {
+            match listener.accept() {
+                Ok((s, _)) => held.push(s),
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    })
+}
+
+/// The holder moves to a server that grants a much shorter session timeout (8 s asked, `maxSessionTimeout=1000` on
+/// server 3), while the server it left keeps its port open without answering (so asking it which timeout it grants
+/// hangs), and 300 ms later the new server is cut off from the leader: the shorter timeout must take effect as soon
+/// as the new server answers, not once every server has, and `lost()` and the watchdog's deadline must follow the
+/// lease when it moves back.
+#[test]
+#[ignore = "fault campaign: run by scripts/campaign and scripts/test"]
+fn renegotiated_timeout_silent_server_attack() {
+    if let Err(why) = available() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let zk = PrivateZk::start_with(3, &["--server-opt", "3:maxSessionTimeout=1000", "--quorum-relay", "3"]);
+    let store = FencedStore::start();
+    // Both addresses of the holder lead to server 1 (8 s granted) until the move.
+    let r1 = Relay::start(zk.addr(1));
+    let r1_port = r1.port();
+    let r3 = Relay::start(zk.addr(1));
+    let r3_port = r3.port();
+    let via = format!("{},{}", r1.addr(), r3.addr());
+    let path = "/campaign/renegotiated-silent";
+    let mut a = writer_with(
+        &["-s", &via, "--session-timeout", "8s"],
+        path,
+        "a",
+        100_000,
+        store.port,
+        WRITER,
+    );
+    wait_until("a writes", Duration::from_secs(30), || store.count("a") >= 5);
+    // The second address now leads to server 3; a waiter on server 2.
+    drop(r3);
+    let _r3 = Relay::start_on(r3_port, zk.addr(3));
+    let mut b = writer(&zk.addr(2).to_string(), path, "b", 50, store.port);
+    std::thread::sleep(Duration::from_millis(500));
+    // Off server 1 (the connection resets; its port then accepts and never answers), onto server 3 (1 s), which
+    // 300 ms later loses the leader without the holder being told.
+    drop(r1);
+    let _silent = silent_listener(r1_port);
+    std::thread::sleep(Duration::from_millis(300));
+    zk.cut_quorum(3);
+    let cut = Instant::now();
+    wait_until("b writes", Duration::from_secs(40), || store.count("b") >= 5);
+    let a_status = wait_child(&mut a, Duration::from_secs(30));
+    let b_status = wait_child(&mut b, Duration::from_secs(30));
+    zk.heal_quorum(3);
+    let (a_last, b_first) = handover(&store, "a", "b");
+    let gap = secs_between(a_last, b_first);
+    println!(
+        "CAMPAIGN renegotiated timeout, silent server: 8 s asked, moved to server 3 (1 s) while server 1's port hangs, \
+         server 3 cut from the leader 300 ms later: the command wrote last {:.2} s after the cut, the next holder first \
+         {:.2} s after it: dead {gap:.2} s before (zklock exit {a_status:?})",
+        secs_between(cut, a_last),
+        secs_between(cut, b_first),
+    );
+    assert!(
+        gap > 0.0,
+        "the old holder wrote {:.2} s after the new holder began",
+        -gap
+    );
+    assert_eq!(b_status, Some(0));
+}

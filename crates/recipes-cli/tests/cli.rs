@@ -694,3 +694,89 @@ fn leftovers_are_stopped_before_the_release() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The state letter of `pid` in `/proc` (`T`: stopped).
+fn proc_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Ctrl-Z (SIGTSTP) does not stop zklock while its command runs on (the lease would run out under the command):
+/// zklock stays running and the command finishes under the lock.
+#[test]
+fn ctrl_z_does_not_stop_zklock() {
+    let Some(zk) = server() else { return };
+    let path = unique("ctrl-z");
+    let dir = tempdir("ctrl-z");
+    let ready = dir.join("ready");
+    let script = format!("touch {}; sleep 1", ready.display());
+    let child = zklock(&zk, &[&path, "--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_file(&ready, Duration::from_secs(20));
+    let st = Command::new("kill")
+        .args(["-TSTP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::thread::sleep(Duration::from_millis(300));
+    assert_ne!(proc_state(child.id()), Some('T'), "zklock was stopped by SIGTSTP");
+    let o = wait_output(child, Duration::from_secs(20));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("not suspending"), "{}", stderr(&o));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A command that is stopped (as one reading from the terminal in the background is, by SIGTTIN) still acts on a
+/// forwarded signal: zklock follows it with SIGCONT, so SIGINT ends the command and zklock instead of leaving both
+/// waiting forever with the lock held.
+#[test]
+fn a_stopped_command_acts_on_a_forwarded_signal() {
+    let Some(zk) = server() else { return };
+    let path = unique("stopped-command");
+    let dir = tempdir("stopped-command");
+    let ready = dir.join("ready");
+    let script = format!("touch {}; kill -STOP $$; sleep 100", ready.display());
+    let child = zklock(&zk, &[&path, "--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_file(&ready, Duration::from_secs(20));
+    std::thread::sleep(Duration::from_millis(200));
+    let st = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let o = wait_output(child, Duration::from_secs(20));
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    let o = run(zklock(&zk, &["-w", "0", &path, "--", "true"]));
+    assert_eq!(o.status.code(), Some(0), "lock not released: {}", stderr(&o));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A server of the connect string that refuses connections neither delays the session nor costs the lease: with a
+/// short session timeout, a command that runs for two timeouts keeps its lock (the lease moves on heartbeats from the
+/// start, while the dead server's probe is still out).
+#[test]
+fn a_dead_server_in_the_connect_string_costs_no_lease() {
+    let Some(zk) = server() else { return };
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+        // dropped: the port now refuses
+    };
+    for servers in [format!("{dead},{zk}"), format!("{zk},{dead}")] {
+        let path = unique("dead-server");
+        let t0 = Instant::now();
+        let o = run(zklock(
+            &servers,
+            &["--session-timeout", "4s", &path, "--", "sleep", "8"],
+        ));
+        assert_eq!(o.status.code(), Some(0), "{servers}: {}", stderr(&o));
+        assert!(t0.elapsed() < Duration::from_secs(30));
+    }
+}

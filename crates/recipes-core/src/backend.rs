@@ -84,10 +84,11 @@ pub struct SessionStatus {
 
 /// What a backend knows of its session's liveness, from which a lock's lease is computed.
 ///
-/// The server expires a session no earlier than `session_timeout` after it last heard from the client, and it heard
-/// from the client no earlier than when the client sent a request the server answered. So the session, and every
-/// lock it holds, is alive at least until `answered_send + session_timeout` (measured on the client's clock, less a
-/// margin for clock rates).
+/// The backend promises that the server does not expire the session before `answered_send + session_timeout`
+/// (measured on the client's clock; the recipes take a margin off for clock rates). How it knows is its own: the
+/// in-memory server expires a session `session_timeout` after the send time of the last request it answered;
+/// ZooKeeper's leader alone expires sessions, so the ZooKeeper backend moves `answered_send` only on evidence that
+/// passed through the leader, and assumes the shortest timeout any server grants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lease {
     /// The session this lease is about.
@@ -219,7 +220,9 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// `NoNode`, `NotEmpty`, `ConnectionLoss`, `SessionExpired`.
     async fn delete(&self, session: SessionId, path: &str) -> Result<()>;
 
-    /// The current session and its state; the receiver sees every later change.
+    /// The current session and its state; the receiver sees every later change, and is also woken (with the status
+    /// unchanged) when the lease moves back: its end comes earlier than a reader of [`lease`](Backend::lease) may
+    /// have computed (a shorter session timeout after a reconnection).
     fn session(&self) -> watch::Receiver<SessionStatus>;
 
     /// The current session and its state, now (cheaper than subscribing with [`session`](Backend::session)).
@@ -227,9 +230,8 @@ pub trait Backend: Send + Sync + fmt::Debug {
         *self.session().borrow()
     }
 
-    /// The current session's lease: when it last sent a request the server answered. A backend keeps it fresh
-    /// while idle (heartbeats at most a quarter of the session timeout apart) and never moves it forward for a
-    /// request that was not answered.
+    /// The current session's lease (see [`Lease`]). A backend keeps it fresh while idle (heartbeats at most a quarter
+    /// of the session timeout apart) and never moves it forward for a request that was not answered.
     fn lease(&self) -> Lease;
 }
 

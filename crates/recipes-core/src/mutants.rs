@@ -38,6 +38,15 @@ pub enum Mutant {
     /// After a lost reply, the driver reads (to recover a create, or to check a fixed-name node before deleting it)
     /// without a `sync` first, on a server that may not show the lost request's effect yet.
     NoSyncAfterLostReply,
+    /// `zklock` gives the watchdog no kill deadline: a `zklock` that is stopped (SIGSTOP, Ctrl-Z) leaves its command
+    /// running past the lease.
+    NoKillDeadline,
+    /// The ZooKeeper backend applies the session timeouts the servers grant only once every server has answered
+    /// (one server that does not answer holds the shorter timeout back for the connect timeout).
+    ProbeRoundAtOnce,
+    /// `lost()` sleeps until the end of the lease it read, and the backend does not wake it when the lease moves
+    /// back (a shorter timeout after a reconnection goes unnoticed).
+    LostSleepsToLeaseEnd,
     /// Not a bug: every waiter that came to hold the lock marks itself `first`, not only one behind a long queue,
     /// so that the model checker explores the marking optimisation with a few clients.
     AlwaysMark,

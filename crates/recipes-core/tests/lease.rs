@@ -6,7 +6,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::{GuardedError, LeaseMargin, Locks, LostReason};
+use recipes_core::{
+    Backend, CreateMode, Created, DeletionWatch, GuardedError, Lease, LeaseMargin, Locks, LostReason, NodeWatch,
+    Result, SessionId, SessionStatus, Stat,
+};
 use recipes_mem::MemCluster;
 use tokio::time::Instant;
 
@@ -268,4 +271,83 @@ async fn every_lost_reason() {
     client.disconnect_for(Duration::from_secs(9));
     assert_eq!(lost(&g).await, LostReason::LeaseExpired);
     assert!(LostReason::LeaseExpired.to_string().contains("lease"));
+}
+
+/// The in-memory client, whose lease the test can make assume a shorter session timeout without telling anyone (as a
+/// reconnection to a server that grants less may, before the backend wakes the session's watchers).
+#[derive(Debug)]
+struct Shrinking {
+    inner: Arc<recipes_mem::MemClient>,
+    timeout: std::sync::Mutex<Option<Duration>>,
+}
+
+#[async_trait::async_trait]
+impl Backend for Shrinking {
+    async fn create(&self, s: SessionId, path: &str, data: &[u8], mode: CreateMode) -> Result<Created> {
+        self.inner.create(s, path, data, mode).await
+    }
+    async fn children(&self, s: SessionId, path: &str) -> Result<Vec<String>> {
+        self.inner.children(s, path).await
+    }
+    async fn get(&self, s: SessionId, path: &str) -> Result<Option<(Vec<u8>, Stat)>> {
+        self.inner.get(s, path).await
+    }
+    async fn sync(&self, s: SessionId, path: &str) -> Result<()> {
+        self.inner.sync(s, path).await
+    }
+    async fn watch_deletion(&self, s: SessionId, path: &str) -> Result<Option<(Stat, DeletionWatch)>> {
+        self.inner.watch_deletion(s, path).await
+    }
+    async fn get_and_watch(&self, s: SessionId, path: &str) -> Result<Option<(Vec<u8>, NodeWatch)>> {
+        self.inner.get_and_watch(s, path).await
+    }
+    fn set_data_unacked(&self, s: SessionId, path: &str, data: &[u8]) {
+        self.inner.set_data_unacked(s, path, data)
+    }
+    async fn delete(&self, s: SessionId, path: &str) -> Result<()> {
+        self.inner.delete(s, path).await
+    }
+    fn session(&self) -> tokio::sync::watch::Receiver<SessionStatus> {
+        self.inner.session()
+    }
+    fn lease(&self) -> Lease {
+        let mut lease = self.inner.lease();
+        if let Some(t) = *self.timeout.lock().unwrap() {
+            lease.session_timeout = t;
+        }
+        lease
+    }
+}
+
+/// `lost()` notices a lease that moved back even when nothing wakes it: it reads the lease again at least every
+/// eighth of the session timeout, instead of sleeping until the end of the lease it last read.
+#[tokio::test(start_paused = true)]
+async fn lost_notices_a_lease_that_moves_back_unannounced() {
+    for mutant in [false, true] {
+        recipes_core::mutants::set(recipes_core::mutants::Mutant::LostSleepsToLeaseEnd, mutant);
+        let cluster = MemCluster::new();
+        let backend = Arc::new(Shrinking {
+            inner: cluster.client_with_timeout(TIMEOUT),
+            timeout: std::sync::Mutex::new(None),
+        });
+        let locks = Locks::new(backend.clone());
+        let g = locks.fair("/lease/moves-back").unwrap().acquire().await.unwrap();
+        let watching = tokio::spawn(async move {
+            let r = lost(&g).await;
+            (r, Instant::now())
+        });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // Every answer the lease rests on is now older than the timeout it assumes.
+        *backend.timeout.lock().unwrap() = Some(Duration::ZERO);
+        let shrunk = Instant::now();
+        let (reason, at) = watching.await.unwrap();
+        assert_eq!(reason, LostReason::LeaseExpired);
+        let noticed = at.duration_since(shrunk);
+        if mutant {
+            assert!(noticed > TIMEOUT / 2, "the old rule noticed after {noticed:?}");
+        } else {
+            assert!(noticed <= TIMEOUT / 8, "noticed {noticed:?} after the lease moved back");
+        }
+    }
+    recipes_core::mutants::set(recipes_core::mutants::Mutant::LostSleepsToLeaseEnd, false);
 }

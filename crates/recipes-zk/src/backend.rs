@@ -16,7 +16,7 @@ use tracing::info;
 use crate::errors::{map_err, session_event_error};
 use crate::lease::Stamp;
 use crate::options::ZkOptions;
-use crate::session::{heartbeat, monitor, session_id, Evidence, Inner};
+use crate::session::{heartbeat, monitor, probe_timeouts, session_id, Evidence, Inner};
 use crate::zk;
 
 /// One ZooKeeper session, implementing [`Backend`]. Cheap to share (`Arc`); dropping the last handle closes the
@@ -69,8 +69,10 @@ fn stat(s: &zk::Stat) -> Stat {
 impl ZkBackend {
     /// Connects and opens a session.
     ///
-    /// It also asks every server of the connect string which session timeout it grants this client (with a
-    /// short-lived session each): a reconnection renegotiates the timeout, and the lease assumes the shortest.
+    /// The lease starts with the timeout the connected server granted. In the background, every server of the connect
+    /// string is asked which session timeout it grants this client (with a short-lived session each), and the lease
+    /// assumes the shortest as each answer arrives: a reconnection renegotiates the timeout. A server that does not
+    /// answer holds up neither the connect nor the other answers.
     ///
     /// # Notable errors
     /// [`Error::Unreachable`] when no server answers within the connect timeout (never a hang).
@@ -80,11 +82,11 @@ impl ZkBackend {
     pub async fn connect(options: ZkOptions) -> Result<Arc<ZkBackend>> {
         let sent = Stamp::now();
         let client = options.connect().await?;
-        let granted = options.granted_timeouts().await;
         let id = session_id(&client);
-        info!(servers = %options.servers, session = format!("{id:#x}"), timeout = ?client.session_timeout(), ?granted, "ZooKeeper session opened");
+        info!(servers = %options.servers, session = format!("{id:#x}"), timeout = ?client.session_timeout(), "ZooKeeper session opened");
         let watcher = client.state_watcher();
-        let inner = Arc::new(Inner::new(options, client, sent, &granted));
+        let inner = Arc::new(Inner::new(options, client, sent));
+        tokio::spawn(probe_timeouts(Arc::downgrade(&inner), id));
         tokio::spawn(monitor(Arc::downgrade(&inner), watcher, id));
         tokio::spawn(heartbeat(Arc::downgrade(&inner)));
         Ok(Arc::new(ZkBackend { inner }))
@@ -94,6 +96,17 @@ impl ZkBackend {
     /// requested one, bounded by each server's `minSessionTimeout` and `maxSessionTimeout`).
     pub fn session_timeout(&self) -> Duration {
         self.inner.session_timeout()
+    }
+
+    /// Waits (at most `limit`) until every server of the connect string has been asked which session timeout it
+    /// grants, so that [`session_timeout`](ZkBackend::session_timeout) is the shortest of them (a server that does not
+    /// answer is not waited for past `limit`).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub async fn timeouts_probed(&self, limit: Duration) {
+        let mut rx = self.inner.probing.subscribe();
+        let _ = tokio::time::timeout(limit, rx.wait_for(|n| *n == 0)).await;
     }
 
     /// The current session id.

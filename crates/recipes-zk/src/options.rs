@@ -1,9 +1,12 @@
 //! How to reach ZooKeeper: the connect string, timeouts, authentication.
 
 use std::fmt;
+use std::future::Future;
 use std::time::Duration;
 
+use futures::stream::FuturesUnordered;
 use recipes_core::{Error, Result};
+use tokio::net::TcpStream;
 use tracing::debug;
 
 use crate::zk;
@@ -92,27 +95,69 @@ impl ZkOptions {
         }
     }
 
-    /// The session timeout each server of the connect string grants to this client, asked of each with a short-lived
+    /// Asks every server of the connect string which session timeout it grants this client, each with a short-lived
     /// session of its own (a reconnection renegotiates the timeout, and the client library does not say what it got).
-    /// Servers that do not answer within the connect timeout are left out.
-    pub(crate) async fn granted_timeouts(&self) -> Vec<Duration> {
+    /// The answers come as they arrive: a server that does not answer (within the connect timeout) holds up no other.
+    pub(crate) fn timeout_probes(&self) -> FuturesUnordered<impl Future<Output = Option<Duration>> + '_> {
         let (hosts, chroot) = match self.servers.split_once('/') {
             Some((h, c)) => (h, format!("/{c}")),
             None => (self.servers.as_str(), String::new()),
         };
-        let probes = hosts.split(',').map(str::trim).filter(|h| !h.is_empty()).map(|host| {
-            let target = format!("{host}{chroot}");
-            async move {
-                match tokio::time::timeout(self.connect_timeout, self.connector().connect(&target)).await {
-                    Ok(Ok(client)) => Some(client.session_timeout()),
-                    other => {
-                        debug!(host, ?other, "no session timeout from this server");
-                        None
+        hosts
+            .split(',')
+            .map(str::trim)
+            .filter(|h| !h.is_empty())
+            .map(|host| {
+                let target = format!("{host}{chroot}");
+                async move {
+                    // A refused or unresolvable server answers no probe: say so at once (the client library would
+                    // retry it until the connect timeout).
+                    match tokio::time::timeout(self.connect_timeout, TcpStream::connect(with_port(host))).await {
+                        Ok(Ok(_)) => {}
+                        other => {
+                            debug!(host, ?other, "no session timeout from this server");
+                            return None;
+                        }
                     }
+                    match tokio::time::timeout(self.connect_timeout, self.connector().connect(&target)).await {
+                        Ok(Ok(client)) => Some(client.session_timeout()),
+                        other => {
+                            debug!(host, ?other, "no session timeout from this server");
+                            None
+                        }
+                    }
+                    // The probe's client is dropped here, which closes its session.
                 }
-                // The probe's client is dropped here, which closes its session.
-            }
-        });
-        futures::future::join_all(probes).await.into_iter().flatten().collect()
+            })
+            .collect()
+    }
+}
+
+/// ZooKeeper's client port, when a server of the connect string names none.
+const DEFAULT_PORT: u16 = 2181;
+
+/// `host:port` for a server of the connect string (`host`, `host:port`, `[v6]` or `[v6]:port`).
+fn with_port(host: &str) -> String {
+    let port_given = match host.rsplit_once(']') {
+        Some((_, rest)) => rest.starts_with(':'),
+        None => host.matches(':').count() == 1,
+    };
+    if port_given {
+        host.to_owned()
+    } else {
+        format!("{host}:{DEFAULT_PORT}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_port;
+
+    #[test]
+    fn servers_get_the_default_port_when_they_name_none() {
+        assert_eq!(with_port("zk1"), "zk1:2181");
+        assert_eq!(with_port("zk1:2888"), "zk1:2888");
+        assert_eq!(with_port("[::1]"), "[::1]:2181");
+        assert_eq!(with_port("[::1]:2888"), "[::1]:2888");
     }
 }

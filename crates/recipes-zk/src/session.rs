@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard, RwLock};
 
+use futures::StreamExt;
 use recipes_core::mutants::{is_active, Mutant};
 use recipes_core::{Error, Lease, Result, SessionId, SessionState, SessionStatus};
 use tokio::sync::{watch, Notify};
@@ -42,18 +43,19 @@ pub(crate) struct Inner {
     lease: Mutex<LeaseClock>,
     /// Wakes the heartbeat at once (after a reconnection).
     pub beat_now: Notify,
+    /// How many rounds of timeout probes are running.
+    pub probing: watch::Sender<u32>,
 }
 
 impl Inner {
-    /// A backend's state for a session just connected by `client` (its connect request sent at `sent`), whose servers
-    /// grant the session timeouts `granted`.
-    pub fn new(options: ZkOptions, client: zk::Client, sent: Stamp, granted: &[Duration]) -> Self {
+    /// A backend's state for a session just connected by `client` (its connect request sent at `sent`).
+    pub fn new(options: ZkOptions, client: zk::Client, sent: Stamp) -> Self {
         let id = session_id(&client);
         let (status, _) = watch::channel(SessionStatus {
             id,
             state: SessionState::Connected,
         });
-        let lease = new_lease(&client, sent, granted);
+        let lease = new_lease(&client, sent);
         Inner {
             options,
             client: RwLock::new(Some(client)),
@@ -61,6 +63,7 @@ impl Inner {
             closed: AtomicBool::new(false),
             lease: Mutex::new(lease),
             beat_now: Notify::new(),
+            probing: watch::channel(0).0,
         }
     }
 
@@ -118,16 +121,26 @@ impl Inner {
         self.lease_clock().timeout()
     }
 
-    fn shorten_timeout(&self, session: SessionId, granted: &[Duration]) {
+    /// A server grants `granted`: the lease of `session` assumes it from now on when it is shorter, and whoever watches
+    /// the session is woken to look at the lease again.
+    fn shorten_timeout(&self, session: SessionId, granted: Duration) {
         if is_active(Mutant::FirstTimeoutOnly) {
             return;
         }
         let mut lease = self.lease_clock();
-        if lease.session() == session {
-            for t in granted {
-                lease.shorten_timeout(*t);
+        if lease.session() == session && granted < lease.timeout() {
+            lease.shorten_timeout(granted);
+            drop(lease);
+            if !is_active(Mutant::LostSleepsToLeaseEnd) {
+                self.lease_moved_back();
             }
         }
+    }
+
+    /// The lease ends earlier than it did (a shorter timeout, time spent suspended): wakes every watcher of the session
+    /// (such as `lost()`, which sleeps until the end of the lease it last read).
+    fn lease_moved_back(&self) {
+        self.status.send_modify(|_| {});
     }
 
     /// Marks the backend closed and takes its client (dropping it closes the session).
@@ -142,14 +155,37 @@ impl Inner {
     }
 }
 
-fn new_lease(client: &zk::Client, sent: Stamp, granted: &[Duration]) -> LeaseClock {
-    let mut lease = LeaseClock::created(session_id(client), client.session_timeout(), sent);
-    if !is_active(Mutant::FirstTimeoutOnly) {
-        for t in granted {
-            lease.shorten_timeout(*t);
+/// The lease of a session just connected by `client`: the timeout it negotiated with the server it is connected to
+/// (the probes shorten it for the servers it may move to).
+fn new_lease(client: &zk::Client, sent: Stamp) -> LeaseClock {
+    LeaseClock::created(session_id(client), client.session_timeout(), sent)
+}
+
+/// Asks every server which session timeout it grants (see [`ZkOptions::timeout_probes`]) and shortens the lease of
+/// `session` as each answer arrives.
+pub(crate) async fn probe_timeouts(inner: Weak<Inner>, session: SessionId) {
+    let Some(options) = inner.upgrade().map(|i| {
+        i.probing.send_modify(|n| *n += 1);
+        i.options.clone()
+    }) else {
+        return;
+    };
+    let mut probes = options.timeout_probes();
+    let mut held_back = Vec::new();
+    while let Some(answer) = probes.next().await {
+        let Some(strong) = inner.upgrade() else { return };
+        match answer {
+            Some(granted) if is_active(Mutant::ProbeRoundAtOnce) => held_back.push(granted),
+            Some(granted) => strong.shorten_timeout(session, granted),
+            None => {}
         }
     }
-    lease
+    if let Some(strong) = inner.upgrade() {
+        for granted in held_back {
+            strong.shorten_timeout(session, granted);
+        }
+        strong.probing.send_modify(|n| *n -= 1);
+    }
 }
 
 fn publish(inner: &Inner, id: SessionId, state: SessionState) {
@@ -176,16 +212,7 @@ pub(crate) async fn monitor(inner: Weak<Inner>, mut watcher: zk::StateWatcher, m
             zk::SessionState::SyncConnected => {
                 publish(&strong, id, SessionState::Connected);
                 strong.beat_now.notify_one();
-                let (weak, session) = (inner.clone(), id);
-                tokio::spawn(async move {
-                    let Some(options) = weak.upgrade().map(|i| i.options.clone()) else {
-                        return;
-                    };
-                    let granted = options.granted_timeouts().await;
-                    if let Some(i) = weak.upgrade() {
-                        i.shorten_timeout(session, &granted);
-                    }
-                });
+                tokio::spawn(probe_timeouts(inner.clone(), id));
             }
             zk::SessionState::Disconnected | zk::SessionState::ConnectedReadOnly => {
                 publish(&strong, id, SessionState::Suspended)
@@ -210,6 +237,7 @@ pub(crate) async fn monitor(inner: Weak<Inner>, mut watcher: zk::StateWatcher, m
                 drop(slot);
                 info!(session = format!("{id:#x}"), "new ZooKeeper session");
                 publish(&strong, id, SessionState::Connected);
+                tokio::spawn(probe_timeouts(inner.clone(), id));
             }
             zk::SessionState::Closed | zk::SessionState::AuthFailed => {
                 publish(&strong, id, SessionState::Closed);
@@ -233,9 +261,8 @@ async fn reconnect(inner: &Weak<Inner>) -> Option<(zk::Client, std::sync::Arc<In
         let sent = Stamp::now();
         match options.connect().await {
             Ok(c) => {
-                let granted = options.granted_timeouts().await;
                 let strong = inner.upgrade()?;
-                *strong.lease_clock() = new_lease(&c, sent, &granted);
+                *strong.lease_clock() = new_lease(&c, sent);
                 return Some((c, strong));
             }
             Err(e) => {

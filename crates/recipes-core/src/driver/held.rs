@@ -2,6 +2,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::time::Instant;
@@ -16,6 +17,11 @@ use crate::error::{Error, LostReason, NotHeldReason, Result};
 use crate::metrics::Counters;
 use crate::mutants::{is_active, Mutant};
 use crate::path::LockPath;
+
+/// `lost()` reads the lease again at least this many times per session timeout.
+const LOOK_AGAIN_PER_TIMEOUT: u32 = 8;
+/// ... but not more often than this.
+const LOOK_AGAIN_AT_MOST: Duration = Duration::from_millis(10);
 
 /// A lock node that holds its lock. Deleting it releases the lock; dropping it unreleased deletes it in the
 /// background.
@@ -142,6 +148,11 @@ impl HeldNode {
     /// Until when the lock is known valid: the lease of its session, or `None` once that session is over (or the
     /// node is known to have been deleted).
     pub fn valid_until(&self) -> Option<Instant> {
+        self.lease_end().map(|(until, _)| until)
+    }
+
+    /// The end of the lease, and the session timeout it assumes.
+    fn lease_end(&self) -> Option<(Instant, Duration)> {
         if self.known_loss(self.ctx.backend.session_status()).is_some() {
             return None;
         }
@@ -150,7 +161,7 @@ impl HeldNode {
             return None;
         }
         let trusted = lease.session_timeout.mul_f64(1.0 - self.ctx.lease_margin);
-        lease.answered_send.map(|t| t + trusted)
+        lease.answered_send.map(|t| (t + trusted, lease.session_timeout))
     }
 
     /// Why the lock cannot be trusted now, or `None` while its lease is valid.
@@ -195,10 +206,17 @@ impl HeldNode {
             if let Some(r) = self.known_loss(status) {
                 return r;
             }
-            let until = match self.valid_until() {
+            let (until, timeout) = match self.lease_end() {
                 None => return LostReason::SessionExpired,
-                Some(until) if Instant::now() >= until => return LostReason::LeaseExpired,
-                Some(until) => until,
+                Some((until, _)) if Instant::now() >= until => return LostReason::LeaseExpired,
+                Some(end) => end,
+            };
+            // The lease may also end earlier than it did when read (a shorter session timeout after a reconnection,
+            // time the machine spent suspended): look again at least every eighth of the timeout.
+            let look_again = if is_active(Mutant::LostSleepsToLeaseEnd) {
+                until
+            } else {
+                until.min(Instant::now() + (timeout / LOOK_AGAIN_PER_TIMEOUT).max(LOOK_AGAIN_AT_MOST))
             };
             let armable = interrupted_at.map_or(true, |at| seen > at);
             if watch.is_none() && armable && status.state == SessionState::Connected {
@@ -227,7 +245,7 @@ impl HeldNode {
                     }
                     seen += 1;
                 }
-                () = tokio::time::sleep_until(until) => {}
+                () = tokio::time::sleep_until(look_again) => {}
             }
         }
     }

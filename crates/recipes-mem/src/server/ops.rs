@@ -43,6 +43,15 @@ pub(crate) enum Op {
 }
 
 impl Op {
+    /// A create of `path`.
+    pub fn create(path: &str, data: &[u8], mode: CreateMode) -> Op {
+        Op::Create {
+            path: path.to_owned(),
+            data: data.to_vec(),
+            mode,
+        }
+    }
+
     /// What the request reads and writes of the tree, for partial-order reduction.
     pub(super) fn access(&self, sid: SessionId) -> Access {
         let node = |p: &str| format!("node:{p}");
@@ -94,6 +103,53 @@ pub(crate) enum Reply {
     Node(Option<(Vec<u8>, Stat)>),
     Exists(Option<Stat>),
     Done,
+}
+
+/// The server answers each request with the reply of its kind: the accessors name the request.
+impl Reply {
+    /// The reply to a create.
+    pub fn created(self) -> Created {
+        match self {
+            Reply::Created(c) => c,
+            other => other.unexpected("create"),
+        }
+    }
+
+    /// The reply to a list of children.
+    pub fn names(self) -> Vec<String> {
+        match self {
+            Reply::Names(n) => n,
+            other => other.unexpected("list"),
+        }
+    }
+
+    /// The reply to a get (with or without a watch).
+    pub fn node(self) -> Option<(Vec<u8>, Stat)> {
+        match self {
+            Reply::Node(n) => n,
+            other => other.unexpected("get"),
+        }
+    }
+
+    /// The reply to an exists-watch.
+    pub fn exists(self) -> Option<Stat> {
+        match self {
+            Reply::Exists(s) => s,
+            other => other.unexpected("exists"),
+        }
+    }
+
+    /// The reply to a request that returns nothing (`op`: a delete, a sync).
+    pub fn done(self, op: &str) {
+        match self {
+            Reply::Done => {}
+            other => other.unexpected(op),
+        }
+    }
+
+    fn unexpected(self, op: &str) -> ! {
+        unreachable!("the in-memory server answers a {op} with its own reply kind, got {self:?}")
+    }
 }
 
 /// What a watch waits for.

@@ -34,6 +34,11 @@ impl Node {
     pub fn stat(&self) -> Stat {
         Stat::new(self.czxid, self.ephemeral_owner, self.ctime)
     }
+
+    /// What a read returns: the data and the stat.
+    pub fn read(&self) -> (Vec<u8>, Stat) {
+        (self.data.clone(), self.stat())
+    }
 }
 
 fn now_millis() -> i64 {

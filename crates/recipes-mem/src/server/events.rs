@@ -1,10 +1,11 @@
-//! Timers, the events the controlled mode lets a model checker pick ([`NetEvent`]) and what each touches
-//! ([`Access`]), and the automatic mode's schedule.
+//! The events of the world one at a time: timers ([`Timer`]), the events a model checker picks from in the
+//! controlled mode ([`NetEvent`]) and what each touches ([`Access`]), listing, firing and describing them, and the
+//! automatic mode's schedule (`next_due`, `run_due`).
 
-use recipes_core::{Result, SessionId};
+use recipes_core::SessionId;
 use tokio::time::Instant;
 
-use super::{Inbound, Reply, State};
+use super::{Inbound, Reply, Session, State};
 
 /// A scheduled event of the world: a client reconnecting, or the server expiring a session it has not heard from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,16 +103,14 @@ impl State {
 
     /// The earliest moment something is due in the automatic mode: a timer, a request, a delivery or a reap.
     pub fn next_due(&self) -> Option<Instant> {
-        let mut next = self.timers.keys().next().map(|(at, _)| *at);
+        let mut next = self.next_timer();
         let mut consider = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
         for rec in self.sessions.values() {
             if let Some(r) = rec.outbound.front().or(rec.orphans.front()) {
                 consider(r.due);
             }
-            if rec.up && !rec.crashed {
-                if let Some(i) = rec.inbound.front() {
-                    consider(i.due().0);
-                }
+            if let Some(i) = rec.next_delivery() {
+                consider(i.due().0);
             }
         }
         if let Some(t) = self.tree.next_reap(self.reap_delay) {
@@ -135,17 +134,15 @@ impl State {
                 consider(*at, *seq, NetEvent::Timer(*seq));
             }
             for (sid, rec) in &self.sessions {
-                if let Some(r) = rec.outbound.front().filter(|_| !rec.waits_for_orphans()) {
+                if let Some(r) = rec.next_apply() {
                     consider(r.due, r.seq, NetEvent::Apply(*sid));
                 }
                 if let Some(r) = rec.orphans.front() {
                     consider(r.due, r.seq, NetEvent::ApplyOrphan(*sid));
                 }
-                if rec.up && !rec.crashed {
-                    if let Some(i) = rec.inbound.front() {
-                        let (due, seq) = i.due();
-                        consider(due, seq, NetEvent::Deliver(*sid));
-                    }
+                if let Some(i) = rec.next_delivery() {
+                    let (due, seq) = i.due();
+                    consider(due, seq, NetEvent::Deliver(*sid));
                 }
             }
             let Some((_, _, e)) = best else { return };
@@ -157,14 +154,14 @@ impl State {
     pub fn events(&self, now: Instant) -> Vec<NetEvent> {
         let mut out = Vec::new();
         for (sid, rec) in &self.sessions {
-            if !rec.outbound.is_empty() && !rec.waits_for_orphans() {
+            if rec.next_apply().is_some() {
                 out.push(NetEvent::Apply(*sid));
             }
             if !rec.orphans.is_empty() {
                 out.push(NetEvent::ApplyOrphan(*sid));
                 out.push(NetEvent::DropOrphans(*sid));
             }
-            if rec.up && !rec.crashed && !rec.inbound.is_empty() {
+            if rec.next_delivery().is_some() {
                 out.push(NetEvent::Deliver(*sid));
             }
         }
@@ -185,11 +182,7 @@ impl State {
     pub fn fire_event(&mut self, e: NetEvent, now: Instant) -> bool {
         match e {
             NetEvent::Apply(sid) => {
-                if self
-                    .sessions
-                    .get(&sid)
-                    .map_or(true, |r| r.outbound.is_empty() || r.waits_for_orphans())
-                {
+                if self.sessions.get(&sid).and_then(Session::next_apply).is_none() {
                     return false;
                 }
                 self.apply(sid, false, now);
@@ -211,14 +204,10 @@ impl State {
                 self.touch();
             }
             NetEvent::Deliver(sid) => {
-                if self
-                    .sessions
-                    .get(&sid)
-                    .map_or(true, |r| !r.up || r.crashed || r.inbound.is_empty())
-                {
+                if self.sessions.get(&sid).and_then(Session::next_delivery).is_none() {
                     return false;
                 }
-                self.deliver(sid, now);
+                self.deliver(sid);
             }
             NetEvent::Timer(seq) => {
                 let Some(key) = self.timers.keys().find(|(_, s)| *s == seq).copied() else {
@@ -270,7 +259,7 @@ impl State {
             },
             NetEvent::DropOrphans(s) => format!("{} orphans lost", sid(s)),
             NetEvent::Deliver(s) => match self.sessions.get(&s).and_then(|r| r.inbound.front()) {
-                Some(Inbound::Reply { result, .. }) => format!("{} reply {}", sid(s), describe_result(result)),
+                Some(Inbound::Reply { result, .. }) => format!("{} reply {}", sid(s), Reply::describe(result)),
                 Some(Inbound::Event { event, .. }) => format!("{} watch {:?}", sid(s), event),
                 None => format!("{} deliver (nothing)", sid(s)),
             },
@@ -290,18 +279,5 @@ impl State {
                 .values()
                 .map(|r| r.outbound.len() + r.orphans.len() + r.inbound.len())
                 .sum::<usize>()
-    }
-}
-
-fn describe_result(r: &Result<Reply>) -> String {
-    match r {
-        Ok(Reply::Created(c)) => format!("created {}", c.path),
-        Ok(Reply::Names(n)) => format!("{} children", n.len()),
-        Ok(Reply::Node(Some(_))) => "node".into(),
-        Ok(Reply::Node(None)) => "no node".into(),
-        Ok(Reply::Exists(Some(_))) => "exists (watch set)".into(),
-        Ok(Reply::Exists(None)) => "does not exist".into(),
-        Ok(Reply::Done) => "ok".into(),
-        Err(e) => format!("error: {e}"),
     }
 }

@@ -30,7 +30,7 @@ use tokio::time::Instant;
 
 use events::Timer;
 pub use events::{Access, NetEvent};
-use ops::WatchKind;
+use ops::Watches;
 pub(crate) use ops::{Op, Reply};
 pub(crate) use session::{ClientShared, Session};
 
@@ -42,15 +42,27 @@ pub(crate) type ReplyTx = oneshot::Sender<Result<Reply>>;
 /// How long the connection is down after a reply was lost on purpose (`lose_next_create_replies`).
 const LOST_REPLY_BLIP: Duration = Duration::from_millis(10);
 
+/// A request on its way to the server.
 #[derive(Debug)]
 struct Request {
     op: Op,
+    /// Where the reply goes (taken when the caller learns that the connection broke).
     reply: Option<ReplyTx>,
     sent: Instant,
     due: Instant,
     seq: u64,
 }
 
+impl Request {
+    /// Fails the caller, if it still waits for the reply.
+    fn fail(&mut self, e: Error) {
+        if let Some(tx) = self.reply.take() {
+            let _ = tx.send(Err(e));
+        }
+    }
+}
+
+/// A reply or a watch event on its way to a client.
 #[derive(Debug)]
 enum Inbound {
     Reply {
@@ -74,6 +86,18 @@ impl Inbound {
             Inbound::Reply { due, seq, .. } | Inbound::Event { due, seq, .. } => (*due, *seq),
         }
     }
+
+    /// Hands the reply or the event to whoever waits for it.
+    fn hand_over(self) {
+        match self {
+            Inbound::Reply { tx, result, .. } => {
+                let _ = tx.send(result);
+            }
+            Inbound::Event { tx, event, .. } => {
+                let _ = tx.send(event);
+            }
+        }
+    }
 }
 
 /// The whole simulated service.
@@ -82,7 +106,7 @@ pub(crate) struct State {
     pub tree: Tree,
     pub sessions: BTreeMap<SessionId, Session>,
     next_session: SessionId,
-    watches: BTreeMap<String, Vec<(SessionId, WatchKind, WatchTx)>>,
+    watches: Watches,
     pub latency: Duration,
     pub watch_delay: Duration,
     pub reap_delay: Duration,
@@ -100,7 +124,7 @@ impl Default for State {
             tree: Tree::default(),
             sessions: BTreeMap::new(),
             next_session: 0x1000,
-            watches: BTreeMap::new(),
+            watches: Watches::default(),
             latency: Duration::ZERO,
             watch_delay: Duration::ZERO,
             reap_delay: Duration::from_secs(60),
@@ -127,7 +151,7 @@ impl State {
     /// Brings the server up to `now`: reaps the containers that have been empty long enough.
     pub fn catch_up(&mut self, now: Instant) {
         for path in self.tree.reap(now, self.reap_delay) {
-            self.fire_deleted(&path, now);
+            self.fire_watches(&path, NodeEvent::Deleted, now);
         }
     }
 
@@ -173,7 +197,7 @@ impl State {
         self.touch();
         if self.immediate() {
             self.apply(sid, false, now);
-            self.deliver_ready(sid, now);
+            self.deliver_ready(sid);
         }
         Ok(rx)
     }
@@ -184,13 +208,9 @@ impl State {
     }
 
     /// Delivers, at once, what is ready on `sid`'s inbound queue (immediate mode only).
-    fn deliver_ready(&mut self, sid: SessionId, now: Instant) {
-        while self
-            .sessions
-            .get(&sid)
-            .is_some_and(|r| r.up && !r.crashed && !r.inbound.is_empty())
-        {
-            self.deliver(sid, now);
+    fn deliver_ready(&mut self, sid: SessionId) {
+        while self.sessions.get(&sid).and_then(Session::next_delivery).is_some() {
+            self.deliver(sid);
         }
     }
 
@@ -200,34 +220,28 @@ impl State {
         let Some(rec) = self.sessions.get_mut(&sid) else { return };
         let queue = if orphan { &mut rec.orphans } else { &mut rec.outbound };
         let Some(req) = queue.pop_front() else { return };
-        let alive = rec.alive;
         let ephemeral_create = req.op.is_ephemeral_create();
-        let result = if alive {
+        let result = if rec.alive {
             self.execute(sid, req.op, now)
         } else {
             Err(Error::SessionExpired)
         };
         // A lost reply is aimed at a lock node that was made (not at a create that failed).
-        let lose = result.is_ok()
-            && ephemeral_create
-            && self.sessions.get_mut(&sid).is_some_and(|rec| {
-                let lose = rec.lose_create_replies > 0;
-                rec.lose_create_replies = rec.lose_create_replies.saturating_sub(1);
-                lose
-            });
+        let lose =
+            result.is_ok() && ephemeral_create && self.sessions.get_mut(&sid).is_some_and(Session::loses_create_reply);
         self.touch();
         if let Some(tx) = req.reply {
-            self.push_inbound(
-                sid,
-                |due, seq| Inbound::Reply {
+            let seq = self.next_seq();
+            let earliest = now + self.latency;
+            if let Some(rec) = self.sessions.get_mut(&sid) {
+                rec.queue_inbound(earliest, |due| Inbound::Reply {
                     tx,
                     result,
                     sent: req.sent,
                     due,
                     seq,
-                },
-                now,
-            );
+                });
+            }
         }
         if lose {
             // The reply is lost with the connection; the client reconnects to the same session shortly.
@@ -237,34 +251,21 @@ impl State {
         }
     }
 
-    fn push_inbound(&mut self, sid: SessionId, make: impl FnOnce(Instant, u64) -> Inbound, now: Instant) {
-        let seq = self.next_seq();
-        let delay = self.latency;
-        let Some(rec) = self.sessions.get_mut(&sid) else { return };
-        let due = rec.inbound.back().map_or(now + delay, |i| i.due().0.max(now + delay));
-        rec.inbound.push_back(make(due, seq));
-    }
-
     /// Delivers the oldest reply or watch event on its way to `sid`'s client.
-    pub fn deliver(&mut self, sid: SessionId, now: Instant) {
+    pub fn deliver(&mut self, sid: SessionId) {
         let Some(rec) = self.sessions.get_mut(&sid) else { return };
         let Some(item) = rec.inbound.pop_front() else { return };
-        match item {
-            Inbound::Reply { tx, result, sent, .. } => {
-                let answered = !matches!(result, Err(Error::ConnectionLoss | Error::Closed));
-                if answered && rec.alive && rec.up {
-                    rec.last_answered = rec.last_answered.max(Some(sent));
-                }
-                let _ = tx.send(result);
-            }
-            Inbound::Event { tx, event, .. } => {
-                let _ = tx.send(event);
+        if let Inbound::Reply { result, sent, .. } = &item {
+            let answered = !matches!(result, Err(Error::ConnectionLoss | Error::Closed));
+            if answered && rec.alive && rec.up {
+                rec.last_answered = rec.last_answered.max(Some(*sent));
             }
         }
-        let _ = now;
+        item.hand_over();
         self.touch();
     }
 
+    /// Sends a watch event to `sid`'s client, behind the replies and events already on their way.
     fn deliver_event(&mut self, sid: SessionId, tx: WatchTx, event: Result<NodeEvent>, now: Instant) {
         let watch_delay = self.watch_delay;
         let immediate = self.immediate();
@@ -278,10 +279,6 @@ impl State {
             let _ = tx.send(event);
             return;
         }
-        let due = rec
-            .inbound
-            .back()
-            .map_or(now + watch_delay, |i| i.due().0.max(now + watch_delay));
-        rec.inbound.push_back(Inbound::Event { tx, event, due, seq });
+        rec.queue_inbound(now + watch_delay, |due| Inbound::Event { tx, event, due, seq });
     }
 }

@@ -1,16 +1,17 @@
-//! Sessions and their clients' connections: what happens when a connection breaks or comes back, when the server
-//! expires a session, when its client learns of the end, crashes or closes.
+//! Sessions and their clients' connections: the server's record of a session, and what happens to it when the
+//! connection breaks or comes back, when the server expires it, when its client learns of the end, crashes or
+//! closes.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use recipes_core::mutants::{is_active, Mutant};
-use recipes_core::{Error, SessionId, SessionState, SessionStatus};
+use recipes_core::{Error, NodeEvent, SessionId, SessionState, SessionStatus};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{Inbound, Op, Request, State, Timer, WatchTx};
+use super::{Inbound, Request, State, Timer, WatchTx};
 
 /// The client side of a `MemClient`, shared with the server's records of its sessions.
 #[derive(Debug)]
@@ -22,6 +23,19 @@ pub(crate) struct ClientShared {
 impl ClientShared {
     pub fn current(&self) -> SessionStatus {
         *self.status.borrow()
+    }
+
+    /// Tells the client that its session `id` is now in `state`; nothing changes for a closed client.
+    fn publish(&self, id: SessionId, state: SessionState) {
+        let new = SessionStatus { id, state };
+        self.status.send_if_modified(|s| {
+            if s.state == SessionState::Closed || *s == new {
+                false
+            } else {
+                *s = new;
+                true
+            }
+        });
     }
 }
 
@@ -45,7 +59,7 @@ pub(crate) struct Session {
     pub(super) inbound: VecDeque<Inbound>,
     /// Watches of this session that died with it on the server, failed when the client learns of the expiry.
     pub(super) doomed: Vec<WatchTx>,
-    pub(super) lose_create_replies: u32,
+    lose_create_replies: u32,
     pub timeout: Duration,
     /// When the current connection was made (heartbeats run from then on, every `timeout / 4`).
     connected_since: Instant,
@@ -60,14 +74,31 @@ impl Session {
     /// lost: a write or a `sync`. An orphan the leader began to commit before the session moved gets a transaction id
     /// below every later write of the session, and a sync is answered only once it is committed; a read of the new
     /// connection may be answered before it lands (by a server that has not applied it yet).
-    pub(super) fn waits_for_orphans(&self) -> bool {
-        !self.orphans.is_empty()
-            && self.outbound.front().is_some_and(|r| {
-                matches!(
-                    r.op,
-                    Op::Sync { .. } | Op::Create { .. } | Op::Delete { .. } | Op::SetData { .. }
-                )
-            })
+    fn waits_for_orphans(&self) -> bool {
+        !self.orphans.is_empty() && self.outbound.front().is_some_and(|r| r.op.is_write_or_sync())
+    }
+
+    /// The request the server may apply next on the current connection (not one that waits for orphans).
+    pub(super) fn next_apply(&self) -> Option<&Request> {
+        self.outbound.front().filter(|_| !self.waits_for_orphans())
+    }
+
+    /// The reply or event the client may receive next (none while its connection is down).
+    pub(super) fn next_delivery(&self) -> Option<&Inbound> {
+        self.inbound.front().filter(|_| self.up && !self.crashed)
+    }
+
+    /// Queues a reply or a watch event behind those on their way to the client, due at `earliest` or later.
+    pub(super) fn queue_inbound(&mut self, earliest: Instant, make: impl FnOnce(Instant) -> Inbound) {
+        let due = self.inbound.back().map_or(earliest, |i| i.due().0.max(earliest));
+        self.inbound.push_back(make(due));
+    }
+
+    /// Whether the reply to a lock node's create is to be lost (`lose_next_create_replies`); counts it.
+    pub(super) fn loses_create_reply(&mut self) -> bool {
+        let lose = self.lose_create_replies > 0;
+        self.lose_create_replies = self.lose_create_replies.saturating_sub(1);
+        lose
     }
 
     /// The send time of the last heartbeat the server answered: heartbeats are sent every `timeout / 4` while
@@ -86,29 +117,13 @@ impl Session {
     pub fn answered_send(&self, now: Instant) -> Option<Instant> {
         self.last_answered.max(self.heartbeat(now))
     }
-
-    fn publish(&self, id: SessionId, state: SessionState) {
-        let new = SessionStatus { id, state };
-        self.client.status.send_if_modified(|s| {
-            if s.state == SessionState::Closed || *s == new {
-                false
-            } else {
-                *s = new;
-                true
-            }
-        });
-    }
-
-    /// Whether this session is the one its client uses now.
-    fn is_current(&self, id: SessionId) -> bool {
-        self.client.current().id == id
-    }
 }
 
 impl State {
     pub fn open_session(&mut self, client: Arc<ClientShared>, now: Instant) -> SessionId {
         self.next_session += 1;
         let sid = self.next_session;
+        client.publish(sid, SessionState::Connected);
         let rec = Session {
             timeout: client.timeout,
             client,
@@ -125,10 +140,6 @@ impl State {
             frozen_heartbeat: None,
             last_answered: None,
         };
-        rec.client.status.send_replace(SessionStatus {
-            id: sid,
-            state: SessionState::Connected,
-        });
         self.sessions.insert(sid, rec);
         self.touch();
         sid
@@ -157,13 +168,11 @@ impl State {
         }
         let outbound = std::mem::take(&mut rec.outbound);
         for mut req in outbound {
-            if let Some(tx) = req.reply.take() {
-                let _ = tx.send(Err(Error::ConnectionLoss));
-            }
+            req.fail(Error::ConnectionLoss);
             rec.orphans.push_back(req);
         }
-        if rec.is_current(sid) {
-            rec.publish(sid, SessionState::Suspended);
+        if rec.client.current().id == sid {
+            rec.client.publish(sid, SessionState::Suspended);
         }
         self.touch();
         Some(epoch)
@@ -190,10 +199,10 @@ impl State {
                 *due = (*due).max(now + watch_delay);
             }
         }
-        rec.publish(sid, SessionState::Connected);
+        rec.client.publish(sid, SessionState::Connected);
         self.touch();
         if self.immediate() {
-            self.deliver_ready(sid, now);
+            self.deliver_ready(sid);
         }
     }
 
@@ -207,16 +216,10 @@ impl State {
         rec.orphans.clear();
         for p in self.tree.ephemerals_of(sid) {
             if self.tree.remove(&p, now) {
-                self.fire_deleted(&p, now);
+                self.fire_watches(&p, NodeEvent::Deleted, now);
             }
         }
-        let mut doomed = Vec::new();
-        for ws in self.watches.values_mut() {
-            let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(ws).into_iter().partition(|(s, _, _)| *s == sid);
-            *ws = rest;
-            doomed.extend(mine.into_iter().map(|(_, _, tx)| tx));
-        }
-        self.watches.retain(|_, ws| !ws.is_empty());
+        let doomed = self.watches.take_session(sid);
         if let Some(rec) = self.sessions.get_mut(&sid) {
             rec.doomed.extend(doomed);
         }
@@ -229,14 +232,7 @@ impl State {
         let Some(rec) = self.sessions.remove(&sid) else { return };
         let client = rec.client.clone();
         for item in rec.inbound {
-            match item {
-                Inbound::Reply { tx, result, .. } => {
-                    let _ = tx.send(result);
-                }
-                Inbound::Event { tx, event, .. } => {
-                    let _ = tx.send(event);
-                }
-            }
+            item.hand_over();
         }
         for tx in rec.doomed {
             let _ = tx.send(Err(Error::SessionExpired));
@@ -246,9 +242,7 @@ impl State {
             rec.outbound.into_iter().collect()
         } else {
             for mut req in rec.outbound {
-                if let Some(tx) = req.reply.take() {
-                    let _ = tx.send(Err(if closed { Error::Closed } else { Error::SessionExpired }));
-                }
+                req.fail(if closed { Error::Closed } else { Error::SessionExpired });
             }
             Vec::new()
         };
@@ -256,10 +250,7 @@ impl State {
         if closed {
             return;
         }
-        client.status.send_replace(SessionStatus {
-            id: sid,
-            state: SessionState::Expired,
-        });
+        client.publish(sid, SessionState::Expired);
         let new = self.open_session(client, now);
         if let Some(rec) = self.sessions.get_mut(&new) {
             // The bug this mutant stands for: requests sent on the old session run on the new one.
@@ -305,10 +296,7 @@ impl State {
     /// The client closes `sid`: its ephemeral nodes go, and later calls fail with `Closed`.
     pub fn close(&mut self, sid: SessionId, now: Instant) {
         if let Some(rec) = self.sessions.get(&sid) {
-            rec.client.status.send_replace(SessionStatus {
-                id: sid,
-                state: SessionState::Closed,
-            });
+            rec.client.publish(sid, SessionState::Closed);
         }
         self.expire_on_server(sid, now);
         self.client_learns_expiry(sid, now);

@@ -214,7 +214,7 @@ impl State {
                     return false;
                 };
                 let Some(timer) = self.timers.remove(&key) else {
-                    return false;
+                    unreachable!("the timer's key was just found in the map")
                 };
                 self.touch();
                 self.fire(timer, now);

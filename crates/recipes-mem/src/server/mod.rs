@@ -180,10 +180,10 @@ impl State {
         let latency = self.latency;
         let seq = self.next_seq();
         let Some(rec) = self.sessions.get_mut(&sid) else {
-            return Err(Error::SessionExpired);
+            unreachable!("the session a client uses keeps its record until the client learns that it ended")
         };
         if !rec.up || rec.crashed {
-            return Err(Error::ConnectionLoss);
+            unreachable!("a client shows `Connected` only while its connection is up, and a crash takes it down")
         }
         let (tx, rx) = oneshot::channel();
         let due = rec.outbound.back().map_or(now + latency, |r| r.due.max(now + latency));
@@ -214,12 +214,17 @@ impl State {
         }
     }
 
-    /// Applies the oldest request in flight of `sid` (an orphan of a broken connection when `orphan`).
+    /// Applies the oldest request in flight of `sid` (an orphan of a broken connection when `orphan`). The caller
+    /// has checked that there is one.
     pub fn apply(&mut self, sid: SessionId, orphan: bool, now: Instant) {
         self.catch_up(now);
-        let Some(rec) = self.sessions.get_mut(&sid) else { return };
+        let Some(rec) = self.sessions.get_mut(&sid) else {
+            unreachable!("a request is applied only when its session has one in flight")
+        };
         let queue = if orphan { &mut rec.orphans } else { &mut rec.outbound };
-        let Some(req) = queue.pop_front() else { return };
+        let Some(req) = queue.pop_front() else {
+            unreachable!("a request is applied only when its session has one in flight")
+        };
         let ephemeral_create = req.op.is_ephemeral_create();
         let result = if rec.alive {
             self.execute(sid, req.op, now)
@@ -227,21 +232,18 @@ impl State {
             Err(Error::SessionExpired)
         };
         // A lost reply is aimed at a lock node that was made (not at a create that failed).
-        let lose =
-            result.is_ok() && ephemeral_create && self.sessions.get_mut(&sid).is_some_and(Session::loses_create_reply);
+        let lose = result.is_ok() && ephemeral_create && self.applying(sid).loses_create_reply();
         self.touch();
         if let Some(tx) = req.reply {
             let seq = self.next_seq();
             let earliest = now + self.latency;
-            if let Some(rec) = self.sessions.get_mut(&sid) {
-                rec.queue_inbound(earliest, |due| Inbound::Reply {
-                    tx,
-                    result,
-                    sent: req.sent,
-                    due,
-                    seq,
-                });
-            }
+            self.applying(sid).queue_inbound(earliest, |due| Inbound::Reply {
+                tx,
+                result,
+                sent: req.sent,
+                due,
+                seq,
+            });
         }
         if lose {
             // The reply is lost with the connection; the client reconnects to the same session shortly.
@@ -251,10 +253,23 @@ impl State {
         }
     }
 
-    /// Delivers the oldest reply or watch event on its way to `sid`'s client.
+    /// The record of `sid`, whose request was just applied.
+    fn applying(&mut self, sid: SessionId) -> &mut Session {
+        let Some(rec) = self.sessions.get_mut(&sid) else {
+            unreachable!("applying a request ends no session")
+        };
+        rec
+    }
+
+    /// Delivers the oldest reply or watch event on its way to `sid`'s client. The caller has checked that there
+    /// is one.
     pub fn deliver(&mut self, sid: SessionId) {
-        let Some(rec) = self.sessions.get_mut(&sid) else { return };
-        let Some(item) = rec.inbound.pop_front() else { return };
+        let Some(rec) = self.sessions.get_mut(&sid) else {
+            unreachable!("a delivery is made only when its session has one on the way")
+        };
+        let Some(item) = rec.inbound.pop_front() else {
+            unreachable!("a delivery is made only when its session has one on the way")
+        };
         if let Inbound::Reply { result, sent, .. } = &item {
             let answered = !matches!(result, Err(Error::ConnectionLoss | Error::Closed));
             if answered && rec.alive && rec.up {
@@ -270,7 +285,9 @@ impl State {
         let watch_delay = self.watch_delay;
         let immediate = self.immediate();
         let seq = self.next_seq();
-        let Some(rec) = self.sessions.get_mut(&sid) else { return };
+        let Some(rec) = self.sessions.get_mut(&sid) else {
+            unreachable!("only live sessions set watches, and the server takes a session's watches when it ends it")
+        };
         if !rec.alive {
             rec.doomed.push(tx);
             return;

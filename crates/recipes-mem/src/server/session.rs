@@ -171,9 +171,10 @@ impl State {
             req.fail(Error::ConnectionLoss);
             rec.orphans.push_back(req);
         }
-        if rec.client.current().id == sid {
-            rec.client.publish(sid, SessionState::Suspended);
+        if rec.client.current().id != sid {
+            unreachable!("a session has its record only while its client uses it")
         }
+        rec.client.publish(sid, SessionState::Suspended);
         self.touch();
         Some(epoch)
     }
@@ -220,9 +221,10 @@ impl State {
             }
         }
         let doomed = self.watches.take_session(sid);
-        if let Some(rec) = self.sessions.get_mut(&sid) {
-            rec.doomed.extend(doomed);
-        }
+        let Some(rec) = self.sessions.get_mut(&sid) else {
+            unreachable!("a session's record goes only once its client learns of the end")
+        };
+        rec.doomed.extend(doomed);
         self.touch();
     }
 
@@ -252,10 +254,11 @@ impl State {
         }
         client.publish(sid, SessionState::Expired);
         let new = self.open_session(client, now);
-        if let Some(rec) = self.sessions.get_mut(&new) {
-            // The bug this mutant stands for: requests sent on the old session run on the new one.
-            rec.outbound.extend(carried);
-        }
+        let Some(rec) = self.sessions.get_mut(&new) else {
+            unreachable!("the session was just opened")
+        };
+        // The bug this mutant stands for: requests sent on the old session run on the new one.
+        rec.outbound.extend(carried);
     }
 
     /// The server expires `sid` and, if its client is connected, the client learns at once (Curator's
@@ -286,7 +289,9 @@ impl State {
             return;
         }
         let timeout = rec.timeout;
-        let Some(epoch) = self.link_down(sid, now) else { return };
+        let Some(epoch) = self.link_down(sid, now) else {
+            unreachable!("the connection was just seen up")
+        };
         if d >= timeout {
             self.schedule(now + timeout, Timer::ServerExpire(sid, epoch));
         }

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use recipes_core::{
-    Backend, CreateMode, Created, DeletionWatch, Error, Lease, NodeWatch, Result, SessionId, SessionStatus, Stat,
+    Backend, CreateMode, Created, DeletionWatch, Error, Lease, NodeEvent, NodeWatch, Result, SessionId, SessionStatus,
+    Stat,
 };
 use tokio::sync::{oneshot, watch};
 
@@ -95,13 +96,14 @@ impl MemClient {
         self.cluster.with(|st, now| st.send(&self.shared, session, op, now))
     }
 
-    async fn reply(rx: oneshot::Receiver<Result<Reply>>) -> Result<Reply> {
+    /// Waits for the reply to a request sent (or fails as the send did).
+    async fn reply(sent: Result<oneshot::Receiver<Result<Reply>>>) -> Result<Reply> {
         // Every reply channel is answered or failed; a dropped one can only mean the connection went.
-        rx.await.unwrap_or(Err(Error::ConnectionLoss))
+        sent?.await.unwrap_or(Err(Error::ConnectionLoss))
     }
 
     async fn request(&self, session: SessionId, op: Op) -> Result<Reply> {
-        Self::reply(self.send(session, op)?).await
+        Self::reply(self.send(session, op)).await
     }
 }
 
@@ -111,32 +113,17 @@ impl Drop for MemClient {
     }
 }
 
-fn unexpected(op: &str, reply: Reply) -> ! {
-    unreachable!("the in-memory server answers a {op} with its own reply kind, got {reply:?}")
-}
-
-fn deletion_watch(rx: oneshot::Receiver<Result<recipes_core::NodeEvent>>) -> DeletionWatch {
-    Box::pin(async move {
-        match rx.await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(Error::Closed),
-        }
-    })
+/// The event a watch saw; `Closed` when the cluster went away with the watch.
+async fn watch_event(rx: oneshot::Receiver<Result<NodeEvent>>) -> Result<NodeEvent> {
+    rx.await.unwrap_or(Err(Error::Closed))
 }
 
 #[async_trait]
 impl Backend for MemClient {
     async fn create(&self, session: SessionId, path: &str, data: &[u8], mode: CreateMode) -> Result<Created> {
-        let op = Op::Create {
-            path: path.to_owned(),
-            data: data.to_vec(),
-            mode,
-        };
-        match self.request(session, op).await? {
-            Reply::Created(c) => Ok(c),
-            other => unexpected("create", other),
-        }
+        self.request(session, Op::create(path, data, mode))
+            .await
+            .map(Reply::created)
     }
 
     async fn create_and_list(
@@ -148,58 +135,31 @@ impl Backend for MemClient {
         parent: &str,
     ) -> (Result<Created>, Result<Vec<String>>) {
         // Both sent now, back to back: the server applies them in order, so the list follows the create.
-        let create = self.send(
-            session,
-            Op::Create {
-                path: path.to_owned(),
-                data: data.to_vec(),
-                mode,
-            },
-        );
+        let create = self.send(session, Op::create(path, data, mode));
         let list = self.send(
             session,
             Op::Children {
                 path: parent.to_owned(),
             },
         );
-        let created = match create {
-            Ok(rx) => match Self::reply(rx).await {
-                Ok(Reply::Created(c)) => Ok(c),
-                Ok(other) => unexpected("create", other),
-                Err(e) => Err(e),
-            },
-            Err(e) => Err(e),
-        };
-        let listed = match list {
-            Ok(rx) => match Self::reply(rx).await {
-                Ok(Reply::Names(n)) => Ok(n),
-                Ok(other) => unexpected("list", other),
-                Err(e) => Err(e),
-            },
-            Err(e) => Err(e),
-        };
-        (created, listed)
+        let created = Self::reply(create).await.map(Reply::created);
+        (created, Self::reply(list).await.map(Reply::names))
     }
 
     async fn children(&self, session: SessionId, path: &str) -> Result<Vec<String>> {
-        match self.request(session, Op::Children { path: path.to_owned() }).await? {
-            Reply::Names(n) => Ok(n),
-            other => unexpected("list", other),
-        }
+        let op = Op::Children { path: path.to_owned() };
+        self.request(session, op).await.map(Reply::names)
     }
 
     async fn get(&self, session: SessionId, path: &str) -> Result<Option<(Vec<u8>, Stat)>> {
-        match self.request(session, Op::Get { path: path.to_owned() }).await? {
-            Reply::Node(n) => Ok(n),
-            other => unexpected("get", other),
-        }
+        self.request(session, Op::Get { path: path.to_owned() })
+            .await
+            .map(Reply::node)
     }
 
     async fn sync(&self, session: SessionId, path: &str) -> Result<()> {
-        match self.request(session, Op::Sync { path: path.to_owned() }).await? {
-            Reply::Done => Ok(()),
-            other => unexpected("sync", other),
-        }
+        let op = Op::Sync { path: path.to_owned() };
+        self.request(session, op).await.map(|r| r.done("sync"))
     }
 
     async fn watch_deletion(&self, session: SessionId, path: &str) -> Result<Option<(Stat, DeletionWatch)>> {
@@ -208,11 +168,11 @@ impl Backend for MemClient {
             path: path.to_owned(),
             watch,
         };
-        match self.request(session, op).await? {
-            Reply::Exists(Some(stat)) => Ok(Some((stat, deletion_watch(rx)))),
-            Reply::Exists(None) => Ok(None),
-            other => unexpected("exists", other),
-        }
+        let stat = self.request(session, op).await?.exists();
+        Ok(stat.map(|stat| {
+            let w: DeletionWatch = Box::pin(async move { watch_event(rx).await.map(|_| ()) });
+            (stat, w)
+        }))
     }
 
     async fn get_and_watch(&self, session: SessionId, path: &str) -> Result<Option<(Vec<u8>, NodeWatch)>> {
@@ -221,32 +181,25 @@ impl Backend for MemClient {
             path: path.to_owned(),
             watch,
         };
-        match self.request(session, op).await? {
-            Reply::Node(Some((data, _))) => {
-                let w: NodeWatch = Box::pin(async move { rx.await.unwrap_or(Err(Error::Closed)) });
-                Ok(Some((data, w)))
-            }
-            Reply::Node(None) => Ok(None),
-            other => unexpected("get", other),
-        }
+        let node = self.request(session, op).await?.node();
+        Ok(node.map(|(data, _)| {
+            let w: NodeWatch = Box::pin(watch_event(rx));
+            (data, w)
+        }))
     }
 
     fn set_data_unacked(&self, session: SessionId, path: &str, data: &[u8]) {
         // Sent now; nobody waits for the reply. Not sent at all when the session is over or disconnected.
-        let _ = self.send(
-            session,
-            Op::SetData {
-                path: path.to_owned(),
-                data: data.to_vec(),
-            },
-        );
+        let op = Op::SetData {
+            path: path.to_owned(),
+            data: data.to_vec(),
+        };
+        let _ = self.send(session, op);
     }
 
     async fn delete(&self, session: SessionId, path: &str) -> Result<()> {
-        match self.request(session, Op::Delete { path: path.to_owned() }).await? {
-            Reply::Done => Ok(()),
-            other => unexpected("delete", other),
-        }
+        let op = Op::Delete { path: path.to_owned() };
+        self.request(session, op).await.map(|r| r.done("delete"))
     }
 
     fn session_status(&self) -> SessionStatus {

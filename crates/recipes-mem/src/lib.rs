@@ -45,9 +45,10 @@ mod server;
 mod tree;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use parking_lot::{Mutex, MutexGuard};
 use recipes_core::{Result, SessionId, Stat};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -87,8 +88,9 @@ impl MemCluster {
         Self::default()
     }
 
+    /// The server, locked for a short critical section: never held across an `.await`.
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.inner.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner.state.lock()
     }
 
     /// Runs `f` on the server brought up to now, then makes sure whatever it left due will happen.

@@ -34,6 +34,11 @@ impl Node {
     pub fn stat(&self) -> Stat {
         Stat::new(self.czxid, self.ephemeral_owner, self.ctime)
     }
+
+    /// What a read returns: the data and the stat.
+    pub fn read(&self) -> (Vec<u8>, Stat) {
+        (self.data.clone(), self.stat())
+    }
 }
 
 fn now_millis() -> i64 {
@@ -156,12 +161,13 @@ impl Tree {
         self.emptied.remove(path);
         self.zxid += 1;
         let parent = parent_of(path).to_owned();
-        if let Some(p) = self.nodes.get_mut(&parent) {
-            p.children.remove(name_of(path));
-            p.cversion = p.cversion.wrapping_add(1);
-            if p.container && p.children.is_empty() {
-                self.emptied.insert(parent, now);
-            }
+        let Some(p) = self.nodes.get_mut(&parent) else {
+            unreachable!("a node's parent stays while it has children, and `/` is never removed")
+        };
+        p.children.remove(name_of(path));
+        p.cversion = p.cversion.wrapping_add(1);
+        if p.container && p.children.is_empty() {
+            self.emptied.insert(parent, now);
         }
         true
     }

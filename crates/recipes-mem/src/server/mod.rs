@@ -1,0 +1,301 @@
+//! The server and the network between it and its clients: sessions, watches, and the requests, replies and watch
+//! events in flight, each an event of its own. This module holds the server's [`State`] and the three events of a
+//! request (send, apply, deliver); [`ops`] runs requests on the tree and keeps the watches, [`session`] follows
+//! sessions and their connections, [`events`] lists and fires the events the controlled mode picks from.
+//!
+//! A request goes through three events, as on a real socket: it is *sent* (queued on its session's connection, in
+//! order), *applied* by the server (atomically, under the session it was sent on, which must still be alive), and
+//! its reply is *delivered* to the client (in order with the session's other replies and watch events). A caller
+//! that drops its future after sending does not stop the request: it is applied anyway, as it would be by
+//! ZooKeeper. When a connection breaks, the replies not yet delivered are lost (their callers see connection
+//! loss), and the requests not yet applied may still be applied by the server ("orphans") until the client
+//! reconnects.
+//!
+//! In the automatic mode (the default) a pump task applies and delivers after the configured latency, or at once
+//! without latency. In the controlled mode (see [`Controller`](crate::Controller)) nothing happens by itself: a
+//! model checker picks every event.
+
+mod events;
+mod ops;
+mod session;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use recipes_core::mutants::{is_active, Mutant};
+use recipes_core::{Error, NodeEvent, Result, SessionId, SessionState};
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
+
+use events::Timer;
+pub use events::{Access, NetEvent};
+use ops::Watches;
+pub(crate) use ops::{Op, Reply};
+pub(crate) use session::{ClientShared, Session};
+
+use crate::tree::Tree;
+
+pub(crate) type WatchTx = oneshot::Sender<Result<NodeEvent>>;
+pub(crate) type ReplyTx = oneshot::Sender<Result<Reply>>;
+
+/// How long the connection is down after a reply was lost on purpose (`lose_next_create_replies`).
+const LOST_REPLY_BLIP: Duration = Duration::from_millis(10);
+
+/// A request on its way to the server.
+#[derive(Debug)]
+struct Request {
+    op: Op,
+    /// Where the reply goes (taken when the caller learns that the connection broke).
+    reply: Option<ReplyTx>,
+    sent: Instant,
+    due: Instant,
+    seq: u64,
+}
+
+impl Request {
+    /// Fails the caller, if it still waits for the reply.
+    fn fail(&mut self, e: Error) {
+        if let Some(tx) = self.reply.take() {
+            let _ = tx.send(Err(e));
+        }
+    }
+}
+
+/// A reply or a watch event on its way to a client.
+#[derive(Debug)]
+enum Inbound {
+    Reply {
+        tx: ReplyTx,
+        result: Result<Reply>,
+        sent: Instant,
+        due: Instant,
+        seq: u64,
+    },
+    Event {
+        tx: WatchTx,
+        event: Result<NodeEvent>,
+        due: Instant,
+        seq: u64,
+    },
+}
+
+impl Inbound {
+    fn due(&self) -> (Instant, u64) {
+        match self {
+            Inbound::Reply { due, seq, .. } | Inbound::Event { due, seq, .. } => (*due, *seq),
+        }
+    }
+
+    /// Hands the reply or the event to whoever waits for it.
+    fn hand_over(self) {
+        match self {
+            Inbound::Reply { tx, result, .. } => {
+                let _ = tx.send(result);
+            }
+            Inbound::Event { tx, event, .. } => {
+                let _ = tx.send(event);
+            }
+        }
+    }
+}
+
+/// The whole simulated service.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub tree: Tree,
+    pub sessions: BTreeMap<SessionId, Session>,
+    next_session: SessionId,
+    watches: Watches,
+    pub latency: Duration,
+    pub watch_delay: Duration,
+    pub reap_delay: Duration,
+    pub controlled: bool,
+    timers: BTreeMap<(Instant, u64), Timer>,
+    seq: u64,
+    /// Counts every send, application, delivery and state change (for the model checker's "nothing moves").
+    pub activity: u64,
+    pub activity_notify: Arc<Notify>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            tree: Tree::default(),
+            sessions: BTreeMap::new(),
+            next_session: 0x1000,
+            watches: Watches::default(),
+            latency: Duration::ZERO,
+            watch_delay: Duration::ZERO,
+            reap_delay: Duration::from_secs(60),
+            controlled: false,
+            timers: BTreeMap::new(),
+            seq: 0,
+            activity: 0,
+            activity_notify: Arc::new(Notify::new()),
+        }
+    }
+}
+
+impl State {
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    fn touch(&mut self) {
+        self.activity += 1;
+        self.activity_notify.notify_one();
+    }
+
+    /// Brings the server up to `now`: reaps the containers that have been empty long enough.
+    pub fn catch_up(&mut self, now: Instant) {
+        for path in self.tree.reap(now, self.reap_delay) {
+            self.fire_watches(&path, NodeEvent::Deleted, now);
+        }
+    }
+
+    /// Sends a request on session `sid`. Checked first: the backend's contract binds a request to the session it
+    /// names; a request of an ended session, or one sent while disconnected, is not sent at all.
+    pub fn send(
+        &mut self,
+        client: &ClientShared,
+        sid: SessionId,
+        op: Op,
+        now: Instant,
+    ) -> Result<oneshot::Receiver<Result<Reply>>> {
+        let current = client.current();
+        let sid = if is_active(Mutant::UnboundRequests) {
+            current.id
+        } else {
+            sid
+        };
+        match current.state {
+            SessionState::Closed => return Err(Error::Closed),
+            _ if current.id != sid => return Err(Error::SessionExpired),
+            SessionState::Expired => return Err(Error::SessionExpired),
+            SessionState::Connected => {}
+            _ => return Err(Error::ConnectionLoss),
+        }
+        let latency = self.latency;
+        let seq = self.next_seq();
+        let Some(rec) = self.sessions.get_mut(&sid) else {
+            unreachable!("the session a client uses keeps its record until the client learns that it ended")
+        };
+        if !rec.up || rec.crashed {
+            unreachable!("a client shows `Connected` only while its connection is up, and a crash takes it down")
+        }
+        let (tx, rx) = oneshot::channel();
+        let due = rec.outbound.back().map_or(now + latency, |r| r.due.max(now + latency));
+        rec.outbound.push_back(Request {
+            op,
+            reply: Some(tx),
+            sent: now,
+            due,
+            seq,
+        });
+        self.touch();
+        if self.immediate() {
+            self.apply(sid, false, now);
+            self.deliver_ready(sid);
+        }
+        Ok(rx)
+    }
+
+    /// Whether the automatic mode applies and delivers at once (no latency, no watch delay).
+    fn immediate(&self) -> bool {
+        !self.controlled && self.latency.is_zero() && self.watch_delay.is_zero()
+    }
+
+    /// Delivers, at once, what is ready on `sid`'s inbound queue (immediate mode only).
+    fn deliver_ready(&mut self, sid: SessionId) {
+        while self.sessions.get(&sid).and_then(Session::next_delivery).is_some() {
+            self.deliver(sid);
+        }
+    }
+
+    /// Applies the oldest request in flight of `sid` (an orphan of a broken connection when `orphan`). The caller
+    /// has checked that there is one.
+    pub fn apply(&mut self, sid: SessionId, orphan: bool, now: Instant) {
+        self.catch_up(now);
+        let Some(rec) = self.sessions.get_mut(&sid) else {
+            unreachable!("a request is applied only when its session has one in flight")
+        };
+        let queue = if orphan { &mut rec.orphans } else { &mut rec.outbound };
+        let Some(req) = queue.pop_front() else {
+            unreachable!("a request is applied only when its session has one in flight")
+        };
+        let ephemeral_create = req.op.is_ephemeral_create();
+        let result = if rec.alive {
+            self.execute(sid, req.op, now)
+        } else {
+            Err(Error::SessionExpired)
+        };
+        // A lost reply is aimed at a lock node that was made (not at a create that failed).
+        let lose = result.is_ok() && ephemeral_create && self.applying(sid).loses_create_reply();
+        self.touch();
+        if let Some(tx) = req.reply {
+            let seq = self.next_seq();
+            let earliest = now + self.latency;
+            self.applying(sid).queue_inbound(earliest, |due| Inbound::Reply {
+                tx,
+                result,
+                sent: req.sent,
+                due,
+                seq,
+            });
+        }
+        if lose {
+            // The reply is lost with the connection; the client reconnects to the same session shortly.
+            if let Some(epoch) = self.link_down(sid, now) {
+                self.schedule(now + LOST_REPLY_BLIP, Timer::Reconnect(sid, epoch));
+            }
+        }
+    }
+
+    /// The record of `sid`, whose request was just applied.
+    fn applying(&mut self, sid: SessionId) -> &mut Session {
+        let Some(rec) = self.sessions.get_mut(&sid) else {
+            unreachable!("applying a request ends no session")
+        };
+        rec
+    }
+
+    /// Delivers the oldest reply or watch event on its way to `sid`'s client. The caller has checked that there
+    /// is one.
+    pub fn deliver(&mut self, sid: SessionId) {
+        let Some(rec) = self.sessions.get_mut(&sid) else {
+            unreachable!("a delivery is made only when its session has one on the way")
+        };
+        let Some(item) = rec.inbound.pop_front() else {
+            unreachable!("a delivery is made only when its session has one on the way")
+        };
+        if let Inbound::Reply { result, sent, .. } = &item {
+            let answered = !matches!(result, Err(Error::ConnectionLoss | Error::Closed));
+            if answered && rec.alive && rec.up {
+                rec.last_answered = rec.last_answered.max(Some(*sent));
+            }
+        }
+        item.hand_over();
+        self.touch();
+    }
+
+    /// Sends a watch event to `sid`'s client, behind the replies and events already on their way.
+    fn deliver_event(&mut self, sid: SessionId, tx: WatchTx, event: Result<NodeEvent>, now: Instant) {
+        let watch_delay = self.watch_delay;
+        let immediate = self.immediate();
+        let seq = self.next_seq();
+        let Some(rec) = self.sessions.get_mut(&sid) else {
+            unreachable!("only live sessions set watches, and the server takes a session's watches when it ends it")
+        };
+        if !rec.alive {
+            rec.doomed.push(tx);
+            return;
+        }
+        if immediate && rec.up && rec.inbound.is_empty() {
+            let _ = tx.send(event);
+            return;
+        }
+        rec.queue_inbound(now + watch_delay, |due| Inbound::Event { tx, event, due, seq });
+    }
+}

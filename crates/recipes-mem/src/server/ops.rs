@@ -1,0 +1,297 @@
+//! The requests and replies of the wire ([`Op`], [`Reply`]), running a request on the tree, and the watches it
+//! sets and fires.
+
+use std::collections::BTreeMap;
+
+use recipes_core::{CreateMode, Created, NodeEvent, Result, SessionId, Stat};
+use tokio::time::Instant;
+
+use super::{Access, State, WatchTx};
+use crate::tree::{parent_of, Node};
+
+/// A request, as sent on the wire.
+#[derive(Debug)]
+pub(crate) enum Op {
+    Create {
+        path: String,
+        data: Vec<u8>,
+        mode: CreateMode,
+    },
+    Children {
+        path: String,
+    },
+    Get {
+        path: String,
+    },
+    /// An exists-watch: registered (when the node exists) before the reply says whether it exists.
+    Exists {
+        path: String,
+        watch: WatchTx,
+    },
+    /// A data watch with a read of the data.
+    GetWatch {
+        path: String,
+        watch: WatchTx,
+    },
+    SetData {
+        path: String,
+        data: Vec<u8>,
+    },
+    Delete {
+        path: String,
+    },
+    /// Catch up with the leader: the one server here is always caught up.
+    Sync {
+        path: String,
+    },
+}
+
+impl Op {
+    /// A create of `path`.
+    pub fn create(path: &str, data: &[u8], mode: CreateMode) -> Op {
+        Op::Create {
+            path: path.to_owned(),
+            data: data.to_vec(),
+            mode,
+        }
+    }
+
+    /// What the request reads and writes of the tree, for partial-order reduction.
+    pub(super) fn access(&self, sid: SessionId) -> Access {
+        let node = |p: &str| format!("node:{p}");
+        let children = |p: &str| format!("children:{}", parent_of(p));
+        let (reads, writes) = match self {
+            Op::Create { path, .. } | Op::Delete { path } => (vec![], vec![node(path), children(path)]),
+            Op::SetData { path, .. } => (vec![], vec![node(path)]),
+            Op::Children { path } => (vec![format!("children:{path}")], vec![]),
+            Op::Get { path } | Op::Exists { path, .. } | Op::GetWatch { path, .. } => (vec![node(path)], vec![]),
+            Op::Sync { .. } => (vec![], vec![]),
+        };
+        Access {
+            session: Some(sid),
+            reads,
+            writes,
+            global: false,
+        }
+    }
+
+    pub(super) fn describe(&self) -> String {
+        match self {
+            Op::Create { path, mode, .. } => format!("create {path} ({mode:?})"),
+            Op::Children { path } => format!("list {path}"),
+            Op::Get { path } => format!("get {path}"),
+            Op::Exists { path, .. } => format!("exists+watch {path}"),
+            Op::GetWatch { path, .. } => format!("get+watch {path}"),
+            Op::SetData { path, .. } => format!("set {path}"),
+            Op::Delete { path } => format!("delete {path}"),
+            Op::Sync { path } => format!("sync {path}"),
+        }
+    }
+
+    pub(super) fn is_ephemeral_create(&self) -> bool {
+        matches!(
+            self,
+            Op::Create {
+                mode: CreateMode::Ephemeral | CreateMode::EphemeralSequential,
+                ..
+            }
+        )
+    }
+
+    /// Whether the request writes (or is a `sync`): such a request waits for the orphans of a broken connection.
+    pub(super) fn is_write_or_sync(&self) -> bool {
+        matches!(
+            self,
+            Op::Sync { .. } | Op::Create { .. } | Op::Delete { .. } | Op::SetData { .. }
+        )
+    }
+}
+
+/// A reply, as received.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    Created(Created),
+    Names(Vec<String>),
+    Node(Option<(Vec<u8>, Stat)>),
+    Exists(Option<Stat>),
+    Done,
+}
+
+/// The server answers each request with the reply of its kind: the accessors name the request.
+impl Reply {
+    /// The reply to a create.
+    pub fn created(self) -> Created {
+        match self {
+            Reply::Created(c) => c,
+            other => other.unexpected("create"),
+        }
+    }
+
+    /// The reply to a list of children.
+    pub fn names(self) -> Vec<String> {
+        match self {
+            Reply::Names(n) => n,
+            other => other.unexpected("list"),
+        }
+    }
+
+    /// The reply to a get (with or without a watch).
+    pub fn node(self) -> Option<(Vec<u8>, Stat)> {
+        match self {
+            Reply::Node(n) => n,
+            other => other.unexpected("get"),
+        }
+    }
+
+    /// The reply to an exists-watch.
+    pub fn exists(self) -> Option<Stat> {
+        match self {
+            Reply::Exists(s) => s,
+            other => other.unexpected("exists"),
+        }
+    }
+
+    /// The reply to a request that returns nothing (`op`: a delete, a sync).
+    pub fn done(self, op: &str) {
+        match self {
+            Reply::Done => {}
+            other => other.unexpected(op),
+        }
+    }
+
+    fn unexpected(self, op: &str) -> ! {
+        unreachable!("the in-memory server answers a {op} with its own reply kind, got {self:?}")
+    }
+
+    /// For traces.
+    pub(super) fn describe(result: &Result<Reply>) -> String {
+        match result {
+            Ok(Reply::Created(c)) => format!("created {}", c.path),
+            Ok(Reply::Names(n)) => format!("{} children", n.len()),
+            Ok(Reply::Node(Some(_))) => "node".into(),
+            Ok(Reply::Node(None)) => "no node".into(),
+            Ok(Reply::Exists(Some(_))) => "exists (watch set)".into(),
+            Ok(Reply::Exists(None)) => "does not exist".into(),
+            Ok(Reply::Done) => "ok".into(),
+            Err(e) => format!("error: {e}"),
+        }
+    }
+}
+
+/// What a watch waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WatchKind {
+    /// Deletion only (an exists-watch).
+    Deletion,
+    /// Deletion or a change of data.
+    Data,
+}
+
+impl WatchKind {
+    fn fires_on(self, event: NodeEvent) -> bool {
+        match event {
+            NodeEvent::Deleted => true,
+            NodeEvent::DataChanged => self == WatchKind::Data,
+            _ => false,
+        }
+    }
+}
+
+/// One watch set by a session.
+#[derive(Debug)]
+struct Watch {
+    session: SessionId,
+    kind: WatchKind,
+    tx: WatchTx,
+}
+
+/// The watches set on the nodes, by path, each path's in the order they were set.
+#[derive(Debug, Default)]
+pub(super) struct Watches(BTreeMap<String, Vec<Watch>>);
+
+impl Watches {
+    /// Takes out the watches on `path` that `event` fires, in order.
+    fn fired(&mut self, path: &str, event: NodeEvent) -> Vec<Watch> {
+        let Some(ws) = self.0.get_mut(path) else {
+            return Vec::new();
+        };
+        let (fire, keep): (Vec<_>, Vec<_>) = std::mem::take(ws).into_iter().partition(|w| w.kind.fires_on(event));
+        *ws = keep;
+        if ws.is_empty() {
+            self.0.remove(path);
+        }
+        fire
+    }
+
+    /// Takes out every watch of session `sid`, path by path.
+    pub(super) fn take_session(&mut self, sid: SessionId) -> Vec<WatchTx> {
+        let mut taken = Vec::new();
+        for ws in self.0.values_mut() {
+            let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(ws).into_iter().partition(|w| w.session == sid);
+            *ws = rest;
+            taken.extend(mine.into_iter().map(|w| w.tx));
+        }
+        self.0.retain(|_, ws| !ws.is_empty());
+        taken
+    }
+}
+
+impl State {
+    /// Runs a request on the tree, as session `sid`.
+    pub(super) fn execute(&mut self, sid: SessionId, op: Op, now: Instant) -> Result<Reply> {
+        match op {
+            Op::Create { path, data, mode } => {
+                let created = self.tree.create(sid, &path, &data, mode)?;
+                Ok(Reply::Created(created))
+            }
+            Op::Children { path } => self.tree.children(&path).map(Reply::Names),
+            Op::Get { path } => Ok(Reply::Node(self.tree.node(&path).map(Node::read))),
+            Op::Exists { path, watch } => {
+                let node = self.watch(sid, path, WatchKind::Deletion, watch);
+                Ok(Reply::Exists(node.map(Node::stat)))
+            }
+            Op::GetWatch { path, watch } => {
+                let node = self.watch(sid, path, WatchKind::Data, watch);
+                Ok(Reply::Node(node.map(Node::read)))
+            }
+            Op::SetData { path, data } => {
+                self.tree.set_data(&path, &data)?;
+                self.fire_watches(&path, NodeEvent::DataChanged, now);
+                Ok(Reply::Done)
+            }
+            Op::Delete { path } => {
+                self.tree.delete(&path, now)?;
+                self.fire_watches(&path, NodeEvent::Deleted, now);
+                Ok(Reply::Done)
+            }
+            Op::Sync { .. } => Ok(Reply::Done),
+        }
+    }
+
+    /// Sets a watch of `sid` on `path` when the node exists (as ZooKeeper sets the watch of a read that finds the
+    /// node); returns the node.
+    fn watch(&mut self, sid: SessionId, path: String, kind: WatchKind, tx: WatchTx) -> Option<&Node> {
+        let node = self.tree.node(&path)?;
+        self.watches
+            .0
+            .entry(path)
+            .or_default()
+            .push(Watch { session: sid, kind, tx });
+        Some(node)
+    }
+
+    /// Fires the watches on `path` that `event` triggers.
+    pub(super) fn fire_watches(&mut self, path: &str, event: NodeEvent, now: Instant) {
+        for w in self.watches.fired(path, event) {
+            self.deliver_event(w.session, w.tx, Ok(event), now);
+        }
+    }
+
+    /// Deletes a node from outside every session (an operator's tool), firing its watches.
+    pub fn operator_delete(&mut self, path: &str, now: Instant) -> Result<()> {
+        self.tree.delete(path, now)?;
+        self.fire_watches(path, NodeEvent::Deleted, now);
+        self.touch();
+        Ok(())
+    }
+}

@@ -101,8 +101,9 @@ pub async fn request_of_ended_session_fails(h: &dyn Harness) {
     ));
     assert!(matches!(stale.get_and_watch(&theirs).await, Err(Error::SessionExpired)));
     stale.set_data_unacked(&theirs, b"stale");
-    let (_, created) = stale.create_and_list(&mine, b"", CreateMode::Ephemeral, &path).await;
-    assert_eq!(created, Err(Error::SessionExpired));
+    let outcome = stale.create_and_list(&mine, b"", CreateMode::Ephemeral).await;
+    assert_eq!(outcome.created, Err(Error::SessionExpired));
+    assert_eq!(outcome.listed, Err(Error::SessionExpired));
 
     // Nothing of that reached the tree; the new session still works.
     let now = b.on(new);

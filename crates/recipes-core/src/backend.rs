@@ -82,6 +82,28 @@ pub struct SessionStatus {
     pub state: SessionState,
 }
 
+/// The outcome of [`Backend::create_and_list`]: the create's, and that of the list sent behind it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateAndList {
+    /// The create's outcome.
+    pub created: Result<Created>,
+    /// The children of the new node's parent, listed after the create (meaningful only when the create succeeded).
+    pub listed: Result<Vec<String>>,
+}
+
+/// The parent of a node's path: `/a/b` for `/a/b/c`, `/` for `/a`.
+///
+/// ```
+/// assert_eq!(recipes_core::parent_path("/locks/job/lock"), "/locks/job");
+/// assert_eq!(recipes_core::parent_path("/locks"), "/");
+/// ```
+pub fn parent_path(path: &str) -> &str {
+    match path.rsplit_once('/') {
+        Some(("", _)) | None => "/",
+        Some((parent, _)) => parent,
+    }
+}
+
 /// What a backend knows of its session's liveness, from which a lock's lease is computed.
 ///
 /// The backend promises that the server does not expire the session before `answered_send + session_timeout`
@@ -154,25 +176,20 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// `NoNode` (parent missing), `NodeExists`, `ConnectionLoss` (outcome unknown), `SessionExpired`.
     async fn create(&self, session: SessionId, path: &str, data: &[u8], mode: CreateMode) -> Result<Created>;
 
-    /// Creates a node, and lists the children of `parent` *after* the create, in one round trip where the backend
-    /// can pipeline (ZooKeeper applies one session's requests in order, so the list sees the new node). The list is
-    /// meaningful only when the create succeeded. The default sends the two requests one after the other.
+    /// Creates a node, and lists the children of its parent ([`parent_path`]) *after* the create, in one round trip
+    /// where the backend can pipeline (ZooKeeper applies one session's requests in order, so the list sees the new
+    /// node). The list is meaningful only when the create succeeded. The default sends the two requests one after the
+    /// other.
     ///
     /// # Notable errors
     /// As [`create`](Backend::create) and [`children`](Backend::children).
-    async fn create_and_list(
-        &self,
-        session: SessionId,
-        path: &str,
-        data: &[u8],
-        mode: CreateMode,
-        parent: &str,
-    ) -> (Result<Created>, Result<Vec<String>>) {
+    async fn create_and_list(&self, session: SessionId, path: &str, data: &[u8], mode: CreateMode) -> CreateAndList {
         let created = self.create(session, path, data, mode).await;
-        if created.is_err() {
-            return (created, Err(crate::Error::ConnectionLoss));
-        }
-        (created, self.children(session, parent).await)
+        let listed = match &created {
+            Ok(_) => self.children(session, parent_path(path)).await,
+            Err(_) => Err(crate::Error::ConnectionLoss),
+        };
+        CreateAndList { created, listed }
     }
 
     /// Lists the names (not paths) of `path`'s children, in no particular order.
@@ -300,14 +317,8 @@ impl SessionRef<'_> {
     }
 
     /// See [`Backend::create_and_list`].
-    pub async fn create_and_list(
-        &self,
-        path: &str,
-        data: &[u8],
-        mode: CreateMode,
-        parent: &str,
-    ) -> (Result<Created>, Result<Vec<String>>) {
-        self.backend.create_and_list(self.id, path, data, mode, parent).await
+    pub async fn create_and_list(&self, path: &str, data: &[u8], mode: CreateMode) -> CreateAndList {
+        self.backend.create_and_list(self.id, path, data, mode).await
     }
 
     /// See [`Backend::children`].

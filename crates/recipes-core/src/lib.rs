@@ -54,8 +54,8 @@ mod recipe;
 mod reentrant;
 
 pub use backend::{
-    Backend, BackendExt, CreateMode, Created, DeletionWatch, Lease, NodeEvent, NodeWatch, SessionId, SessionRef,
-    SessionState, SessionStatus, Stat,
+    parent_path, Backend, BackendExt, CreateAndList, CreateMode, Created, DeletionWatch, Lease, NodeEvent, NodeWatch,
+    SessionId, SessionRef, SessionState, SessionStatus, Stat,
 };
 pub use blocking::{BlockingGuard, BlockingLock};
 pub use error::{Error, LostReason, NotHeldReason, PathProblem, Result, RetryReason};

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use recipes_core::{
-    Backend, CreateMode, Created, DeletionWatch, Error, Lease, NodeEvent, NodeWatch, Result, SessionId, SessionStatus,
-    Stat,
+    parent_path, Backend, CreateAndList, CreateMode, Created, DeletionWatch, Error, Lease, NodeEvent, NodeWatch,
+    Result, SessionId, SessionStatus, Stat,
 };
 use tokio::sync::{oneshot, watch};
 
@@ -126,24 +126,14 @@ impl Backend for MemClient {
             .map(Reply::created)
     }
 
-    async fn create_and_list(
-        &self,
-        session: SessionId,
-        path: &str,
-        data: &[u8],
-        mode: CreateMode,
-        parent: &str,
-    ) -> (Result<Created>, Result<Vec<String>>) {
+    async fn create_and_list(&self, session: SessionId, path: &str, data: &[u8], mode: CreateMode) -> CreateAndList {
         // Both sent now, back to back: the server applies them in order, so the list follows the create.
         let create = self.send(session, Op::create(path, data, mode));
-        let list = self.send(
-            session,
-            Op::Children {
-                path: parent.to_owned(),
-            },
-        );
+        let parent = parent_path(path).to_owned();
+        let list = self.send(session, Op::Children { path: parent });
         let created = Self::reply(create).await.map(Reply::created);
-        (created, Self::reply(list).await.map(Reply::names))
+        let listed = Self::reply(list).await.map(Reply::names);
+        CreateAndList { created, listed }
     }
 
     async fn children(&self, session: SessionId, path: &str) -> Result<Vec<String>> {

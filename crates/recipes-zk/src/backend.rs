@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use recipes_core::{
-    Backend, CreateMode, Created, DeletionWatch, Error, Lease, NodeEvent, NodeWatch, Result, SessionId, SessionStatus,
-    Stat,
+    parent_path, Backend, CreateAndList, CreateMode, Created, DeletionWatch, Error, Lease, NodeEvent, NodeWatch,
+    Result, SessionId, SessionStatus, Stat,
 };
 use tokio::sync::watch;
 use tracing::info;
@@ -247,22 +247,20 @@ impl Backend for ZkBackend {
         Ok(created(path, mode, stat, seq))
     }
 
-    async fn create_and_list(
-        &self,
-        session: SessionId,
-        path: &str,
-        data: &[u8],
-        mode: CreateMode,
-        parent: &str,
-    ) -> (Result<Created>, Result<Vec<String>>) {
+    async fn create_and_list(&self, session: SessionId, path: &str, data: &[u8], mode: CreateMode) -> CreateAndList {
+        let failed = |e: Error| CreateAndList {
+            created: Err(e.clone()),
+            listed: Err(e),
+        };
         let client = match self.inner.client_for(session) {
             Ok(c) => c,
-            Err(e) => return (Err(e.clone()), Err(e)),
+            Err(e) => return failed(e),
         };
         let options = match zk_mode(mode) {
             Ok(m) => m.with_acls(zk::Acls::anyone_all()),
-            Err(e) => return (Err(e.clone()), Err(e)),
+            Err(e) => return failed(e),
         };
+        let parent = parent_path(path);
         // Both requests are sent now, in this order; the server applies them in order.
         let sent = Stamp::now();
         let create = client.create(path, data, &options);
@@ -275,7 +273,7 @@ impl Backend for ZkBackend {
         let listed = list.await;
         self.inner.record(session, sent, Evidence::Seen, &listed);
         let listed = listed.map_err(|e| self.map_err(e, parent, &client));
-        (created, listed)
+        CreateAndList { created, listed }
     }
 
     async fn children(&self, session: SessionId, path: &str) -> Result<Vec<String>> {

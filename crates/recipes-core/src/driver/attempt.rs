@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::cleanup::{Cleanup, Identity, Pending};
 use super::{session, Ctx, HeldNode, CLEANUP_GRACE, TRY_BOUND};
-use crate::backend::{Backend, BackendExt, CreateMode, Created, SessionId};
+use crate::backend::{Backend, BackendExt, CreateAndList, CreateMode, SessionId};
 use crate::decide::Refusal;
 use crate::error::{Error, Result, RetryReason};
 use crate::info::NodeInfo;
@@ -35,9 +35,6 @@ impl From<Error> for Stop {
 }
 
 pub(crate) type Step<T> = std::result::Result<T, Stop>;
-
-/// The outcome of a create, and of the list sent behind it (meaningful only when the create succeeded).
-pub(crate) type Listed = (Result<Created>, Result<Vec<String>>);
 
 /// One acquire in progress: its settings, its failure budget, and what it must clean up.
 pub(crate) struct Attempt<'a> {
@@ -177,7 +174,7 @@ impl<'a> Attempt<'a> {
     /// Sends the create of our node (a fresh attempt id, in the node's data, and in its name when `name` is a prefix
     /// that takes it) with a list of the lock path behind it, in one round trip; the cleanup knows the create is in
     /// flight before it is sent. `kind`: the queued node's kind, or `None` for the exclusive node.
-    pub async fn create_and_list(&mut self, sid: SessionId, kind: Option<NodeKind>) -> Step<(Identity, Listed)> {
+    pub async fn create_and_list(&mut self, sid: SessionId, kind: Option<NodeKind>) -> Step<(Identity, CreateAndList)> {
         let attempt = Uuid::new_v4();
         let id = Identity {
             fixed: kind.is_none(),
@@ -194,10 +191,10 @@ impl<'a> Attempt<'a> {
         let data = NodeInfo::for_this_process(attempt, self.recipe.name()).encode();
         self.cleanup.state = Pending::Sent(attempt, sid);
         let on = self.backend().on(sid);
-        let listed = self
-            .call(async { Ok(on.create_and_list(&node, &data, mode, self.path.as_str()).await) })
+        let outcome = self
+            .call(async { Ok(on.create_and_list(&node, &data, mode).await) })
             .await?;
-        Ok((id, listed))
+        Ok((id, outcome))
     }
 
     /// Lists the lock path on session `sid`, through connection losses of that session.

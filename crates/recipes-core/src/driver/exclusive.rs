@@ -5,7 +5,7 @@ use uuid::Uuid;
 use super::attempt::{Attempt, Step, Stop};
 use super::cleanup::{is_ours, Pending};
 use super::HeldNode;
-use crate::backend::{BackendExt, SessionId};
+use crate::backend::{BackendExt, CreateAndList, SessionId};
 use crate::decide::judge_exclusive;
 use crate::error::Error;
 use crate::layout::EXCLUSIVE_NODE;
@@ -18,7 +18,7 @@ impl Attempt<'_> {
         let node = self.path.child(EXCLUSIVE_NODE);
         loop {
             let sid = self.connected().await?;
-            let (id, (created, listed)) = self.create_and_list(sid, None).await?;
+            let (id, CreateAndList { created, listed }) = self.create_and_list(sid, None).await?;
             let attempt = id.attempt;
             let (czxid, listed) = match created {
                 Ok(c) => {

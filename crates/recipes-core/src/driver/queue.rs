@@ -8,7 +8,7 @@ use super::attempt::{Attempt, Step, Stop};
 use super::cleanup::{Identity, Pending};
 use super::wait::InLine;
 use super::{session, HeldNode};
-use crate::backend::{BackendExt, SessionId};
+use crate::backend::{BackendExt, CreateAndList, SessionId};
 use crate::decide::{judge, judge_newcomer, Next};
 use crate::error::Error;
 use crate::info::NodeInfo;
@@ -125,7 +125,7 @@ impl Attempt<'_> {
     async fn create_queued(&mut self, kind: NodeKind) -> Step<Queued> {
         loop {
             let sid = self.connected().await?;
-            let (id, (created, listed)) = self.create_and_list(sid, Some(kind)).await?;
+            let (id, CreateAndList { created, listed }) = self.create_and_list(sid, Some(kind)).await?;
             let found = match created {
                 Ok(c) => Some((c.path, c.czxid, listed.ok())),
                 Err(Error::NoNode(_)) => {

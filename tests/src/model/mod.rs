@@ -36,6 +36,7 @@
 //! the next one), and [`random_walks`] runs seeded random schedules for larger configurations. A failure carries the
 //! choices that replay it exactly ([`replay`]) and a readable trace.
 
+mod chooser;
 pub mod configs;
 mod programs;
 mod run;
@@ -45,6 +46,7 @@ use std::time::{Duration, Instant};
 
 use recipes_core::{Layout, Recipe};
 
+use chooser::{Candidate, Chooser};
 pub use programs::{Patience, Program};
 
 /// A fault the explorer may inject.
@@ -220,148 +222,6 @@ impl fmt::Display for Report {
                 Some(v) => format!("VIOLATION: {}", v.message),
             }
         )
-    }
-}
-
-/// One enabled choice at a step, as the explorer sees it: an identity stable across runs, what it touches, and
-/// whether it is a fault.
-#[derive(Debug, Clone)]
-pub(crate) struct Candidate<C> {
-    pub id: C,
-    pub access: recipes_mem::Access,
-}
-
-/// A choice point of the depth-first search: the choices that were awake there, and which one is being explored.
-#[derive(Debug, Clone)]
-struct Frame<C> {
-    awake: Vec<C>,
-    next: usize,
-}
-
-/// Picks among enabled events: depth-first with sleep sets (partial-order reduction), at random, or replaying the
-/// exact choices of an earlier run.
-pub(crate) struct Chooser<C> {
-    mode: Mode,
-    /// The search's choice points, kept across runs (depth-first mode).
-    frames: Vec<Frame<C>>,
-    /// Depth reached in the current run.
-    depth: usize,
-    /// The current run's sleep set: choices whose outcomes are explored elsewhere, until something that does not
-    /// commute with them happens.
-    sleep: Vec<Candidate<C>>,
-    /// Every choice the current run made (its index among the enabled ones): replays it exactly.
-    pub made: Vec<usize>,
-    /// Set when a replayed choice point offered different choices than before.
-    pub nondeterministic: bool,
-}
-
-enum Mode {
-    Search,
-    Random(u64),
-    Replay(Vec<usize>),
-}
-
-impl<C: Clone + PartialEq + std::fmt::Debug> Chooser<C> {
-    fn search() -> Self {
-        Self::with_mode(Mode::Search)
-    }
-
-    fn random(seed: u64) -> Self {
-        Self::with_mode(Mode::Random(seed ^ 0x9e37_79b9_7f4a_7c15))
-    }
-
-    fn replay(choices: Vec<usize>) -> Self {
-        Self::with_mode(Mode::Replay(choices))
-    }
-
-    fn with_mode(mode: Mode) -> Self {
-        Chooser {
-            mode,
-            frames: Vec::new(),
-            depth: 0,
-            sleep: Vec::new(),
-            made: Vec::new(),
-            nondeterministic: false,
-        }
-    }
-
-    /// Starts a new run of the search.
-    fn restart(&mut self) {
-        self.depth = 0;
-        self.sleep.clear();
-        self.made.clear();
-    }
-
-    /// Moves the search to its next run; `false` when every run has been made.
-    fn advance(&mut self) -> bool {
-        while let Some(f) = self.frames.last_mut() {
-            if f.next + 1 < f.awake.len() {
-                f.next += 1;
-                return true;
-            }
-            self.frames.pop();
-        }
-        false
-    }
-
-    fn next_random(state: &mut u64) -> u64 {
-        // splitmix64
-        *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = *state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Chooses among `cands`, the first `ordinary` of which are not faults. `None`: every choice is asleep (its
-    /// outcomes are explored by another run), so this run stops here.
-    pub fn choose(&mut self, cands: &[Candidate<C>], ordinary: usize) -> Option<usize> {
-        let pick = match &mut self.mode {
-            Mode::Replay(choices) => choices.get(self.made.len()).copied().unwrap_or(0).min(cands.len() - 1),
-            Mode::Random(state) => {
-                let n = cands.len();
-                let r = Self::next_random(state);
-                if n <= 1 {
-                    0
-                } else if ordinary == 0 || (ordinary < n && r % 100 < 4) {
-                    // Faults are rare, so that a schedule gets far before its fault.
-                    ordinary + (Self::next_random(state) as usize) % (n - ordinary)
-                } else {
-                    (r as usize / 100) % ordinary
-                }
-            }
-            Mode::Search => {
-                let awake: Vec<usize> = (0..cands.len())
-                    .filter(|i| !self.sleep.iter().any(|s| s.id == cands[*i].id))
-                    .collect();
-                if awake.is_empty() {
-                    return None;
-                }
-                let (local, before) = if awake.len() == 1 {
-                    (0, Vec::new())
-                } else {
-                    let ids: Vec<C> = awake.iter().map(|i| cands[*i].id.clone()).collect();
-                    if self.depth < self.frames.len() {
-                        if self.frames[self.depth].awake != ids {
-                            self.nondeterministic = true;
-                        }
-                    } else {
-                        self.frames.push(Frame { awake: ids, next: 0 });
-                    }
-                    let local = self.frames[self.depth].next.min(awake.len() - 1);
-                    self.depth += 1;
-                    (local, awake[..local].iter().map(|i| cands[*i].clone()).collect())
-                };
-                let chosen = &cands[awake[local]];
-                let mut sleep = std::mem::take(&mut self.sleep);
-                sleep.extend(before);
-                sleep.retain(|s| s.access.independent(&chosen.access));
-                self.sleep = sleep;
-                awake[local]
-            }
-        };
-        self.made.push(pick);
-        Some(pick)
     }
 }
 

@@ -8,6 +8,12 @@ pub fn parse(s: &str) -> Result<Duration, String> {
     if s == "0" {
         return Ok(Duration::ZERO);
     }
+    if s.starts_with('-') {
+        return Err(format!(
+            "{s:?} is negative; a duration is 0 or more (for --wait: 0 tries once, and leaving --wait out waits \
+             forever)"
+        ));
+    }
     let split = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .ok_or_else(|| format!("{s:?} has no unit (use ms, s, m or h, e.g. 500ms or 10s)"))?;

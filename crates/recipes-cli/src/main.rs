@@ -57,6 +57,9 @@ Examples:
   # Give up (exit 75) unless the lock is free within 30 seconds:
   zklock --wait 30s /deploy/web -- ./deploy.sh
 
+  # From cron: skip quietly (exit 75, no mail) when the previous run still holds the lock:
+  zklock -q --wait 0 /cron/hourly-sync -- /usr/local/bin/sync
+
   # Try once; exit 75 at once when someone holds the lock:
   zklock --wait 0 /jobs/reindex -- reindex --full
 
@@ -74,10 +77,11 @@ Exit status: the command's; 75 the wait ran out; 64 bad usage or invalid path; 6
 70 the lock was lost while the command ran (it is sent SIGTERM, then SIGKILL); 76 the path holds a lock node of
 another recipe or layout (one path takes one recipe family and one layout); 126/127 the command cannot run.
 
-The command runs in its own process group: SIGINT, SIGTERM and SIGHUP sent to zklock are passed to that group,
-and when the lock is lost the whole group is stopped. The lock is released only once the whole group has ended:
-processes the command left running get SIGTERM (then SIGKILL) first. If zklock itself dies, even by SIGKILL, a
-small watchdog process (zklock-watchdog) kills the group at once.";
+Every process the command starts runs under zklock-watchdog, which finds them all, whatever process group they
+move to. SIGINT, SIGTERM and SIGHUP sent to zklock are passed to the command's process group. When the lock is at
+risk (the lease ran out), every process gets SIGTERM, then SIGKILL before the server may expire the session; the lock
+is released only once every process has ended. If zklock dies, or is stopped, the watchdog kills them all; Ctrl-Z
+does not stop zklock while the command runs.";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -96,12 +100,18 @@ struct Cli {
     #[arg(short = 'r', long, default_value = "fair", value_name = "RECIPE")]
     recipe: String,
     /// Give up after this long (500ms, 10s, 2m; 0 = try once) [default: wait forever]
-    #[arg(short = 'w', long, value_name = "DURATION")]
+    #[arg(short = 'w', long, value_name = "DURATION", allow_hyphen_values = true)]
     wait: Option<String>,
     /// When the lock is at risk, how long the command gets between SIGTERM and SIGKILL; it must be dead before the
     /// server may expire the session, so at most a tenth of the session timeout [default: that, at most 3s]
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
     term_grace: Option<String>,
+    /// Say nothing when the wait runs out (exit 75), so that cron does not mail every skipped run
+    #[arg(short = 'q', long)]
+    quiet: bool,
+    /// Say on stderr which node holds the lock, its fencing token and how long the wait took
+    #[arg(short = 'v', long)]
+    verbose: bool,
     /// The lock path (absolute ZooKeeper path)
     #[arg(value_name = "PATH", required = true)]
     path: Option<String>,
@@ -135,9 +145,24 @@ struct Common {
     /// Node layout: native | curator | kazoo
     #[arg(long, default_value = "native", value_name = "LAYOUT", global = true)]
     layout: String,
-    /// ZooKeeper session timeout
-    #[arg(long, default_value = "10s", value_name = "DURATION", global = true)]
+    /// ZooKeeper session timeout (the servers may grant less)
+    #[arg(
+        long,
+        default_value = "10s",
+        value_name = "DURATION",
+        global = true,
+        allow_hyphen_values = true
+    )]
     session_timeout: String,
+    /// How long connecting may take (a server that refuses, or whose name does not resolve, fails at once)
+    #[arg(
+        long,
+        default_value = "5s",
+        value_name = "DURATION",
+        global = true,
+        allow_hyphen_values = true
+    )]
+    connect_timeout: String,
 }
 
 /// A failure with its exit status; printed as one line.
@@ -187,15 +212,66 @@ struct Conn {
 
 fn conn(common: &Common) -> Result<Conn, Fail> {
     let layout: Layout = common.layout.parse()?;
-    let session_timeout =
-        duration::parse(&common.session_timeout).map_err(|e| Fail::usage(format!("invalid --session-timeout: {e}")))?;
-    if session_timeout.is_zero() {
-        return Err(Fail::usage("invalid --session-timeout: it must be more than 0"));
+    let positive = |name: &str, value: &str| match duration::parse(value) {
+        Ok(d) if d.is_zero() => Err(Fail::usage(format!("invalid --{name}: it must be more than 0"))),
+        Ok(d) => Ok(d),
+        Err(e) => Err(Fail::usage(format!("invalid --{name}: {e}"))),
+    };
+    let session_timeout = positive("session-timeout", &common.session_timeout)?;
+    let connect_timeout = positive("connect-timeout", &common.connect_timeout)?;
+    if common.servers.trim().is_empty() {
+        return Err(Fail::usage(
+            "invalid --servers: the connect string is empty (host:port[,host:port…][/chroot])",
+        ));
     }
     Ok(Conn {
-        options: ZkOptions::new(common.servers.clone()).session_timeout(session_timeout),
+        options: ZkOptions::new(common.servers.clone())
+            .session_timeout(session_timeout)
+            .connect_timeout(connect_timeout),
         layout,
     })
+}
+
+/// The recipes a command can hold.
+const COMMAND_RECIPES: [Recipe; 4] = [Recipe::Exclusive, Recipe::Fair, Recipe::Read, Recipe::Write];
+
+/// The recipe named on the command line; an unknown name gets the names zklock accepts, and the closest of them.
+fn recipe(name: &str) -> Result<Recipe, Fail> {
+    let accepted = COMMAND_RECIPES.map(Recipe::name).join(", ");
+    match name.parse::<Recipe>() {
+        Ok(Recipe::Reentrant) => Err(Fail::usage(format!(
+            "recipe 'reentrant' makes no sense for one command (it has one owner); use one of {accepted}"
+        ))),
+        Ok(r) => Ok(r),
+        Err(_) => {
+            let closest = COMMAND_RECIPES
+                .iter()
+                .map(|r| (edit_distance(&name.to_ascii_lowercase(), r.name()), r.name()))
+                .min()
+                .filter(|(d, _)| *d <= 2)
+                .map(|(_, n)| format!(" (did you mean {n}?)"))
+                .unwrap_or_default();
+            Err(Fail::usage(format!(
+                "unknown recipe {name:?}: expected one of {accepted}{closest}"
+            )))
+        }
+    }
+}
+
+/// Levenshtein distance, for suggestions.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
 }
 
 async fn connect(c: &Conn) -> Result<(Arc<ZkBackend>, Locks), Fail> {
@@ -249,12 +325,7 @@ fn main() -> ExitCode {
             }
             None => {
                 let path = LockPath::new(cli.path.as_deref().unwrap_or_default())?;
-                let recipe: Recipe = cli.recipe.parse()?;
-                if recipe == Recipe::Reentrant {
-                    return Err(Fail::usage(
-                        "recipe 'reentrant' makes no sense for one command; use exclusive, fair, read or write",
-                    ));
-                }
+                let recipe = recipe(&cli.recipe)?;
                 let wait = match &cli.wait {
                     None => None,
                     Some(w) => Some(duration::parse(w).map_err(|e| Fail::usage(format!("invalid --wait: {e}")))?),
@@ -270,6 +341,8 @@ fn main() -> ExitCode {
                     wait,
                     term_grace,
                     command: cli.command,
+                    quiet: cli.quiet,
+                    verbose: cli.verbose,
                 };
                 run::run(&c, &job).await
             }
@@ -280,7 +353,9 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
-            eprintln!("zklock: {}", f.message.replace('\n', " "));
+            if !(f.status == status::TEMPFAIL && cli.quiet) {
+                eprintln!("zklock: {}", f.message.replace('\n', " "));
+            }
             ExitCode::from(f.status)
         }
     }

@@ -63,6 +63,10 @@ pub struct Job {
     pub term_grace: Option<Duration>,
     /// The command and its arguments.
     pub command: Vec<OsString>,
+    /// Say nothing when the wait runs out, nor warn.
+    pub quiet: bool,
+    /// Say which node holds the lock, its token and the time waited.
+    pub verbose: bool,
 }
 
 /// Runs the job's command while holding the lock; returns the exit status.
@@ -88,6 +92,8 @@ async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> 
         wait,
         term_grace,
         command,
+        quiet,
+        verbose,
     } = job;
     let (recipe, wait, term_grace) = (*recipe, *wait, *term_grace);
     // Should the watchdog be killed, every process of the command comes back to zklock, which then kills them.
@@ -104,6 +110,7 @@ async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> 
     let lock = locks.lock(path, recipe)?;
 
     // Wait for the lock; a signal ends the wait (the acquire is dropped, which removes our node).
+    let waiting_since = Instant::now();
     let acquire = async {
         match wait {
             None => lock.acquire().await.map(Some),
@@ -134,9 +141,24 @@ async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> 
         _ = sighup.recv() => return Err(Fail { status: status::HANGUP, message: format!("hung up while waiting for the lock at {path}") }),
     };
 
+    if *verbose {
+        eprintln!(
+            "zklock: holding the lock at {path} as {} (fencing token {}) after waiting {:.3}s",
+            guard.node(),
+            guard.fencing_token(),
+            waiting_since.elapsed().as_secs_f64()
+        );
+    }
     // The command is told the shortest timeout any server grants: wait (briefly) for every server to have said.
     backend.timeouts_probed(PROBE_WAIT).await;
     let timeout = backend.session_timeout();
+    let asked = backend.options().asked_session_timeout();
+    if timeout != asked && !*quiet {
+        eprintln!(
+            "zklock: warning: asked for a {asked:?} session, the servers grant {timeout:?} (their minSessionTimeout or \
+             maxSessionTimeout): the lease and ZKLOCK_SESSION_TIMEOUT_MS use {timeout:?}"
+        );
+    }
     let env = [
         ("ZKLOCK_PATH", path.as_str().to_owned()),
         ("ZKLOCK_NODE", guard.node().to_owned()),

@@ -266,6 +266,10 @@ fn bad_usage_exits_64() {
         &["--layout", "nope", "/a", "--", "true"],
         &["--wait", "soon", "/a", "--", "true"],
         &["--session-timeout", "0", "/a", "--", "true"],
+        &["--connect-timeout", "0", "/a", "--", "true"],
+        &["--wait", "-1", "/a", "--", "true"],
+        &["-s", "", "/a", "--", "true"],
+        &["-s", " , ", "/a", "--", "true"],
         &["--bogus", "/a", "--", "true"],
         &["inspect"],
         &["inspect", "relative"],
@@ -280,9 +284,91 @@ fn bad_usage_exits_64() {
             "{args:?}: {err}"
         );
     }
+    // An empty connect string given with -s is bad usage, not "unreachable".
+    let mut c = Command::new(ZKLOCK);
+    c.args(["-s", "", "/a", "--", "true"]);
+    let o = run(c);
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
     let o = run(zklock("127.0.0.1:1", &["--help"]));
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains("Examples:"));
+}
+
+/// The messages of bad usage say what is accepted: a misspelt recipe gets the names zklock takes (not `reentrant`)
+/// and the closest one; a negative wait says what 0 and no wait mean.
+#[test]
+fn bad_usage_says_what_is_accepted() {
+    let o = run(zklock("127.0.0.1:1", &["-r", "fiar", "/a", "--", "true"]));
+    let err = stderr(&o);
+    assert!(
+        err.contains("exclusive, fair, read, write")
+            && err.contains("did you mean fair?")
+            && !err.contains("reentrant"),
+        "{err}"
+    );
+    let o = run(zklock("127.0.0.1:1", &["-r", "wirte", "/a", "--", "true"]));
+    assert!(stderr(&o).contains("did you mean write?"), "{}", stderr(&o));
+    let o = run(zklock("127.0.0.1:1", &["-r", "banana", "/a", "--", "true"]));
+    assert!(!stderr(&o).contains("did you mean"), "{}", stderr(&o));
+    let o = run(zklock("127.0.0.1:1", &["--wait", "-1", "/a", "--", "true"]));
+    let err = stderr(&o);
+    assert!(
+        err.contains("--wait") && err.contains("negative") && err.contains("0 tries once"),
+        "{err}"
+    );
+    let o = run(zklock("127.0.0.1:1", &["--layout", "java", "/a", "--", "true"]));
+    assert!(stderr(&o).contains("native, curator, kazoo"), "{}", stderr(&o));
+}
+
+/// `-q` keeps a skipped run silent (exit 75, nothing on stderr); `-v` says which node holds the lock, its fencing
+/// token and the time waited; a session timeout the servers will not grant is reported with the value they grant.
+#[test]
+fn quiet_verbose_and_the_granted_timeout() {
+    let Some(zk) = server() else { return };
+    let path = unique("quiet");
+    let dir = tempdir("quiet");
+    let ready = dir.join("ready");
+    let script = format!("touch {}; sleep 3", ready.display());
+    let holder = spawn_holding(&zk, &path, &script);
+    wait_for_file(&ready, Duration::from_secs(20));
+    let o = run(zklock(&zk, &["-q", "-w", "0", &path, "--", "true"]));
+    assert_eq!(o.status.code(), Some(75));
+    assert_eq!(stderr(&o), "", "quiet");
+    let o = run(zklock(&zk, &["-w", "0", &path, "--", "true"]));
+    assert_eq!(o.status.code(), Some(75));
+    assert!(stderr(&o).contains("held"), "{}", stderr(&o));
+    let _ = wait_output(holder, Duration::from_secs(30));
+
+    let o = run(zklock(&zk, &["-v", &path, "--", "true"]));
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("holding the lock at") && err.contains("fencing token") && err.contains("after waiting"),
+        "{err}"
+    );
+    // No server grants a session of 1000 s (ZooKeeper's default maximum is 20 ticks).
+    let o = run(zklock(&zk, &["--session-timeout", "1000s", &path, "--", "true"]));
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("asked for a 1000s session, the servers grant"), "{err}");
+    let o = run(zklock(&zk, &["-q", "--session-timeout", "1000s", &path, "--", "true"]));
+    assert_eq!(stderr(&o), "", "quiet hides the warning too");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A chroot that does not exist is made, as Curator's namespace is (never "lock lost").
+#[test]
+fn a_missing_chroot_is_made() {
+    if let Err(why) = available() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let zk = PrivateZk::start(1);
+    let with_chroot = format!("{}/apps/billing", zk.connect());
+    let o = run(zklock(&with_chroot, &["/jobs/nightly", "--", "true"]));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = run(zklock(&with_chroot, &["inspect", "/jobs/nightly"]));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
 
 /// No server: 69 within the connect timeout, one line.
@@ -297,7 +383,35 @@ fn unreachable_exits_69() {
     let o = run(zklock(&format!("127.0.0.1:{port}"), &["/a", "--", "true"]));
     assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
     assert_eq!(stderr(&o).lines().count(), 1);
-    assert!(t0.elapsed() < Duration::from_secs(15));
+    // A refused connection fails at once and says so, naming the server.
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert!(
+        stderr(&o).contains(&format!("127.0.0.1:{port}: connection refused")),
+        "{}",
+        stderr(&o)
+    );
+    let t0 = Instant::now();
+    let o = run(zklock("no-such-host.invalid:2181", &["/a", "--", "true"]));
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    assert!(
+        stderr(&o).contains("no-such-host.invalid:2181: its name does not resolve"),
+        "{}",
+        stderr(&o)
+    );
+    // Something that accepts connections and never answers: the connect timeout, and what happened.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap().to_string();
+    let t0 = Instant::now();
+    let o = run(zklock(&silent_addr, &["--connect-timeout", "1s", "/a", "--", "true"]));
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    assert!(
+        stderr(&o).contains("accepted the connection but no ZooKeeper session"),
+        "{}",
+        stderr(&o)
+    );
+    drop(silent);
     let o = run(zklock(&format!("127.0.0.1:{port}"), &["inspect", "/a"]));
     assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
 }

@@ -2,11 +2,13 @@
 
 use std::fmt;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures::stream::FuturesUnordered;
 use recipes_core::{Error, Result};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 use tracing::debug;
 
 use crate::zk;
@@ -49,7 +51,7 @@ impl ZkOptions {
     }
 
     /// How long [`ZkBackend::connect`](crate::ZkBackend::connect) (and each reconnect after an expiry) may take
-    /// (default 5 s).
+    /// (default 5 s). A server that refuses the connection, or whose name does not resolve, fails at once.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -66,6 +68,12 @@ impl ZkOptions {
         &self.servers
     }
 
+    /// The session timeout asked of the servers (each may grant less, or more; see
+    /// [`ZkBackend::session_timeout`](crate::ZkBackend::session_timeout)).
+    pub fn asked_session_timeout(&self) -> Duration {
+        self.session_timeout
+    }
+
     fn connector(&self) -> zk::Connector {
         let mut connector = zk::Client::connector().with_session_timeout(self.session_timeout);
         if let Some((scheme, auth)) = &self.auth {
@@ -74,62 +82,123 @@ impl ZkOptions {
         connector
     }
 
-    /// Connects a new session.
+    /// The servers of the connect string, and its chroot (empty when none).
+    fn hosts_and_chroot(&self) -> (Vec<&str>, &str) {
+        let (hosts, chroot) = match self.servers.find('/') {
+            Some(i) => self.servers.split_at(i),
+            None => (self.servers.as_str(), ""),
+        };
+        let hosts = hosts.split(',').map(str::trim).filter(|h| !h.is_empty()).collect();
+        (hosts, chroot.trim_end_matches('/'))
+    }
+
+    fn unreachable(&self, why: String) -> Error {
+        Error::Unreachable {
+            servers: self.servers.clone(),
+            why,
+        }
+    }
+
+    /// Connects a new session: first finds which servers can be reached at all (a refused or unresolvable server fails
+    /// at once, and the error says which server and why), then opens the session, then makes the chroot exist (as
+    /// Curator's namespace does).
+    ///
+    /// # Notable errors
+    /// [`Error::InvalidArgument`] for an empty connect string, or a chroot that does not exist and cannot be made;
+    /// [`Error::Unreachable`] naming each server and what happened to it.
     pub(crate) async fn connect(&self) -> Result<zk::Client> {
-        if self.servers.trim().is_empty() {
-            return Err(Error::Unreachable {
-                servers: self.servers.clone(),
-                why: "the connect string is empty".into(),
-            });
+        let (hosts, chroot) = self.hosts_and_chroot();
+        if hosts.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "the connect string {:?} names no server (host:port[,host:port…][/chroot])",
+                self.servers
+            )));
         }
-        match tokio::time::timeout(self.connect_timeout, self.connector().connect(&self.servers)).await {
-            Ok(Ok(client)) => Ok(client),
-            Ok(Err(e)) => Err(Error::Unreachable {
-                servers: self.servers.clone(),
-                why: e.to_string(),
-            }),
-            Err(_) => Err(Error::Unreachable {
-                servers: self.servers.clone(),
-                why: format!("no server answered within {:?}", self.connect_timeout),
-            }),
+        let started = Instant::now();
+        let reached = futures::future::join_all(hosts.iter().map(|h| reach(h, self.connect_timeout))).await;
+        let (up, down): (Vec<_>, Vec<_>) = hosts.iter().zip(reached).partition(|(_, r)| r.is_ok());
+        let down: Vec<String> = down.into_iter().filter_map(|(_, r)| r.err()).collect();
+        if up.is_empty() {
+            return Err(self.unreachable(down.join("; ")));
         }
+        let up: Vec<&str> = up.into_iter().map(|(h, _)| *h).collect();
+        let left = self.connect_timeout.saturating_sub(started.elapsed());
+        // Every server, those down now included: the client moves to them when the others go.
+        let client = match tokio::time::timeout(left, self.connector().connect(&hosts.join(","))).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => return Err(self.unreachable(format!("{}: {e}", up.join(",")))),
+            Err(_) => {
+                let mut why = vec![format!(
+                    "{} accepted the connection but no ZooKeeper session was opened within {:?} (not a ZooKeeper \
+                     client port, a TLS port, or a server without quorum)",
+                    up.join(", "),
+                    self.connect_timeout
+                )];
+                why.extend(down);
+                return Err(self.unreachable(why.join("; ")));
+            }
+        };
+        if chroot.is_empty() {
+            return Ok(client);
+        }
+        let dir = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        if let Err(e) = client.mkdir(chroot, &dir).await {
+            return Err(Error::InvalidArgument(format!(
+                "the chroot {chroot} of the connect string does not exist and could not be made: {e}"
+            )));
+        }
+        client.chroot(chroot.to_owned()).map_err(|_| {
+            Error::InvalidArgument(format!(
+                "the chroot {chroot:?} of the connect string is not a valid path"
+            ))
+        })
     }
 
     /// Asks every server of the connect string which session timeout it grants this client, each with a short-lived
     /// session of its own (a reconnection renegotiates the timeout, and the client library does not say what it got).
     /// The answers come as they arrive: a server that does not answer (within the connect timeout) holds up no other.
     pub(crate) fn timeout_probes(&self) -> FuturesUnordered<impl Future<Output = Option<Duration>> + '_> {
-        let (hosts, chroot) = match self.servers.split_once('/') {
-            Some((h, c)) => (h, format!("/{c}")),
-            None => (self.servers.as_str(), String::new()),
-        };
+        let (hosts, _) = self.hosts_and_chroot();
         hosts
-            .split(',')
-            .map(str::trim)
-            .filter(|h| !h.is_empty())
-            .map(|host| {
-                let target = format!("{host}{chroot}");
-                async move {
-                    // A refused or unresolvable server answers no probe: say so at once (the client library would
-                    // retry it until the connect timeout).
-                    match tokio::time::timeout(self.connect_timeout, TcpStream::connect(with_port(host))).await {
-                        Ok(Ok(_)) => {}
-                        other => {
-                            debug!(host, ?other, "no session timeout from this server");
-                            return None;
-                        }
-                    }
-                    match tokio::time::timeout(self.connect_timeout, self.connector().connect(&target)).await {
-                        Ok(Ok(client)) => Some(client.session_timeout()),
-                        other => {
-                            debug!(host, ?other, "no session timeout from this server");
-                            None
-                        }
-                    }
-                    // The probe's client is dropped here, which closes its session.
+            .into_iter()
+            .map(|host| async move {
+                // A refused or unresolvable server answers no probe: say so at once (the client library would retry
+                // it until the connect timeout).
+                if let Err(why) = reach(host, self.connect_timeout).await {
+                    debug!(why, "no session timeout from this server");
+                    return None;
                 }
+                match tokio::time::timeout(self.connect_timeout, self.connector().connect(host)).await {
+                    Ok(Ok(client)) => Some(client.session_timeout()),
+                    other => {
+                        debug!(host, ?other, "no session timeout from this server");
+                        None
+                    }
+                }
+                // The probe's client is dropped here, which closes its session.
             })
             .collect()
+    }
+}
+
+/// Whether a server of the connect string can be reached at all (its name resolves, something accepts a TCP
+/// connection there), within `limit`; the error names the server and says what happened.
+async fn reach(host: &str, limit: Duration) -> std::result::Result<(), String> {
+    let addr = with_port(host);
+    let addrs: Vec<SocketAddr> = match tokio::time::timeout(limit, tokio::net::lookup_host(&addr)).await {
+        Err(_) => return Err(format!("{host}: its name did not resolve within {limit:?}")),
+        Ok(Err(e)) => return Err(format!("{host}: its name does not resolve ({e})")),
+        Ok(Ok(a)) => a.collect(),
+    };
+    match tokio::time::timeout(limit, TcpStream::connect(&addrs[..])).await {
+        Err(_) => Err(format!(
+            "{host}: no answer within {limit:?} (packets dropped on the way?)"
+        )),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            Err(format!("{host}: connection refused (no server listening there)"))
+        }
+        Ok(Err(e)) => Err(format!("{host}: {e}")),
+        Ok(Ok(_)) => Ok(()),
     }
 }
 

@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::{Locks, LostReason, OwnerToken, Recipe};
+use recipes_core::decide::contenders;
+use recipes_core::{Layout, Locks, LostReason, OwnerToken, Recipe};
 use recipes_mem::MemCluster;
 use tokio::task::JoinSet;
 
@@ -35,26 +36,32 @@ impl FencedStore {
 #[tokio::main]
 async fn main() -> Result<(), recipes_core::Error> {
     let cluster = MemCluster::new(); // stands in for a ZooKeeper ensemble
-    let procs: Vec<Locks> = (0..4).map(|_| Locks::new(cluster.client())).collect();
+    let procs: Vec<Locks> = (0..6).map(|_| Locks::new(cluster.client())).collect();
+    let wakeups = |procs: &[Locks]| procs.iter().map(|l| l.metrics().wakeups).sum::<u64>();
 
     println!("== exclusive: one fixed node; every waiter wakes on each release (herd)");
+    let first = procs[0].exclusive("/tour/exclusive")?.acquire().await?;
+    println!("  worker 0 holds {}; workers 1-5 wait", first.node());
     let mut set = JoinSet::new();
-    for (i, locks) in procs.iter().enumerate().take(3) {
+    for (i, locks) in procs.iter().enumerate().skip(1) {
         let lock = locks.exclusive("/tour/exclusive")?;
         set.spawn(async move {
             let g = lock.acquire().await.unwrap();
             println!("  worker {i} holds {} (token {})", g.node(), g.fencing_token());
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
             g.release().await.unwrap();
         });
     }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let before = wakeups(&procs);
+    first.release().await?;
     while set.join_next().await.is_some() {}
-    let wakeups: u64 = procs.iter().map(|l| l.metrics().wakeups).sum();
-    println!("  wake-ups across 3 workers: {wakeups} (herd effect: each release wakes every waiter)");
+    let herd = wakeups(&procs) - before;
+    println!("  wake-ups for 5 handoffs: {herd} (each release wakes every waiter left: 5 + 4 + 3 + 2 + 1)");
 
     println!("\n== fair: sequential nodes, FIFO, each waiter watches only its predecessor");
     let first = procs[0].fair("/tour/fair")?.acquire().await?;
-    println!("  worker 0 holds {}", first.node());
+    println!("  worker 0 holds {}; workers 1-5 queue behind it", first.node());
     let mut set = JoinSet::new();
     for (i, locks) in procs.iter().enumerate().skip(1) {
         let lock = locks.fair("/tour/fair")?;
@@ -64,14 +71,20 @@ async fn main() -> Result<(), recipes_core::Error> {
             tokio::time::sleep(Duration::from_millis(10)).await;
             g.release().await.unwrap();
         });
-        tokio::time::sleep(Duration::from_millis(5)).await; // queue in order 1, 2, 3
+        tokio::time::sleep(Duration::from_millis(5)).await; // queue in order 1, 2, 3, 4, 5
     }
-    println!("  queue: {:?}", cluster.children("/tour/fair"));
-    let before: u64 = procs.iter().map(|l| l.metrics().wakeups).sum();
+    // The queue in the order the lock is granted: by sequence number (the names start with attempt ids).
+    let children = cluster.children("/tour/fair");
+    let queue: Vec<String> = contenders(Layout::Native, &children)
+        .into_iter()
+        .map(|c| c.name.rsplit('-').next().unwrap_or_default().to_owned())
+        .collect();
+    println!("  queue, in order: {}", queue.join(" < "));
+    let before = wakeups(&procs);
     first.release().await?;
     while set.join_next().await.is_some() {}
-    let fair_wakeups: u64 = procs.iter().map(|l| l.metrics().wakeups).sum::<u64>() - before;
-    println!("  wake-ups for 3 handoffs: {fair_wakeups} (one per release, no herd)");
+    let fair = wakeups(&procs) - before;
+    println!("  wake-ups for 5 handoffs: {fair} (one per release, no herd; the exclusive lock took {herd})");
 
     println!("\n== reentrant: holds nest per owner (task, thread or explicit token)");
     let lock = procs[0]
@@ -185,7 +198,27 @@ async fn main() -> Result<(), recipes_core::Error> {
     );
     g.release().await?;
 
+    println!("\n== closing: a process on its way out closes its session, and its locks pass on at once");
+    let leaving = Locks::new(cluster.client());
+    let held = leaving.fair("/tour/close")?.acquire().await?;
+    let next = procs[1].fair("/tour/close")?;
+    let waiting = tokio::spawn(async move { next.acquire().await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let t0 = tokio::time::Instant::now();
+    leaving.close().await; // with `held` still alive, as on an early return
+    let got = waiting.await.unwrap();
+    println!(
+        "  the next process holds {} {:?} after the close (not after the session timeout); the old guard is valid: {}",
+        got.node(),
+        t0.elapsed(),
+        held.is_valid()
+    );
+    got.release().await?;
+
     println!("\n== counters of process 0: {:?}", procs[0].metrics());
+    for locks in &procs {
+        locks.close().await;
+    }
     println!("tour finished");
     Ok(())
 }

@@ -208,10 +208,10 @@ impl Harness for ZkHarness {
         }
         assert!(left.is_empty(), "lock nodes left behind: {left:?}");
         for c in self.clients.lock().unwrap().drain(..) {
-            c.close();
+            c.close_now();
         }
         if let Some(o) = self.observer.get() {
-            o.close();
+            o.close_now();
         }
     }
 }

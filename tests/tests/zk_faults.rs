@@ -275,3 +275,96 @@ async fn server_paused_holder_stops_before_anyone_else_acquires() {
     assert!(gb.fencing_token() > token);
     gb.release().await.unwrap();
 }
+
+/// The work of the child process of `a_clean_exit_lets_the_next_holder_in_at_once`: hold the lock, say so, close the
+/// `Locks` (with the guard still alive, as on an early return), exit.
+fn clean_exit_child(servers: &str, path: &str, ready: &str, close: bool) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let locks = Locks::new(connect(servers, Duration::from_secs(10)).await);
+        let guard = locks.fair(path).unwrap().acquire().await.unwrap();
+        std::fs::write(ready, guard.node()).unwrap();
+        if close {
+            locks.close().await;
+        }
+        drop(guard);
+    });
+}
+
+/// A process that closes its `Locks` on the way out lets the next holder in within a second, not after its session
+/// timeout (10 s here).
+#[test]
+fn a_clean_exit_lets_the_next_holder_in_at_once() {
+    if let (Ok(servers), Ok(path), Ok(ready)) = (
+        std::env::var("CLEAN_EXIT_SERVERS"),
+        std::env::var("CLEAN_EXIT_PATH"),
+        std::env::var("CLEAN_EXIT_READY"),
+    ) {
+        let close = std::env::var("CLEAN_EXIT_NO_CLOSE").is_err();
+        return clean_exit_child(&servers, &path, &ready, close);
+    }
+    require_private_zk!();
+    let zk = PrivateZk::start(1);
+    // Without the close (the control), the lock stays with the dead process's session; with it, it passes on.
+    for close in [false, true] {
+        clean_exit_round(&zk, close);
+    }
+}
+
+fn clean_exit_round(zk: &PrivateZk, close: bool) {
+    let ready = std::env::temp_dir().join(format!("clean-exit-{}-{close}", std::process::id()));
+    let path = format!("/clean-exit/{close}");
+    let _ = std::fs::remove_file(&ready);
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args(["a_clean_exit_lets_the_next_holder_in_at_once", "--exact", "--nocapture"])
+        .env("CLEAN_EXIT_SERVERS", zk.connect())
+        .env("CLEAN_EXIT_PATH", &path)
+        .env("CLEAN_EXIT_READY", &ready)
+        .stdout(std::process::Stdio::null());
+    if !close {
+        cmd.env("CLEAN_EXIT_NO_CLOSE", "1");
+    }
+    let mut child = cmd.spawn().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let locks = Locks::new(connect(zk.connect(), Duration::from_secs(10)).await);
+        let t0 = Instant::now();
+        while !ready.exists() {
+            assert!(t0.elapsed() < Duration::from_secs(30), "the child never held the lock");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let status = within(Duration::from_secs(30), "the child's exit", async {
+            loop {
+                if let Some(st) = child.try_wait().unwrap() {
+                    return st;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        let exited = Instant::now();
+        assert!(status.success(), "the child failed: {status:?}");
+        let lock = locks.fair(&path).unwrap();
+        let g = lock.acquire_timeout(Duration::from_secs(1)).await.unwrap();
+        if close {
+            assert!(
+                g.is_some(),
+                "the next holder waited more than a second after a clean exit"
+            );
+            eprintln!("next holder in {:?} after the child exited", exited.elapsed());
+        } else {
+            assert!(
+                g.is_none(),
+                "without the close the dead process's session still holds the lock"
+            );
+        }
+        locks.close().await;
+    });
+    let _ = std::fs::remove_file(&ready);
+}

@@ -87,7 +87,7 @@ async fn row(backend: &dyn Backend, path: &LockPath, name: &str, role: String, k
 pub async fn inspect(c: &Conn, path: &LockPath) -> Result<u8, Fail> {
     let (backend, _locks) = connect(c).await?;
     let r = report(&*backend, c, path).await;
-    backend.shutdown(Duration::from_secs(2)).await;
+    backend.close().await;
     let text = r?;
     // Not print!: a closed pipe (`zklock inspect … | head -1`) must not panic.
     let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());

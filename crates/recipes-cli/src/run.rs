@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use recipes_core::mutants::{is_active, Mutant};
-use recipes_core::{Error, LockGuard, LockPath, LostReason, Recipe};
+use recipes_core::{Backend, Error, LockGuard, LockPath, LostReason, Recipe};
 use recipes_zk::ZkBackend;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
@@ -74,7 +74,7 @@ pub async fn run(c: &Conn, job: &Job) -> Result<u8, Fail> {
     let (backend, locks) = connect(c).await?;
     let result = locked(&backend, &locks, job).await;
     // Close the session (and with it any node still ours) before the process exits.
-    backend.shutdown(Duration::from_secs(2)).await;
+    backend.close().await;
     result
 }
 

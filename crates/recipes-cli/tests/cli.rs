@@ -620,7 +620,7 @@ fn inspect_escapes_what_other_clients_wrote() {
     );
     assert!(text.contains("\\u{1b}"), "escaped, not dropped: {text}");
     assert!(text.len() < 2000, "{} bytes printed", text.len());
-    b.close();
+    b.close_now();
 }
 
 /// The server paused past the session timeout: the lease runs out, the command is stopped, zklock exits 70.
@@ -657,10 +657,9 @@ fn lease_elapsed_stops_the_command_and_exits_70() {
     zk.resume(1);
     assert_eq!(o.status.code(), Some(70), "{}", stderr(&o));
     assert!(stderr(&o).contains("lease"), "{}", stderr(&o));
-    assert!(
-        elapsed < Duration::from_secs(2) + Duration::from_secs(4),
-        "took {elapsed:?}"
-    );
+    // The lease ends at most 1.6 s into the pause; once the command is stopped, zklock exits at once (it does not
+    // wait to close a session that nobody answers).
+    assert!(elapsed < Duration::from_millis(2800), "took {elapsed:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

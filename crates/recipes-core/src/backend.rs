@@ -247,6 +247,15 @@ pub trait Backend: Send + Sync + fmt::Debug {
         *self.session().borrow()
     }
 
+    /// Closes the session: the server deletes its ephemeral nodes at once, which releases every lock it holds, and
+    /// later requests fail with [`Error::Closed`](crate::Error::Closed). Waits a short, bounded time for the server to
+    /// confirm (a few seconds at most, and not at all when the server has not been answering), so that a process
+    /// about to exit does not leave its locks to the session timeout.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the session is closed either way; only the wait is cut short.
+    async fn close(&self);
+
     /// The current session's lease (see [`Lease`]). A backend keeps it fresh while idle (heartbeats at most a quarter
     /// of the session timeout apart) and never moves it forward for a request that was not answered.
     fn lease(&self) -> Lease;

@@ -167,6 +167,30 @@ impl Locks {
         LeaseMargin(self.ctx.lease_margin)
     }
 
+    /// Closes the session: every lock it holds is released at once (the server deletes the session's nodes), and
+    /// every later acquire fails with [`Error::Closed`]; guards still alive report their lock lost. Call it before the
+    /// process exits — also on the early-return paths (`?`) — so that the next holder does not wait for the session
+    /// timeout. It waits a bounded time for the server's confirmation ([`Backend::close`]).
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use recipes_core::Locks;
+    /// let cluster = recipes_mem::MemCluster::new();
+    /// let locks = Locks::new(cluster.client());
+    /// let other = Locks::new(cluster.client());
+    /// let guard = locks.fair("/jobs/report").unwrap().acquire().await.unwrap();
+    /// locks.close().await; // e.g. on the way out of main, with `guard` still alive
+    /// assert!(!guard.is_valid());
+    /// assert!(other.fair("/jobs/report").unwrap().try_acquire().await.unwrap().is_some());
+    /// # });
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the session is closed either way; only the wait for the server's confirmation is cut short.
+    pub async fn close(&self) {
+        self.ctx.backend.close().await;
+    }
+
     /// A snapshot of the counters.
     pub fn metrics(&self) -> Metrics {
         self.ctx.counters.snapshot()

@@ -310,6 +310,9 @@ impl Backend for Shrinking {
     fn session(&self) -> tokio::sync::watch::Receiver<SessionStatus> {
         self.inner.session()
     }
+    async fn close(&self) {
+        self.inner.close().await
+    }
     fn lease(&self) -> Lease {
         let mut lease = self.inner.lease();
         if let Some(t) = *self.timeout.lock().unwrap() {

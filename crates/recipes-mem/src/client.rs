@@ -86,8 +86,9 @@ impl MemClient {
         self.cluster.with(|st, _| st.lose_create_replies(sid, n));
     }
 
-    /// Closes the session: its ephemeral nodes are deleted and later calls fail with `Closed`.
-    pub fn close(&self) {
+    /// Closes the session now: its ephemeral nodes are deleted and later calls fail with `Closed` (what
+    /// [`Backend::close`] does, without a future).
+    pub fn close_now(&self) {
         let sid = self.session_id();
         self.cluster.with(|st, now| st.close(sid, now));
     }
@@ -109,7 +110,7 @@ impl MemClient {
 
 impl Drop for MemClient {
     fn drop(&mut self) {
-        self.close();
+        self.close_now();
     }
 }
 
@@ -198,6 +199,10 @@ impl Backend for MemClient {
 
     fn session(&self) -> watch::Receiver<SessionStatus> {
         self.shared.status.subscribe()
+    }
+
+    async fn close(&self) {
+        self.close_now();
     }
 
     fn lease(&self) -> Lease {

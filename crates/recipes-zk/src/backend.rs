@@ -19,6 +19,9 @@ use crate::options::ZkOptions;
 use crate::session::{heartbeat, monitor, probe_timeouts, session_id, Evidence, Inner};
 use crate::zk;
 
+/// How long [`Backend::close`] waits for the server to confirm the close.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
 /// One ZooKeeper session, implementing [`Backend`]. Cheap to share (`Arc`); dropping the last handle closes the
 /// session.
 pub struct ZkBackend {
@@ -133,7 +136,7 @@ impl ZkBackend {
     /// Cancel safe: the session is closed either way; only the wait is cut short.
     pub async fn shutdown(&self, limit: Duration) {
         let watcher = self.inner.client().ok().map(|c| c.state_watcher());
-        self.close();
+        self.close_now();
         if let Some(mut w) = watcher {
             let _ = tokio::time::timeout(limit, async {
                 loop {
@@ -146,8 +149,9 @@ impl ZkBackend {
         }
     }
 
-    /// Closes the session: its ephemeral nodes (held locks) go at once; later calls fail with [`Error::Closed`].
-    pub fn close(&self) {
+    /// Closes the session without waiting: its ephemeral nodes (held locks) go once the close reaches the server;
+    /// later calls fail with [`Error::Closed`]. [`Backend::close`] waits for the server's confirmation.
+    pub fn close_now(&self) {
         // zookeeper-client closes the session when its last handle goes.
         drop(self.inner.close());
     }
@@ -353,6 +357,16 @@ impl Backend for ZkBackend {
 
     fn session(&self) -> watch::Receiver<SessionStatus> {
         self.inner.status.subscribe()
+    }
+
+    async fn close(&self) {
+        // Wait for the server's confirmation only while it is answering: a session nobody answers expires anyway,
+        // and a process on its way out should not wait for it.
+        let answering =
+            self.inner.lease().answered_send.is_some_and(|t| {
+                tokio::time::Instant::now().saturating_duration_since(t) < self.inner.session_timeout()
+            });
+        self.shutdown(if answering { CLOSE_WAIT } else { Duration::ZERO }).await;
     }
 
     fn lease(&self) -> Lease {

@@ -127,8 +127,12 @@ async fn unreachable_server_is_a_clear_error() {
     assert!(matches!(e, Error::Unreachable { .. }), "{e:?}");
     assert!(e.to_string().contains(&port.to_string()), "{e}");
     assert!(t0.elapsed() < Duration::from_secs(5));
+    // A refused connection fails at once, naming the server and why.
+    assert!(t0.elapsed() < Duration::from_millis(900), "{:?}", t0.elapsed());
+    assert!(e.to_string().contains("connection refused"), "{e}");
+    // An empty connect string is bad input, not an unreachable server.
     let e = ZkBackend::connect(ZkOptions::new("")).await.expect_err("empty");
-    assert!(matches!(e, Error::Unreachable { .. }));
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
 }
 
 /// With the server gone, a timed acquire ends in time (no hang) and leaves no node once the server is back.
@@ -367,4 +371,56 @@ fn clean_exit_round(zk: &PrivateZk, close: bool) {
         locks.close().await;
     });
     let _ = std::fs::remove_file(&ready);
+}
+
+/// The blocking API from plain code: a backend connected with `connect_blocking`, and one connected on a
+/// current-thread runtime that is no longer driven (and then dropped), both serve `acquire_blocking`; inside a runtime
+/// the blocking connect is a clear error.
+#[test]
+fn blocking_api_from_plain_code() {
+    use recipes_core::BlockingLock;
+    let servers = match recipes_conformance::zk::server() {
+        Ok(s) => s,
+        Err(why) => {
+            eprintln!("SKIPPED: {why}");
+            return;
+        }
+    };
+    let path = format!("/blocking-plain/{}", std::process::id());
+    let options = || ZkOptions::new(servers.clone()).session_timeout(Duration::from_secs(10));
+    let locks = Locks::new(ZkBackend::connect_blocking(options()).unwrap());
+    let g = locks.fair(&path).unwrap().acquire_blocking().unwrap();
+    g.release().unwrap();
+    locks.close_blocking().unwrap();
+
+    // Connected on a current-thread runtime that nobody drives afterwards, then dropped.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let locks = Locks::new(rt.block_on(ZkBackend::connect(options())).unwrap());
+    let lock = locks.fair(&path).unwrap();
+    let g = lock
+        .acquire_timeout_blocking(Duration::from_secs(10))
+        .unwrap()
+        .expect("no lock within 10 s while the connecting runtime is not driven");
+    g.release().unwrap();
+    drop(rt);
+    let g = lock
+        .acquire_timeout_blocking(Duration::from_secs(10))
+        .unwrap()
+        .expect("no lock within 10 s after the connecting runtime was dropped");
+    g.release().unwrap();
+    locks.close_blocking().unwrap();
+
+    let inside = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    inside.block_on(async {
+        assert!(matches!(
+            ZkBackend::connect_blocking(options()),
+            Err(Error::BlockingInAsync)
+        ));
+    });
 }

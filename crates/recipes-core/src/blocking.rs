@@ -25,7 +25,7 @@ fn runtime() -> Result<Handle> {
     .map_err(|e| Error::Backend(format!("could not start the runtime of the blocking API: {e}")))
 }
 
-fn block_on<F: std::future::Future>(f: F) -> Result<F::Output> {
+pub(crate) fn block_on<F: std::future::Future>(f: F) -> Result<F::Output> {
     if Handle::try_current().is_ok() {
         return Err(Error::BlockingInAsync);
     }

@@ -191,6 +191,14 @@ impl Locks {
         self.ctx.backend.close().await;
     }
 
+    /// [`close`](Locks::close), from code that is not async (a plain `fn main`).
+    ///
+    /// # Notable errors
+    /// [`Error::BlockingInAsync`] when called inside an async runtime (use `close` there).
+    pub fn close_blocking(&self) -> Result<()> {
+        crate::blocking::block_on(self.close())
+    }
+
     /// A snapshot of the counters.
     pub fn metrics(&self) -> Metrics {
         self.ctx.counters.snapshot()

@@ -19,6 +19,35 @@ use crate::options::ZkOptions;
 use crate::session::{heartbeat, monitor, probe_timeouts, session_id, Evidence, Inner};
 use crate::zk;
 
+/// The backend's own runtime: every session's connection, heartbeat and monitor run here, whatever runtime (or none)
+/// the application calls from.
+fn io_runtime() -> Result<&'static tokio::runtime::Runtime> {
+    static RT: std::sync::OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = std::sync::OnceLock::new();
+    RT.get_or_init(|| {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(IO_THREADS_AT_MOST));
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("recipes-zk")
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|e| Error::Backend(format!("could not start the ZooKeeper backend's runtime: {e}")))
+}
+
+/// The backend's runtime has one thread per core, up to this many.
+const IO_THREADS_AT_MOST: usize = 4;
+
+/// Aborts a task when dropped (a connect abandoned by its caller).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// How long [`Backend::close`] waits for the server to confirm the close.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
@@ -72,17 +101,58 @@ fn stat(s: &zk::Stat) -> Stat {
 impl ZkBackend {
     /// Connects and opens a session.
     ///
+    /// The session's connection, heartbeat and monitor run on a small runtime of the backend's own (threads named
+    /// `recipes-zk`, one per core up to four, shared by every session of the process), not on the caller's: the backend works whatever runtime calls it, a current-thread runtime that
+    /// is not being driven and the blocking API's included, and outlives the runtime it was connected from.
+    ///
     /// The lease starts with the timeout the connected server granted. In the background, every server of the connect
     /// string is asked which session timeout it grants this client (with a short-lived session each), and the lease
     /// assumes the shortest as each answer arrives: a reconnection renegotiates the timeout. A server that does not
     /// answer holds up neither the connect nor the other answers.
     ///
     /// # Notable errors
-    /// [`Error::Unreachable`] when no server answers within the connect timeout (never a hang).
+    /// [`Error::Unreachable`] when no server answers within the connect timeout (never a hang), naming each server
+    /// and what happened to it; [`Error::InvalidArgument`] for an empty connect string.
     ///
     /// # Cancel safety
-    /// Cancel safe: dropping the future drops the half-made session.
+    /// Cancel safe: dropping the future abandons the connect, and a session it opened is closed.
     pub async fn connect(options: ZkOptions) -> Result<Arc<ZkBackend>> {
+        let mut task = AbortOnDrop(io_runtime()?.spawn(Self::connect_here(options)));
+        match (&mut task.0).await {
+            Ok(r) => r,
+            Err(e) => Err(Error::Backend(format!("the connect task ended: {e}"))),
+        }
+    }
+
+    /// Connects and opens a session from code that is not async (a plain `fn main`), as
+    /// [`connect`](ZkBackend::connect) does; use the blocking API of `recipes-core` ([`recipes_core::BlockingLock`])
+    /// on the `Locks` made from it.
+    ///
+    /// ```no_run
+    /// use recipes_core::{BlockingLock, Locks};
+    /// use recipes_zk::{ZkBackend, ZkOptions};
+    ///
+    /// fn main() -> Result<(), recipes_core::Error> {
+    ///     let locks = Locks::new(ZkBackend::connect_blocking(ZkOptions::new("zk1:2181"))?);
+    ///     let guard = locks.fair("/batch/nightly")?.acquire_blocking()?;
+    ///     // ... the work ...
+    ///     guard.release()?;
+    ///     locks.close_blocking()
+    /// }
+    /// ```
+    ///
+    /// # Notable errors
+    /// As [`connect`](ZkBackend::connect); [`Error::BlockingInAsync`] when called inside an async runtime (use
+    /// `connect` there).
+    pub fn connect_blocking(options: ZkOptions) -> Result<Arc<ZkBackend>> {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Err(Error::BlockingInAsync);
+        }
+        io_runtime()?.block_on(Self::connect_here(options))
+    }
+
+    /// Connects, on the backend's own runtime.
+    async fn connect_here(options: ZkOptions) -> Result<Arc<ZkBackend>> {
         let sent = Stamp::now();
         let client = options.connect().await?;
         let id = session_id(&client);
@@ -338,9 +408,11 @@ impl Backend for ZkBackend {
         if let Ok(client) = self.inner.client_for(session) {
             // Sent now (zookeeper-client sends at call time); the reply is awaited in the background and ignored.
             let reply = client.set_data(path, data, None);
-            tokio::spawn(async move {
-                let _ = reply.await;
-            });
+            if let Ok(rt) = io_runtime() {
+                rt.spawn(async move {
+                    let _ = reply.await;
+                });
+            }
         }
     }
 

@@ -2,28 +2,11 @@
 
 use std::time::Duration;
 
-use recipes_core::decide::{contenders, decide, Decision};
-use recipes_core::info::NodeInfo;
-use recipes_core::layout::EXCLUSIVE_NODE;
-use recipes_core::{Backend, BackendExt, Error, LockPath, NodeKind};
+use recipes_core::{Backend, LockPath, NodeKind, Participant, Participants, Role};
 
 use crate::{connect, Conn, Fail};
 
-/// One row of the report.
-struct Row {
-    role: String,
-    recipe: String,
-    owner: String,
-    age: String,
-    node: String,
-}
-
-fn age(ctime_ms: i64) -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default();
-    let ms = (now - ctime_ms).max(0) as u64;
+fn age(ms: u64) -> String {
     let d = Duration::from_millis(ms);
     if d < Duration::from_secs(60) {
         format!("{:.1}s", d.as_secs_f64())
@@ -34,9 +17,6 @@ fn age(ctime_ms: i64) -> String {
     }
 }
 
-/// The most of a node's data read for the report (lock nodes carry a few lines; another client may have written up
-/// to a megabyte).
-const DATA_READ: usize = 4096;
 /// The longest field printed.
 const FIELD_MAX: usize = 64;
 
@@ -58,104 +38,118 @@ fn printable(s: &str, max: usize) -> String {
     out
 }
 
-async fn row(backend: &dyn Backend, path: &LockPath, name: &str, role: String, kind: &str) -> Option<Row> {
-    let (mut data, stat) = backend.current().get(&path.child(name)).await.ok().flatten()?;
-    data.truncate(DATA_READ);
-    let info = NodeInfo::decode(&data);
-    Some(Row {
-        role,
-        recipe: printable(
-            &info
-                .as_ref()
-                .map(|i| i.recipe.clone())
-                .filter(|r| !r.is_empty())
-                .unwrap_or_else(|| kind.to_owned()),
-            FIELD_MAX,
-        ),
-        owner: printable(
-            &info
-                .map(|i| format!("{}:{}", i.host, i.pid))
-                .unwrap_or_else(|| "?".into()),
-            FIELD_MAX,
-        ),
-        age: age(stat.ctime),
-        node: printable(name, 2 * FIELD_MAX),
-    })
+/// The recipe a participant's maker wrote in it, or what its name says.
+fn recipe_of(p: &Participant) -> String {
+    let by_name = match p.kind {
+        None => "exclusive",
+        Some(NodeKind::Lock) => "fair",
+        Some(NodeKind::Read) => "read",
+        Some(NodeKind::Write) => "write",
+    };
+    p.info
+        .as_ref()
+        .map(|i| i.recipe.clone())
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| by_name.to_owned())
 }
 
-/// Prints the report; exit status 0.
-pub async fn inspect(c: &Conn, path: &LockPath) -> Result<u8, Fail> {
-    let (backend, _locks) = connect(c).await?;
-    let r = report(&*backend, c, path).await;
+/// Milliseconds since the participant's node was made (by the server's clock against ours).
+fn age_ms(p: &Participant) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default();
+    (now - p.ctime_ms).max(0) as u64
+}
+
+/// Prints the report (a table, or JSON for scripts); exit status 0.
+pub async fn inspect(c: &Conn, path: &LockPath, json: bool) -> Result<u8, Fail> {
+    let (backend, locks) = connect(c).await?;
+    let r = locks.participants(path.as_str()).await;
     backend.close().await;
-    let text = r?;
+    let p = r?;
+    let text = if json {
+        as_json(c, path, &p)
+    } else {
+        as_table(c, path, &p)
+    };
     // Not print!: a closed pipe (`zklock inspect … | head -1`) must not panic.
     let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
     Ok(0)
 }
 
-async fn report(backend: &dyn Backend, c: &Conn, path: &LockPath) -> Result<String, Fail> {
-    let children = match backend.current().children(path.as_str()).await {
-        Ok(c) => c,
-        Err(Error::NoNode(_)) => Vec::new(),
-        Err(e) => return Err(e.into()),
-    };
-    let mut rows = Vec::new();
-    if children.iter().any(|c| c == EXCLUSIVE_NODE) {
-        if let Some(r) = row(backend, path, EXCLUSIVE_NODE, "holder".into(), "exclusive").await {
-            rows.push(r);
-        }
-    }
-    let queue = contenders(c.layout, &children);
-    for ct in &queue {
-        let kind = match ct.kind {
-            NodeKind::Lock => "fair",
-            NodeKind::Read => "read",
-            NodeKind::Write => "write",
-        };
-        let role = match decide(c.layout, ct.kind, &queue, &ct.name) {
-            Decision::Acquired => "holder".to_owned(),
-            Decision::Wait { on } => format!("waiter (for {})", short(&on)),
-            Decision::Missing => continue,
-        };
-        if let Some(r) = row(backend, path, &ct.name, role, kind).await {
-            rows.push(r);
-        }
-    }
-    let foreign: Vec<&String> = children
+fn as_json(c: &Conn, path: &LockPath, p: &Participants) -> String {
+    let nodes: Vec<serde_json::Value> = p
+        .nodes
         .iter()
-        .filter(|c| *c != EXCLUSIVE_NODE && !queue.iter().any(|q| &q.name == *c))
+        .map(|n| {
+            serde_json::json!({
+                "node": n.node,
+                "role": if n.role == Role::Holder { "holder" } else { "waiter" },
+                "waits_on": match &n.role { Role::Waiter { on } => Some(on.as_str()), Role::Holder => None },
+                "recipe": recipe_of(n),
+                "host": n.info.as_ref().map(|i| i.host.as_str()),
+                "pid": n.info.as_ref().map(|i| i.pid),
+                "fencing_token": n.czxid,
+                "age_ms": age_ms(n),
+            })
+        })
         .collect();
-    let holders = rows.iter().filter(|r| r.role == "holder").count();
+    let report = serde_json::json!({
+        "path": path.as_str(),
+        "layout": c.layout.to_string(),
+        "holders": p.holders().count(),
+        "waiters": p.waiters().count(),
+        "participants": nodes,
+        "other_children": p.other_children,
+    });
+    format!("{report}\n")
+}
+
+fn as_table(c: &Conn, path: &LockPath, p: &Participants) -> String {
+    let holders = p.holders().count();
     let mut out = format!(
         "{path}: {holders} holder(s), {} waiter(s) (layout {})\n",
-        rows.len() - holders,
+        p.nodes.len() - holders,
         c.layout
     );
-    if !rows.is_empty() {
+    if !p.nodes.is_empty() {
         out.push_str(&format!(
             "{:<28} {:<10} {:<28} {:>8}  {}\n",
             "ROLE", "RECIPE", "OWNER (HOST:PID)", "AGE", "NODE"
         ));
-        for r in &rows {
+        for n in &p.nodes {
+            let role = match &n.role {
+                Role::Holder => "holder".to_owned(),
+                Role::Waiter { on } => format!("waiter (for {})", short(on)),
+            };
+            let owner = n
+                .info
+                .as_ref()
+                .map(|i| format!("{}:{}", i.host, i.pid))
+                .unwrap_or_else(|| "?".into());
             out.push_str(&format!(
                 "{:<28} {:<10} {:<28} {:>8}  {}\n",
-                r.role, r.recipe, r.owner, r.age, r.node
+                role,
+                printable(&recipe_of(n), FIELD_MAX),
+                printable(&owner, FIELD_MAX),
+                age(age_ms(n)),
+                printable(&n.node, 2 * FIELD_MAX)
             ));
         }
     }
-    if !foreign.is_empty() {
+    if !p.other_children.is_empty() {
         out.push_str(&format!(
             "ignored {} child(ren) that are not lock nodes of this layout: {}\n",
-            foreign.len(),
-            foreign
+            p.other_children.len(),
+            p.other_children
                 .iter()
                 .map(|s| printable(s, FIELD_MAX))
                 .collect::<Vec<_>>()
                 .join(", ")
         ));
     }
-    Ok(out)
+    out
 }
 
 /// The node name shortened for display: the kind, and the sequence.

@@ -70,7 +70,7 @@ Examples:
   # The command gets ZKLOCK_PATH, ZKLOCK_NODE and ZKLOCK_FENCING_TOKEN:
   zklock /db/migrations -- sh -c 'migrate --fencing-token \"$ZKLOCK_FENCING_TOKEN\"'
 
-  # Who holds a lock, and who waits:
+  # Who holds a lock, and who waits (--json for scripts):
   zklock inspect /deploy/web
 
 Exit status: the command's; 75 the wait ran out; 64 bad usage or invalid path; 69 ZooKeeper unreachable;
@@ -127,6 +127,9 @@ enum Sub {
         /// The lock path
         #[arg(value_name = "PATH")]
         path: String,
+        /// Print one JSON object (path, layout, holders, waiters, participants, other_children), for scripts
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -318,10 +321,10 @@ fn main() -> ExitCode {
     };
     let result = rt.block_on(async {
         match cli.inspect {
-            Some(Sub::Inspect { path }) => {
+            Some(Sub::Inspect { path, json }) => {
                 let path = LockPath::new(&path)?;
                 let c = conn(&cli.common)?;
-                inspect::inspect(&c, &path).await
+                inspect::inspect(&c, &path, json).await
             }
             None => {
                 let path = LockPath::new(cli.path.as_deref().unwrap_or_default())?;

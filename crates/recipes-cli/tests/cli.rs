@@ -543,6 +543,32 @@ fn inspect_lists_holders_and_waiters() {
         "{text}"
     );
     assert!(lines[2].contains(" L-") && lines[3].contains(" W-"), "{text}");
+    // The same for scripts, as one JSON object.
+    let o = run(zklock(&zk, &["inspect", "--json", &path]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("inspect --json prints JSON");
+    assert_eq!(j["path"], path.as_str());
+    assert_eq!(
+        (j["holders"].as_u64(), j["waiters"].as_u64()),
+        (Some(1), Some(1)),
+        "{j}"
+    );
+    let (h, w) = (&j["participants"][0], &j["participants"][1]);
+    assert_eq!(
+        (h["role"].as_str(), h["pid"].as_u64()),
+        (Some("holder"), Some(holder.id() as u64)),
+        "{j}"
+    );
+    assert_eq!(
+        (w["role"].as_str(), w["recipe"].as_str()),
+        (Some("waiter"), Some("write")),
+        "{j}"
+    );
+    assert_eq!(w["waits_on"], h["node"], "{j}");
+    assert!(
+        h["fencing_token"].as_i64().unwrap() < w["fencing_token"].as_i64().unwrap(),
+        "{j}"
+    );
     for mut c in [holder, waiter] {
         let _ = c.kill();
         let _ = c.wait();

@@ -48,10 +48,12 @@ mod metrics;
 #[doc(hidden)]
 pub mod mutants;
 mod owner;
+mod participants;
 mod path;
 mod patience;
 mod recipe;
 mod reentrant;
+mod resource;
 
 pub use backend::{
     parent_path, Backend, BackendExt, CreateAndList, CreateMode, Created, DeletionWatch, Lease, NodeEvent, NodeWatch,
@@ -61,12 +63,14 @@ pub use blocking::{BlockingGuard, BlockingLock};
 pub use error::{Error, LostReason, NotHeldReason, PathProblem, Result, RetryReason};
 pub use guard::{GuardedError, LockGuard};
 pub use layout::{Layout, NodeKind};
-pub use lock::{ExclusiveLock, FairLock, Lock, ReadLock, ReadWriteLock, ReentrantLock, WriteLock};
+pub use lock::{ExclusiveLock, FairLock, Lock, LockFuture, ReadLock, ReadWriteLock, ReentrantLock, WriteLock};
 pub use locks::{LeaseMargin, Locks, LocksBuilder};
 pub use metrics::Metrics;
 pub use owner::{Owner, OwnerToken};
+pub use participants::{Participant, Participants, Role};
 pub use path::LockPath;
 pub use recipe::Recipe;
+pub use resource::{Access, LockKind, Resource};
 
 /// Compile-time checks: guards and locks are `Send + Sync + 'static`; the backend trait is object safe.
 #[allow(dead_code)]

@@ -7,7 +7,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
+use std::future::Future;
+use std::pin::Pin;
 
 use crate::driver::{self, Ctx, HeldNode};
 use crate::error::Result;
@@ -40,6 +41,11 @@ impl Plain {
     async fn get(&self, recipe: Recipe, p: Patience) -> Result<Option<LockGuard>> {
         let held = driver::acquire(&self.ctx, &self.path, recipe, p).await?;
         Ok(held.map(LockGuard::plain))
+    }
+
+    /// A plain recipe has no owner: the same lock.
+    fn with_owner(&self, _owner: Owner) -> Self {
+        self.clone()
     }
 }
 
@@ -86,11 +92,28 @@ impl Owned {
     }
 }
 
+/// The future a [`Lock`] method returns: boxed, so that the trait stays object safe (`Arc<dyn Lock>`).
+pub type LockFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
+
 /// What every recipe offers, object safe so frameworks can hold `Arc<dyn Lock>` chosen at run time.
 ///
-/// Each concrete recipe type has inherent methods of the same names, so the trait need not be imported to use
-/// them.
-#[async_trait]
+/// Each concrete recipe type has inherent `async fn`s of the same names, so the trait need not be imported to use
+/// them; through the trait each returns a boxed future ([`LockFuture`]).
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use std::sync::Arc;
+/// use recipes_core::{Lock, Locks, OwnerToken, Recipe};
+/// let locks = Locks::new(recipes_mem::MemCluster::new().client());
+/// let lock: Arc<dyn Lock> = locks.lock("/jobs/7", "reentrant".parse::<Recipe>().unwrap()).unwrap();
+/// // Work that moves between tasks holds as one owner:
+/// let job = lock.with_owner(OwnerToken::new().into());
+/// let outer = job.acquire().await.unwrap();
+/// let inner = job.acquire().await.unwrap();
+/// assert_eq!(inner.hold_count(), 2);
+/// # drop((inner, outer));
+/// # });
+/// ```
 pub trait Lock: Send + Sync + fmt::Debug {
     /// The lock path.
     fn path(&self) -> &LockPath;
@@ -103,19 +126,23 @@ pub trait Lock: Send + Sync + fmt::Debug {
     /// # Cancel safety
     /// Cancel safe: dropping the future at any await point leaves no lock node behind (it is deleted in the
     /// background).
-    async fn acquire(&self) -> Result<LockGuard>;
+    fn acquire(&self) -> LockFuture<'_, LockGuard>;
 
     /// Takes the lock if it is free now; never queues. `None`: someone else holds it (or is ahead in the queue).
     ///
     /// # Cancel safety
     /// As [`acquire`](Lock::acquire).
-    async fn try_acquire(&self) -> Result<Option<LockGuard>>;
+    fn try_acquire(&self) -> LockFuture<'_, Option<LockGuard>>;
 
     /// Waits at most `timeout`. `None`: the time ran out; no node of ours is left behind when it returns.
     ///
     /// # Cancel safety
     /// As [`acquire`](Lock::acquire).
-    async fn acquire_timeout(&self, timeout: Duration) -> Result<Option<LockGuard>>;
+    fn acquire_timeout(&self, timeout: Duration) -> LockFuture<'_, Option<LockGuard>>;
+
+    /// This lock with a fixed owner, for the owned recipes (reentrant, read, write: holds of one owner nest); the same
+    /// lock for the others, which have no owner.
+    fn with_owner(&self, owner: Owner) -> Arc<dyn Lock>;
 }
 
 /// The guard of an acquire without deadline, which returns a guard or an error, never "gave up".
@@ -195,7 +222,6 @@ macro_rules! recipe_type {
             }
         }
 
-        #[async_trait]
         impl Lock for $ty {
             fn path(&self) -> &LockPath {
                 self.inner.path()
@@ -203,14 +229,17 @@ macro_rules! recipe_type {
             fn recipe(&self) -> Recipe {
                 $recipe
             }
-            async fn acquire(&self) -> Result<LockGuard> {
-                <$ty>::acquire(self).await
+            fn acquire(&self) -> LockFuture<'_, LockGuard> {
+                Box::pin(<$ty>::acquire(self))
             }
-            async fn try_acquire(&self) -> Result<Option<LockGuard>> {
-                <$ty>::try_acquire(self).await
+            fn try_acquire(&self) -> LockFuture<'_, Option<LockGuard>> {
+                Box::pin(<$ty>::try_acquire(self))
             }
-            async fn acquire_timeout(&self, timeout: Duration) -> Result<Option<LockGuard>> {
-                <$ty>::acquire_timeout(self, timeout).await
+            fn acquire_timeout(&self, timeout: Duration) -> LockFuture<'_, Option<LockGuard>> {
+                Box::pin(<$ty>::acquire_timeout(self, timeout))
+            }
+            fn with_owner(&self, owner: Owner) -> Arc<dyn Lock> {
+                Arc::new(<$ty>::new(self.inner.with_owner(owner)))
             }
         }
     };

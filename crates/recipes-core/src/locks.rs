@@ -12,8 +12,10 @@ use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::lock::{ExclusiveLock, FairLock, Holds, Lock, Owned, Plain, ReadWriteLock, ReentrantLock};
 use crate::metrics::{Counters, Metrics};
+use crate::participants::{self, Participants};
 use crate::path::LockPath;
 use crate::recipe::Recipe;
+use crate::resource::{LockKind, Resource};
 
 /// How many creates one acquire may make by default before giving up (see [`LocksBuilder::max_attempts`]).
 const DEFAULT_MAX_ATTEMPTS: u32 = 10;
@@ -260,6 +262,46 @@ impl Locks {
     }
 
     /// The hold counts of an owned path, shared with every other handle on it.
+    /// Who holds the lock at `path` and who waits, in the order the lock is granted, as this `Locks`' layout reads the
+    /// path (Curator's `getParticipantNodes`, with each node's role, fencing token and maker).
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use recipes_core::{Locks, Role};
+    /// let cluster = recipes_mem::MemCluster::new();
+    /// let (a, b) = (Locks::new(cluster.client()), Locks::new(cluster.client()));
+    /// let held = a.fair("/reports").unwrap().acquire().await.unwrap();
+    /// let lock = b.fair("/reports").unwrap();
+    /// let waiting = tokio::spawn(async move { lock.acquire().await });
+    /// tokio::task::yield_now().await;
+    /// # for _ in 0..100 { if a.participants("/reports").await.unwrap().nodes.len() == 2 { break } tokio::task::yield_now().await; }
+    /// let p = a.participants("/reports").await.unwrap();
+    /// assert_eq!(p.holders().count(), 1);
+    /// assert_eq!(p.nodes[0].czxid as u64, held.fencing_token());
+    /// assert!(matches!(p.nodes[1].role, Role::Waiter { .. }));
+    /// # drop(held); waiting.await.unwrap().unwrap();
+    /// # });
+    /// ```
+    ///
+    /// # Notable errors
+    /// [`Error::InvalidPath`]; the backend's errors.
+    pub async fn participants(&self, path: impl AsRef<str>) -> Result<Participants> {
+        let path = LockPath::new(path)?;
+        participants::participants(&*self.ctx.backend, self.ctx.layout, &path).await
+    }
+
+    /// The lock of a resource named in configuration: a recipe, or `read/write` with the side chosen at each call
+    /// site ([`Resource::lock`]).
+    ///
+    /// # Notable errors
+    /// As [`lock`](Locks::lock) and [`read_write`](Locks::read_write).
+    pub fn resource(&self, path: impl AsRef<str>, kind: LockKind) -> Result<Resource> {
+        Ok(match kind {
+            LockKind::Recipe(r) => Resource::one(self.lock(path, r)?),
+            LockKind::ReadWrite => Resource::read_write(self.read_write(path)?),
+        })
+    }
+
     fn holds(&self, key: OwnedPath) -> Arc<Holds> {
         let mut reg = self.registry.lock();
         if let Some(holds) = reg.get(&key).and_then(Weak::upgrade) {

@@ -269,3 +269,123 @@ pub async fn blocking_api_refused_inside_runtime(h: &dyn Harness) {
     assert!(matches!(lock.acquire_blocking(), Err(Error::BlockingInAsync)));
     assert!(matches!(lock.try_acquire_blocking(), Err(Error::BlockingInAsync)));
 }
+
+/// A framework's configuration names resources: `read/write` lets each call site choose its side, a recipe serves
+/// every call site alike; `with_owner` reaches through `Arc<dyn Lock>`.
+pub async fn configured_resources_and_owners(h: &dyn Harness) {
+    use recipes_core::{Access, LockKind, OwnerToken};
+    let path = h.path("resource-rw");
+    let (a, b, c) = (h.client().await, h.client().await, h.client().await);
+    let ra = a.locks.resource(&path, "read/write".parse().unwrap()).unwrap();
+    let rb = b.locks.resource(&path, "rw".parse().unwrap()).unwrap();
+    // Owned recipes count holds per task: exclusive access from a task that holds shared access would be an
+    // upgrade (refused), so the exclusive call site is another client's.
+    let rc = c.locks.resource(&path, "read-write".parse().unwrap()).unwrap();
+    assert_eq!(ra.kind(), LockKind::ReadWrite);
+    let shared_a = ra.lock(Access::Shared).acquire().await.unwrap();
+    let shared_b = rb.lock(Access::Shared).try_acquire().await.unwrap();
+    assert!(
+        shared_b.is_some(),
+        "two shared call sites of a read/write resource excluded each other"
+    );
+    assert!(
+        rc.lock(Access::Exclusive).try_acquire().await.unwrap().is_none(),
+        "exclusive access beside shared holders"
+    );
+    drop(shared_b);
+    shared_a.release().await.unwrap();
+    let excl = bounded(h, "exclusive access", rc.lock(Access::Exclusive).acquire())
+        .await
+        .unwrap();
+    assert!(
+        ra.lock(Access::Shared).try_acquire().await.unwrap().is_none(),
+        "shared access beside a writer"
+    );
+    excl.release().await.unwrap();
+    wait_children(h, &path, 0).await;
+
+    // A recipe resource is the one lock for every access.
+    let path = h.path("resource-fair");
+    let fa = a.locks.resource(&path, "fair".parse().unwrap()).unwrap();
+    let fb = b.locks.resource(&path, "fair".parse().unwrap()).unwrap();
+    let g = fa.lock(Access::Shared).acquire().await.unwrap();
+    assert!(
+        fb.lock(Access::Shared).try_acquire().await.unwrap().is_none(),
+        "a fair resource shared"
+    );
+    // with_owner on a recipe without owners is the same lock: it does not nest.
+    let same = fa.lock(Access::Exclusive).with_owner(OwnerToken::new().into());
+    assert!(
+        same.try_acquire().await.unwrap().is_none(),
+        "with_owner made a fair lock reentrant"
+    );
+    g.release().await.unwrap();
+
+    // Through Arc<dyn Lock>, one owner's holds nest across tasks; another owner contends.
+    let path = h.path("resource-owner");
+    let lock: Arc<dyn recipes_core::Lock> = a.locks.lock(&path, Recipe::Reentrant).unwrap();
+    let job = lock.with_owner(OwnerToken::new().into());
+    let outer = job.acquire().await.unwrap();
+    let job2 = job.clone();
+    let inner = tokio::spawn(async move { job2.acquire().await.unwrap() })
+        .await
+        .unwrap();
+    assert_eq!(inner.hold_count(), 2);
+    let other = lock.with_owner(OwnerToken::new().into());
+    assert!(
+        other.try_acquire().await.unwrap().is_none(),
+        "another owner entered a held reentrant lock"
+    );
+    drop(inner);
+    outer.release().await.unwrap();
+    let g = bounded(h, "other owner", other.acquire()).await.unwrap();
+    g.release().await.unwrap();
+    wait_children(h, &path, 0).await;
+    assert!("fiar".parse::<LockKind>().is_err());
+}
+
+/// `Locks::participants` lists the holders and the waiters of a path in grant order, with the node each waiter
+/// watches and each holder's fencing token.
+pub async fn participants_list_holders_and_waiters(h: &dyn Harness) {
+    use recipes_core::{NodeKind, Role};
+    let path = h.path("participants");
+    let (a, b, c) = (h.client().await, h.client().await, h.client().await);
+    assert!(
+        a.locks.participants(&path).await.unwrap().nodes.is_empty(),
+        "participants of a path never locked"
+    );
+    let r1 = a.locks.read_write(&path).unwrap().read().acquire().await.unwrap();
+    let r2 = b.locks.read_write(&path).unwrap().read().acquire().await.unwrap();
+    let writer = c.locks.read_write(&path).unwrap().write();
+    let waiting = tokio::spawn(async move { writer.acquire().await });
+    wait_children(h, &path, 3).await;
+    let p = c.locks.participants(&path).await.unwrap();
+    let name = |g: &recipes_core::LockGuard| g.node().rsplit('/').next().unwrap().to_owned();
+    let holders: Vec<_> = p.holders().collect();
+    assert_eq!(holders.len(), 2, "{p:?}");
+    assert_eq!(holders[0].node, name(&r1));
+    assert_eq!(holders[0].czxid as u64, r1.fencing_token());
+    assert_eq!(holders[1].node, name(&r2));
+    assert!(holders.iter().all(|n| n.kind == Some(NodeKind::Read)));
+    let waiters: Vec<_> = p.waiters().collect();
+    assert_eq!(waiters.len(), 1, "{p:?}");
+    assert_eq!(waiters[0].kind, Some(NodeKind::Write));
+    assert_eq!(waiters[0].role, Role::Waiter { on: name(&r2) }, "{p:?}");
+    assert!(p.other_children.is_empty());
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    let w = bounded(h, "writer after readers", waiting).await.unwrap().unwrap();
+    let p = a.locks.participants(&path).await.unwrap();
+    assert_eq!(p.holders().map(|n| n.node.clone()).collect::<Vec<_>>(), [name(&w)]);
+    w.release().await.unwrap();
+
+    // The exclusive recipe's fixed node is a holder of no kind.
+    let path = h.path("participants-exclusive");
+    let g = a.locks.exclusive(&path).unwrap().acquire().await.unwrap();
+    let p = b.locks.participants(&path).await.unwrap();
+    assert_eq!(p.nodes.len(), 1);
+    assert_eq!((p.nodes[0].kind, &p.nodes[0].role), (None, &Role::Holder));
+    assert_eq!(p.nodes[0].czxid as u64, g.fencing_token());
+    g.release().await.unwrap();
+    wait_children(h, &path, 0).await;
+}

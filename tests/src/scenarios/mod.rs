@@ -76,6 +76,7 @@ macro_rules! __for_each_scenario {
             expired_exclusive_release_spares_next_holder exclusive_lost_sees_a_replaced_node
             reentry_after_loss_is_refused wrapped_sequences_keep_exclusion_in_every_layout
             mixed_recipes_and_layouts_refused mixed_recipes_racing_never_hold_together huge_timeout_is_no_deadline
+            configured_resources_and_owners participants_list_holders_and_waiters
         );
     };
 }

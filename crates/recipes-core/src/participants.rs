@@ -1,0 +1,106 @@
+//! Who holds a lock and who waits for it: Curator's `getParticipantNodes`, with each node's role.
+
+use crate::backend::{Backend, BackendExt};
+use crate::decide::{contenders, decide, Decision};
+use crate::error::{Error, Result};
+use crate::info::NodeInfo;
+use crate::layout::{Layout, NodeKind, EXCLUSIVE_NODE};
+use crate::path::LockPath;
+
+/// The lock nodes on a path, in the order the lock is granted (see [`Locks::participants`](crate::Locks::participants)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Participants {
+    /// Holders first, then waiters, in queue order.
+    pub nodes: Vec<Participant>,
+    /// Children of the path that are not lock nodes of the layout read with (another layout's, or no lock node).
+    pub other_children: Vec<String>,
+}
+
+impl Participants {
+    /// The participants that hold the lock now.
+    pub fn holders(&self) -> impl Iterator<Item = &Participant> {
+        self.nodes.iter().filter(|p| p.role == Role::Holder)
+    }
+
+    /// The participants waiting for it.
+    pub fn waiters(&self) -> impl Iterator<Item = &Participant> {
+        self.nodes.iter().filter(|p| p.role != Role::Holder)
+    }
+}
+
+/// One lock node on a path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Participant {
+    /// The child name.
+    pub node: String,
+    /// What it contends for; `None` for the exclusive recipe's fixed node.
+    pub kind: Option<NodeKind>,
+    /// Whether it holds the lock or waits.
+    pub role: Role,
+    /// Its creation id: the fencing token of its holder.
+    pub czxid: i64,
+    /// When it was made, in milliseconds since the Unix epoch, by the server's clock.
+    pub ctime_ms: i64,
+    /// What its maker wrote in it (recipe, host, pid), when it is a lock node of this library.
+    pub info: Option<NodeInfo>,
+}
+
+/// A participant's role.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// It holds the lock.
+    Holder,
+    /// It waits for the deletion of this node (a child name).
+    Waiter {
+        /// The node it waits on.
+        on: String,
+    },
+}
+
+/// The most of a node's data decoded (lock nodes carry a few lines; another client may have written much more).
+const DATA_READ: usize = 4096;
+
+/// Reads the participants of `path` with `layout`'s rules, on the backend's current session.
+pub(crate) async fn participants(backend: &dyn Backend, layout: Layout, path: &LockPath) -> Result<Participants> {
+    let on = backend.current();
+    let children = match on.children(path.as_str()).await {
+        Ok(c) => c,
+        Err(Error::NoNode(_)) => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let mut roles: Vec<(String, Option<NodeKind>, Role)> = Vec::new();
+    if children.iter().any(|c| c == EXCLUSIVE_NODE) {
+        roles.push((EXCLUSIVE_NODE.to_owned(), None, Role::Holder));
+    }
+    let queue = contenders(layout, &children);
+    for c in &queue {
+        match decide(layout, c.kind, &queue, &c.name) {
+            Decision::Acquired => roles.push((c.name.clone(), Some(c.kind), Role::Holder)),
+            Decision::Wait { on } => roles.push((c.name.clone(), Some(c.kind), Role::Waiter { on })),
+            Decision::Missing => unreachable!("every contender is in the queue it was parsed from"),
+        }
+    }
+    let mut nodes = Vec::new();
+    for (node, kind, role) in roles {
+        // A node may go between the list and the read: it is then no participant any more.
+        let Some((mut data, stat)) = on.get(&path.child(&node)).await? else {
+            continue;
+        };
+        data.truncate(DATA_READ);
+        nodes.push(Participant {
+            info: NodeInfo::decode(&data),
+            node,
+            kind,
+            role,
+            czxid: stat.czxid,
+            ctime_ms: stat.ctime,
+        });
+    }
+    let other_children = children
+        .into_iter()
+        .filter(|c| c != EXCLUSIVE_NODE && !queue.iter().any(|q| &q.name == c))
+        .collect();
+    Ok(Participants { nodes, other_children })
+}

@@ -57,6 +57,17 @@ pub enum LostReason {
     LeaseExpired,
 }
 
+impl LostReason {
+    /// A short, stable name (`"session_expired"`, `"node_deleted"`, `"lease_expired"`), for metrics labels and logs.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            LostReason::SessionExpired => "session_expired",
+            LostReason::NodeDeleted => "node_deleted",
+            LostReason::LeaseExpired => "lease_expired",
+        }
+    }
+}
+
 impl fmt::Display for LostReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -240,6 +251,38 @@ pub enum Error {
 }
 
 impl Error {
+    /// A short, stable name of the error's variant (`"session_expired"`, `"foreign_lock"`...), for metrics labels and
+    /// logs.
+    ///
+    /// ```
+    /// assert_eq!(recipes_core::Error::ConnectionLoss.kind(), "connection_loss");
+    /// ```
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::InvalidPath { .. } => "invalid_path",
+            Error::UnknownRecipe(_) => "unknown_recipe",
+            Error::UnknownLayout(_) => "unknown_layout",
+            Error::Unreachable { .. } => "unreachable",
+            Error::ConnectionLoss => "connection_loss",
+            Error::SessionExpired => "session_expired",
+            Error::NoNode(_) => "no_node",
+            Error::NodeExists(_) => "node_exists",
+            Error::NotEmpty(_) => "not_empty",
+            Error::Refused(_) => "refused",
+            Error::NotHeld { .. } => "not_held",
+            Error::UpgradeRefused(_) => "upgrade_refused",
+            Error::CountOverflow(_) => "count_overflow",
+            Error::RetriesExhausted { .. } => "retries_exhausted",
+            Error::ForeignLock { .. } => "foreign_lock",
+            Error::SequenceWrapped { .. } => "sequence_wrapped",
+            Error::LockLost { .. } => "lock_lost",
+            Error::InvalidArgument(_) => "invalid_argument",
+            Error::BlockingInAsync => "blocking_in_async",
+            Error::Closed => "closed",
+            Error::Backend(_) => "backend",
+        }
+    }
+
     /// Whether the error means "the outcome is unknown, the connection may come back".
     pub fn is_connection_loss(&self) -> bool {
         matches!(self, Error::ConnectionLoss)

@@ -44,7 +44,7 @@ pub mod info;
 pub mod layout;
 mod lock;
 mod locks;
-mod metrics;
+pub mod metrics;
 #[doc(hidden)]
 pub mod mutants;
 mod owner;
@@ -65,7 +65,7 @@ pub use guard::{GuardedError, LockGuard};
 pub use layout::{Layout, NodeKind};
 pub use lock::{ExclusiveLock, FairLock, Lock, LockFuture, ReadLock, ReadWriteLock, ReentrantLock, WriteLock};
 pub use locks::{LeaseMargin, Locks, LocksBuilder};
-pub use metrics::Metrics;
+pub use metrics::{describe_metrics, Metrics};
 pub use owner::{Owner, OwnerToken};
 pub use participants::{Participant, Participants, Role};
 pub use path::LockPath;

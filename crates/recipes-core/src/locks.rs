@@ -103,9 +103,19 @@ pub struct LocksBuilder {
     layout: Layout,
     max_attempts: u32,
     lease_margin: LeaseMargin,
+    metrics_path_label: bool,
 }
 
 impl LocksBuilder {
+    /// Whether the series recorded through the [`metrics`](crate::metrics) facade carry the lock path as the label
+    /// `path` (default `false`: one series per recipe; with it, one per path, which can be many).
+    pub fn metrics_path_label(self, on: bool) -> Self {
+        LocksBuilder {
+            metrics_path_label: on,
+            ..self
+        }
+    }
+
     /// The lease margin (default [`LeaseMargin::default`], 0.2).
     pub fn lease_margin(self, lease_margin: LeaseMargin) -> Self {
         LocksBuilder { lease_margin, ..self }
@@ -129,7 +139,7 @@ impl LocksBuilder {
             ctx: Arc::new(Ctx {
                 backend: self.backend,
                 layout: self.layout,
-                counters: Counters::default(),
+                counters: Counters::new(self.metrics_path_label),
                 max_attempts: self.max_attempts,
                 lease_margin: self.lease_margin.get(),
             }),
@@ -151,6 +161,7 @@ impl Locks {
             layout: Layout::Native,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             lease_margin: LeaseMargin::default(),
+            metrics_path_label: false,
         }
     }
 

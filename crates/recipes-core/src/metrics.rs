@@ -1,6 +1,38 @@
-//! Counters kept per [`Locks`](crate::Locks) value, for tests, benchmarks and dashboards.
+//! What the library counts and measures: a snapshot per [`Locks`](crate::Locks) value ([`Metrics`], for tests and
+//! benchmarks), and the same events through the [`metrics`](https://docs.rs/metrics) facade, so that any exporter
+//! (Prometheus, StatsD, OpenTelemetry) can scrape them.
+//!
+//! # Through the facade
+//! Nothing is recorded until the application installs a recorder (`metrics::set_global_recorder`, or an exporter's
+//! `install`). Every series carries the label `recipe`; `path` is added only when
+//! [`LocksBuilder::metrics_path_label`](crate::LocksBuilder::metrics_path_label) asks for it (one series per lock
+//! path can be many series). [`describe_metrics`] gives each its unit and help text.
+//!
+//! | name | kind | labels | what |
+//! |---|---|---|---|
+//! | `lock_recipes_acquisitions_total` | counter | recipe | acquires that came to hold the lock |
+//! | `lock_recipes_wait_seconds` | histogram | recipe | from the call to holding, for acquires that hold |
+//! | `lock_recipes_hold_seconds` | histogram | recipe | from holding to the release (awaited or on drop) |
+//! | `lock_recipes_held` | gauge | recipe | locks held now by this process |
+//! | `lock_recipes_timeouts_total` | counter | recipe | timed acquires whose deadline passed |
+//! | `lock_recipes_busy_total` | counter | recipe | `try_acquire`s that found the lock held |
+//! | `lock_recipes_acquire_errors_total` | counter | recipe, error | acquires that failed, by [`Error::kind`](crate::Error::kind) |
+//! | `lock_recipes_lost_total` | counter | recipe, reason | held locks seen lost, by [`LostReason`](crate::LostReason) |
+//! | `lock_recipes_wakeups_total` | counter | recipe | waiters woken to look at the queue again |
+//! | `lock_recipes_create_recoveries_total` | counter | recipe | lock nodes whose create reply was lost, found again |
+//! | `lock_recipes_cleanups_total` | counter | recipe | nodes deleted after a timeout, an error or a cancelled acquire |
+//!
+//! A lost lock is counted once per guard, when the application learns of it: `lost()` resolves, `is_valid()` turns
+//! false, or the release finds the node gone.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Label, Unit};
+
+use crate::error::{Error, LostReason};
+use crate::path::LockPath;
+use crate::recipe::Recipe;
 
 /// A snapshot of the counters of one [`Locks`](crate::Locks) value.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -18,21 +50,150 @@ pub struct Metrics {
     pub create_recoveries: u64,
     /// Lock nodes deleted by cleanup after a timeout, an error or a cancelled acquire.
     pub cleanups: u64,
+    /// Timed acquires whose deadline passed.
+    pub timeouts: u64,
+    /// Held locks seen lost (once per guard).
+    pub lost: u64,
+}
+
+/// Registers the unit and help text of every series with the installed recorder. Call it once, after installing
+/// the recorder.
+///
+/// ```
+/// recipes_core::describe_metrics(); // without a recorder, a no-op
+/// ```
+pub fn describe_metrics() {
+    describe_counter!(ACQUISITIONS, "Acquires that came to hold the lock");
+    describe_histogram!(WAIT, Unit::Seconds, "Time from the acquire call to holding the lock");
+    describe_histogram!(HOLD, Unit::Seconds, "Time from holding the lock to its release");
+    describe_gauge!(HELD, "Locks held now by this process");
+    describe_counter!(TIMEOUTS, "Timed acquires whose deadline passed");
+    describe_counter!(BUSY, "try_acquire calls that found the lock held");
+    describe_counter!(ERRORS, "Acquires that failed, by error kind");
+    describe_counter!(LOST, "Held locks seen lost, by reason");
+    describe_counter!(WAKEUPS, "Waiters woken to look at the queue again");
+    describe_counter!(RECOVERIES, "Lock nodes whose create reply was lost, found again");
+    describe_counter!(
+        CLEANUPS,
+        "Lock nodes deleted after a timeout, an error or a cancelled acquire"
+    );
+}
+
+const ACQUISITIONS: &str = "lock_recipes_acquisitions_total";
+const WAIT: &str = "lock_recipes_wait_seconds";
+const HOLD: &str = "lock_recipes_hold_seconds";
+const HELD: &str = "lock_recipes_held";
+const TIMEOUTS: &str = "lock_recipes_timeouts_total";
+const BUSY: &str = "lock_recipes_busy_total";
+const ERRORS: &str = "lock_recipes_acquire_errors_total";
+const LOST: &str = "lock_recipes_lost_total";
+const WAKEUPS: &str = "lock_recipes_wakeups_total";
+const RECOVERIES: &str = "lock_recipes_create_recoveries_total";
+const CLEANUPS: &str = "lock_recipes_cleanups_total";
+
+/// The labels of one lock's series.
+#[derive(Debug, Clone)]
+pub(crate) struct Tags(Vec<Label>);
+
+/// An event counted both in the snapshot and through the facade.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Count {
+    Wakeup,
+    Create,
+    CreateRecovery,
+    Cleanup,
+    Timeout,
+    Busy,
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    pub acquisitions: AtomicU64,
-    pub releases: AtomicU64,
-    pub wakeups: AtomicU64,
-    pub creates: AtomicU64,
-    pub create_recoveries: AtomicU64,
-    pub cleanups: AtomicU64,
+    acquisitions: AtomicU64,
+    releases: AtomicU64,
+    wakeups: AtomicU64,
+    creates: AtomicU64,
+    create_recoveries: AtomicU64,
+    cleanups: AtomicU64,
+    timeouts: AtomicU64,
+    lost: AtomicU64,
+    /// Whether series carry the lock path.
+    path_label: bool,
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
 }
 
 impl Counters {
-    pub fn bump(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
+    pub fn new(path_label: bool) -> Self {
+        Counters {
+            path_label,
+            ..Counters::default()
+        }
+    }
+
+    /// The labels of the series of `recipe` on `path`.
+    pub fn tags(&self, path: &LockPath, recipe: Recipe) -> Tags {
+        let mut labels = vec![Label::from_static_parts("recipe", recipe.name())];
+        if self.path_label {
+            labels.push(Label::new("path", path.to_string()));
+        }
+        Tags(labels)
+    }
+
+    pub fn count(&self, what: Count, tags: &Tags) {
+        let (mine, name) = match what {
+            Count::Wakeup => (Some(&self.wakeups), WAKEUPS),
+            Count::Create => (Some(&self.creates), ""),
+            Count::CreateRecovery => (Some(&self.create_recoveries), RECOVERIES),
+            Count::Cleanup => (Some(&self.cleanups), CLEANUPS),
+            Count::Timeout => (Some(&self.timeouts), TIMEOUTS),
+            Count::Busy => (None, BUSY),
+        };
+        if let Some(c) = mine {
+            bump(c);
+        }
+        if !name.is_empty() {
+            counter!(name, tags.0.clone()).increment(1);
+        }
+    }
+
+    /// An acquire came to hold the lock after `waited`.
+    pub fn acquired(&self, tags: &Tags, waited: Duration) {
+        bump(&self.acquisitions);
+        counter!(ACQUISITIONS, tags.0.clone()).increment(1);
+        histogram!(WAIT, tags.0.clone()).record(waited.as_secs_f64());
+        gauge!(HELD, tags.0.clone()).increment(1.0);
+    }
+
+    /// A held lock was released (awaited or on drop) after `held`.
+    pub fn released(&self, tags: &Tags, held: Duration) {
+        bump(&self.releases);
+        histogram!(HOLD, tags.0.clone()).record(held.as_secs_f64());
+        gauge!(HELD, tags.0.clone()).decrement(1.0);
+    }
+
+    /// An acquire failed.
+    pub fn failed(&self, tags: &Tags, e: &Error) {
+        let labels: Vec<Label> = tags
+            .0
+            .iter()
+            .cloned()
+            .chain([Label::from_static_parts("error", e.kind())])
+            .collect();
+        counter!(ERRORS, labels).increment(1);
+    }
+
+    /// A held lock was seen lost (the caller counts each guard once).
+    pub fn lost(&self, tags: &Tags, reason: LostReason) {
+        bump(&self.lost);
+        let labels: Vec<Label> = tags
+            .0
+            .iter()
+            .cloned()
+            .chain([Label::from_static_parts("reason", reason.as_str())])
+            .collect();
+        counter!(LOST, labels).increment(1);
     }
 
     pub fn snapshot(&self) -> Metrics {
@@ -44,6 +205,8 @@ impl Counters {
             creates: r(&self.creates),
             create_recoveries: r(&self.create_recoveries),
             cleanups: r(&self.cleanups),
+            timeouts: r(&self.timeouts),
+            lost: r(&self.lost),
         }
     }
 }

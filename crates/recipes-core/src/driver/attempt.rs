@@ -15,7 +15,7 @@ use crate::decide::Refusal;
 use crate::error::{Error, Result, RetryReason};
 use crate::info::NodeInfo;
 use crate::layout::{Family, NodeKind, EXCLUSIVE_NODE};
-use crate::metrics::Counters;
+use crate::metrics::{Count, Tags};
 use crate::path::LockPath;
 use crate::patience::Patience;
 use crate::recipe::Recipe;
@@ -45,10 +45,15 @@ pub(crate) struct Attempt<'a> {
     deadline: Option<Instant>,
     failures: u32,
     pub cleanup: Cleanup,
+    /// The metrics labels of the lock.
+    pub tags: Tags,
+    /// When the acquire began.
+    pub started: Instant,
 }
 
 impl<'a> Attempt<'a> {
     pub fn new(ctx: &'a Arc<Ctx>, path: &'a LockPath, recipe: Recipe, patience: Patience) -> Self {
+        let tags = ctx.counters.tags(path, recipe);
         Attempt {
             ctx,
             path,
@@ -61,7 +66,9 @@ impl<'a> Attempt<'a> {
                 Patience::Forever => None,
             },
             failures: 0,
-            cleanup: Cleanup::new(ctx.clone(), path.clone(), recipe.node_kind().is_none()),
+            cleanup: Cleanup::new(ctx.clone(), path.clone(), recipe.node_kind().is_none(), tags.clone()),
+            tags,
+            started: Instant::now(),
         }
     }
 
@@ -116,13 +123,29 @@ impl<'a> Attempt<'a> {
         Ok(())
     }
 
+    /// Counts an event of this acquire.
+    pub fn count(&self, what: Count) {
+        self.ctx.counters.count(what, &self.tags);
+    }
+
     /// Our node holds the lock: nothing is left to clean up.
     pub fn held(&mut self, node: String, czxid: i64, id: Identity) -> HeldNode {
         self.cleanup.disarm();
-        Counters::bump(&self.ctx.counters.acquisitions);
-        tracing::Span::current().record("node", node.as_str());
+        let waited = self.started.elapsed();
+        let span = tracing::Span::current();
+        span.record("node", node.as_str());
+        span.record("token", czxid);
+        span.record("waited_ms", waited.as_millis() as u64);
         debug!("acquired");
-        HeldNode::new(self.ctx.clone(), self.path.clone(), node, czxid, id)
+        HeldNode::new(
+            self.ctx.clone(),
+            self.path.clone(),
+            self.recipe,
+            node,
+            czxid,
+            id,
+            self.tags.clone(),
+        )
     }
 
     /// The error for a refusal.

@@ -19,7 +19,7 @@ use crate::backend::{BackendExt, SessionId};
 use crate::error::{Error, Result, RetryReason};
 use crate::info::NodeInfo;
 use crate::layout::EXCLUSIVE_NODE;
-use crate::metrics::Counters;
+use crate::metrics::{Count, Tags};
 use crate::mutants::{is_active, Mutant};
 use crate::path::LockPath;
 
@@ -187,17 +187,20 @@ pub(crate) struct Cleanup {
     ctx: Arc<Ctx>,
     path: LockPath,
     fixed: bool,
+    /// The metrics labels of the lock.
+    tags: Tags,
     pub state: Pending,
     /// Earlier cleanups of this acquire still running in the background (their grace ran out).
     background: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Cleanup {
-    pub fn new(ctx: Arc<Ctx>, path: LockPath, fixed: bool) -> Self {
+    pub fn new(ctx: Arc<Ctx>, path: LockPath, fixed: bool, tags: Tags) -> Self {
         Cleanup {
             ctx,
             path,
             fixed,
+            tags,
             state: Pending::Nothing,
             background: Vec::new(),
         }
@@ -235,6 +238,7 @@ impl Cleanup {
         };
         let ctx = self.ctx.clone();
         let path = self.path.clone();
+        let tags = self.tags.clone();
         Some(async move {
             let res = match node {
                 None => delete_by_attempt(&ctx, &path, id).await,
@@ -244,7 +248,7 @@ impl Cleanup {
                 },
             };
             match res {
-                Ok(()) => Counters::bump(&ctx.counters.cleanups),
+                Ok(()) => ctx.counters.count(Count::Cleanup, &tags),
                 Err(e) => {
                     warn!(error = %e, "could not delete an abandoned lock node; it stays until its session ends")
                 }

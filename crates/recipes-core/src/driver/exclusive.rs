@@ -9,7 +9,7 @@ use crate::backend::{BackendExt, CreateAndList, SessionId};
 use crate::decide::judge_exclusive;
 use crate::error::Error;
 use crate::layout::EXCLUSIVE_NODE;
-use crate::metrics::Counters;
+use crate::metrics::Count;
 
 impl Attempt<'_> {
     /// The exclusive recipe: create `P/lock` (and list `P` in the same round trip, to refuse beside the nodes of
@@ -22,7 +22,7 @@ impl Attempt<'_> {
             let attempt = id.attempt;
             let (czxid, listed) = match created {
                 Ok(c) => {
-                    Counters::bump(&self.ctx.counters.creates);
+                    self.count(Count::Create);
                     self.cleanup.state = Pending::Created(node.clone(), attempt, sid);
                     (c.czxid, listed.ok())
                 }
@@ -90,8 +90,8 @@ impl Attempt<'_> {
         };
         match found {
             Some((data, stat)) if is_ours(&data, stat.ephemeral_owner, attempt, sid) => {
-                Counters::bump(&self.ctx.counters.creates);
-                Counters::bump(&self.ctx.counters.create_recoveries);
+                self.count(Count::Create);
+                self.count(Count::CreateRecovery);
                 self.cleanup.state = Pending::Created(node.to_owned(), attempt, sid);
                 Ok(Some(stat.czxid))
             }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::time::Instant;
-use tracing::debug;
+use tracing::{debug, warn, Instrument};
 use uuid::Uuid;
 
 use super::cleanup::{delete_node, spawn_cleanup, Deleted, Identity};
@@ -14,9 +14,10 @@ use super::session::{self, reports_end};
 use super::Ctx;
 use crate::backend::{BackendExt, DeletionWatch, SessionId, SessionRef, SessionState, SessionStatus};
 use crate::error::{Error, LostReason, NotHeldReason, Result};
-use crate::metrics::Counters;
+use crate::metrics::Tags;
 use crate::mutants::{is_active, Mutant};
 use crate::path::LockPath;
+use crate::recipe::Recipe;
 
 /// `lost()` reads the lease again at least this many times per session timeout.
 const LOOK_AGAIN_PER_TIMEOUT: u32 = 8;
@@ -38,6 +39,16 @@ pub(crate) struct HeldNode {
     released: AtomicBool,
     /// A loss that cannot be undone, once `lost()` has seen it.
     known_loss: KnownLoss,
+    /// The recipe that holds the node.
+    recipe: Recipe,
+    /// The metrics labels of the lock.
+    tags: Tags,
+    /// When the lock came to be held.
+    held_since: Instant,
+    /// The hold, a span of the caller's open as long as the node is held.
+    span: tracing::Span,
+    /// Whether a loss was counted and logged (once per node).
+    loss_reported: AtomicBool,
 }
 
 /// A loss that cannot be undone, remembered once seen (a lease that ran out may come back, and is not remembered).
@@ -81,7 +92,15 @@ enum Watched {
 
 impl HeldNode {
     /// A node that an acquire made and found holding the lock.
-    pub fn new(ctx: Arc<Ctx>, path: LockPath, node: String, czxid: i64, id: Identity) -> Self {
+    pub fn new(
+        ctx: Arc<Ctx>,
+        path: LockPath,
+        recipe: Recipe,
+        node: String,
+        czxid: i64,
+        id: Identity,
+        tags: Tags,
+    ) -> Self {
         HeldNode {
             ctx,
             path,
@@ -93,7 +112,37 @@ impl HeldNode {
             handle: Handle::try_current().ok(),
             released: AtomicBool::new(false),
             known_loss: KnownLoss::default(),
+            recipe,
+            tags,
+            held_since: Instant::now(),
+            span: tracing::Span::none(),
+            loss_reported: AtomicBool::new(false),
         }
+    }
+
+    /// Opens the hold's span, as a child of the caller's current span.
+    pub fn begin_hold(&mut self) {
+        self.span = tracing::debug_span!(
+            "hold",
+            path = %self.path,
+            recipe = %self.recipe,
+            node = %self.node,
+            token = self.czxid
+        );
+    }
+
+    /// Counts the end of the hold (released, awaited or on drop).
+    fn count_release(&self) {
+        self.ctx.counters.released(&self.tags, self.held_since.elapsed());
+    }
+
+    /// Counts and logs a loss the application has learned of, once per node.
+    fn report_loss(&self, reason: LostReason) {
+        if self.loss_reported.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.ctx.counters.lost(&self.tags, reason);
+        warn!(parent: &self.span, path = %self.path, node = %self.node, token = self.czxid, %reason, "lock lost");
     }
 
     fn identity(&self) -> Identity {
@@ -117,16 +166,31 @@ impl HeldNode {
         if self.released.load(Ordering::Acquire) {
             return Err(self.not_held(NotHeldReason::Released));
         }
-        let r = delete_node(&self.ctx, &self.node, self.identity()).await;
+        let span = tracing::debug_span!(parent: &self.span, "release", path = %self.path, node = %self.node);
+        let r = delete_node(&self.ctx, &self.node, self.identity())
+            .instrument(span.clone())
+            .await;
         if self.released.swap(true, Ordering::AcqRel) {
             return Err(self.not_held(NotHeldReason::Released));
         }
-        Counters::bump(&self.ctx.counters.releases);
-        debug!(node = %self.node, ok = matches!(r, Ok(Deleted::Ours)), "released");
-        match r? {
-            Deleted::Ours => Ok(()),
-            Deleted::Absent => Err(self.not_held(NotHeldReason::Deleted)),
-            Deleted::NotOurs => Err(self.not_held(NotHeldReason::Replaced)),
+        self.count_release();
+        debug!(parent: &span, ok = matches!(r, Ok(Deleted::Ours)), "released");
+        match r {
+            Ok(Deleted::Ours) => Ok(()),
+            Ok(Deleted::Absent) => {
+                self.report_loss(LostReason::NodeDeleted);
+                Err(self.not_held(NotHeldReason::Deleted))
+            }
+            Ok(Deleted::NotOurs) => {
+                self.report_loss(LostReason::NodeDeleted);
+                Err(self.not_held(NotHeldReason::Replaced))
+            }
+            Err(e) => {
+                if reports_end(&e) {
+                    self.report_loss(LostReason::SessionExpired);
+                }
+                Err(e)
+            }
         }
     }
 
@@ -166,14 +230,19 @@ impl HeldNode {
 
     /// Why the lock cannot be trusted now, or `None` while its lease is valid.
     pub fn lost_now(&self) -> Option<LostReason> {
-        if let Some(r) = self.known_loss(self.ctx.backend.session_status()) {
-            return Some(r);
+        let lost = if let Some(r) = self.known_loss(self.ctx.backend.session_status()) {
+            Some(r)
+        } else {
+            match self.valid_until() {
+                Some(until) if Instant::now() < until => None,
+                Some(_) => Some(LostReason::LeaseExpired),
+                None => Some(LostReason::SessionExpired),
+            }
+        };
+        if let Some(r) = lost {
+            self.report_loss(r);
         }
-        match self.valid_until() {
-            Some(until) if Instant::now() < until => None,
-            Some(_) => Some(LostReason::LeaseExpired),
-            None => Some(LostReason::SessionExpired),
-        }
+        lost
     }
 
     /// Resolves when the lock is known lost: the session expired, the node was deleted by someone else, or the
@@ -184,6 +253,7 @@ impl HeldNode {
     pub async fn lost(&self) -> LostReason {
         let reason = self.watch_for_loss().await;
         self.known_loss.remember(reason);
+        self.report_loss(reason);
         reason
     }
 
@@ -283,7 +353,7 @@ impl Drop for HeldNode {
         if self.released.swap(true, Ordering::AcqRel) {
             return;
         }
-        Counters::bump(&self.ctx.counters.releases);
+        self.count_release();
         let ctx = self.ctx.clone();
         let node = std::mem::take(&mut self.node);
         let id = self.identity();

@@ -25,7 +25,7 @@ use tracing::Instrument;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use crate::metrics::Counters;
+use crate::metrics::{Count, Counters};
 use crate::path::LockPath;
 use crate::patience::Patience;
 use crate::recipe::Recipe;
@@ -65,10 +65,40 @@ pub(crate) async fn acquire(
     recipe: Recipe,
     patience: Patience,
 ) -> Result<Option<HeldNode>> {
-    let span = tracing::debug_span!("acquire", %path, %recipe, node = tracing::field::Empty);
-    async move {
+    let span = tracing::debug_span!(
+        "acquire",
+        %path,
+        %recipe,
+        node = tracing::field::Empty,
+        token = tracing::field::Empty,
+        waited_ms = tracing::field::Empty
+    );
+    let mut held = async move {
         let mut attempt = Attempt::new(ctx, path, recipe, patience);
-        let outcome = match recipe.node_kind() {
+        let outcome = attempt.run(patience).await;
+        match &outcome {
+            Ok(Some(_)) => ctx.counters.acquired(&attempt.tags, attempt.started.elapsed()),
+            Ok(None) if patience == Patience::TryOnce => attempt.count(Count::Busy),
+            Ok(None) => attempt.count(Count::Timeout),
+            Err(e) => ctx.counters.failed(&attempt.tags, e),
+        }
+        outcome
+    }
+    .instrument(span)
+    .await?;
+    if let Some(h) = held.as_mut() {
+        // The hold is a span of the caller's, open as long as the guard.
+        h.begin_hold();
+    }
+    Ok(held)
+}
+
+impl Attempt<'_> {
+    /// The attempt, to its end: holding, gave up with nothing left behind, or failed.
+    async fn run(&mut self, patience: Patience) -> Result<Option<HeldNode>> {
+        let ctx = self.ctx;
+        let attempt = self;
+        let outcome = match attempt.recipe.node_kind() {
             None => attempt.exclusive().await,
             Some(kind) => attempt.queued(kind).await,
         };
@@ -103,6 +133,4 @@ pub(crate) async fn acquire(
             }
         }
     }
-    .instrument(span)
-    .await
 }

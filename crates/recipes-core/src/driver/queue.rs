@@ -13,7 +13,7 @@ use crate::decide::{judge, judge_newcomer, Next};
 use crate::error::Error;
 use crate::info::NodeInfo;
 use crate::layout::NodeKind;
-use crate::metrics::Counters;
+use crate::metrics::Count;
 use crate::mutants::{is_active, Mutant};
 
 /// Our node in the queue, just made.
@@ -141,7 +141,7 @@ impl Attempt<'_> {
                 Err(e) => return Err(e.into()),
             };
             if let Some((node, czxid, children)) = found {
-                Counters::bump(&self.ctx.counters.creates);
+                self.count(Count::Create);
                 self.cleanup.state = Pending::Created(node.clone(), id.attempt, sid);
                 return Ok(Queued {
                     node,
@@ -162,7 +162,7 @@ impl Attempt<'_> {
         }
         match self.find_ours(id.attempt, id.session).await {
             Ok(Some((node, czxid))) => {
-                Counters::bump(&self.ctx.counters.create_recoveries);
+                self.count(Count::CreateRecovery);
                 debug!(%node, "create reply was lost; found our node by its attempt id");
                 Ok(Some((node, czxid, None)))
             }

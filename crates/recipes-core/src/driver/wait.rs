@@ -7,7 +7,7 @@ use super::session;
 use crate::backend::{BackendExt, DeletionWatch, NodeEvent, SessionId};
 use crate::error::Error;
 use crate::info::NodeInfo;
-use crate::metrics::Counters;
+use crate::metrics::Count;
 
 /// How a wait in line ended.
 pub(crate) enum InLine {
@@ -37,7 +37,7 @@ impl Attempt<'_> {
                         biased;
                         r = w => match r {
                             Ok(()) => {
-                                Counters::bump(&self.ctx.counters.wakeups);
+                                self.count(Count::Wakeup);
                                 return Ok(());
                             }
                             Err(Error::ConnectionLoss) => {}
@@ -109,7 +109,7 @@ impl Attempt<'_> {
                 },
                 r = &mut watch => match r {
                     Ok(NodeEvent::Deleted) => {
-                        Counters::bump(&self.ctx.counters.wakeups);
+                        self.count(Count::Wakeup);
                         return blocker_gone(known_first, &mut own).await;
                     }
                     Ok(_) => {
@@ -118,7 +118,7 @@ impl Attempt<'_> {
                         match self.call(on.get_and_watch(&blocker_path)).await {
                             Ok(Some((_, w))) => watch = w,
                             Ok(None) => {
-                                Counters::bump(&self.ctx.counters.wakeups);
+                                self.count(Count::Wakeup);
                                 return blocker_gone(true, &mut own).await;
                             }
                             Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),

@@ -259,6 +259,14 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// The current session's lease (see [`Lease`]). A backend keeps it fresh while idle (heartbeats at most a quarter
     /// of the session timeout apart) and never moves it forward for a request that was not answered.
     fn lease(&self) -> Lease;
+
+    /// The runtime the backend's own connections run on, if it has one. The library deletes the nodes of dropped
+    /// guards and abandoned acquires there, so that the deletion runs as long as the session lives, even when the
+    /// runtime the application called from has been dropped or is no longer driven. `None` (the default): on the
+    /// caller's runtime.
+    fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        None
+    }
 }
 
 /// Requests bound to one session: `backend.on(id).delete(path)` reads as what it does.

@@ -431,6 +431,10 @@ impl Backend for ZkBackend {
         self.inner.status.subscribe()
     }
 
+    fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        io_runtime().ok().map(|rt| rt.handle().clone())
+    }
+
     async fn close(&self) {
         // Wait for the server's confirmation only while it is answering: a session nobody answers expires anyway,
         // and a process on its way out should not wait for it.

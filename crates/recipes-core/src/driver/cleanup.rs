@@ -260,7 +260,11 @@ impl Cleanup {
     /// in the background.
     pub async fn finish_within(&mut self, grace: Duration) {
         if let Some(t) = self.task() {
-            self.background.push(tokio::spawn(t));
+            let task = match self.ctx.backend.runtime() {
+                Some(rt) => rt.spawn(t),
+                None => tokio::spawn(t),
+            };
+            self.background.push(task);
         }
         let until = Instant::now() + grace;
         while let Some(h) = self.background.last_mut() {
@@ -276,7 +280,7 @@ impl Drop for Cleanup {
     fn drop(&mut self) {
         if let Some(t) = self.task() {
             debug!(path = %self.path, "acquire abandoned; cleaning up in the background");
-            spawn_cleanup(None, self.path.as_str(), t);
+            spawn_cleanup(self.ctx.backend.runtime().as_ref(), self.path.as_str(), t);
         }
     }
 }

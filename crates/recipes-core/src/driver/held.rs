@@ -101,6 +101,8 @@ impl HeldNode {
         id: Identity,
         tags: Tags,
     ) -> Self {
+        // The session's own runtime if the backend has one: the caller's may be gone when the node is dropped.
+        let handle = ctx.backend.runtime().or_else(|| Handle::try_current().ok());
         HeldNode {
             ctx,
             path,
@@ -109,7 +111,7 @@ impl HeldNode {
             session: id.session,
             attempt: id.attempt,
             fixed: id.fixed,
-            handle: Handle::try_current().ok(),
+            handle,
             released: AtomicBool::new(false),
             known_loss: KnownLoss::default(),
             recipe,

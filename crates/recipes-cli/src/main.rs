@@ -77,7 +77,7 @@ Exit status: the command's; 75 the wait ran out; 64 bad usage or invalid path; 6
 70 the lock was lost while the command ran (it is sent SIGTERM, then SIGKILL); 76 the path holds a lock node of
 another recipe or layout (one path takes one recipe family and one layout); 126/127 the command cannot run.
 
-Every process the command starts runs under zklock-watchdog, which finds them all, whatever process group they
+Every process the command starts runs under zkl-watchdog, which finds them all, whatever process group they
 move to. SIGINT, SIGTERM and SIGHUP sent to zklock are passed to the command's process group. When the lock is at
 risk (the lease ran out), every process gets SIGTERM, then SIGKILL before the server may expire the session; the lock
 is released only once every process has ended. If zklock dies, or is stopped, the watchdog kills them all; Ctrl-Z

@@ -165,7 +165,13 @@ async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> 
         ("ZKLOCK_FENCING_TOKEN", guard.fencing_token().to_string()),
         ("ZKLOCK_SESSION_TIMEOUT_MS", timeout.as_millis().to_string()),
     ];
-    let mut watchdog = match Watchdog::start(command, &env).await {
+    // The grace may only shrink: the session timeout the lease assumes shrinks when a server grants less.
+    let grace_now = || grace.min(self::term_grace(None, backend.session_timeout(), margin).unwrap_or(grace));
+    // The watchdog kills everything by the kill deadline unless zklock moves it: a zklock stopped (SIGSTOP, a
+    // debugger) cannot leave the command running past the lease. In force from before the command starts.
+    let deadlines = !is_active(Mutant::NoKillDeadline);
+    let mut deadline_sent = kill_deadline(&guard, grace_now(), None);
+    let mut watchdog = match Watchdog::start(command, &env, deadlines.then_some(deadline_sent)).await {
         Ok(w) => w,
         Err(e) => {
             let _ = guard.release().await;
@@ -183,15 +189,6 @@ async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> 
         }
     };
 
-    // The grace may only shrink: the session timeout the lease assumes shrinks when a server grants less.
-    let grace_now = || grace.min(self::term_grace(None, backend.session_timeout(), margin).unwrap_or(grace));
-    // The watchdog kills everything by the kill deadline unless zklock moves it: a zklock stopped (SIGSTOP, a
-    // debugger) cannot leave the command running past the lease.
-    let mut deadline_sent = kill_deadline(&guard, grace_now(), None);
-    let deadlines = !is_active(Mutant::NoKillDeadline);
-    if deadlines {
-        watchdog.deadline(deadline_sent).await;
-    }
     loop {
         let refresh = (backend.session_timeout() / DEADLINE_REFRESH_PER_TIMEOUT).max(DEADLINE_REFRESH_AT_MOST);
         tokio::select! {
@@ -202,7 +199,9 @@ async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> 
                     let grace = grace_now();
                     let kill_at = kill_deadline(&guard, grace, None).min(Instant::now() + grace);
                     if !stop_all(&mut watchdog, &guard, grace, kill_at).await {
-                        // Not `done`: the watchdog goes on killing them, and kills them all should zklock go.
+                        // The watchdog did not confirm (stopped, or processes that will not die): kill every
+                        // descendant, the watchdog included, before the lock goes.
+                        kill_own_descendants();
                         drop(guard);
                         return Err(software(format!("processes {} left behind would not die", display(command))));
                     }
@@ -221,6 +220,8 @@ async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> 
                 let kill_at = kill_deadline(&guard, grace, Some(reason));
                 if stop_all(&mut watchdog, &guard, grace, kill_at).await {
                     watchdog.done().await;
+                } else {
+                    kill_own_descendants();
                 }
                 drop(guard);
                 return Err(Fail {

@@ -2,7 +2,7 @@
 //!
 //! Processes leave the command's process group (GNU `timeout`, `set -m` job control, `setsid`, daemons), so
 //! signalling the group misses them, and they would work on under a lock nobody holds. zklock therefore does not start
-//! the command itself: it starts this copy of itself (`zklock --internal-watchdog`, renamed `zklock-watchdog`, in a
+//! the command itself: it starts this copy of itself (`zklock --internal-watchdog`, renamed `zkl-watchdog`, in a
 //! process group of its own so that Ctrl-C and `pkill zklock` miss it), which becomes a *child subreaper* (Linux
 //! `PR_SET_CHILD_SUBREAPER`) and starts the command. Every process the command starts, however it forks or whatever
 //! group or session it moves to, stays a descendant of the watchdog while it lives: orphans are re-parented to the
@@ -37,8 +37,20 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 use recipes_core::mutants::{is_active, Mutant};
 
-/// The hidden first argument that turns zklock into the watchdog: `zklock --internal-watchdog <fd> -- <command>…`.
+/// The hidden first argument that turns zklock into the watchdog:
+/// `zkl-watchdog --internal-watchdog <fd> <first deadline> -- <command>…`.
 pub const ARG: &str = "--internal-watchdog";
+
+/// The watchdog's process name.
+pub const NAME: &str = "zkl-watchdog";
+
+/// `at` in milliseconds of [`boottime_ms`], at least 1 (0 means no deadline).
+fn boottime_ms_at(at: tokio::time::Instant) -> u64 {
+    let left = at.saturating_duration_since(tokio::time::Instant::now());
+    boottime_ms()
+        .saturating_add(u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
+        .max(1)
+}
 
 /// How many rounds of SIGKILL a `kill` makes against processes that fork as fast as they are killed.
 const KILL_ROUNDS: u32 = 200;
@@ -66,7 +78,7 @@ fn enforce_deadline(root: i32, deadline: Arc<AtomicU64>) {
             if !said {
                 said = true;
                 eprintln!(
-                    "zklock-watchdog: zklock did not renew its deadline (stopped?) before the lease ran out; every \
+                    "zkl-watchdog: zklock did not renew its deadline (stopped?) before the lease ran out; every \
                      process the command started was killed"
                 );
             }
@@ -155,12 +167,17 @@ pub fn signal_all(root: i32, sig: Signal) {
 pub fn main(args: Vec<OsString>) -> ExitCode {
     #[cfg(target_os = "linux")]
     {
-        let _ = nix::sys::prctl::set_name(c"zklock-watchdog");
+        let _ = nix::sys::prctl::set_name(c"zkl-watchdog");
+        debug_assert_eq!(NAME, "zkl-watchdog");
+
         let _ = nix::sys::prctl::set_child_subreaper(true);
     }
-    let fd: Option<i32> = args.first().and_then(|a| a.to_str()).and_then(|s| s.parse().ok());
-    let (Some(fd), Some(command)) = (fd, args.get(2..).filter(|c| !c.is_empty())) else {
-        eprintln!("zklock-watchdog: internal use only");
+    let number = |i: usize| args.get(i).and_then(|a| a.to_str()).and_then(|s| s.parse::<u64>().ok());
+    let fd = number(0).and_then(|n| i32::try_from(n).ok());
+    let first_deadline = number(1);
+    let (Some(fd), Some(first_deadline), Some(command)) = (fd, first_deadline, args.get(3..).filter(|c| !c.is_empty()))
+    else {
+        eprintln!("zkl-watchdog: internal use only");
         return ExitCode::from(crate::status::USAGE);
     };
     let sock = UnixStream::from(adopt_fd(fd));
@@ -178,6 +195,13 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         }
     };
     let me = std::process::id() as i32;
+    // The deadline zklock keeps moving, enforced on a thread of its own, from before the command starts: a zklock
+    // stopped at any moment after the start cannot leave the command running past the lease.
+    let deadline = Arc::new(AtomicU64::new(first_deadline));
+    {
+        let deadline = deadline.clone();
+        std::thread::spawn(move || enforce_deadline(me, deadline));
+    }
     let mut cmd = Command::new(&command[0]);
     cmd.args(&command[1..]).process_group(0);
     crate::run::stop_with_parent(&mut cmd);
@@ -197,13 +221,6 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     // The std handle is not used to wait: the loop below reaps every child, this one included.
     std::mem::forget(child);
     say(format!("started {pid}"));
-
-    // The deadline zklock keeps moving, enforced on a thread of its own.
-    let deadline = Arc::new(AtomicU64::new(0));
-    {
-        let deadline = deadline.clone();
-        std::thread::spawn(move || enforce_deadline(me, deadline));
-    }
 
     // Orders from zklock, on a thread of their own.
     let reader = {
@@ -234,9 +251,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             }
             // zklock is gone without a word: nothing it started may work on.
             signal_all(me, Signal::SIGKILL);
-            eprintln!(
-                "zklock-watchdog: zklock ended while its command ran; every process the command started was killed"
-            );
+            eprintln!("zkl-watchdog: zklock ended while its command ran; every process the command started was killed");
         })
     };
 
@@ -299,7 +314,13 @@ pub enum StartError {
 
 impl Watchdog {
     /// Starts the watchdog, which starts `command` (with `env` added to the environment) and reports its pid.
-    pub async fn start(command: &[OsString], env: &[(&str, String)]) -> Result<Watchdog, StartError> {
+    ///
+    /// `deadline`: when every descendant must be dead unless zklock moves it (`None`: none until told).
+    pub async fn start(
+        command: &[OsString],
+        env: &[(&str, String)],
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Watchdog, StartError> {
         use tokio::io::AsyncBufReadExt;
         let fail = |e: std::io::Error| StartError::Watchdog(e.to_string());
         let (ours, theirs) = UnixStream::pair().map_err(fail)?;
@@ -314,8 +335,12 @@ impl Watchdog {
             std::env::current_exe().map_err(fail)?
         };
         let mut cmd = tokio::process::Command::new(exe);
-        cmd.arg(ARG)
+        // Its name (and argv[0]) do not contain "zklock": `pkill -STOP zklock` stops zklock, not the process that
+        // enforces the deadline of a stopped zklock.
+        cmd.arg0(NAME)
+            .arg(ARG)
             .arg(theirs.as_raw_fd().to_string())
+            .arg(deadline.map_or(0, boottime_ms_at).to_string())
             .arg("--")
             .args(command)
             .process_group(0)
@@ -340,9 +365,7 @@ impl Watchdog {
 
     /// Tells the watchdog when every descendant must be dead unless a later deadline comes first.
     pub async fn deadline(&mut self, at: tokio::time::Instant) {
-        let left = at.saturating_duration_since(tokio::time::Instant::now());
-        let ms = boottime_ms().saturating_add(u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
-        self.order(&format!("deadline {ms}")).await;
+        self.order(&format!("deadline {}", boottime_ms_at(at))).await;
     }
 
     /// Sends an order: `term`, `kill` (every descendant), `signal <n>` (the command's group), `done`.

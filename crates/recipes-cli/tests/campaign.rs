@@ -525,9 +525,9 @@ fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     }
 }
 
-/// A stop-the-world pause of a holder: `zklock` and its command's whole group are SIGSTOPped past the session
-/// timeout, another `zklock` takes the lock and writes, then the first is resumed (its command 100 ms before
-/// `zklock`). Measures how long the resumed command, which ignores SIGTERM, goes on writing before `zklock` stops
+/// A stop-the-world pause of a holder: `zklock`, its watchdog and its command's whole group are SIGSTOPped past the
+/// session timeout, another `zklock` takes the lock and writes, then the first is resumed (its command 100 ms before
+/// `zklock` and the watchdog). Measures how long the resumed command, which ignores SIGTERM, goes on writing before `zklock` stops
 /// it, and checks that a store fenced by `ZKLOCK_FENCING_TOKEN` rejects every one of those late writes.
 #[test]
 #[ignore = "fault campaign: run by scripts/campaign and scripts/test"]
@@ -542,9 +542,10 @@ fn sigstop_pause_attack() {
     let path = "/campaign/pause";
     let mut a = writer(&connect, path, "a", 100_000, store.port);
     wait_until("a writes", Duration::from_secs(20), || store.count("a") >= 5);
-    let group = command_group(a.id());
-    // Stop the world of the holder: zklock, then its command's group (a pause hits both at once).
+    let (watchdog, group) = command_group(a.id());
+    // Stop the world of the holder: zklock, its watchdog, then its command's group (a pause hits them all at once).
     signal(a.id() as i32, "-STOP");
+    signal(watchdog, "-STOP");
     signal(-group, "-STOP");
     let stopped = Instant::now();
     let a_before = store.count("a");
@@ -555,6 +556,7 @@ fn sigstop_pause_attack() {
     signal(-group, "-CONT");
     let resumed = Instant::now();
     std::thread::sleep(Duration::from_millis(100));
+    signal(watchdog, "-CONT");
     signal(a.id() as i32, "-CONT");
     let a_status = wait_child(&mut a, Duration::from_secs(30));
     let b_status = wait_child(&mut b, Duration::from_secs(30));
@@ -592,26 +594,42 @@ fn sigstop_pause_attack() {
     drop(zk);
 }
 
-/// The process group of `zklock`'s command: the child of `zklock` that leads its own group.
-fn command_group(zklock: u32) -> i32 {
+/// The children of `parent`, with their name and process group.
+fn children_of(parent: i32) -> Vec<(i32, String, i32)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // pid (name) state ppid pgrp ...: the name may itself hold parentheses.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let (name, rest) = (stat[open + 1..close].to_owned(), &stat[close + 1..]);
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        // state ppid pgrp
+        if f.get(1).and_then(|p| p.parse::<i32>().ok()) == Some(parent) {
+            if let Some(pgrp) = f.get(2).and_then(|p| p.parse::<i32>().ok()) {
+                out.push((pid, name, pgrp));
+            }
+        }
+    }
+    out
+}
+
+/// `zklock`'s watchdog, and its command's process group (the watchdog's child that leads its own group).
+fn command_group(zklock: u32) -> (i32, i32) {
     let t0 = Instant::now();
     loop {
-        for e in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-                continue;
-            };
-            let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-                continue;
-            };
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            // state ppid pgrp
-            if f.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(zklock)
-                && f.get(2) == Some(&pid.to_string().as_str())
-            {
-                return pid;
+        let watchdog = children_of(zklock as i32)
+            .into_iter()
+            .find(|(_, name, _)| name == "zkl-watchdog");
+        if let Some((w, _, _)) = watchdog {
+            if let Some((pid, _, _)) = children_of(w).into_iter().find(|(pid, _, pgrp)| pid == pgrp) {
+                return (w, pid);
             }
         }
         assert!(
@@ -620,6 +638,25 @@ fn command_group(zklock: u32) -> i32 {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Every process of the tree under `root` (itself included) whose name contains `pattern`, as `pkill` matches.
+fn named_in_tree(root: i32, pattern: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    let mut todo = vec![(
+        root,
+        std::fs::read_to_string(format!("/proc/{root}/comm")).unwrap_or_default(),
+    )];
+    let mut seen = 0;
+    while let Some((pid, name)) = todo.pop() {
+        seen += 1;
+        assert!(seen < 10_000, "a process tree too large to walk");
+        if name.contains(pattern) {
+            out.push(pid);
+        }
+        todo.extend(children_of(pid).into_iter().map(|(p, n, _)| (p, n)));
+    }
+    out
 }
 
 fn wait_child(child: &mut Child, limit: Duration) -> Option<i32> {
@@ -900,6 +937,60 @@ fn stopped_zklock_attack() {
         "CAMPAIGN stopped zklock: zklock alone SIGSTOPped (session timeout 2 s), its command ignoring SIGTERM: the \
          command wrote last {:.2} s after the stop, the next holder first {:.2} s after it: dead {gap:.2} s before \
          (zklock exit after SIGCONT {a_status:?})",
+        secs_between(stopped, a_last),
+        secs_between(stopped, b_first),
+    );
+    assert!(
+        gap > 0.0,
+        "the stopped holder's command wrote {:.2} s after the new holder began",
+        -gap
+    );
+    assert_eq!(a_status, Some(70), "the resumed zklock reports the lost lock");
+    assert_eq!(b_status, Some(0));
+}
+
+/// `pkill -STOP zklock` on the holder's machine: every process named like zklock is stopped. The watchdog is named
+/// `zkl-watchdog` so that it is not among them and enforces the kill deadline of the stopped zklock; the command
+/// (which ignores SIGTERM) is dead before the next holder begins. (Found by an adversarial review: when the watchdog
+/// was `zklock-watchdog`, the pattern stopped it too and the command wrote through the next holder's hold.)
+#[test]
+#[ignore = "fault campaign: run by scripts/campaign and scripts/test"]
+fn pkill_stop_attack() {
+    if let Err(why) = available() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let zk = PrivateZk::start(1);
+    let connect = zk.connect().to_owned();
+    let store = FencedStore::start();
+    let path = "/campaign/pkill-stop";
+    let mut a = writer(&connect, path, "a", 100_000, store.port);
+    wait_until("a writes", Duration::from_secs(20), || store.count("a") >= 5);
+    let (watchdog, group) = command_group(a.id());
+    let stopped_pids = named_in_tree(a.id() as i32, "zklock");
+    for pid in &stopped_pids {
+        signal(*pid, "-STOP");
+    }
+    let stopped = Instant::now();
+    assert!(
+        stopped_pids.contains(&(a.id() as i32)),
+        "pkill's pattern missed zklock itself"
+    );
+    let mut b = writer(&connect, path, "b", 50, store.port);
+    wait_until("b writes", Duration::from_secs(30), || store.count("b") >= 5);
+    for pid in &stopped_pids {
+        signal(*pid, "-CONT");
+    }
+    let a_status = wait_child(&mut a, Duration::from_secs(30));
+    let b_status = wait_child(&mut b, Duration::from_secs(30));
+    let (a_last, b_first) = handover(&store, "a", "b");
+    let gap = secs_between(a_last, b_first);
+    println!(
+        "CAMPAIGN pkill -STOP zklock: {} process(es) named like zklock stopped (session timeout 2 s; watchdog {watchdog} \
+         stopped: {}, command group {group}), the command ignoring SIGTERM wrote last {:.2} s after the stop, the next \
+         holder first {:.2} s after it: dead {gap:.2} s before (zklock exit after SIGCONT {a_status:?})",
+        stopped_pids.len(),
+        stopped_pids.contains(&watchdog),
         secs_between(stopped, a_last),
         secs_between(stopped, b_first),
     );

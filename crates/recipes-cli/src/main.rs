@@ -7,8 +7,8 @@
 //!
 //! Exit status: the command's; 75 when the wait ran out; 64 for bad usage or an invalid path; 69 when ZooKeeper
 //! cannot be reached; 70 when the lock was lost while the command ran (the command is sent SIGTERM, then SIGKILL);
-//! 76 when the path holds a lock node of another recipe or layout (or a peer layout's counter has wrapped); 126 /
-//! 127 when the command cannot be run. Every error is one line on stderr.
+//! 76 when the path holds a lock node of another recipe or layout (or a peer layout's counter has wrapped); 77 when
+//! the path's ACL does not let these credentials contend; 126 / 127 when the command cannot be run. Every error is one line on stderr.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use recipes_core::{Error, Layout, LockPath, Locks, Recipe};
-use recipes_zk::{ZkBackend, ZkOptions};
+use recipes_zk::{NodeAcl, ZkBackend, ZkOptions};
 
 mod duration;
 mod inspect;
@@ -37,6 +37,8 @@ pub mod status {
     /// The lock path is used by another protocol: a lock node of another recipe or layout is on it (or a peer
     /// layout's sequence counter has wrapped): the lock refuses to hold beside it.
     pub const PROTOCOL: u8 = 76;
+    /// The lock path's ACL does not let these credentials contend (sysexits' EX_NOPERM).
+    pub const NOPERM: u8 = 77;
     /// The command could not be executed.
     pub const CANNOT_EXECUTE: u8 = 126;
     /// The command was not found.
@@ -75,7 +77,8 @@ Examples:
 
 Exit status: the command's; 75 the wait ran out; 64 bad usage or invalid path; 69 ZooKeeper unreachable;
 70 the lock was lost while the command ran (it is sent SIGTERM, then SIGKILL); 76 the path holds a lock node of
-another recipe or layout (one path takes one recipe family and one layout); 126/127 the command cannot run.
+another recipe or layout (one path takes one recipe family and one layout); 77 the path's ACL does not let
+these credentials contend (--auth, --acl); 126/127 the command cannot run.
 
 Every process the command starts runs under zkl-watchdog, which finds them all, whatever process group they
 move to. SIGINT, SIGTERM and SIGHUP sent to zklock are passed to the command's process group. When the lock is at
@@ -166,6 +169,19 @@ struct Common {
         allow_hyphen_values = true
     )]
     connect_timeout: String,
+    /// Digest credentials USER:PASSWORD, sent on every connection (better in the environment, out of `ps`)
+    #[arg(
+        long,
+        env = "ZKLOCK_AUTH",
+        value_name = "USER:PASSWORD",
+        global = true,
+        hide_env_values = true
+    )]
+    auth: Option<String>,
+    /// ACL of the nodes zklock creates: open | creator (only these credentials) | creator-read (and anyone may read)
+    /// | scheme:id:perms[,…]
+    #[arg(long, env = "ZKLOCK_ACL", default_value = "open", value_name = "ACL", global = true)]
+    acl: String,
 }
 
 /// A failure with its exit status; printed as one line.
@@ -194,6 +210,7 @@ pub fn status_of(e: &Error) -> u8 {
         }
         Error::Unreachable { .. } | Error::ConnectionLoss => status::UNAVAILABLE,
         Error::ForeignLock { .. } | Error::SequenceWrapped { .. } => status::PROTOCOL,
+        Error::NotAuthorized(_) => status::NOPERM,
         _ => status::SOFTWARE,
     }
 }
@@ -227,12 +244,26 @@ fn conn(common: &Common) -> Result<Conn, Fail> {
             "invalid --servers: the connect string is empty (host:port[,host:port…][/chroot])",
         ));
     }
-    Ok(Conn {
-        options: ZkOptions::new(common.servers.clone())
-            .session_timeout(session_timeout)
-            .connect_timeout(connect_timeout),
-        layout,
-    })
+    let acl: NodeAcl = common
+        .acl
+        .parse()
+        .map_err(|e: Error| Fail::usage(format!("invalid --acl: {e}")))?;
+    let mut options = ZkOptions::new(common.servers.clone())
+        .session_timeout(session_timeout)
+        .connect_timeout(connect_timeout)
+        .acl(acl);
+    if let Some(auth) = &common.auth {
+        if !auth.contains(':') {
+            return Err(Fail::usage("invalid --auth: expected USER:PASSWORD"));
+        }
+        options = options.digest_auth(auth);
+    } else if options.acl_needs_auth() {
+        return Err(Fail::usage(format!(
+            "--acl {} names the creator's identity: give credentials with --auth USER:PASSWORD (or ZKLOCK_AUTH)",
+            common.acl
+        )));
+    }
+    Ok(Conn { options, layout })
 }
 
 /// The recipes a command can hold.

@@ -371,6 +371,57 @@ fn a_missing_chroot_is_made() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
 
+/// `--acl creator` with `--auth`: another identity's zklock cannot contend (77, one line), and cannot delete the
+/// holder's node; the same credentials contend as usual. `--acl creator` without credentials is bad usage.
+#[test]
+fn creator_acl_keeps_other_identities_out() {
+    let Some(zk) = server() else { return };
+    let path = unique("acl");
+    let dir = tempdir("acl");
+    let ready = dir.join("ready");
+    let mut holder = zklock(
+        &zk,
+        &[
+            "--auth",
+            "app:secret",
+            "--acl",
+            "creator",
+            &path,
+            "--",
+            "sh",
+            "-c",
+            &format!("touch {}; sleep 30", ready.display()),
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    wait_for_file(&ready, Duration::from_secs(20));
+    let o = run(zklock(
+        &zk,
+        &["--auth", "other:secret", "--wait", "0", &path, "--", "echo", "RAN"],
+    ));
+    assert_eq!(o.status.code(), Some(77), "{}", stderr(&o));
+    assert!(stderr(&o).contains("not authorized"), "{}", stderr(&o));
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("RAN"));
+    // The same credentials see it held (75 after no wait), and inspect needs them too.
+    let o = run(zklock(
+        &zk,
+        &["--auth", "app:secret", "--wait", "0", &path, "--", "true"],
+    ));
+    assert_eq!(o.status.code(), Some(75), "{}", stderr(&o));
+    let o = run(zklock(&zk, &["--acl", "creator", &path, "--", "true"]));
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--auth"), "{}", stderr(&o));
+    let o = run(zklock(&zk, &["--acl", "digest:x:cdrwz", &path, "--", "true"]));
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+    let _ = holder.kill();
+    let _ = holder.wait();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// No server: 69 within the connect timeout, one line.
 #[test]
 fn unreachable_exits_69() {

@@ -236,6 +236,10 @@ pub enum Error {
         /// How it was lost.
         reason: LostReason,
     },
+    /// The server's ACL on the node (or, for a create or a delete, on its parent) does not let this client's
+    /// credentials do what was asked.
+    #[error("not authorized at {0}: the node's ACL does not grant this client's credentials (see the ACL section of docs/operations.md)")]
+    NotAuthorized(String),
     /// An argument is out of its range.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -276,6 +280,7 @@ impl Error {
             Error::ForeignLock { .. } => "foreign_lock",
             Error::SequenceWrapped { .. } => "sequence_wrapped",
             Error::LockLost { .. } => "lock_lost",
+            Error::NotAuthorized(_) => "not_authorized",
             Error::InvalidArgument(_) => "invalid_argument",
             Error::BlockingInAsync => "blocking_in_async",
             Error::Closed => "closed",

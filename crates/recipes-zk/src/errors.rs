@@ -31,7 +31,7 @@ pub(crate) fn map_err(e: zk::Error, path: &str, closed: bool, disconnected: bool
         Z::SessionExpired => Error::SessionExpired,
         Z::NoChildrenForEphemerals => Error::Refused(format!("{path}: ephemeral nodes cannot have children")),
         Z::BadArguments(why) => Error::Refused(format!("{path}: {why}")),
-        Z::NoAuth => Error::Refused(format!("{path}: not authorized")),
+        Z::NoAuth => Error::NotAuthorized(path.to_owned()),
         Z::ClientClosed | Z::AuthFailed if closed => Error::Closed,
         Z::ClientClosed => Error::SessionExpired,
         // A connection timeout reaches calls as a custom error or a timeout.

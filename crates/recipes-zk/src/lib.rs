@@ -37,12 +37,14 @@
 
 #![warn(missing_docs)]
 
+mod acl;
 mod backend;
 mod errors;
 mod lease;
 mod options;
 mod session;
 
+pub use acl::NodeAcl;
 pub use backend::ZkBackend;
 pub use options::ZkOptions;
 pub use zookeeper_client as zk;

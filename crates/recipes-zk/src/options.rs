@@ -11,6 +11,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::debug;
 
+use crate::acl::NodeAcl;
 use crate::zk;
 
 /// How to reach ZooKeeper.
@@ -20,6 +21,7 @@ pub struct ZkOptions {
     pub(crate) session_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) auth: Option<(String, Vec<u8>)>,
+    pub(crate) acl: NodeAcl,
 }
 
 impl fmt::Debug for ZkOptions {
@@ -29,6 +31,7 @@ impl fmt::Debug for ZkOptions {
             .field("session_timeout", &self.session_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("auth", &self.auth.as_ref().map(|(scheme, _)| scheme))
+            .field("acl", &self.acl.to_string())
             .finish()
     }
 }
@@ -41,6 +44,7 @@ impl ZkOptions {
             session_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
             auth: None,
+            acl: NodeAcl::Open,
         }
     }
 
@@ -61,6 +65,18 @@ impl ZkOptions {
     pub fn digest_auth(mut self, user_password: &str) -> Self {
         self.auth = Some(("digest".into(), user_password.as_bytes().to_vec()));
         self
+    }
+
+    /// The ACL of the nodes the backend creates (default [`NodeAcl::Open`]). [`NodeAcl::Creator`] keeps clients
+    /// with other credentials from deleting a holder's node; it needs [`digest_auth`](Self::digest_auth).
+    pub fn acl(mut self, acl: NodeAcl) -> Self {
+        self.acl = acl;
+        self
+    }
+
+    /// Whether the ACL names the creator's identity, so that [`digest_auth`](Self::digest_auth) is required.
+    pub fn acl_needs_auth(&self) -> bool {
+        self.acl.needs_auth()
     }
 
     /// The connect string.
@@ -114,6 +130,12 @@ impl ZkOptions {
                 self.servers
             )));
         }
+        if self.acl.needs_auth() && self.auth.is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "the ACL {} names the creator's identity, and this client has none: add digest_auth (zklock: --auth)",
+                self.acl
+            )));
+        }
         let started = Instant::now();
         let reached = futures::future::join_all(hosts.iter().map(|h| reach(h, self.connect_timeout))).await;
         let (up, down): (Vec<_>, Vec<_>) = hosts.iter().zip(reached).partition(|(_, r)| r.is_ok());
@@ -141,7 +163,8 @@ impl ZkOptions {
         if chroot.is_empty() {
             return Ok(client);
         }
-        let dir = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let acl = self.acl.entries();
+        let dir = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acl));
         if let Err(e) = client.mkdir(chroot, &dir).await {
             return Err(Error::InvalidArgument(format!(
                 "the chroot {chroot} of the connect string does not exist and could not be made: {e}"

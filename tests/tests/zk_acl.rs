@@ -1,0 +1,113 @@
+//! ACLs on the nodes the library creates, on a real server: with `NodeAcl::Creator`, a client with other credentials
+//! (or none) can neither delete a holder's node nor contend; a client with the application's credentials contends as
+//! usual.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use recipes_core::{Backend, BackendExt, Error, Locks};
+use recipes_zk::{NodeAcl, ZkBackend, ZkOptions};
+
+fn servers() -> Option<String> {
+    recipes_conformance::zk::server()
+        .map_err(|why| eprintln!("SKIPPED: {why}"))
+        .ok()
+}
+
+fn unique(name: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("/acl-test/{name}-{}-{nanos}", std::process::id())
+}
+
+async fn client(servers: &str, auth: Option<&str>, acl: NodeAcl) -> Arc<ZkBackend> {
+    let mut o = ZkOptions::new(servers).acl(acl);
+    if let Some(a) = auth {
+        o = o.digest_auth(a);
+    }
+    ZkBackend::connect(o).await.unwrap()
+}
+
+#[tokio::test]
+async fn another_identity_cannot_delete_a_held_node_nor_contend() {
+    let Some(servers) = servers() else { return };
+    let path = unique("creator");
+    let app = client(&servers, Some("app:secret"), NodeAcl::Creator).await;
+    let colleague = client(&servers, Some("app:secret"), NodeAcl::Creator).await;
+    let stranger = client(&servers, Some("other:secret"), NodeAcl::Open).await;
+    let anonymous = client(&servers, None, NodeAcl::Open).await;
+
+    let held = Locks::new(app.clone()).fair(&path).unwrap().acquire().await.unwrap();
+    for (who, intruder) in [("another identity", &stranger), ("an anonymous client", &anonymous)] {
+        let e = intruder.current().delete(held.node()).await.unwrap_err();
+        assert!(
+            matches!(e, Error::NotAuthorized(_)),
+            "{who} deleting the held node: {e:?}"
+        );
+        let e = Locks::new(intruder.clone())
+            .fair(&path)
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::NotAuthorized(_)), "{who} contending: {e:?}");
+        // Nor can it read what is there.
+        assert!(
+            intruder.current().children(&path).await.is_err(),
+            "{who} listed the path"
+        );
+    }
+    assert!(held.is_valid());
+    // The application's other clients contend as usual.
+    let lock = Locks::new(colleague.clone()).fair(&path).unwrap();
+    assert!(lock.try_acquire().await.unwrap().is_none());
+    let waiting = tokio::spawn(async move { lock.acquire().await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    held.release().await.unwrap();
+    let g = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    g.release().await.unwrap();
+    for b in [app, colleague, stranger, anonymous] {
+        b.close().await;
+    }
+}
+
+#[tokio::test]
+async fn creator_read_lets_anyone_look_but_not_delete() {
+    let Some(servers) = servers() else { return };
+    let path = unique("creator-read");
+    let app = client(&servers, Some("app:secret"), NodeAcl::CreatorAnyoneRead).await;
+    let anonymous = client(&servers, None, NodeAcl::Open).await;
+    let held = Locks::new(app.clone())
+        .exclusive(&path)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let p = Locks::new(anonymous.clone()).participants(&path).await.unwrap();
+    assert_eq!(p.holders().count(), 1, "{p:?}");
+    let e = anonymous.current().delete(held.node()).await.unwrap_err();
+    assert!(matches!(e, Error::NotAuthorized(_)), "{e:?}");
+    held.release().await.unwrap();
+    app.close().await;
+    anonymous.close().await;
+}
+
+#[tokio::test]
+async fn a_creator_acl_without_credentials_is_refused_at_connect() {
+    let Some(servers) = servers() else { return };
+    let e = ZkBackend::connect(ZkOptions::new(servers).acl(NodeAcl::Creator))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidArgument(m) if m.contains("digest_auth")),
+        "{e}"
+    );
+}

@@ -171,11 +171,31 @@ async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> 
     // debugger) cannot leave the command running past the lease. In force from before the command starts.
     let deadlines = !is_active(Mutant::NoKillDeadline);
     let mut deadline_sent = kill_deadline(&guard, grace_now(), None);
+    // zklock may have been held up since the acquire (stopped, starved): never start the command on a lock that may
+    // be another's already.
+    if !guard.is_valid() {
+        drop(guard);
+        return Err(Fail {
+            status: status::SOFTWARE,
+            message: format!(
+                "lock at {path} lost before {} started (its lease ran out while zklock was held up); it was not started",
+                display(command)
+            ),
+        });
+    }
     let mut watchdog = match Watchdog::start(command, &env, deadlines.then_some(deadline_sent)).await {
         Ok(w) => w,
         Err(e) => {
             let _ = guard.release().await;
             return Err(match e {
+                StartError::DeadlinePassed => Fail {
+                    status: status::SOFTWARE,
+                    message: format!(
+                        "lock at {path} lost before {} started (zklock was held up past the lease); it \
+                         was not started",
+                        display(command)
+                    ),
+                },
                 StartError::NotFound(why) => Fail {
                     status: status::NOT_FOUND,
                     message: format!("cannot run {}: {why}", display(command)),
@@ -279,6 +299,8 @@ async fn stop_all(watchdog: &mut Watchdog, guard: &LockGuard, grace: Duration, m
         }
     }
     watchdog.order("kill").await;
+    // Not only through the watchdog, which may be stopped: zklock kills the command's processes itself.
+    watchdog.kill_tree();
     tokio::time::timeout(KILL_WAIT, all_gone(watchdog)).await.is_ok()
 }
 

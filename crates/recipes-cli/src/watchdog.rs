@@ -202,6 +202,12 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         let deadline = deadline.clone();
         std::thread::spawn(move || enforce_deadline(me, deadline));
     }
+    if first_deadline != 0 && boottime_ms() >= first_deadline {
+        // zklock was held up (stopped, starved) between the acquire and now, past the lease: the lock may be
+        // another's already.
+        say("failed deadline the kill deadline passed before the command started".to_owned());
+        return ExitCode::SUCCESS;
+    }
     let mut cmd = Command::new(&command[0]);
     cmd.args(&command[1..]).process_group(0);
     crate::run::stop_with_parent(&mut cmd);
@@ -310,9 +316,20 @@ pub enum StartError {
     Exec(String),
     /// The watchdog could not be started.
     Watchdog(String),
+    /// The kill deadline had passed when the watchdog was about to start the command (zklock was held up past the
+    /// lease): it did not start it.
+    DeadlinePassed,
 }
 
 impl Watchdog {
+    /// SIGKILL to every process the command started, sent by zklock itself (the watchdog may be stopped): they stay
+    /// the watchdog's descendants, whatever it is doing.
+    pub fn kill_tree(&self) {
+        if let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok()) {
+            signal_all(pid, Signal::SIGKILL);
+        }
+    }
+
     /// Starts the watchdog, which starts `command` (with `env` added to the environment) and reports its pid.
     ///
     /// `deadline`: when every descendant must be dead unless zklock moves it (`None`: none until told).
@@ -358,6 +375,7 @@ impl Watchdog {
         match (words.next(), words.next(), words.next()) {
             (Some("started"), Some(_pid), _) => Ok(Watchdog { child, lines, orders }),
             (Some("failed"), Some("notfound"), why) => Err(StartError::NotFound(why.unwrap_or_default().to_owned())),
+            (Some("failed"), Some("deadline"), _) => Err(StartError::DeadlinePassed),
             (Some("failed"), _, why) => Err(StartError::Exec(why.unwrap_or_default().to_owned())),
             _ => Err(StartError::Watchdog(format!("it reported {first:?}"))),
         }

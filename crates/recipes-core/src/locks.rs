@@ -307,6 +307,14 @@ impl Locks {
     /// # Notable errors
     /// As [`lock`](Locks::lock) and [`read_write`](Locks::read_write).
     pub fn resource(&self, path: impl AsRef<str>, kind: LockKind) -> Result<Resource> {
+        if kind == LockKind::Recipe(Recipe::Read) {
+            // Its call sites asking for exclusive access would share it.
+            return Err(Error::InvalidArgument(format!(
+                "a resource of kind read (at {}) would let call sites that ask for exclusive access in together: \
+                 name it read/write",
+                path.as_ref()
+            )));
+        }
         Ok(match kind {
             LockKind::Recipe(r) => Resource::one(self.lock(path, r)?),
             LockKind::ReadWrite => Resource::read_write(self.read_write(path)?),

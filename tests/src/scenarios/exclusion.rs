@@ -342,6 +342,12 @@ pub async fn configured_resources_and_owners(h: &dyn Harness) {
     g.release().await.unwrap();
     wait_children(h, &path, 0).await;
     assert!("fiar".parse::<LockKind>().is_err());
+    // A "read" resource would let call sites asking for exclusive access in together: refused.
+    let e = a.locks.resource(&path, "read".parse().unwrap()).unwrap_err();
+    assert!(
+        matches!(&e, recipes_core::Error::InvalidArgument(m) if m.contains("read/write")),
+        "{e}"
+    );
 }
 
 /// `Locks::participants` lists the holders and the waiters of a path in grant order, with the node each waiter

@@ -130,14 +130,8 @@ impl<'a> Attempt<'a> {
 
     /// Our node holds the lock: nothing is left to clean up.
     pub fn held(&mut self, node: String, czxid: i64, id: Identity) -> HeldNode {
-        self.cleanup.disarm();
-        let waited = self.started.elapsed();
-        let span = tracing::Span::current();
-        span.record("node", node.as_str());
-        span.record("token", czxid);
-        span.record("waited_ms", waited.as_millis() as u64);
-        debug!("acquired");
-        HeldNode::new(
+        // The held node first: from here its drop deletes the node, whatever panics (a tracing layer, a recorder).
+        let held = HeldNode::new(
             self.ctx.clone(),
             self.path.clone(),
             self.recipe,
@@ -145,7 +139,14 @@ impl<'a> Attempt<'a> {
             czxid,
             id,
             self.tags.clone(),
-        )
+        );
+        self.cleanup.disarm();
+        let span = tracing::Span::current();
+        span.record("node", held.node.as_str());
+        span.record("token", czxid);
+        span.record("waited_ms", self.started.elapsed().as_millis() as u64);
+        debug!("acquired");
+        held
     }
 
     /// The error for a refusal.

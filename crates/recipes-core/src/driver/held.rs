@@ -355,9 +355,8 @@ impl Drop for HeldNode {
         if self.released.swap(true, Ordering::AcqRel) {
             return;
         }
-        self.count_release();
         let ctx = self.ctx.clone();
-        let node = std::mem::take(&mut self.node);
+        let node = self.node.clone();
         let id = self.identity();
         spawn_cleanup(self.handle.as_ref(), &node.clone(), async move {
             match delete_node(&ctx, &node, id).await {
@@ -366,5 +365,7 @@ impl Drop for HeldNode {
                 Err(e) => debug!(%node, error = %e, "release on drop found the lock already gone"),
             }
         });
+        // Counted once the delete is on its way: a recorder that panics cannot leave the node behind.
+        self.count_release();
     }
 }

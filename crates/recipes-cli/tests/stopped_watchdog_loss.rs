@@ -1,0 +1,165 @@
+//! The watchdog is stopped (`pkill -STOP zkl`, a debugger), then the lock is lost (its node deleted by an operator, so
+//! the next waiter holds at once). Found by an adversarial review: zklock ordered `kill` to the stopped watchdog and
+//! waited 10 s for a confirmation that could not come before it killed its descendants itself, while the command
+//! (which ignores SIGTERM) wrote inside the next holder's hold. Now zklock kills the command's processes itself at the
+//! kill deadline.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use recipes_zk::{ZkBackend, ZkOptions};
+
+const ZKLOCK: &str = env!("CARGO_BIN_EXE_zklock");
+
+fn servers() -> Option<String> {
+    recipes_conformance::zk::server()
+        .map_err(|why| eprintln!("SKIPPED: {why}"))
+        .ok()
+}
+
+fn inspect(connect: &str, path: &str) -> serde_json::Value {
+    let out = Command::new(ZKLOCK)
+        .args(["-s", connect, "inspect", "--json", path])
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_default()
+}
+
+fn children_named(parent: u32, name: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let comm = &stat[open + 1..close];
+        let ppid = stat[close + 1..]
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(parent) && comm == name {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn ns(s: &str) -> u64 {
+    let (a, b) = s.split_once('.').unwrap();
+    a.parse::<u64>().unwrap() * 1_000_000_000 + b.parse::<u64>().unwrap() * 1_000
+}
+
+#[test]
+fn stopped_watchdog_then_loss() {
+    let Some(connect) = servers() else {
+        return;
+    };
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let path = format!("/review-stopped-watchdog/p-{}-{nanos}", std::process::id());
+    let log = std::env::temp_dir().join(format!("review-stopped-watchdog-{}-{nanos}.log", std::process::id()));
+    std::fs::write(&log, b"").unwrap();
+    let a_cmd = format!(
+        "trap '' TERM; while :; do echo \"a $EPOCHREALTIME\" >> {}; sleep 0.05; done",
+        log.display()
+    );
+    let mut a = Command::new(ZKLOCK)
+        .args([
+            "-s",
+            &connect,
+            "--session-timeout",
+            "4s",
+            &path,
+            "--",
+            "bash",
+            "-c",
+            &a_cmd,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !std::fs::read_to_string(&log).unwrap().contains("a ") {
+        assert!(t0.elapsed() < Duration::from_secs(20));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let wd = children_named(a.id(), "zkl-watchdog");
+    assert_eq!(wd.len(), 1, "one watchdog");
+    assert!(Command::new("kill")
+        .args(["-STOP", &wd[0].to_string()])
+        .status()
+        .unwrap()
+        .success());
+
+    let b_cmd = format!(
+        "echo \"b-start $EPOCHREALTIME\" >> {0}; sleep 3; echo \"b-end $EPOCHREALTIME\" >> {0}",
+        log.display()
+    );
+    let mut b = Command::new(ZKLOCK)
+        .args([
+            "-s",
+            &connect,
+            "--session-timeout",
+            "4s",
+            &path,
+            "--",
+            "bash",
+            "-c",
+            &b_cmd,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let holder = loop {
+        let v = inspect(&connect, &path);
+        if v["participants"].as_array().map_or(0, |a| a.len()) == 2 {
+            break v["participants"][0]["node"].as_str().unwrap().to_owned();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "B never queued");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // An operator deletes the holder's node (`zkCli delete`): the lock is lost, B holds at once.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let zk = ZkBackend::connect(ZkOptions::new(connect.clone())).await.unwrap();
+        recipes_core::BackendExt::current(&*zk)
+            .delete(&format!("{path}/{holder}"))
+            .await
+            .unwrap();
+        recipes_core::Backend::close(&*zk).await;
+    });
+    let a_status = a.wait().unwrap();
+    let b_status = b.wait().unwrap();
+    let lines = std::fs::read_to_string(&log).unwrap();
+    let at = |prefix: &str| -> Vec<u64> { lines.lines().filter_map(|l| l.strip_prefix(prefix)).map(ns).collect() };
+    let b_start = at("b-start ")[0];
+    let b_end = at("b-end ")[0];
+    let a_inside: Vec<u64> = at("a ").into_iter().filter(|t| *t >= b_start && *t <= b_end).collect();
+    let a_last = *at("a ").iter().max().unwrap();
+    eprintln!(
+        "A exit {a_status:?}, B exit {b_status:?}; A wrote {} lines inside B's hold; A's last line {:.2} s after B began",
+        a_inside.len(),
+        (a_last as f64 - b_start as f64) / 1e9
+    );
+    assert!(
+        a_inside.is_empty(),
+        "A's command wrote {} lines inside B's hold",
+        a_inside.len()
+    );
+}

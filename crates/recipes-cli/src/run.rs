@@ -183,9 +183,18 @@ async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> 
             ),
         });
     }
-    let mut watchdog = match Watchdog::start(command, &env, deadlines.then_some(deadline_sent)).await {
+    // The start is bounded by the kill deadline: a watchdog stopped before it reports cannot hold zklock up while
+    // the command it may have started runs on.
+    let started = tokio::select! {
+        biased;
+        started = Watchdog::start(command, &env, deadlines.then_some(deadline_sent)) => started,
+        () = tokio::time::sleep_until(deadline_sent) => Err(StartError::DeadlinePassed),
+    };
+    let mut watchdog = match started {
         Ok(w) => w,
         Err(e) => {
+            // Whatever the watchdog may have started dies before the lock goes.
+            kill_own_descendants();
             let _ = guard.release().await;
             return Err(match e {
                 StartError::DeadlinePassed => Fail {
@@ -298,9 +307,9 @@ async fn stop_all(watchdog: &mut Watchdog, guard: &LockGuard, grace: Duration, m
             }
         }
     }
-    watchdog.order("kill").await;
-    // Not only through the watchdog, which may be stopped: zklock kills the command's processes itself.
+    // Not only through the watchdog, which may be stopped: zklock kills the command's processes itself, first.
     watchdog.kill_tree();
+    watchdog.order("kill").await;
     tokio::time::timeout(KILL_WAIT, all_gone(watchdog)).await.is_ok()
 }
 

@@ -41,6 +41,9 @@ use recipes_core::mutants::{is_active, Mutant};
 /// `zkl-watchdog --internal-watchdog <fd> <first deadline> -- <command>…`.
 pub const ARG: &str = "--internal-watchdog";
 
+/// How long zklock waits for the watchdog's socket to take an order.
+const ORDER_WAIT: Duration = Duration::from_millis(50);
+
 /// The watchdog's process name.
 pub const NAME: &str = "zkl-watchdog";
 
@@ -148,11 +151,19 @@ pub fn signal_all(root: i32, sig: Signal) {
         }
         return;
     }
+    // Done after two empty looks in a row: one look at /proc is not atomic, and may miss a child listed before its
+    // parent died.
+    let mut empty = 0;
     for _ in 0..KILL_ROUNDS {
         let all = descendants(root);
         if all.is_empty() {
-            return;
+            empty += 1;
+            if empty == 2 {
+                return;
+            }
+            continue;
         }
+        empty = 0;
         for p in &all {
             let _ = kill(Pid::from_raw(*p), Signal::SIGSTOP);
         }
@@ -387,9 +398,15 @@ impl Watchdog {
     }
 
     /// Sends an order: `term`, `kill` (every descendant), `signal <n>` (the command's group), `done`.
+    ///
+    /// Waits at most [`ORDER_WAIT`] for the socket: a stopped watchdog reads nothing, and zklock must go on watching
+    /// the lock. An order cut short leaves a partial line, which garbles the next one into a line the watchdog
+    /// ignores (every order begins with a letter, so no garbled line reads as a later deadline); zklock kills by
+    /// itself what the watchdog may not.
     pub async fn order(&mut self, order: &str) {
         use tokio::io::AsyncWriteExt;
-        let _ = self.orders.write_all(format!("{order}\n").as_bytes()).await;
+        let line = format!("{order}\n");
+        let _ = tokio::time::timeout(ORDER_WAIT, self.orders.write_all(line.as_bytes())).await;
     }
 
     /// The next report.

@@ -10,9 +10,12 @@ use std::time::Duration;
 use recipes_core::{BackendExt, Locks, LostReason};
 use recipes_mem::MemCluster;
 
+/// One write: the token it carried, and who wrote.
+type Write = (u64, &'static str);
+
 /// The application's store: it keeps the highest fencing token it has seen and refuses writes below it.
 #[derive(Default, Clone)]
-struct Store(Arc<Mutex<(u64, Vec<(u64, &'static str)>)>>);
+struct Store(Arc<Mutex<(u64, Vec<Write>)>>);
 
 impl Store {
     fn write(&self, token: u64, what: &'static str) -> bool {
@@ -79,8 +82,8 @@ async fn a_partition_longer_than_the_session_ends_the_lease_before_anyone_else_h
     let a = Locks::new(client.clone());
     let guard = a.fair("/jobs/nightly").unwrap().acquire().await.unwrap();
     client.disconnect_for(Duration::from_secs(10)); // nothing passes; the server expires the session after 2 s
-    // The lease ends first (0.8 of the timeout after the last answer): the application stops trusting the lock
-    // before the server can let anyone else in.
+                                                    // The lease ends first (0.8 of the timeout after the last answer): the application stops trusting the lock
+                                                    // before the server can let anyone else in.
     assert_eq!(guard.lost().await, LostReason::LeaseExpired);
     assert!(!guard.is_valid());
     let b = Locks::new(cluster.client());

@@ -1,7 +1,8 @@
 //! The model checker in CI (docs/reliability.md): exhaustive within a bound for two clients of every recipe, seeded
 //! random walks for larger configurations, and proof that it finds each bug it exists to find.
 //!
-//! `MODEL_DEEP=1` explores deeper (two faults per schedule, longer random walks); `MODEL_REPLAY=<config>:<choices>`
+//! `MODEL_DEEP=1` explores deeper (two faults per schedule, longer random walks; `MODEL_DEEP_SECS` bounds each
+//! configuration's time, an hour by default); `MODEL_REPLAY=<config>:<choices>`
 //! replays one schedule of a configuration and prints its trace.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
@@ -14,6 +15,14 @@ use recipes_core::mutants;
 
 fn deep() -> bool {
     std::env::var_os("MODEL_DEEP").is_some()
+}
+
+/// The time bound per configuration of a deep run: `MODEL_DEEP_SECS`, or an hour.
+fn deep_secs() -> u64 {
+    std::env::var("MODEL_DEEP_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3600)
 }
 
 fn config(name: &str) -> Config {
@@ -32,7 +41,7 @@ fn exhaustive_run(name: &str) {
     }
     let bounds = Bounds {
         max_schedules: if deep() { 50_000_000 } else { 400_000 },
-        time: Duration::from_secs(if deep() { 3600 } else { 150 }),
+        time: Duration::from_secs(if deep() { deep_secs() } else { 150 }),
     };
     let r = explore(&c, bounds);
     println!("{r}");
@@ -186,7 +195,11 @@ fn replay_from_environment() {
         .filter(|s| !s.is_empty())
         .map(|s| s.parse().unwrap())
         .collect();
-    let (trace, violation) = replay(&config(name), &choices);
+    let mut c = config(name);
+    if deep() {
+        c.faults = 2;
+    }
+    let (trace, violation) = replay(&c, &choices);
     for (i, line) in trace.iter().enumerate() {
         println!("{:>4}. {line}", i + 1);
     }

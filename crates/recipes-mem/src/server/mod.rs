@@ -87,6 +87,14 @@ impl Inbound {
         }
     }
 
+    /// When the request this replies to was sent (`None` for a watch event).
+    fn request_sent(&self) -> Option<Instant> {
+        match self {
+            Inbound::Reply { sent, .. } => Some(*sent),
+            Inbound::Event { .. } => None,
+        }
+    }
+
     /// Hands the reply or the event to whoever waits for it.
     fn hand_over(self) {
         match self {

@@ -102,13 +102,25 @@ impl Session {
     }
 
     /// The send time of the last heartbeat the server answered: heartbeats are sent every `timeout / 4` while
-    /// connected, starting with the connection itself.
+    /// connected, starting with the connection itself. As ZooKeeper answers one session's requests in order, a
+    /// heartbeat is answered only behind every request sent before it: none sent after the oldest request still
+    /// waiting for its reply (not yet applied, or its reply on the way) counts.
     fn heartbeat(&self, now: Instant) -> Option<Instant> {
         if !(self.up && self.alive) {
             return self.frozen_heartbeat;
         }
+        let waiting = (self.outbound.iter().map(|r| r.sent))
+            .chain(self.inbound.iter().filter_map(Inbound::request_sent))
+            .min();
+        // A heartbeat sent at the same instant as the waiting request may be behind it: not counted.
+        let answered_until = waiting.map_or(now, |sent| {
+            let before = sent.checked_sub(Duration::from_nanos(1)).unwrap_or(sent);
+            before.min(now)
+        });
         let interval = (self.timeout / 4).max(Duration::from_millis(1)).as_nanos();
-        let elapsed = now.saturating_duration_since(self.connected_since).as_nanos();
+        let elapsed = answered_until
+            .saturating_duration_since(self.connected_since)
+            .as_nanos();
         let beats = elapsed / interval;
         Some(self.connected_since + Duration::from_nanos((beats * interval).min(u64::MAX as u128) as u64))
     }

@@ -32,6 +32,19 @@ pub fn server() -> Result<String, String> {
     }
 }
 
+/// [`server`], or `None` after printing why the test is skipped (outside CI only: [`server`] panics in CI).
+pub fn server_or_skip() -> Option<String> {
+    server().map_err(|why| eprintln!("SKIPPED: {why}")).ok()
+}
+
+/// A path under `/{area}` that no other test or run uses.
+pub fn unique_path(area: &str, name: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("/{area}/{name}-{}-{nanos}", std::process::id())
+}
+
 /// Runs the suite against the server in `ZK_CONNECT`.
 pub struct ZkHarness {
     server: Result<String, String>,

@@ -10,18 +10,10 @@ use std::time::Duration;
 use recipes_core::{BlockingLock, Locks};
 use recipes_zk::{ZkBackend, ZkOptions};
 
-fn servers() -> Option<String> {
-    recipes_conformance::zk::server()
-        .map_err(|why| eprintln!("SKIPPED: {why}"))
-        .ok()
-}
+use recipes_conformance::zk::server_or_skip as servers;
 
 fn unique(name: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("/runtime-gone/{name}-{}-{nanos}", std::process::id())
+    recipes_conformance::zk::unique_path("runtime-gone", name)
 }
 
 /// The holder's process stays up (its `Locks` and session too); it only dropped the runtime it acquired on, then the
@@ -44,19 +36,24 @@ fn check(name: &str, drop_runtime: bool) {
         drop(guard);
         std::mem::forget(rt);
     }
-    let other = Locks::new(ZkBackend::connect_blocking(ZkOptions::new(servers)).unwrap());
-    let got = other
-        .fair(&path)
-        .unwrap()
-        .acquire_timeout_blocking(Duration::from_secs(8))
-        .unwrap();
     assert!(
-        got.is_some(),
+        another_client_gets(&servers, &path),
         "the guard was dropped 8 s ago, yet its node {node} still holds the lock (session alive, nobody will delete it)"
     );
-    drop(got);
-    other.close_blocking().unwrap();
     holder.close_blocking().unwrap();
+}
+
+/// Whether a new client takes the lock at `path` within 8 s.
+fn another_client_gets(servers: &str, path: &str) -> bool {
+    let other = Locks::new(ZkBackend::connect_blocking(ZkOptions::new(servers)).unwrap());
+    let got = other
+        .fair(path)
+        .unwrap()
+        .acquire_timeout_blocking(Duration::from_secs(8))
+        .unwrap()
+        .is_some();
+    other.close_blocking().unwrap();
+    got
 }
 
 #[test]
@@ -91,18 +88,10 @@ fn acquire_cancelled_on_a_runtime_that_then_ends_leaves_no_node() {
         // The runtime ends with the one-off call (a sync program's helper), before its spawned cleanup ran.
     }
     held.release().unwrap();
-    let other = Locks::new(ZkBackend::connect_blocking(ZkOptions::new(servers)).unwrap());
-    let got = other
-        .fair(&path)
-        .unwrap()
-        .acquire_timeout_blocking(Duration::from_secs(8))
-        .unwrap();
     assert!(
-        got.is_some(),
+        another_client_gets(&servers, &path),
         "the cancelled waiter's node was left behind and now holds the lock for good"
     );
-    drop(got);
-    other.close_blocking().unwrap();
     waiter.close_blocking().unwrap();
     holder.close_blocking().unwrap();
 }

@@ -10,18 +10,10 @@ use std::time::Duration;
 use recipes_core::{Backend, BackendExt, Error, Locks};
 use recipes_zk::{NodeAcl, ZkBackend, ZkOptions};
 
-fn servers() -> Option<String> {
-    recipes_conformance::zk::server()
-        .map_err(|why| eprintln!("SKIPPED: {why}"))
-        .ok()
-}
+use recipes_conformance::zk::server_or_skip as servers;
 
 fn unique(name: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("/acl-test/{name}-{}-{nanos}", std::process::id())
+    recipes_conformance::zk::unique_path("acl-test", name)
 }
 
 async fn client(servers: &str, auth: Option<&str>, acl: NodeAcl) -> Arc<ZkBackend> {

@@ -29,7 +29,9 @@ use recipes_conformance::zkserver::{available, PrivateZk, Relay};
 use recipes_core::Error;
 use recipes_zk::{ZkBackend, ZkOptions};
 
-const ZKLOCK: &str = env!("CARGO_BIN_EXE_zklock");
+mod common;
+use common::{children_of, signal, ZKLOCK};
+
 const SESSION_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long after its zklock's death a command's line still counts as written before the group was killed.
 const DEATH_MARGIN_NS: u64 = 500_000_000;
@@ -509,14 +511,6 @@ fn secs_between(a: Instant, b: Instant) -> f64 {
     }
 }
 
-fn signal(target: i32, sig: &str) {
-    let st = Command::new("kill")
-        .args([sig, "--", &target.to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success(), "kill {sig} {target}");
-}
-
 fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     let t0 = Instant::now();
     while !cond() {
@@ -592,32 +586,6 @@ fn sigstop_pause_attack() {
     assert_eq!(a_status, Some(70), "the resumed zklock reports the lost lock");
     assert_eq!(b_status, Some(0));
     drop(zk);
-}
-
-/// The children of `parent`, with their name and process group.
-fn children_of(parent: i32) -> Vec<(i32, String, i32)> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            continue;
-        };
-        // pid (name) state ppid pgrp ...: the name may itself hold parentheses.
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        let (name, rest) = (stat[open + 1..close].to_owned(), &stat[close + 1..]);
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        // state ppid pgrp
-        if f.get(1).and_then(|p| p.parse::<i32>().ok()) == Some(parent) {
-            if let Some(pgrp) = f.get(2).and_then(|p| p.parse::<i32>().ok()) {
-                out.push((pid, name, pgrp));
-            }
-        }
-    }
-    out
 }
 
 /// `zklock`'s watchdog, and its command's process group (the watchdog's child that leads its own group).

@@ -9,31 +9,8 @@ use std::time::{Duration, Instant};
 
 use recipes_conformance::zkserver::{available, PrivateZk};
 
-const ZKLOCK: &str = env!("CARGO_BIN_EXE_zklock");
-
-fn server() -> Option<String> {
-    match recipes_conformance::zk::server() {
-        Ok(s) => Some(s),
-        Err(why) => {
-            eprintln!("SKIPPED: {why}");
-            None
-        }
-    }
-}
-
-fn unique(name: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("/zklock-test/{}-{nanos}/{name}", std::process::id())
-}
-
-fn zklock(servers: &str, args: &[&str]) -> Command {
-    let mut c = Command::new(ZKLOCK);
-    c.arg("-s").arg(servers).args(args);
-    c
-}
+mod common;
+use common::{server, unique, zklock, ZKLOCK};
 
 fn run(mut c: Command) -> Output {
     c.stdin(Stdio::null());

@@ -13,34 +13,16 @@ use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const ZKLOCK: &str = env!("CARGO_BIN_EXE_zklock");
-
-fn servers() -> Option<String> {
-    recipes_conformance::zk::server()
-        .map_err(|why| eprintln!("SKIPPED: {why}"))
-        .ok()
-}
+mod common;
+use common::{inspect_json, server, signal, ZKLOCK};
 
 fn holders(connect: &str, path: &str) -> usize {
-    let out = Command::new(ZKLOCK)
-        .args(["-s", connect, "inspect", "--json", path])
-        .output()
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    v["holders"].as_u64().unwrap_or(0) as usize
-}
-
-fn signal(pid: u32, sig: &str) {
-    assert!(Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .unwrap()
-        .success());
+    inspect_json(connect, path)["holders"].as_u64().unwrap_or(0) as usize
 }
 
 #[test]
 fn command_started_after_the_lock_was_lost() {
-    let Some(connect) = servers() else {
+    let Some(connect) = server() else {
         return;
     };
     let nanos = std::time::SystemTime::now()
@@ -97,7 +79,7 @@ fn command_started_after_the_lock_was_lost() {
     }
     // A holds the lock and is blocked on its stderr line, before the watchdog exists.
     std::thread::sleep(Duration::from_millis(200));
-    signal(a.id(), "-STOP");
+    signal(a.id() as i32, "-STOP");
     let stopped = Instant::now();
     assert!(
         std::fs::read_to_string(&log).unwrap().is_empty(),
@@ -132,7 +114,7 @@ fn command_started_after_the_lock_was_lost() {
     );
 
     // Resume A and let its stderr line through.
-    signal(a.id(), "-CONT");
+    signal(a.id() as i32, "-CONT");
     let drain = std::thread::spawn(move || {
         let mut all = Vec::new();
         let _ = ours.read_to_end(&mut all);

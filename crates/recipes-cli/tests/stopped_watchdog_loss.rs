@@ -11,45 +11,8 @@ use std::time::{Duration, Instant};
 
 use recipes_zk::{ZkBackend, ZkOptions};
 
-const ZKLOCK: &str = env!("CARGO_BIN_EXE_zklock");
-
-fn servers() -> Option<String> {
-    recipes_conformance::zk::server()
-        .map_err(|why| eprintln!("SKIPPED: {why}"))
-        .ok()
-}
-
-fn inspect(connect: &str, path: &str) -> serde_json::Value {
-    let out = Command::new(ZKLOCK)
-        .args(["-s", connect, "inspect", "--json", path])
-        .output()
-        .unwrap();
-    serde_json::from_slice(&out.stdout).unwrap_or_default()
-}
-
-fn children_named(parent: u32, name: &str) -> Vec<i32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            continue;
-        };
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        let comm = &stat[open + 1..close];
-        let ppid = stat[close + 1..]
-            .split_whitespace()
-            .nth(1)
-            .and_then(|p| p.parse::<u32>().ok());
-        if ppid == Some(parent) && comm == name {
-            out.push(pid);
-        }
-    }
-    out
-}
+mod common;
+use common::{children_of, inspect_json, server, ZKLOCK};
 
 fn ns(s: &str) -> u64 {
     let (a, b) = s.split_once('.').unwrap();
@@ -58,7 +21,7 @@ fn ns(s: &str) -> u64 {
 
 #[test]
 fn stopped_watchdog_then_loss() {
-    let Some(connect) = servers() else {
+    let Some(connect) = server() else {
         return;
     };
     let nanos = std::time::SystemTime::now()
@@ -94,7 +57,11 @@ fn stopped_watchdog_then_loss() {
         assert!(t0.elapsed() < Duration::from_secs(20));
         std::thread::sleep(Duration::from_millis(20));
     }
-    let wd = children_named(a.id(), "zkl-watchdog");
+    let wd: Vec<i32> = children_of(a.id() as i32)
+        .into_iter()
+        .filter(|(_, name, _)| name == "zkl-watchdog")
+        .map(|(pid, _, _)| pid)
+        .collect();
     assert_eq!(wd.len(), 1, "one watchdog");
     assert!(Command::new("kill")
         .args(["-STOP", &wd[0].to_string()])
@@ -124,7 +91,7 @@ fn stopped_watchdog_then_loss() {
         .spawn()
         .unwrap();
     let holder = loop {
-        let v = inspect(&connect, &path);
+        let v = inspect_json(&connect, &path);
         if v["participants"].as_array().map_or(0, |a| a.len()) == 2 {
             break v["participants"][0]["node"].as_str().unwrap().to_owned();
         }

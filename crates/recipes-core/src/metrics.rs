@@ -142,18 +142,19 @@ impl Counters {
     }
 
     pub fn count(&self, what: Count, tags: &Tags) {
-        let (mine, name) = match what {
-            Count::Wakeup => (Some(&self.wakeups), WAKEUPS),
-            Count::Create => (Some(&self.creates), ""),
-            Count::CreateRecovery => (Some(&self.create_recoveries), RECOVERIES),
-            Count::Cleanup => (Some(&self.cleanups), CLEANUPS),
-            Count::Timeout => (Some(&self.timeouts), TIMEOUTS),
-            Count::Busy => (None, BUSY),
+        // The snapshot's counter, and the series (not every event has both).
+        let (mine, series) = match what {
+            Count::Wakeup => (Some(&self.wakeups), Some(WAKEUPS)),
+            Count::Create => (Some(&self.creates), None),
+            Count::CreateRecovery => (Some(&self.create_recoveries), Some(RECOVERIES)),
+            Count::Cleanup => (Some(&self.cleanups), Some(CLEANUPS)),
+            Count::Timeout => (Some(&self.timeouts), Some(TIMEOUTS)),
+            Count::Busy => (None, Some(BUSY)),
         };
         if let Some(c) = mine {
             bump(c);
         }
-        if !name.is_empty() {
+        if let Some(name) = series {
             counter!(name, tags.0.clone()).increment(1);
         }
     }

@@ -111,13 +111,15 @@ impl FromStr for NodeAcl {
         }
         let mut list = Vec::new();
         for entry in s.split(',').map(str::trim) {
-            let (Some((scheme, rest)), Some((_, perms))) = (entry.split_once(':'), entry.rsplit_once(':')) else {
+            // The id may hold colons (digest:user:hash): the scheme is before the first, the permissions after the
+            // last.
+            let Some((scheme, (id, perms))) = entry
+                .split_once(':')
+                .and_then(|(scheme, rest)| Some((scheme, rest.rsplit_once(':')?)))
+                .filter(|(scheme, _)| !scheme.is_empty())
+            else {
                 return Err(bad(format!("{entry:?} is not scheme:id:permissions")));
             };
-            let id = rest.rsplit_once(':').map_or("", |(id, _)| id);
-            if scheme.is_empty() || !entry[scheme.len() + 1..].contains(':') {
-                return Err(bad(format!("{entry:?} is not scheme:id:permissions")));
-            }
             let mut permission = zk::Permission::NONE;
             for c in perms.chars() {
                 match LETTERS.iter().find(|(l, _)| *l == c) {

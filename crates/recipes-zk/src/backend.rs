@@ -312,8 +312,7 @@ fn deletion_watch(watcher: zk::OneshotWatcher, inner: Weak<Inner>, session: Sess
 #[async_trait]
 impl Backend for ZkBackend {
     async fn create(&self, session: SessionId, path: &str, data: &[u8], mode: CreateMode) -> Result<Created> {
-        let acl = self.inner.options.acl.entries();
-        let options = zk_mode(mode)?.with_acls(zk::Acls::new(&acl));
+        let options = zk_mode(mode)?.with_acls(zk::Acls::new(&self.inner.acl));
         let (stat, seq) = self
             .request(session, path, Evidence::Leader, |c| async move {
                 c.create(path, data, &options).await
@@ -331,9 +330,8 @@ impl Backend for ZkBackend {
             Ok(c) => c,
             Err(e) => return failed(e),
         };
-        let acl = self.inner.options.acl.entries();
         let options = match zk_mode(mode) {
-            Ok(m) => m.with_acls(zk::Acls::new(&acl)),
+            Ok(m) => m.with_acls(zk::Acls::new(&self.inner.acl)),
             Err(e) => return failed(e),
         };
         let parent = parent_path(path);

@@ -37,6 +37,8 @@ pub(crate) fn session_id(client: &zk::Client) -> SessionId {
 /// The state shared by a backend and its tasks.
 pub(crate) struct Inner {
     pub options: ZkOptions,
+    /// The ACL entries of every node the backend creates (from `options.acl`, made once).
+    pub acl: Vec<zk::Acl>,
     client: RwLock<Option<zk::Client>>,
     pub status: watch::Sender<SessionStatus>,
     closed: AtomicBool,
@@ -57,6 +59,7 @@ impl Inner {
         });
         let lease = new_lease(&client, sent);
         Inner {
+            acl: options.acl.entries(),
             options,
             client: RwLock::new(Some(client)),
             status,

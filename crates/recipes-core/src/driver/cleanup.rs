@@ -112,8 +112,8 @@ where
     })
 }
 
-/// Deletes our node, retrying through connection loss (bounded). An absent node after a lost reply counts as ours,
-/// deleted by that reply's request.
+/// Deletes our node, retrying through connection loss (bounded). After a lost reply, a node that is absent (or, for
+/// the fixed name, another's) counts as ours, deleted by that reply's request.
 ///
 /// After a lost reply the earlier delete may still land (the server it went to may have passed it on), and a server
 /// reached after the reconnection may not show it yet: a `sync` first, so that the check of a fixed-name node does not
@@ -126,7 +126,9 @@ pub(crate) async fn delete_node(ctx: &Ctx, node: &str, id: Identity) -> Result<D
             ctx.backend.on(id.session).sync(node).await?;
         }
         match delete_once(ctx, node, id).await? {
-            Deleted::Absent if lost_reply => Ok(Deleted::Ours),
+            // After the sync, our node is gone: deleted by the request whose reply was lost (the fixed name may hold
+            // the next holder's node by now).
+            Deleted::Absent | Deleted::NotOurs if lost_reply => Ok(Deleted::Ours),
             d => Ok(d),
         }
     })

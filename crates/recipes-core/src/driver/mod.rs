@@ -75,10 +75,10 @@ pub(crate) async fn acquire(
     );
     let mut held = async move {
         let mut attempt = Attempt::new(ctx, path, recipe, patience);
-        let outcome = attempt.run(patience).await;
+        let outcome = attempt.run().await;
         match &outcome {
             Ok(Some(_)) => ctx.counters.acquired(&attempt.tags, attempt.started.elapsed()),
-            Ok(None) if patience == Patience::TryOnce => attempt.count(Count::Busy),
+            Ok(None) if attempt.try_once => attempt.count(Count::Busy),
             Ok(None) => attempt.count(Count::Timeout),
             Err(e) => ctx.counters.failed(&attempt.tags, e),
         }
@@ -95,28 +95,26 @@ pub(crate) async fn acquire(
 
 impl Attempt<'_> {
     /// The attempt, to its end: holding, gave up with nothing left behind, or failed.
-    async fn run(&mut self, patience: Patience) -> Result<Option<HeldNode>> {
-        let ctx = self.ctx;
-        let attempt = self;
-        let outcome = match attempt.recipe.node_kind() {
-            None => attempt.exclusive().await,
-            Some(kind) => attempt.queued(kind).await,
+    async fn run(&mut self) -> Result<Option<HeldNode>> {
+        let outcome = match self.recipe.node_kind() {
+            None => self.exclusive().await,
+            Some(kind) => self.queued(kind).await,
         };
         match outcome {
             // Between the last reply and now the client may have learned that the session is over (a reply that
             // arrives with the news of the expiry): the node went with it; never hand out a guard known lost.
-            Ok(Some(held)) if session::is_over(ctx.backend.session_status(), held.session) => {
+            Ok(Some(held)) if session::is_over(self.ctx.backend.session_status(), held.session) => {
                 held.forget();
                 Err(Error::SessionExpired)
             }
             Ok(Some(held)) => Ok(Some(held)),
             Ok(None) => {
-                attempt.cleanup.finish_within(CLEANUP_GRACE).await;
+                self.cleanup.finish_within(CLEANUP_GRACE).await;
                 Ok(None)
             }
             Err(Stop::Deadline) => {
-                attempt.cleanup.finish_within(CLEANUP_GRACE).await;
-                if patience == Patience::TryOnce {
+                self.cleanup.finish_within(CLEANUP_GRACE).await;
+                if self.try_once {
                     Err(Error::ConnectionLoss)
                 } else {
                     Ok(None)
@@ -125,9 +123,9 @@ impl Attempt<'_> {
             Err(Stop::Fail(e)) => {
                 if session::reports_end(&e) {
                     // Whatever we made went with the session.
-                    attempt.cleanup.disarm();
+                    self.cleanup.disarm();
                 } else {
-                    attempt.cleanup.finish_within(CLEANUP_GRACE).await;
+                    self.cleanup.finish_within(CLEANUP_GRACE).await;
                 }
                 Err(e)
             }

@@ -17,6 +17,7 @@ pub mod mem;
 pub mod model;
 pub mod proxy;
 pub mod scenarios;
+pub mod secure;
 pub mod util;
 pub mod zk;
 pub mod zkserver;

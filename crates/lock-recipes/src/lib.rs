@@ -20,6 +20,7 @@
 pub use recipes_core::*;
 
 /// The ZooKeeper backend (`recipes-zk`): [`ZkBackend`](zookeeper::ZkBackend), [`ZkOptions`](zookeeper::ZkOptions),
+/// `ZkTls` (feature `tls`),
 /// [`NodeAcl`](zookeeper::NodeAcl).
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper {

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use recipes_core::{Error, Layout, LockPath, Locks, Recipe};
-use recipes_zk::{NodeAcl, ZkBackend, ZkOptions};
+use recipes_zk::{NodeAcl, ZkBackend, ZkOptions, ZkTls};
 
 mod duration;
 mod inspect;
@@ -78,7 +78,7 @@ Examples:
 Exit status: the command's; 75 the wait ran out; 64 bad usage or invalid path; 69 ZooKeeper unreachable;
 70 the lock was lost while the command ran (it is sent SIGTERM, then SIGKILL); 76 the path holds a lock node of
 another recipe or layout (one path takes one recipe family and one layout); 77 the path's ACL does not let
-these credentials contend (--auth, --acl); 126/127 the command cannot run.
+these credentials contend, or the servers refused them (--auth, --sasl, --tls-cert, --acl); 126/127 the command cannot run.
 
 Every process the command starts runs under zkl-watchdog, which finds them all, whatever process group they
 move to. SIGINT, SIGTERM and SIGHUP sent to zklock are passed to the command's process group. When the lock is at
@@ -182,6 +182,36 @@ struct Common {
     /// | scheme:id:perms[,…]
     #[arg(long, env = "ZKLOCK_ACL", default_value = "open", value_name = "ACL", global = true)]
     acl: String,
+    /// TLS to the servers' secure client ports, trusting the CA certificates in this PEM file
+    #[arg(long, env = "ZKLOCK_TLS_CA", value_name = "FILE", global = true)]
+    tls_ca: Option<std::path::PathBuf>,
+    /// Client certificate (PEM) for servers that require one (its subject becomes an x509 identity); needs --tls-key
+    #[arg(
+        long,
+        env = "ZKLOCK_TLS_CERT",
+        value_name = "FILE",
+        global = true,
+        requires = "tls_key"
+    )]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM)
+    #[arg(
+        long,
+        env = "ZKLOCK_TLS_KEY",
+        value_name = "FILE",
+        global = true,
+        requires = "tls_cert"
+    )]
+    tls_key: Option<std::path::PathBuf>,
+    /// SASL DIGEST-MD5 credentials USER:PASSWORD (a user of the servers' JAAS Server section)
+    #[arg(
+        long,
+        env = "ZKLOCK_SASL",
+        value_name = "USER:PASSWORD",
+        global = true,
+        hide_env_values = true
+    )]
+    sasl: Option<String>,
 }
 
 /// A failure with its exit status; printed as one line.
@@ -210,7 +240,7 @@ pub fn status_of(e: &Error) -> u8 {
         }
         Error::Unreachable { .. } | Error::ConnectionLoss => status::UNAVAILABLE,
         Error::ForeignLock { .. } | Error::SequenceWrapped { .. } => status::PROTOCOL,
-        Error::NotAuthorized(_) => status::NOPERM,
+        Error::NotAuthorized(_) | Error::AuthenticationFailed { .. } => status::NOPERM,
         _ => status::SOFTWARE,
     }
 }
@@ -257,9 +287,34 @@ fn conn(common: &Common) -> Result<Conn, Fail> {
             return Err(Fail::usage("invalid --auth: expected USER:PASSWORD"));
         }
         options = options.digest_auth(auth);
-    } else if options.acl_needs_auth() {
+    }
+    if let Some(sasl) = &common.sasl {
+        match sasl.split_once(':') {
+            Some((user, password)) if !user.is_empty() => options = options.sasl_digest(user, password),
+            _ => return Err(Fail::usage("invalid --sasl: expected USER:PASSWORD")),
+        }
+    }
+    match (&common.tls_ca, &common.tls_cert, &common.tls_key) {
+        (None, None, None) => {}
+        (None, _, _) => {
+            return Err(Fail::usage(
+                "--tls-cert and --tls-key need --tls-ca (the CA that signed the servers' certificates)",
+            ))
+        }
+        (Some(ca), cert, key) => {
+            let mut tls = ZkTls::from_ca_file(ca).map_err(|e| Fail::usage(format!("invalid --tls-ca: {e}")))?;
+            if let (Some(cert), Some(key)) = (cert, key) {
+                tls = tls
+                    .with_identity_files(cert, key)
+                    .map_err(|e| Fail::usage(format!("invalid --tls-cert/--tls-key: {e}")))?;
+            }
+            options = options.tls(tls);
+        }
+    }
+    if options.acl_needs_auth() && !options.has_identity() {
         return Err(Fail::usage(format!(
-            "--acl {} names the creator's identity: give credentials with --auth USER:PASSWORD (or ZKLOCK_AUTH)",
+            "--acl {} names the creator's identity: give credentials with --auth USER:PASSWORD (or ZKLOCK_AUTH), \
+             --sasl USER:PASSWORD, or a client certificate (--tls-cert, --tls-key)",
             common.acl
         )));
     }

@@ -240,6 +240,14 @@ pub enum Error {
     /// credentials do what was asked.
     #[error("not authorized at {0}: the node's ACL does not grant this client's credentials (see the ACL section of docs/operations.md)")]
     NotAuthorized(String),
+    /// The servers refused this client's credentials when the session was opened (a wrong SASL password, say).
+    #[error("the coordination service at {servers} refused this client's credentials: {why}")]
+    AuthenticationFailed {
+        /// The connect string.
+        servers: String,
+        /// What was refused.
+        why: String,
+    },
     /// An argument is out of its range.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -281,6 +289,7 @@ impl Error {
             Error::SequenceWrapped { .. } => "sequence_wrapped",
             Error::LockLost { .. } => "lock_lost",
             Error::NotAuthorized(_) => "not_authorized",
+            Error::AuthenticationFailed { .. } => "authentication_failed",
             Error::InvalidArgument(_) => "invalid_argument",
             Error::BlockingInAsync => "blocking_in_async",
             Error::Closed => "closed",

@@ -43,8 +43,12 @@ mod errors;
 mod lease;
 mod options;
 mod session;
+#[cfg(feature = "tls")]
+mod tls;
 
 pub use acl::NodeAcl;
 pub use backend::ZkBackend;
 pub use options::ZkOptions;
+#[cfg(feature = "tls")]
+pub use tls::ZkTls;
 pub use zookeeper_client as zk;

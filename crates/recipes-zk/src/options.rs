@@ -12,6 +12,8 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use crate::acl::NodeAcl;
+#[cfg(feature = "tls")]
+use crate::tls::ZkTls;
 use crate::zk;
 
 /// How to reach ZooKeeper.
@@ -22,6 +24,10 @@ pub struct ZkOptions {
     pub(crate) connect_timeout: Duration,
     pub(crate) auth: Option<(String, Vec<u8>)>,
     pub(crate) acl: NodeAcl,
+    #[cfg(feature = "tls")]
+    pub(crate) tls: Option<ZkTls>,
+    #[cfg(feature = "sasl")]
+    pub(crate) sasl: Option<(String, String)>,
 }
 
 impl fmt::Debug for ZkOptions {
@@ -32,6 +38,8 @@ impl fmt::Debug for ZkOptions {
             .field("connect_timeout", &self.connect_timeout)
             .field("auth", &self.auth.as_ref().map(|(scheme, _)| scheme))
             .field("acl", &self.acl.to_string())
+            .field("tls", &self.uses_tls())
+            .field("sasl", &self.sasl_user())
             .finish()
     }
 }
@@ -45,6 +53,10 @@ impl ZkOptions {
             connect_timeout: Duration::from_secs(5),
             auth: None,
             acl: NodeAcl::Open,
+            #[cfg(feature = "tls")]
+            tls: None,
+            #[cfg(feature = "sasl")]
+            sasl: None,
         }
     }
 
@@ -65,6 +77,49 @@ impl ZkOptions {
     pub fn digest_auth(mut self, user_password: &str) -> Self {
         self.auth = Some(("digest".into(), user_password.as_bytes().to_vec()));
         self
+    }
+
+    /// TLS to every server of the connect string, whose ports must then be ZooKeeper's secure client ports
+    /// (`secureClientPort`). Feature `tls`. See [`ZkTls`].
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, tls: ZkTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// SASL DIGEST-MD5 authentication as `user` (a user of the servers' JAAS `Server` section); the session's
+    /// identity is then `sasl:<user>`. Feature `sasl`. A wrong password fails the connect with
+    /// [`Error::AuthenticationFailed`].
+    #[cfg(feature = "sasl")]
+    pub fn sasl_digest(mut self, user: &str, password: &str) -> Self {
+        self.sasl = Some((user.to_owned(), password.to_owned()));
+        self
+    }
+
+    /// Whether the connection uses TLS.
+    pub fn uses_tls(&self) -> bool {
+        #[cfg(feature = "tls")]
+        return self.tls.is_some();
+        #[cfg(not(feature = "tls"))]
+        return false;
+    }
+
+    /// The SASL user, when SASL authentication is set.
+    pub fn sasl_user(&self) -> Option<&str> {
+        #[cfg(feature = "sasl")]
+        return self.sasl.as_ref().map(|(user, _)| user.as_str());
+        #[cfg(not(feature = "sasl"))]
+        return None;
+    }
+
+    /// Whether the session will have an identity of its own: digest credentials, a SASL user, or a TLS client
+    /// certificate (ZooKeeper's `x509` scheme).
+    pub fn has_identity(&self) -> bool {
+        #[cfg(feature = "tls")]
+        let tls_identity = self.tls.as_ref().is_some_and(|t| t.has_identity);
+        #[cfg(not(feature = "tls"))]
+        let tls_identity = false;
+        self.auth.is_some() || self.sasl_user().is_some() || tls_identity
     }
 
     /// The ACL of the nodes the backend creates (default [`NodeAcl::Open`]). [`NodeAcl::Creator`] keeps clients
@@ -95,7 +150,24 @@ impl ZkOptions {
         if let Some((scheme, auth)) = &self.auth {
             connector = connector.with_auth(scheme, auth);
         }
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            connector = connector.with_tls(tls.options.clone());
+        }
+        #[cfg(feature = "sasl")]
+        if let Some((user, password)) = &self.sasl {
+            connector = connector.with_sasl(zk::SaslOptions::digest_md5(user.clone(), password.clone()));
+        }
         connector
+    }
+
+    /// Opens a session on `cluster` (servers of the connect string), with TLS when it is set.
+    async fn open(&self, cluster: &str) -> std::result::Result<zk::Client, zk::Error> {
+        #[cfg(feature = "tls")]
+        if self.tls.is_some() {
+            return self.connector().secure_connect(cluster).await;
+        }
+        self.connector().connect(cluster).await
     }
 
     /// The servers of the connect string, and its chroot (empty when none).
@@ -106,6 +178,56 @@ impl ZkOptions {
         };
         let hosts = hosts.split(',').map(str::trim).filter(|h| !h.is_empty()).collect();
         (hosts, chroot.trim_end_matches('/'))
+    }
+
+    /// [`reach`], and with TLS a handshake too: a server whose certificate this client refuses, or that refuses this
+    /// client's, or that does not speak TLS, fails at once, saying which.
+    async fn reach(&self, host: &str) -> std::result::Result<(), String> {
+        let addrs = reach(host, self.connect_timeout).await?;
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            return self.tls_probe(tls, host, addrs, None).await;
+        }
+        let _ = addrs;
+        Ok(())
+    }
+
+    #[cfg(feature = "tls")]
+    async fn tls_probe(
+        &self,
+        tls: &ZkTls,
+        host: &str,
+        addrs: Vec<SocketAddr>,
+        linger: Option<Duration>,
+    ) -> std::result::Result<(), String> {
+        let limit = self.connect_timeout;
+        let (tls, name) = (tls.clone(), host.to_owned());
+        let probe = tokio::task::spawn_blocking(move || tls.probe(&name, &addrs, limit, linger));
+        match tokio::time::timeout(limit + linger.unwrap_or_default(), probe).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => Err(format!("{host}: the TLS handshake could not be tried: {e}")),
+            Err(_) => Err(format!("{host}: the TLS handshake did not finish within {limit:?}")),
+        }
+    }
+
+    /// Why no session was opened on `up` (servers that accepted a TCP connection), when TLS can say: each server's
+    /// handshake, waiting a moment after it for a refusal of the client certificate.
+    async fn diagnose(&self, up: &[&str]) -> Vec<String> {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            let linger = Some(self.connect_timeout.min(Duration::from_secs(1)));
+            let probes = up.iter().map(|host| async move {
+                let addrs = reach(host, self.connect_timeout).await?;
+                self.tls_probe(tls, host, addrs, linger).await
+            });
+            return futures::future::join_all(probes)
+                .await
+                .into_iter()
+                .filter_map(std::result::Result::err)
+                .collect();
+        }
+        let _ = up;
+        Vec::new()
     }
 
     fn unreachable(&self, why: String) -> Error {
@@ -130,14 +252,15 @@ impl ZkOptions {
                 self.servers
             )));
         }
-        if self.acl.needs_auth() && self.auth.is_none() {
+        if self.acl.needs_auth() && !self.has_identity() {
             return Err(Error::InvalidArgument(format!(
-                "the ACL {} names the creator's identity, and this client has none: add digest_auth (zklock: --auth)",
+                "the ACL {} names the creator's identity, and this client has none: add digest_auth (zklock: --auth), \
+                 a SASL user or a TLS client certificate",
                 self.acl
             )));
         }
         let started = Instant::now();
-        let reached = futures::future::join_all(hosts.iter().map(|h| reach(h, self.connect_timeout))).await;
+        let reached = futures::future::join_all(hosts.iter().map(|h| self.reach(h))).await;
         let (up, down): (Vec<_>, Vec<_>) = hosts.iter().zip(reached).partition(|(_, r)| r.is_ok());
         let down: Vec<String> = down.into_iter().filter_map(|(_, r)| r.err()).collect();
         if up.is_empty() {
@@ -146,15 +269,38 @@ impl ZkOptions {
         let up: Vec<&str> = up.into_iter().map(|(h, _)| *h).collect();
         let left = self.connect_timeout.saturating_sub(started.elapsed());
         // Every server, those down now included: the client moves to them when the others go.
-        let client = match tokio::time::timeout(left, self.connector().connect(&hosts.join(","))).await {
+        let client = match tokio::time::timeout(left, self.open(&hosts.join(","))).await {
             Ok(Ok(client)) => client,
+            Ok(Err(zk::Error::AuthFailed)) => {
+                return Err(Error::AuthenticationFailed {
+                    servers: self.servers.clone(),
+                    why: match self.sasl_user() {
+                        Some(user) => {
+                            format!("SASL authentication as {user:?} failed (wrong password, or no such user)")
+                        }
+                        None => "authentication failed".to_owned(),
+                    },
+                })
+            }
             Ok(Err(e)) => return Err(self.unreachable(format!("{}: {e}", up.join(",")))),
             Err(_) => {
+                let diagnosed = self.diagnose(&up).await;
+                if !diagnosed.is_empty() {
+                    let mut why = diagnosed;
+                    why.extend(down);
+                    return Err(self.unreachable(why.join("; ")));
+                }
                 let mut why = vec![format!(
-                    "{} accepted the connection but no ZooKeeper session was opened within {:?} (not a ZooKeeper \
-                     client port, a TLS port, or a server without quorum)",
+                    "{} accepted the connection but no ZooKeeper session was opened within {:?} ({})",
                     up.join(", "),
-                    self.connect_timeout
+                    self.connect_timeout,
+                    if self.uses_tls() {
+                        "not a secure client port, a certificate this client does not trust or that does not name \
+                         the host, a client certificate the server refused, or a server without quorum"
+                    } else {
+                        "not a ZooKeeper client port, a TLS port (see ZkOptions::tls, zklock --tls-ca), or a server \
+                         without quorum"
+                    }
                 )];
                 why.extend(down);
                 return Err(self.unreachable(why.join("; ")));
@@ -187,11 +333,11 @@ impl ZkOptions {
             .map(|host| async move {
                 // A refused or unresolvable server answers no probe: say so at once (the client library would retry
                 // it until the connect timeout).
-                if let Err(why) = reach(host, self.connect_timeout).await {
+                if let Err(why) = self.reach(host).await {
                     debug!(why, "no session timeout from this server");
                     return None;
                 }
-                match tokio::time::timeout(self.connect_timeout, self.connector().connect(host)).await {
+                match tokio::time::timeout(self.connect_timeout, self.open(host)).await {
                     Ok(Ok(client)) => Some(client.session_timeout()),
                     other => {
                         debug!(host, ?other, "no session timeout from this server");
@@ -205,8 +351,8 @@ impl ZkOptions {
 }
 
 /// Whether a server of the connect string can be reached at all (its name resolves, something accepts a TCP
-/// connection there), within `limit`; the error names the server and says what happened.
-async fn reach(host: &str, limit: Duration) -> std::result::Result<(), String> {
+/// connection there), within `limit`; the error names the server and says what happened. Returns its addresses.
+async fn reach(host: &str, limit: Duration) -> std::result::Result<Vec<SocketAddr>, String> {
     let addr = with_port(host);
     let addrs: Vec<SocketAddr> = match tokio::time::timeout(limit, tokio::net::lookup_host(&addr)).await {
         Err(_) => return Err(format!("{host}: its name did not resolve within {limit:?}")),
@@ -221,7 +367,7 @@ async fn reach(host: &str, limit: Duration) -> std::result::Result<(), String> {
             Err(format!("{host}: connection refused (no server listening there)"))
         }
         Ok(Err(e)) => Err(format!("{host}: {e}")),
-        Ok(Ok(_)) => Ok(()),
+        Ok(Ok(stream)) => Ok(stream.peer_addr().map_or(addrs, |a| vec![a])),
     }
 }
 

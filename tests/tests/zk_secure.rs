@@ -259,6 +259,40 @@ async fn sasl_digest_users() {
     }
 }
 
+/// A server that accepts connections but never answers (a paused JVM) beside a healthy one: the session opens on
+/// the healthy one, within the connect timeout; the handshakes of our own never hold the opening up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_server_beside_a_healthy_one_does_not_stop_the_connect() {
+    require_private_zk!();
+    let zk = SecureZk::start();
+    let hung = recipes_conformance::zkserver::Relay::start(zk.secure_connect().parse().unwrap());
+    hung.freeze();
+    for order in [
+        format!("{},{}", hung.addr(), zk.secure_connect()),
+        format!("{},{}", zk.secure_connect(), hung.addr()),
+    ] {
+        let started = Instant::now();
+        let b = connect(options(&order).tls(zk.tls("app"))).await;
+        assert!(started.elapsed() < CONNECT_TIMEOUT, "{order}: {:?}", started.elapsed());
+        b.close().await;
+    }
+}
+
+/// Inputs the client crate would panic on, or wait out, are typed errors before any connection.
+#[tokio::test]
+async fn names_tls_cannot_verify_and_empty_sasl_users_are_refused_at_once() {
+    let tls = ZkTls::from_ca_pem(include_str!("../../crates/recipes-zk/tests/data/example-ca.pem")).unwrap();
+    for servers in ["127.0.0.1:1,127.1:1", "2130706433:2281", "[fe80::1%eth0]:2281", "::1"] {
+        let e = ZkBackend::connect(options(servers).tls(tls.clone())).await.unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{servers}: {e:?}");
+        assert!(e.to_string().contains("TLS can verify"), "{e}");
+    }
+    let e = ZkBackend::connect(options("127.0.0.1:1").sasl_digest("", "secret"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+}
+
 #[test]
 fn bad_tls_files_are_typed_errors_naming_the_file() {
     let missing = std::env::temp_dir().join("recipes-no-such-ca.pem");

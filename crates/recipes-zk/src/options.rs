@@ -180,15 +180,39 @@ impl ZkOptions {
         (hosts, chroot.trim_end_matches('/'))
     }
 
-    /// [`reach`], and with TLS a handshake too: a server whose certificate this client refuses, or that refuses this
-    /// client's, or that does not speak TLS, fails at once, saying which.
-    async fn reach(&self, host: &str) -> std::result::Result<(), String> {
-        let addrs = reach(host, self.connect_timeout).await?;
+    /// Resolves when every server in `up` has refused a TLS handshake of our own, with why; pending otherwise (and
+    /// without TLS). It runs beside the session's opening, which it does not delay: a server that does not answer
+    /// holds up only this, and the client crate, which retries a refused handshake until the connect timeout and says
+    /// nothing, is then interrupted with the reason.
+    async fn refused(&self, up: &[&str]) -> Vec<String> {
         #[cfg(feature = "tls")]
         if let Some(tls) = &self.tls {
-            return self.tls_probe(tls, host, addrs, None).await;
+            let probes = up.iter().map(|host| async move {
+                let addrs = reach(host, self.connect_timeout).await?;
+                self.tls_probe(tls, host, addrs, None, self.connect_timeout).await
+            });
+            let results = futures::future::join_all(probes).await;
+            if results.iter().all(std::result::Result::is_err) {
+                return results.into_iter().filter_map(std::result::Result::err).collect();
+            }
         }
-        let _ = addrs;
+        let _ = up;
+        std::future::pending().await
+    }
+
+    /// What the connect string and credentials can be told to be wrong before any connection: a server name TLS
+    /// cannot verify (the client crate would panic on it), an empty SASL user.
+    fn check(&self, hosts: &[&str]) -> Result<()> {
+        #[cfg(feature = "tls")]
+        if self.tls.is_some() {
+            for host in hosts {
+                crate::tls::server_name(host).map_err(|why| Error::InvalidArgument(format!("TLS: {why}")))?;
+            }
+        }
+        let _ = hosts;
+        if self.sasl_user().is_some_and(str::is_empty) {
+            return Err(Error::InvalidArgument("SASL: the user name is empty".into()));
+        }
         Ok(())
     }
 
@@ -199,8 +223,8 @@ impl ZkOptions {
         host: &str,
         addrs: Vec<SocketAddr>,
         linger: Option<Duration>,
+        limit: Duration,
     ) -> std::result::Result<(), String> {
-        let limit = self.connect_timeout;
         let (tls, name) = (tls.clone(), host.to_owned());
         let probe = tokio::task::spawn_blocking(move || tls.probe(&name, &addrs, limit, linger));
         match tokio::time::timeout(limit + linger.unwrap_or_default(), probe).await {
@@ -211,14 +235,16 @@ impl ZkOptions {
     }
 
     /// Why no session was opened on `up` (servers that accepted a TCP connection), when TLS can say: each server's
-    /// handshake, waiting a moment after it for a refusal of the client certificate.
+    /// handshake, waiting a moment after it for a refusal of the client certificate (bounded by two seconds, or the
+    /// connect timeout when shorter).
     async fn diagnose(&self, up: &[&str]) -> Vec<String> {
         #[cfg(feature = "tls")]
         if let Some(tls) = &self.tls {
-            let linger = Some(self.connect_timeout.min(Duration::from_secs(1)));
+            let limit = self.connect_timeout.min(Duration::from_secs(2));
+            let linger = Some(limit / 2);
             let probes = up.iter().map(|host| async move {
-                let addrs = reach(host, self.connect_timeout).await?;
-                self.tls_probe(tls, host, addrs, linger).await
+                let addrs = reach(host, limit).await?;
+                self.tls_probe(tls, host, addrs, linger, limit / 2).await
             });
             return futures::future::join_all(probes)
                 .await
@@ -259,8 +285,9 @@ impl ZkOptions {
                 self.acl
             )));
         }
+        self.check(&hosts)?;
         let started = Instant::now();
-        let reached = futures::future::join_all(hosts.iter().map(|h| self.reach(h))).await;
+        let reached = futures::future::join_all(hosts.iter().map(|h| reach(h, self.connect_timeout))).await;
         let (up, down): (Vec<_>, Vec<_>) = hosts.iter().zip(reached).partition(|(_, r)| r.is_ok());
         let down: Vec<String> = down.into_iter().filter_map(|(_, r)| r.err()).collect();
         if up.is_empty() {
@@ -269,7 +296,23 @@ impl ZkOptions {
         let up: Vec<&str> = up.into_iter().map(|(h, _)| *h).collect();
         let left = self.connect_timeout.saturating_sub(started.elapsed());
         // Every server, those down now included: the client moves to them when the others go.
-        let client = match tokio::time::timeout(left, self.open(&hosts.join(","))).await {
+        let cluster = hosts.join(",");
+        let opened = async {
+            tokio::select! {
+                biased;
+                r = self.open(&cluster) => Ok(r),
+                why = self.refused(&up) => Err(why),
+            }
+        };
+        let client = match tokio::time::timeout(left, opened).await {
+            Ok(Err(mut why)) => {
+                why.extend(down);
+                return Err(self.unreachable(why.join("; ")));
+            }
+            Ok(Ok(r)) => Ok(r),
+            Err(_) => Err(()),
+        };
+        let client = match client {
             Ok(Ok(client)) => client,
             Ok(Err(zk::Error::AuthFailed)) => {
                 return Err(Error::AuthenticationFailed {
@@ -333,7 +376,7 @@ impl ZkOptions {
             .map(|host| async move {
                 // A refused or unresolvable server answers no probe: say so at once (the client library would retry
                 // it until the connect timeout).
-                if let Err(why) = self.reach(host).await {
+                if let Err(why) = reach(host, self.connect_timeout).await {
                     debug!(why, "no session timeout from this server");
                     return None;
                 }

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use recipes_core::{Error, Result};
+use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer, ServerName};
 use rustls::{AlertDescription, CertificateError, ClientConfig, RootCertStore};
 
 use crate::zk;
@@ -22,9 +23,9 @@ use crate::zk;
 /// default); the session is then authenticated as the certificate's subject in ZooKeeper's `x509` scheme, which is
 /// an identity for [`NodeAcl::Creator`](crate::NodeAcl::Creator).
 ///
-/// When a connection fails, the backend makes a TLS handshake of its own with each server to say why: a server
-/// certificate of another CA, or for another name, a client certificate the server refused or requires, or a port
-/// that does not speak TLS.
+/// Beside the session's opening, the backend makes a TLS handshake of its own with each server, to say why a
+/// connection fails: a server certificate of another CA, for another name, or revoked (revocation lists in the CA
+/// PEM count), a client certificate the server refused or requires, or a port that does not speak TLS.
 ///
 /// ```
 /// # let ca_pem = include_str!("../tests/data/example-ca.pem");
@@ -38,6 +39,7 @@ use crate::zk;
 pub struct ZkTls {
     pub(crate) options: zk::TlsOptions,
     roots: Arc<RootCertStore>,
+    crls: Vec<CertificateRevocationListDer<'static>>,
     probe: Arc<ClientConfig>,
     pub(crate) has_identity: bool,
 }
@@ -62,11 +64,19 @@ fn provider() -> Arc<CryptoProvider> {
         .unwrap_or_else(|| Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
 }
 
-fn builder(roots: &Arc<RootCertStore>) -> Result<rustls::ConfigBuilder<ClientConfig, rustls::client::WantsClientCert>> {
-    Ok(ClientConfig::builder_with_provider(provider())
+fn builder(
+    roots: &Arc<RootCertStore>,
+    crls: &[CertificateRevocationListDer<'static>],
+) -> Result<rustls::ConfigBuilder<ClientConfig, rustls::client::WantsClientCert>> {
+    let provider = provider();
+    let verifier = WebPkiServerVerifier::builder_with_provider(roots.clone(), provider.clone())
+        .with_crls(crls.iter().cloned())
+        .build()
+        .map_err(|e| invalid(format!("TLS CA: {e}")))?;
+    Ok(ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| invalid(format!("TLS: {e}")))?
-        .with_root_certificates(roots.clone()))
+        .with_webpki_verifier(verifier))
 }
 
 fn certificates(pem: &str, what: &str) -> Result<Vec<CertificateDer<'static>>> {
@@ -92,13 +102,17 @@ impl ZkTls {
                 .map_err(|e| invalid(format!("TLS CA: a certificate is not usable as a trust anchor ({e})")))?;
         }
         let roots = Arc::new(roots);
+        let crls = rustls_pemfile::crls(&mut pem.as_bytes())
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| invalid(format!("TLS CA: a revocation list: {e}")))?;
         let options = zk::TlsOptions::new()
             .with_pem_ca(pem)
             .map_err(|e| invalid(format!("TLS CA: {e}")))?;
-        let probe = Arc::new(builder(&roots)?.with_no_client_auth());
+        let probe = Arc::new(builder(&roots, &crls)?.with_no_client_auth());
         Ok(ZkTls {
             options,
             roots,
+            crls,
             probe,
             has_identity: false,
         })
@@ -124,7 +138,7 @@ impl ZkTls {
             .map_err(|e| invalid(format!("TLS client key: {e}")))?
             .ok_or_else(|| invalid("TLS client key: no PEM private key in what was given"))?;
         self.probe = Arc::new(
-            builder(&self.roots)?
+            builder(&self.roots, &self.crls)?
                 .with_client_auth_cert(chain, key)
                 .map_err(|e| invalid(format!("TLS client certificate and key: {e}")))?,
         );
@@ -154,7 +168,8 @@ impl ZkTls {
 
     /// A TLS handshake with `host` of the connect string (resolved to `addrs`) within `limit`, to say what goes
     /// wrong. With `linger`, waits that long after the handshake as well: over TLS 1.3 a server refuses a client
-    /// certificate only after the client has finished its side. Blocking: run it on a blocking thread.
+    /// certificate only after the client has finished its side. Blocking, and bounded by `limit` (plus `linger`)
+    /// whatever the server sends: run it on a blocking thread.
     pub(crate) fn probe(
         &self,
         host: &str,
@@ -163,8 +178,7 @@ impl ZkTls {
         linger: Option<Duration>,
     ) -> std::result::Result<(), String> {
         let name = host_name(host);
-        let server_name = ServerName::try_from(name.to_owned())
-            .map_err(|_| format!("{host}: {name:?} is not a host name or address TLS can verify"))?;
+        let server_name = server_name(host)?;
         let started = Instant::now();
         let addr = addrs
             .first()
@@ -172,36 +186,49 @@ impl ZkTls {
         let mut sock = TcpStream::connect_timeout(addr, limit).map_err(|e| format!("{host}: {e}"))?;
         let mut conn =
             rustls::ClientConnection::new(self.probe.clone(), server_name).map_err(|e| format!("{host}: TLS: {e}"))?;
-        let left = |at: Instant| limit.saturating_sub(at.elapsed()).max(Duration::from_millis(1));
+        let fail = |e: Failed, answered: bool| self.describe(host, name, e, limit, answered);
         let mut answered = false;
+        // One read or write per turn, each bounded by what is left: a server that drips bytes cannot hold it.
         while conn.is_handshaking() {
-            let _ = sock.set_read_timeout(Some(left(started)));
-            let _ = sock.set_write_timeout(Some(left(started)));
-            match conn.complete_io(&mut sock) {
-                Ok((0, 0)) => return Err(self.closed(host, "during the TLS handshake", answered)),
-                Ok((read, _)) => answered |= read > 0,
-                Err(e) => return Err(self.describe(host, name, &e, limit, answered)),
-            }
-            if started.elapsed() >= limit {
+            let left = limit.saturating_sub(started.elapsed());
+            if left.is_zero() {
                 return Err(format!("{host}: the TLS handshake did not finish within {limit:?}"));
             }
+            let _ = sock.set_read_timeout(Some(left));
+            let _ = sock.set_write_timeout(Some(left));
+            if conn.wants_write() {
+                conn.write_tls(&mut sock).map_err(|e| fail(Failed::Io(e), answered))?;
+                continue;
+            }
+            match conn.read_tls(&mut sock) {
+                Ok(0) => return Err(self.closed(host, "during the TLS handshake", answered)),
+                Ok(_) => answered = true,
+                Err(e) => return Err(fail(Failed::Io(e), answered)),
+            }
+            conn.process_new_packets().map_err(|e| fail(Failed::Tls(e), true))?;
+        }
+        while conn.wants_write() {
+            conn.write_tls(&mut sock).map_err(|e| fail(Failed::Io(e), true))?;
         }
         let Some(linger) = linger else { return Ok(()) };
         let lingering = Instant::now();
-        // Bounded: each turn either reads something or ends.
-        for _ in 0..16 {
-            let _ = sock.set_read_timeout(Some(left(lingering).min(linger)));
-            match conn.complete_io(&mut sock) {
-                Ok((0, 0)) => return Err(self.closed(host, "right after the TLS handshake", true)),
-                Ok(_) if lingering.elapsed() < linger => {}
-                Ok(_) => return Ok(()),
+        loop {
+            let left = linger.saturating_sub(lingering.elapsed());
+            if left.is_zero() {
+                return Ok(());
+            }
+            let _ = sock.set_read_timeout(Some(left));
+            match conn.read_tls(&mut sock) {
+                Ok(0) => return Err(self.closed(host, "right after the TLS handshake", true)),
+                Ok(_) => {
+                    conn.process_new_packets().map_err(|e| fail(Failed::Tls(e), true))?;
+                }
                 Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
                     return Ok(())
                 }
-                Err(e) => return Err(self.describe(host, name, &e, limit, true)),
+                Err(e) => return Err(fail(Failed::Io(e), true)),
             }
         }
-        Ok(())
     }
 
     /// The server closed the connection; `answered`: after it had sent something of the handshake.
@@ -215,18 +242,25 @@ impl ZkTls {
         }
     }
 
-    fn describe(&self, host: &str, name: &str, e: &std::io::Error, limit: Duration, answered: bool) -> String {
-        let Some(tls) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) else {
-            return match e.kind() {
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => format!(
-                    "{host}: no TLS answer within {limit:?} (a plain client port waits for the client to speak \
-                     ZooKeeper's protocol: is this the servers' secureClientPort?)"
-                ),
-                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => {
-                    self.closed(host, "during the TLS handshake", answered)
+    fn describe(&self, host: &str, name: &str, e: Failed, limit: Duration, answered: bool) -> String {
+        let tls = match e {
+            Failed::Tls(tls) => tls,
+            Failed::Io(e) => {
+                if let Some(tls) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+                    tls.clone()
+                } else {
+                    return match e.kind() {
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => format!(
+                            "{host}: no TLS answer within {limit:?} (a plain client port waits for the client to \
+                             speak ZooKeeper's protocol: is this the servers' secureClientPort?)"
+                        ),
+                        std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => {
+                            self.closed(host, "during the TLS handshake", answered)
+                        }
+                        _ => format!("{host}: TLS handshake: {e}"),
+                    };
                 }
-                _ => format!("{host}: TLS handshake: {e}"),
-            };
+            }
         };
         match tls {
             rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer | CertificateError::BadSignature) => {
@@ -238,6 +272,9 @@ impl ZkTls {
             rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             ) => format!("{host}: the server's certificate does not name {name:?}: connect by a name it carries"),
+            rustls::Error::InvalidCertificate(CertificateError::Revoked) => {
+                format!("{host}: the server's certificate is revoked (a revocation list of the CA file names it)")
+            }
             rustls::Error::InvalidCertificate(other) => {
                 format!("{host}: the server's certificate is refused: {other:?}")
             }
@@ -267,15 +304,31 @@ impl ZkTls {
     }
 }
 
-/// The host part of a server of the connect string (`host`, `host:port`, `[v6]` or `[v6]:port`).
+/// How a step of the probe failed.
+enum Failed {
+    Io(std::io::Error),
+    Tls(rustls::Error),
+}
+
+/// The name TLS verifies for a server of the connect string, as the client crate will take it (which panics on a
+/// name TLS cannot verify): an error saying so instead.
+pub(crate) fn server_name(host: &str) -> std::result::Result<ServerName<'static>, String> {
+    let name = host_name(host);
+    ServerName::try_from(name.to_owned()).map_err(|_| {
+        format!(
+            "{host}: {name:?} is not a host name or IP address TLS can verify (write IPv6 addresses in brackets, \
+             [::1]:2281; use a name the servers' certificates carry)"
+        )
+    })
+}
+
+/// The host part of a server of the connect string (`host`, `host:port`, `[v6]` or `[v6]:port`), cut as the
+/// client crate cuts it: inside the brackets, or before the last `:`.
 fn host_name(host: &str) -> &str {
     if let Some(rest) = host.strip_prefix('[') {
-        return rest.split(']').next().unwrap_or(rest);
+        return rest.rsplit_once(']').map_or(rest, |(name, _)| name);
     }
-    match host.rsplit_once(':') {
-        Some((name, _)) if !name.contains(':') => name,
-        _ => host,
-    }
+    host.rsplit_once(':').map_or(host, |(name, _)| name)
 }
 
 fn read_pem(path: &Path, what: &str) -> Result<String> {
@@ -293,5 +346,29 @@ mod tests {
         assert_eq!(host_name("[::1]:2281"), "::1");
         assert_eq!(host_name("[::1]"), "::1");
         assert_eq!(host_name("127.0.0.1:2281"), "127.0.0.1");
+        // As the client crate reads it: an IPv6 address without brackets loses its last group.
+        assert_eq!(host_name("::1"), ":");
+    }
+
+    #[test]
+    fn names_tls_cannot_verify_are_refused_before_the_client_crate_sees_them() {
+        for bad in [
+            "127.1:2281",
+            "2130706433:2281",
+            "[fe80::1%eth0]:2281",
+            "::1",
+            "bad name:2281",
+        ] {
+            assert!(super::server_name(bad).is_err(), "{bad}");
+        }
+        for good in [
+            "zk1.internal:2281",
+            "zk_1:2281",
+            "127.0.0.1:2281",
+            "[::1]:2281",
+            "localhost",
+        ] {
+            assert!(super::server_name(good).is_ok(), "{good}");
+        }
     }
 }

@@ -1013,17 +1013,20 @@ fn tls_and_sasl_from_the_command_line() {
     let _ = holder.wait();
     std::fs::remove_dir_all(&dir).unwrap();
 
+    // Under a root of their own: the creator-only run above may have made /zklock-test again (containers are
+    // reaped once empty), and its ACL keeps every other identity out of it.
+    let sasl_path = || recipes_conformance::zk::unique_path("zklock-sasl-test", "sasl");
     let [(user, password), _] = recipes_conformance::secure::SASL_USERS;
     let good = format!("{user}:{password}");
     let o = run(zklock(
         zk.plain_connect(),
-        &["--sasl", &good, &unique("sasl"), "--", "true"],
+        &["--sasl", &good, &sasl_path(), "--", "true"],
     ));
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let bad = format!("{user}:wrong");
     let o = run(zklock(
         zk.plain_connect(),
-        &["--sasl", &bad, &unique("sasl"), "--", "true"],
+        &["--sasl", &bad, &sasl_path(), "--", "true"],
     ));
     assert_eq!(o.status.code(), Some(77), "{}", stderr(&o));
     assert!(

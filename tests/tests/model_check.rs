@@ -109,17 +109,19 @@ fn random_walks_with_switches() {
     }
 }
 
-/// Seeded random walks of three and four clients with two faults.
+/// Seeded random walks of three and four clients, and of tasks sharing one session, with two faults.
 #[test]
 #[ignore = "CPU-bound: run alone by scripts/test's model-checker step"]
 fn random_walks_of_larger_configurations() {
-    let (runs, time) = if deep() { (200_000, 1800) } else { (3_000, 40) };
+    let (runs, time) = if deep() { (400_000, 3600) } else { (20_000, 80) };
     let seed: u64 = std::env::var("MODEL_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
-    for c in random() {
-        let r = random_walks(&c, seed, runs, Duration::from_secs(time / 3));
+    let configs = random();
+    let each = Duration::from_secs(time) / configs.len() as u32;
+    for c in configs {
+        let r = random_walks(&c, seed, runs, each);
         println!("{r} (random walks from seed {seed})");
         if let Some(v) = &r.violation {
             panic!("{v}");

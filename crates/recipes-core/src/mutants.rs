@@ -47,6 +47,9 @@ pub enum Mutant {
     /// `lost()` sleeps until the end of the lease it read, and the backend does not wake it when the lease moves
     /// back (a shorter timeout after a reconnection goes unnoticed).
     LostSleepsToLeaseEnd,
+    /// An acquire hands out a guard without making its lease current first: a claim that waited on a watch event
+    /// while the session's own requests held back its evidence returns a guard that is not valid.
+    NoLeaseConfirm,
     /// Not a bug: every waiter that came to hold the lock marks itself `first`, not only one behind a long queue,
     /// so that the model checker explores the marking optimisation with a few clients.
     AlwaysMark,

@@ -120,6 +120,10 @@ impl<C: Clone + PartialEq + std::fmt::Debug> Chooser<C> {
                     let ids: Vec<C> = awake.iter().map(|i| cands[*i].id.clone()).collect();
                     if self.depth < self.frames.len() {
                         if self.frames[self.depth].awake != ids {
+                            eprintln!(
+                                "DIVERGE at depth {}: was {:?} now {:?}",
+                                self.depth, self.frames[self.depth].awake, ids
+                            );
                             self.nondeterministic = true;
                         }
                     } else {

@@ -126,6 +126,33 @@ pub fn random() -> Vec<Config> {
             ],
         )
         .with_faults(2, ALL_FAULTS),
+        // Tasks of one session (one process), and another session that may queue between them. Random walks: tokio's
+        // watch channel wakes its receivers in a random order, so which task of a session sends first after a
+        // reconnection is not the explorer's choice, and an exhaustive walk would see it as nondeterminism.
+        Config::new(
+            "one-session-fair",
+            vec![
+                Program::Tasks(vec![plain(Recipe::Fair), plain(Recipe::Fair)]),
+                plain(Recipe::Fair),
+            ],
+        )
+        .with_faults(2, ALL_FAULTS),
+        Config::new(
+            "one-session-read-write",
+            vec![
+                Program::Tasks(vec![plain(Recipe::Write), plain(Recipe::Read), Program::Downgrade]),
+                plain(Recipe::Write),
+            ],
+        )
+        .with_faults(2, ALL_FAULTS),
+        Config::new(
+            "one-session-reentrant",
+            vec![
+                Program::Tasks(vec![Program::Reenter, plain(Recipe::Fair)]),
+                Program::Tasks(vec![Program::Reenter, plain(Recipe::Fair)]),
+            ],
+        )
+        .with_faults(2, ALL_FAULTS),
     ]
 }
 
@@ -167,6 +194,20 @@ pub struct Sensitivity {
 /// The known bugs, each with the configuration in which the checker finds it.
 pub fn sensitivity() -> Vec<Sensitivity> {
     vec![
+        Sensitivity {
+            problem: "11: a task of one session claims the lock on a watch event while its session's release is in \
+                      flight, after a stall: the guard it gets has an expired lease",
+            mutants: &[Mutant::NoLeaseConfirm],
+            config: Config::new(
+                "one-session-fair",
+                vec![
+                    Program::Tasks(vec![plain(Recipe::Fair), plain(Recipe::Fair)]),
+                    plain(Recipe::Fair),
+                ],
+            )
+            .with_faults(1, &[FaultKind::Delay]),
+            shows_as: "a guard that is not valid",
+        },
         Sensitivity {
             problem: "1: the stale exclusive release deletes the next holder's node (a request of an expired session \
                       runs on its successor)",

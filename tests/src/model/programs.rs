@@ -41,6 +41,9 @@ pub enum Program {
         /// When the future is dropped.
         after: Duration,
     },
+    /// These programs at once, each a task of its own on the client's one session (one `Locks`): tasks of one
+    /// process contending for one path. The oracles tell the tasks apart.
+    Tasks(Vec<Program>),
 }
 
 /// The grace an acquire that gives up may take for its cleanup, beyond its deadline (the driver's `CLEANUP_GRACE`).
@@ -49,6 +52,8 @@ const CLEANUP_GRACE: Duration = Duration::from_millis(500);
 /// One hold, as the oracles track it.
 struct Hold {
     client: usize,
+    /// The task of the client that holds it (0 but for [`Program::Tasks`]).
+    task: usize,
     exclusive: bool,
     node: String,
     token: u64,
@@ -106,7 +111,7 @@ impl Oracle {
     }
 
     /// An acquire returned `guard`: it must be valid, and its token above the tokens of the holds before it.
-    fn acquired(&mut self, client: usize, exclusive: bool, guard: LockGuard, reentry: bool) -> usize {
+    fn acquired(&mut self, (client, task): (usize, usize), exclusive: bool, guard: LockGuard, reentry: bool) -> usize {
         let token = guard.fencing_token();
         let node = guard.node().to_owned();
         if !guard.is_valid() {
@@ -132,16 +137,22 @@ impl Oracle {
                 self.max_exclusive_token = self.max_exclusive_token.max(token);
             }
         }
+        let by = if task > 0 {
+            format!("task {task}: ")
+        } else {
+            String::new()
+        };
         self.note(
             client,
             format!(
-                "holds {} (token {token}{})",
+                "{by}holds {} (token {token}{})",
                 short(&node),
                 if reentry { ", re-entered" } else { "" }
             ),
         );
         self.holds.push(Hold {
             client,
+            task,
             exclusive,
             node,
             token,
@@ -174,10 +185,11 @@ impl Oracle {
             if !g.is_valid() {
                 continue;
             }
+            // Holders are tasks: two tasks of one client (one session) exclude each other as two clients do.
             if h.exclusive {
-                exclusive.insert(h.client);
+                exclusive.insert((h.client, h.task));
             } else {
-                shared.insert(h.client);
+                shared.insert((h.client, h.task));
             }
             match cluster.stat(&h.node) {
                 Some(st) if st.czxid.max(0) as u64 == h.token => {}
@@ -219,8 +231,11 @@ pub(crate) fn short(node: &str) -> String {
 }
 
 /// What a client needs to run its program.
+#[derive(Clone)]
 pub(crate) struct Ctx {
     pub id: usize,
+    /// The task within the client (see [`Program::Tasks`]).
+    pub task: usize,
     pub locks: Locks,
     pub path: String,
     pub oracle: Arc<Mutex<Oracle>>,
@@ -234,7 +249,16 @@ impl Ctx {
     }
 
     fn note(&self, what: String) {
+        let what = if self.task > 0 {
+            format!("task {}: {what}", self.task)
+        } else {
+            what
+        };
         self.oracle().note(self.id, what);
+    }
+
+    fn holder(&self) -> (usize, usize) {
+        (self.id, self.task)
     }
 
     /// An error that a correct library may return here (the lock was lost, refused, or the session ended).
@@ -315,7 +339,39 @@ fn exclusive(recipe: Recipe) -> bool {
 
 /// Runs a client's program to its end.
 pub(crate) async fn run(ctx: Ctx, program: Program) {
+    run_task(ctx.clone(), program).await;
+    let mut o = ctx.oracle();
+    o.finished += 1;
+    o.touch();
+}
+
+fn run_task(ctx: Ctx, program: Program) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+    Box::pin(run_program(ctx, program))
+}
+
+async fn run_program(ctx: Ctx, program: Program) {
     match program {
+        Program::Tasks(programs) => {
+            // Tokio tasks of their own (a lock's default owner is the task), aborted with the client's task when it
+            // crashes (the guard's drop).
+            struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+            impl Drop for AbortOnDrop {
+                fn drop(&mut self) {
+                    for t in &self.0 {
+                        t.abort();
+                    }
+                }
+            }
+            let mut tasks = AbortOnDrop(Vec::new());
+            for (i, p) in programs.into_iter().enumerate() {
+                let mut c = ctx.clone();
+                c.task = ctx.task * 10 + i + 1;
+                tasks.0.push(tokio::spawn(run_task(c, p)));
+            }
+            for t in &mut tasks.0 {
+                let _ = t.await;
+            }
+        }
         Program::Plain { recipe, patience } => plain(&ctx, recipe, patience).await,
         Program::Reenter => reenter(&ctx).await,
         Program::Downgrade => downgrade(&ctx).await,
@@ -324,7 +380,7 @@ pub(crate) async fn run(ctx: Ctx, program: Program) {
             match tokio::time::timeout(after, lock.acquire()).await {
                 Err(_) => ctx.note("abandoned its acquire".into()),
                 Ok(Ok(g)) => {
-                    let id = ctx.oracle().acquired(ctx.id, exclusive(recipe), g, false);
+                    let id = ctx.oracle().acquired(ctx.holder(), exclusive(recipe), g, false);
                     tokio::time::sleep(ctx.hold_time()).await;
                     ctx.release(id, "").await;
                 }
@@ -332,9 +388,6 @@ pub(crate) async fn run(ctx: Ctx, program: Program) {
             }
         }
     }
-    let mut o = ctx.oracle();
-    o.finished += 1;
-    o.touch();
 }
 
 async fn plain(ctx: &Ctx, recipe: Recipe, patience: Patience) {
@@ -357,7 +410,7 @@ async fn plain(ctx: &Ctx, recipe: Recipe, patience: Patience) {
         Ok(None) => return ctx.note("did not get the lock".into()),
         Err(e) => return ctx.expected("acquire", &e),
     };
-    let id = ctx.oracle().acquired(ctx.id, exclusive(recipe), guard, false);
+    let id = ctx.oracle().acquired(ctx.holder(), exclusive(recipe), guard, false);
     tokio::time::sleep(ctx.hold_time()).await;
     ctx.check_lost(id).await;
     ctx.release(id, "").await;
@@ -371,13 +424,13 @@ async fn reenter(ctx: &Ctx) {
         .expect("valid path")
         .with_owner(token.into());
     let outer = match lock.acquire().await {
-        Ok(g) => ctx.oracle().acquired(ctx.id, true, g, false),
+        Ok(g) => ctx.oracle().acquired(ctx.holder(), true, g, false),
         Err(e) => return ctx.expected("acquire", &e),
     };
     tokio::time::sleep(ctx.hold_time()).await;
     match lock.acquire().await {
         Ok(g) => {
-            let inner = ctx.oracle().acquired(ctx.id, true, g, true);
+            let inner = ctx.oracle().acquired(ctx.holder(), true, g, true);
             ctx.check_lost(inner).await;
             ctx.release(inner, "inner").await;
         }
@@ -390,12 +443,12 @@ async fn downgrade(ctx: &Ctx) {
     let token = OwnerToken::new();
     let rw = ctx.locks.read_write(&ctx.path).expect("valid path");
     let w = match rw.write().with_owner(token.into()).acquire().await {
-        Ok(g) => ctx.oracle().acquired(ctx.id, true, g, false),
+        Ok(g) => ctx.oracle().acquired(ctx.holder(), true, g, false),
         Err(e) => return ctx.expected("write", &e),
     };
     tokio::time::sleep(ctx.hold_time()).await;
     let r = match rw.read().with_owner(token.into()).acquire().await {
-        Ok(g) => Some(ctx.oracle().acquired(ctx.id, false, g, true)),
+        Ok(g) => Some(ctx.oracle().acquired(ctx.holder(), false, g, true)),
         Err(e) => {
             ctx.expected("downgrade", &e);
             None

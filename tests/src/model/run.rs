@@ -92,6 +92,7 @@ impl<'c> World<'c> {
             let locks = Locks::builder(mem.clone()).layout(config.layout).build();
             let ctx = Ctx {
                 id,
+                task: 0,
                 locks,
                 path: PATH.to_owned(),
                 oracle: oracle.clone(),

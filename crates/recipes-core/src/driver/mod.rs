@@ -20,16 +20,18 @@ mod wait;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, BackendExt};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::metrics::{Count, Counters};
+use crate::mutants::{is_active, Mutant};
 use crate::path::LockPath;
 use crate::patience::Patience;
 use crate::recipe::Recipe;
-use attempt::{Attempt, Stop};
+use attempt::{Attempt, Step, Stop};
 pub(crate) use held::HeldNode;
 
 /// Shared by every lock made from one [`Locks`](crate::Locks) value.
@@ -94,6 +96,37 @@ pub(crate) async fn acquire(
 }
 
 impl Attempt<'_> {
+    /// Makes sure the guard about to be handed out is valid. A claim made on a watch event or a listing may come
+    /// long after the session last had evidence from the server: its own requests in flight (a release of another
+    /// task of this session, say) hold back the heartbeats' evidence, and a stalled connection delivers old events
+    /// late. Then one `sync` on the session makes the lease current (or finds the session over), so that an acquire
+    /// never returns a guard that is not valid.
+    async fn confirm_lease(&self, held: &HeldNode) -> Step<()> {
+        let valid = || held.valid_until().map(|until| Instant::now() < until);
+        if is_active(Mutant::NoLeaseConfirm) {
+            return Ok(());
+        }
+        for _ in 0..3 {
+            match valid() {
+                None => return Err(Stop::Fail(Error::SessionExpired)),
+                Some(true) => return Ok(()),
+                Some(false) => {}
+            }
+            let on = self.backend().on(held.session);
+            match self.call(on.sync(self.path.as_str())).await {
+                Ok(()) => {}
+                Err(Stop::Fail(Error::ConnectionLoss)) => self.reconnected(held.session).await?,
+                Err(e) => return Err(e),
+            }
+        }
+        match valid() {
+            Some(true) => Ok(()),
+            // Three syncs each took longer than the lease they earned: no evidence the lock is ours in time.
+            Some(false) => Err(Stop::Fail(Error::ConnectionLoss)),
+            None => Err(Stop::Fail(Error::SessionExpired)),
+        }
+    }
+
     /// The attempt, to its end: holding, gave up with nothing left behind, or failed.
     async fn run(&mut self) -> Result<Option<HeldNode>> {
         let outcome = match self.recipe.node_kind() {
@@ -107,7 +140,13 @@ impl Attempt<'_> {
                 held.forget();
                 Err(Error::SessionExpired)
             }
-            Ok(Some(held)) => Ok(Some(held)),
+            Ok(Some(held)) => match self.confirm_lease(&held).await {
+                Ok(()) => Ok(Some(held)),
+                // Dropping the held node deletes it (in the background).
+                Err(Stop::Deadline) if self.try_once => Err(Error::ConnectionLoss),
+                Err(Stop::Deadline) => Ok(None),
+                Err(Stop::Fail(e)) => Err(e),
+            },
             Ok(None) => {
                 self.cleanup.finish_within(CLEANUP_GRACE).await;
                 Ok(None)

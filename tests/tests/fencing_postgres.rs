@@ -1,7 +1,9 @@
 //! The fencing example (`crates/lock-recipes/examples/fencing_postgres.rs`) on a real ZooKeeper (`ZK_CONNECT`) and a
 //! real PostgreSQL (`PG_CONNECT`; `scripts/test` starts both), its workers run as separate processes: a holder stopped
 //! with SIGSTOP past its session timeout resumes and writes, and the store rejects it, while the holder that took
-//! over in the meantime wrote.
+//! over in the meantime wrote. Two writers at once: the test itself holds the fence row in an open transaction while
+//! a worker writes, and the worker's write waits for it, then is judged against what the test committed (or not).
+//! And a PostgreSQL that accepts the connection but never answers ends a worker within its `connect_timeout`.
 //!
 //! Each test uses a schema and a lock path of its own (the lock path under the suite's root, so the leftovers test
 //! checks it), drops the schema at the end and checks that no lock node is left.
@@ -9,9 +11,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use tokio_postgres::types::ToSql;
 
 use recipes_conformance::zk::{server_or_skip, unique_path, ROOT};
 use recipes_core::BackendExt;
@@ -22,6 +27,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_fencing-postgres");
 const SHORT_SESSION: Duration = Duration::from_secs(2);
 /// The bound on every wait for a worker's line or exit.
 const PATIENCE: Duration = Duration::from_secs(30);
+/// The bound on the test's own PostgreSQL connect and on each of its statements.
+const DB_PATIENCE: Duration = Duration::from_secs(10);
 const RESOURCE: &str = "invoice-17";
 
 /// The PostgreSQL connection string, or `None` after saying why the test is skipped. Panics in CI when there is none
@@ -77,34 +84,12 @@ impl Scene {
 
     /// Starts a worker of the example: `worker --resource .. --worker-name NAME` and `extra`.
     fn worker(&self, name: &str, extra: &[&str]) -> Worker {
-        let mut cmd = Command::new(BIN);
-        cmd.args([&self.zk, &self.pg, "worker"])
-            .args(["--resource", RESOURCE, "--worker-name", name])
-            .args(["--schema", &self.schema, "--lock-root", &self.lock_root])
-            .args(["--wait-ms", "20000"])
-            .args(extra)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut child = cmd.spawn().expect("start the fencing-postgres worker");
-        let stdout = child.stdout.take().expect("stdout");
-        let stdin = child.stdin.take();
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Worker {
-            name: name.to_owned(),
-            child,
-            stdin,
-            lines,
-            seen: Vec::new(),
-        }
+        let mut args: Vec<&str> = vec![&self.zk, &self.pg, "worker"];
+        args.extend(["--resource", RESOURCE, "--worker-name", name]);
+        args.extend(["--schema", &self.schema, "--lock-root", &self.lock_root]);
+        args.extend(["--wait-ms", "20000"]);
+        args.extend(extra);
+        Worker::start(name, &args)
     }
 
     /// The ledger's rows for the resource, in the order written: (token, worker).
@@ -114,7 +99,7 @@ impl Scene {
             self.schema
         );
         self.db
-            .query(&sql, RESOURCE)
+            .query(&sql, &[&RESOURCE])
             .iter()
             .map(|r| (r.get(0), r.get(1)))
             .collect()
@@ -123,7 +108,7 @@ impl Scene {
     /// The fence's token for the resource.
     fn fence(&self) -> Option<i64> {
         let sql = format!("SELECT token FROM {}.fence WHERE resource = $1", self.schema);
-        self.db.query(&sql, RESOURCE).first().map(|r| r.get(0))
+        self.db.query(&sql, &[&RESOURCE]).first().map(|r| r.get(0))
     }
 
     /// Checks (for up to 10 s: a worker's close may still be on its way) that no lock node is left under our root.
@@ -173,39 +158,43 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 impl Db {
+    /// Connects, within DB_PATIENCE as a whole: tokio-postgres's `connect_timeout` bounds the TCP connect only, and a
+    /// server that accepts and then stalls would otherwise hold the test until nextest's own limit.
     fn connect(pg: &str) -> Db {
         let rt = runtime();
         let client = rt.block_on(async {
             let mut config: tokio_postgres::Config = pg.parse().expect("PG_CONNECT is a connection string");
-            config.connect_timeout(Duration::from_secs(10));
-            let (client, connection) = config
-                .connect(tokio_postgres::NoTls)
+            config.connect_timeout(DB_PATIENCE);
+            let connected = tokio::time::timeout(DB_PATIENCE, config.connect(tokio_postgres::NoTls))
                 .await
-                .unwrap_or_else(|e| panic!("connect to PostgreSQL ({pg}): {e}"));
+                .unwrap_or_else(|_| {
+                    panic!("PostgreSQL ({pg}) did not accept the test's connection within {DB_PATIENCE:?}: stalled?")
+                });
+            let (client, connection) = connected.unwrap_or_else(|e| panic!("connect to PostgreSQL ({pg}): {e}"));
             tokio::spawn(connection);
             client
         });
         Db { rt, client }
     }
 
-    fn query(&self, sql: &str, resource: &str) -> Vec<tokio_postgres::Row> {
+    fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Vec<tokio_postgres::Row> {
         self.rt
-            .block_on(async {
-                tokio::time::timeout(Duration::from_secs(10), self.client.query(sql, &[&resource])).await
-            })
-            .expect("the query took over 10 s")
+            .block_on(async { tokio::time::timeout(DB_PATIENCE, self.client.query(sql, params)).await })
+            .unwrap_or_else(|_| panic!("{sql}: took over {DB_PATIENCE:?}"))
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
     fn execute(&self, sql: &str) -> Result<(), String> {
         let q = self.client.batch_execute(sql);
-        match self
-            .rt
-            .block_on(async { tokio::time::timeout(Duration::from_secs(10), q).await })
-        {
+        match self.rt.block_on(async { tokio::time::timeout(DB_PATIENCE, q).await }) {
             Ok(r) => r.map_err(|e| e.to_string()),
-            Err(_) => Err("timed out after 10 s".into()),
+            Err(_) => Err(format!("timed out after {DB_PATIENCE:?}")),
         }
+    }
+
+    /// This connection's server process id.
+    fn backend_pid(&self) -> i32 {
+        self.query("SELECT pg_backend_pid()", &[])[0].get(0)
     }
 }
 
@@ -216,9 +205,92 @@ struct Worker {
     stdin: Option<ChildStdin>,
     lines: Receiver<String>,
     seen: Vec<String>,
+    /// Its stderr so far (passed on to ours as well, line by line).
+    stderr: Arc<Mutex<Vec<String>>>,
+    /// The thread reading it, until joined after the exit.
+    stderr_reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Worker {
+    /// Starts the example with `args`; `name` is for messages.
+    fn start(name: &str, args: &[&str]) -> Worker {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the fencing-postgres worker");
+        let stdout = child.stdout.take().expect("stdout");
+        let stderr_pipe = child.stderr.take().expect("stderr");
+        let stdin = child.stdin.take();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let (kept, who) = (Arc::clone(&stderr), name.to_owned());
+        let stderr_reader = std::thread::spawn(move || {
+            for line in BufReader::new(stderr_pipe).lines() {
+                let Ok(line) = line else { break };
+                eprintln!("[{who}] {line}");
+                kept.lock().unwrap().push(line);
+            }
+        });
+        Worker {
+            name: name.to_owned(),
+            child,
+            stdin,
+            lines,
+            seen: Vec::new(),
+            stderr,
+            stderr_reader: Some(stderr_reader),
+        }
+    }
+
+    /// All its stderr, once it has exited (the pipe is then at its end).
+    fn stderr_after_exit(&mut self) -> String {
+        assert!(
+            matches!(self.child.try_wait(), Ok(Some(_))),
+            "{} is still running",
+            self.name
+        );
+        if let Some(reader) = self.stderr_reader.take() {
+            let _ = reader.join();
+        }
+        self.stderr.lock().unwrap().join("\n")
+    }
+
+    /// The lines printed so far without waiting; panics if one starts with `forbidden`.
+    fn assert_no_line_yet(&mut self, forbidden: &str) {
+        loop {
+            match self.lines.try_recv() {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    assert!(
+                        !line.starts_with(forbidden),
+                        "{}: printed {line:?} too early; its output: {:?}",
+                        self.name,
+                        self.seen
+                    );
+                }
+                Err(TryRecvError::Empty) => return,
+                Err(TryRecvError::Disconnected) => panic!(
+                    "{}: exited early ({:?}); its output: {:?}, stderr: {:?}",
+                    self.name,
+                    self.child.try_wait(),
+                    self.seen,
+                    self.stderr.lock().unwrap()
+                ),
+            }
+        }
+    }
+
     /// Waits (bounded) for the next line starting with `prefix`, and returns it.
     fn expect_line(&mut self, prefix: &str) -> String {
         let deadline = Instant::now() + PATIENCE;
@@ -236,10 +308,11 @@ impl Worker {
                     self.name, self.seen
                 ),
                 Err(RecvTimeoutError::Disconnected) => panic!(
-                    "{}: exited ({:?}) without printing {prefix:?}; its output: {:?}",
+                    "{}: exited ({:?}) without printing {prefix:?}; its output: {:?}, stderr: {:?}",
                     self.name,
                     self.child.try_wait(),
-                    self.seen
+                    self.seen,
+                    self.stderr.lock().unwrap()
                 ),
             }
         }
@@ -267,26 +340,34 @@ impl Worker {
             .expect("write to the worker's stdin");
     }
 
-    /// Waits (bounded) for the exit, and checks it was 0.
-    fn expect_success(&mut self) {
-        let deadline = Instant::now() + PATIENCE;
+    /// Waits (at most `patience`) for the exit.
+    fn wait_exit(&mut self, patience: Duration) -> ExitStatus {
+        let deadline = Instant::now() + patience;
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
-                assert!(
-                    status.success(),
-                    "{} exited with {status}; its output: {:?}",
-                    self.name,
-                    self.seen
-                );
-                return;
+                return status;
             }
             assert!(
                 Instant::now() < deadline,
-                "{} did not exit within {PATIENCE:?}",
-                self.name
+                "{} did not exit within {patience:?}; its output: {:?}, stderr: {:?}",
+                self.name,
+                self.seen,
+                self.stderr.lock().unwrap()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Waits (bounded) for the exit, and checks it was 0.
+    fn expect_success(&mut self) {
+        let status = self.wait_exit(PATIENCE);
+        assert!(
+            status.success(),
+            "{} exited with {status}; its output: {:?}, stderr: {:?}",
+            self.name,
+            self.seen,
+            self.stderr.lock().unwrap()
+        );
     }
 }
 
@@ -392,4 +473,147 @@ fn uncontended_holders_write() {
     assert_eq!(scene.fence(), Some(t2));
     scene.assert_no_lock_nodes();
     eprintln!("done in {:?}", t0.elapsed());
+}
+
+/// A token above any the lock hands out in these tests, and so above the worker's.
+const HIGH: i64 = 1 << 62;
+/// How long the worker's write may take to reach the fence row's lock and wait there: well under the example's
+/// `lock_timeout` (10 s), after which it would give up waiting.
+const REACH_THE_LOCK: Duration = Duration::from_secs(5);
+
+/// Two writers at once. The test, on a connection of its own, raises the fence to `HIGH` in a transaction it keeps
+/// open: it holds the fence row's lock, as a writer between its check and its commit does. A worker whose token lies
+/// between the committed fence and `HIGH` writes meanwhile: its write must wait for that lock (a fence read without the
+/// lock would see only the committed, lower value and let the write through), and then be judged against what the
+/// test's transaction left: rejected after its `COMMIT`, accepted after its `ROLLBACK`.
+fn writer_meets_an_uncommitted_fence(test: &str, tag: &str, commit: bool) {
+    let t0 = Instant::now();
+    let Some(scene) = Scene::new(test, tag) else {
+        return;
+    };
+
+    // A first holder writes: the tables exist, and the fence holds its token, committed.
+    let mut first = scene.worker("first", &[]);
+    let t1 = Worker::token(&first.expect_line("HOLDING "));
+    assert_eq!(first.expect_line("WRITE "), format!("WRITE OK token={t1}"));
+    first.expect_success();
+
+    // The test's own writer: the fence raised to HIGH, uncommitted. (Should the test fail, its connection closes when
+    // `other` is dropped, before `scene` drops the schema, and PostgreSQL rolls the transaction back.)
+    let other = Db::connect(&scene.pg);
+    let other_pid = other.backend_pid();
+    other
+        .execute(&format!(
+            "SET idle_in_transaction_session_timeout = '60s';
+             BEGIN;
+             INSERT INTO {s}.fence (resource, token) VALUES ('{RESOURCE}', {HIGH})
+                 ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token",
+            s = scene.schema
+        ))
+        .expect("raise the fence in an open transaction");
+
+    // The worker: with --hold-then-write its write goes straight to the store (the fence alone judges it); without,
+    // through guarded_steps (the lease as well), which must commit after the wait all the same.
+    let extra: &[&str] = if commit { &["--hold-then-write"] } else { &[] };
+    let mut second = scene.worker("second", extra);
+    let t2 = Worker::token(&second.expect_line("HOLDING "));
+    assert!(t1 < t2 && t2 < HIGH, "tokens {t1}, then {t2}; the test's {HIGH}");
+    if commit {
+        second.go();
+    }
+
+    // Its write waits for our row lock: PostgreSQL reports a backend blocked by ours (only the worker's can be), and
+    // the worker has printed no WRITE line, then or a moment later.
+    let blocked_sql = "SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))";
+    let deadline = Instant::now() + REACH_THE_LOCK;
+    loop {
+        second.assert_no_line_yet("WRITE ");
+        if !scene.db.query(blocked_sql, &[&other_pid]).is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the worker's write did not wait for the fence row's lock within {REACH_THE_LOCK:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    second.assert_no_line_yet("WRITE ");
+    assert!(
+        !scene.db.query(blocked_sql, &[&other_pid]).is_empty(),
+        "the worker's write stopped waiting while the test still held the fence row"
+    );
+    eprintln!(
+        "the worker's write waits for the test's transaction at {:?}",
+        t0.elapsed()
+    );
+
+    if commit {
+        other.execute("COMMIT").expect("commit the test's fence");
+        assert_eq!(
+            second.expect_line("WRITE "),
+            format!("WRITE REJECTED token={t2} store={HIGH}")
+        );
+        second.expect_success();
+        assert_eq!(
+            scene.ledger(),
+            vec![(t1, "first".to_owned())],
+            "the ledger holds no write of the worker's"
+        );
+        assert_eq!(scene.fence(), Some(HIGH));
+    } else {
+        other.execute("ROLLBACK").expect("roll the test's fence back");
+        assert_eq!(second.expect_line("WRITE "), format!("WRITE OK token={t2}"));
+        second.expect_success();
+        assert_eq!(
+            scene.ledger(),
+            vec![(t1, "first".to_owned()), (t2, "second".to_owned())]
+        );
+        assert_eq!(scene.fence(), Some(t2));
+    }
+    scene.assert_no_lock_nodes();
+    eprintln!("done in {:?}", t0.elapsed());
+}
+
+#[test]
+fn write_waits_for_a_concurrent_fence_and_is_rejected_when_it_commits() {
+    writer_meets_an_uncommitted_fence(
+        "write_waits_for_a_concurrent_fence_and_is_rejected_when_it_commits",
+        "concurrent-commit",
+        true,
+    );
+}
+
+#[test]
+fn write_waits_for_a_concurrent_fence_and_is_accepted_when_it_rolls_back() {
+    writer_meets_an_uncommitted_fence(
+        "write_waits_for_a_concurrent_fence_and_is_accepted_when_it_rolls_back",
+        "concurrent-rollback",
+        false,
+    );
+}
+
+/// A PostgreSQL that accepts the connection and then never answers (stopped, wedged) ends a worker with 69 within the
+/// connection string's `connect_timeout`, start-up exchange included. Needs neither server: the store is opened
+/// before ZooKeeper is reached.
+#[test]
+fn stalled_postgres_ends_a_worker_within_its_connect_timeout() {
+    // The kernel completes the TCP handshake from the listen backlog; nobody ever accepts, reads or writes.
+    let stalled = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    let port = stalled.local_addr().expect("local address").port();
+    let pg = format!("host=127.0.0.1 port={port} user=postgres dbname=postgres connect_timeout=1");
+    let t0 = Instant::now();
+    let mut w = Worker::start("stalled", &["127.0.0.1:1", &pg, "worker", "--wait-ms", "1000"]);
+    let status = w.wait_exit(PATIENCE);
+    let took = t0.elapsed();
+    let stderr = w.stderr_after_exit();
+    assert_eq!(status.code(), Some(69), "exit status {status}; stderr: {stderr}");
+    assert!(
+        stderr.contains("did not accept the connection and set up the store within 1 s"),
+        "stderr: {stderr}"
+    );
+    // connect_timeout=1 is the bound, not the 10 s default (nor no bound at all).
+    assert!(took < Duration::from_secs(6), "the worker gave up after {took:?}");
+    drop(stalled);
+    eprintln!("the worker gave up after {took:?}");
 }

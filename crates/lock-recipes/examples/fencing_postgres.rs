@@ -57,8 +57,9 @@
 //! pause that falls between the last check and the write.
 //!
 //! Exit codes (sysexits, as `zklock`'s where they overlap): 0 done (a rejected write is an outcome, printed, not a failure of the program),
-//! 64 bad usage, 66 stdin closed before the go-ahead of `--hold-then-write`, 69 ZooKeeper or PostgreSQL unreachable,
-//! 70 any other error, 75 the lock was not acquired within `--wait-ms`.
+//! 64 bad usage, 66 stdin closed before the go-ahead of `--hold-then-write`, 69 ZooKeeper or PostgreSQL unreachable
+//! (for PostgreSQL: not connected, with the tables made, within the connection string's `connect_timeout`, default
+//! 10 s), 70 any other error, 75 the lock was not acquired within `--wait-ms`.
 
 // An example: what it prints is the point.
 #![allow(clippy::print_stdout)]
@@ -78,7 +79,8 @@ usage: fencing_postgres <zk connect> <pg connect> [demo] [--workers N] [OPTIONS]
                         [--writes N] [--hold-then-write] [OPTIONS]
 OPTIONS: [--resource R] [--schema S] [--lock-root P]
   <zk connect>  host:port[,host:port...][/chroot], e.g. 127.0.0.1:2181
-  <pg connect>  a libpq connection string, e.g. 'host=127.0.0.1 port=5432 user=postgres dbname=postgres'
+  <pg connect>  a libpq connection string, e.g. 'host=127.0.0.1 port=5432 user=postgres dbname=postgres';
+                its connect_timeout=N (default 10) bounds connecting and setting up the tables, in seconds
   --resource R          the store's key, and the lock path's last component (default invoice-17)
   --schema S            the schema of the fence and ledger tables, made when missing (default fencing_example)
   --lock-root P         the lock path is P/R (default /fencing-example)
@@ -316,6 +318,10 @@ fn parse(args: &[String]) -> Result<(Common, Mode), Failure> {
     Ok((common, mode))
 }
 
+/// How long `Store::open` may take (connect, authenticate, make the tables) when the connection string names no
+/// `connect_timeout`.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The store: a PostgreSQL connection and the names of our two tables.
 struct Store {
     client: Client,
@@ -323,12 +329,30 @@ struct Store {
 }
 
 impl Store {
-    /// Connects (at most 10 s) and makes the schema and tables when missing.
+    /// Connects and makes the schema and tables when missing, all within the connection string's `connect_timeout`
+    /// (`OPEN_TIMEOUT` when it names none); past that, `Unreachable` (69).
+    ///
+    /// tokio-postgres's own `connect_timeout` bounds each TCP connect only: a server that accepts the connection and
+    /// then says nothing (stopped with SIGSTOP, overloaded, a wedged proxy in front of it) would hold us in the
+    /// start-up exchange, or in the setup statements, for ever. So the whole of it runs under one deadline, as
+    /// libpq's `connect_timeout` bounds its whole connection set-up.
     async fn open(pg: &str, schema: &str) -> Result<Store, Failure> {
-        let mut config: tokio_postgres::Config = pg
+        let config: tokio_postgres::Config = pg
             .parse()
             .map_err(|e| Failure::Usage(format!("bad PostgreSQL connection string {pg:?}: {e}")))?;
-        config.connect_timeout(Duration::from_secs(10));
+        let bound = config.get_connect_timeout().copied().unwrap_or(OPEN_TIMEOUT);
+        match tokio::time::timeout(bound, Store::connect_and_set_up(&config, pg, schema)).await {
+            Ok(opened) => opened,
+            Err(_) => Err(Failure::Unreachable(format!(
+                "PostgreSQL ({pg}) did not accept the connection and set up the store within {} s (stalled or \
+                 overloaded? the connection string's connect_timeout=N sets this bound)",
+                bound.as_secs_f64()
+            ))),
+        }
+    }
+
+    /// `open` without its deadline.
+    async fn connect_and_set_up(config: &tokio_postgres::Config, pg: &str, schema: &str) -> Result<Store, Failure> {
         let (client, connection) = config
             .connect(NoTls)
             .await

@@ -138,6 +138,9 @@ pub type NodeWatch = Pin<Box<dyn Future<Output = Result<NodeEvent>> + Send + 'st
 /// the watch ends ([`Error::SessionExpired`](crate::Error::SessionExpired), [`Error::Closed`](crate::Error::Closed)).
 pub type DeletionWatch = Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>>;
 
+/// The reply to a request already sent (see [`Backend::delete_sent`]).
+pub type ReplyFuture = Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>>;
+
 /// One client session on a ZooKeeper-like coordination service: the primitives the lock recipes are built on.
 ///
 /// Every recipe in this crate is written against `Arc<dyn Backend>`, so applications choose the backend at run time
@@ -236,6 +239,15 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// # Notable errors
     /// `NoNode`, `NotEmpty`, `ConnectionLoss`, `SessionExpired`.
     async fn delete(&self, session: SessionId, path: &str) -> Result<()>;
+
+    /// Sends a delete now, before returning, and returns the wait for its reply (as [`delete`](Backend::delete)'s):
+    /// the server applies it before every later request of this session. `None` when the backend cannot send
+    /// before returning (the default); then the recipes hand no lock over within the process on release, and every
+    /// waiter learns of the deletion from its watch (docs/algorithm.md, "same-session handoff").
+    fn delete_sent(&self, session: SessionId, path: &str) -> Option<ReplyFuture> {
+        let _ = (session, path);
+        None
+    }
 
     /// The current session and its state; the receiver sees every later change, and is also woken (with the status
     /// unchanged) when the lease moves back: its end comes earlier than a reader of [`lease`](Backend::lease) may
@@ -371,5 +383,10 @@ impl SessionRef<'_> {
     /// See [`Backend::delete`].
     pub async fn delete(&self, path: &str) -> Result<()> {
         self.backend.delete(self.id, path).await
+    }
+
+    /// See [`Backend::delete_sent`].
+    pub fn delete_sent(&self, path: &str) -> Option<ReplyFuture> {
+        self.backend.delete_sent(self.id, path)
     }
 }

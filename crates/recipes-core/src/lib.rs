@@ -57,7 +57,7 @@ mod resource;
 
 pub use backend::{
     parent_path, Backend, BackendExt, CreateAndList, CreateMode, Created, DeletionWatch, Lease, NodeEvent, NodeWatch,
-    SessionId, SessionRef, SessionState, SessionStatus, Stat,
+    ReplyFuture, SessionId, SessionRef, SessionState, SessionStatus, Stat,
 };
 pub use blocking::{BlockingGuard, BlockingLock};
 pub use error::{Error, LostReason, NotHeldReason, PathProblem, Result, RetryReason};

@@ -142,6 +142,7 @@ impl LocksBuilder {
                 counters: Counters::new(self.metrics_path_label),
                 max_attempts: self.max_attempts,
                 lease_margin: self.lease_margin.get(),
+                handoffs: Default::default(),
             }),
             registry: Arc::default(),
         }

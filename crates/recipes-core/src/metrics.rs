@@ -19,6 +19,7 @@
 //! | `lock_recipes_acquire_errors_total` | counter | recipe, error | acquires that failed, by [`Error::kind`](crate::Error::kind) |
 //! | `lock_recipes_lost_total` | counter | recipe, reason | held locks seen lost, by [`LostReason`](crate::LostReason) |
 //! | `lock_recipes_wakeups_total` | counter | recipe | waiters woken to look at the queue again |
+//! | `lock_recipes_handoffs_total` | counter | recipe | locks handed to a task of this process on the same session |
 //! | `lock_recipes_create_recoveries_total` | counter | recipe | lock nodes whose create reply was lost, found again |
 //! | `lock_recipes_cleanups_total` | counter | recipe | nodes deleted after a timeout, an error or a cancelled acquire |
 //!
@@ -44,6 +45,9 @@ pub struct Metrics {
     pub releases: u64,
     /// Times a waiting acquire was woken by a deletion watch and looked at the queue again.
     pub wakeups: u64,
+    /// Locks a release handed to a task of this process waiting in line behind it on the same session, without
+    /// waiting for the server (docs/algorithm.md, same-session handoff).
+    pub handoffs: u64,
     /// Lock nodes created.
     pub creates: u64,
     /// Creates whose reply was lost and whose node was found again by its attempt id.
@@ -72,6 +76,10 @@ pub fn describe_metrics() {
     describe_counter!(ERRORS, "Acquires that failed, by error kind");
     describe_counter!(LOST, "Held locks seen lost, by reason");
     describe_counter!(WAKEUPS, "Waiters woken to look at the queue again");
+    describe_counter!(
+        HANDOFFS,
+        "Locks handed to a task of this process on the same session at release"
+    );
     describe_counter!(RECOVERIES, "Lock nodes whose create reply was lost, found again");
     describe_counter!(
         CLEANUPS,
@@ -88,6 +96,7 @@ const BUSY: &str = "lock_recipes_busy_total";
 const ERRORS: &str = "lock_recipes_acquire_errors_total";
 const LOST: &str = "lock_recipes_lost_total";
 const WAKEUPS: &str = "lock_recipes_wakeups_total";
+const HANDOFFS: &str = "lock_recipes_handoffs_total";
 const RECOVERIES: &str = "lock_recipes_create_recoveries_total";
 const CLEANUPS: &str = "lock_recipes_cleanups_total";
 
@@ -99,6 +108,7 @@ pub(crate) struct Tags(Vec<Label>);
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Count {
     Wakeup,
+    Handoff,
     Create,
     CreateRecovery,
     Cleanup,
@@ -111,6 +121,7 @@ pub(crate) struct Counters {
     acquisitions: AtomicU64,
     releases: AtomicU64,
     wakeups: AtomicU64,
+    handoffs: AtomicU64,
     creates: AtomicU64,
     create_recoveries: AtomicU64,
     cleanups: AtomicU64,
@@ -145,6 +156,7 @@ impl Counters {
         // The snapshot's counter, and the series (not every event has both).
         let (mine, series) = match what {
             Count::Wakeup => (Some(&self.wakeups), Some(WAKEUPS)),
+            Count::Handoff => (Some(&self.handoffs), Some(HANDOFFS)),
             Count::Create => (Some(&self.creates), None),
             Count::CreateRecovery => (Some(&self.create_recoveries), Some(RECOVERIES)),
             Count::Cleanup => (Some(&self.cleanups), Some(CLEANUPS)),
@@ -203,6 +215,7 @@ impl Counters {
             acquisitions: r(&self.acquisitions),
             releases: r(&self.releases),
             wakeups: r(&self.wakeups),
+            handoffs: r(&self.handoffs),
             creates: r(&self.creates),
             create_recoveries: r(&self.create_recoveries),
             cleanups: r(&self.cleanups),

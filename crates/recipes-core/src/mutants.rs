@@ -50,6 +50,9 @@ pub enum Mutant {
     /// An acquire hands out a guard without making its lease current first: a claim that waited on a watch event
     /// while the session's own requests held back its evidence returns a guard that is not valid.
     NoLeaseConfirm,
+    /// Not a bug: no same-session handoff (a waiter ignores the release of a task of its own session and waits for
+    /// the deletion's watch event), so that a test can show what the handoff changes.
+    NoHandoff,
     /// Not a bug: every waiter that came to hold the lock marks itself `first`, not only one behind a long queue,
     /// so that the model checker explores the marking optimisation with a few clients.
     AlwaysMark,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use recipes_core::{
     parent_path, Backend, CreateAndList, CreateMode, Created, DeletionWatch, Error, Lease, NodeEvent, NodeWatch,
-    Result, SessionId, SessionStatus, Stat,
+    ReplyFuture, Result, SessionId, SessionStatus, Stat,
 };
 use tokio::sync::{oneshot, watch};
 
@@ -191,6 +191,14 @@ impl Backend for MemClient {
     async fn delete(&self, session: SessionId, path: &str) -> Result<()> {
         let op = Op::Delete { path: path.to_owned() };
         self.request(session, op).await.map(|r| r.done("delete"))
+    }
+
+    fn delete_sent(&self, session: SessionId, path: &str) -> Option<ReplyFuture> {
+        // Sent now: the server applies it before every later request of the session.
+        let sent = self.send(session, Op::Delete { path: path.to_owned() });
+        Some(Box::pin(
+            async move { Self::reply(sent).await.map(|r| r.done("delete")) },
+        ))
     }
 
     fn session_status(&self) -> SessionStatus {

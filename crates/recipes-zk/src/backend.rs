@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use recipes_core::{
     parent_path, Backend, CreateAndList, CreateMode, Created, DeletionWatch, Error, Lease, NodeEvent, NodeWatch,
-    Result, SessionId, SessionStatus, Stat,
+    ReplyFuture, Result, SessionId, SessionStatus, Stat,
 };
 use tokio::sync::watch;
 use tracing::info;
@@ -421,6 +421,30 @@ impl Backend for ZkBackend {
             c.delete(path, None).await
         })
         .await
+    }
+
+    fn delete_sent(&self, session: SessionId, path: &str) -> Option<ReplyFuture> {
+        let client = match self.inner.client_for(session) {
+            Ok(c) => c,
+            Err(e) => return Some(Box::pin(std::future::ready(Err(e)))),
+        };
+        let sent = Stamp::now();
+        // zookeeper-client sends at call time: the server applies it before every later request of the session.
+        let reply = client.delete(path, None);
+        let inner = self.inner.clone();
+        let path = path.to_owned();
+        Some(Box::pin(async move {
+            let r = reply.await;
+            inner.record(session, sent, Evidence::Leader, &r);
+            r.map_err(|e| {
+                map_err(
+                    e,
+                    &path,
+                    inner.is_closed(),
+                    client.state() == zk::SessionState::Disconnected,
+                )
+            })
+        }))
     }
 
     fn session_status(&self) -> SessionStatus {

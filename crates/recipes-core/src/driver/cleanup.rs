@@ -9,13 +9,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::runtime::Handle;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 use uuid::Uuid;
 
 use super::session::{self, reports_end};
 use super::Ctx;
-use crate::backend::{BackendExt, SessionId};
+use crate::backend::{BackendExt, SessionId, SessionState};
 use crate::error::{Error, Result, RetryReason};
 use crate::info::NodeInfo;
 use crate::layout::EXCLUSIVE_NODE;
@@ -86,13 +87,14 @@ async fn on_session_through_losses<T, F, Fut>(
     session: SessionId,
     path: &str,
     why: RetryReason,
+    lost_before: bool,
     mut step: F,
 ) -> Result<T>
 where
     F: FnMut(bool) -> Fut,
     Fut: Future<Output = Result<T>>,
 {
-    let mut lost_reply = false;
+    let mut lost_reply = lost_before;
     for _ in 0..DELETE_ATTEMPTS {
         if session::is_over(ctx.backend.session_status(), session) {
             return Err(Error::SessionExpired);
@@ -120,8 +122,40 @@ where
 /// read our node where the next holder's already is (found by the model checker: the stale check let the retried
 /// delete remove the next holder's node).
 pub(crate) async fn delete_node(ctx: &Ctx, node: &str, id: Identity) -> Result<Deleted> {
+    delete_node_after(ctx, node, id, false).await
+}
+
+/// [`delete_node`], handing the lock over to `waiters` (tasks of this process waiting in line on `node`, on its
+/// session) as soon as the delete is sent. When the backend cannot send before returning, or the session is not
+/// connected now, nothing is handed over (dropping the senders tells the waiters, which go on watching).
+pub(crate) async fn delete_node_handing_over(
+    ctx: &Ctx,
+    node: &str,
+    id: Identity,
+    waiters: Vec<oneshot::Sender<()>>,
+) -> Result<Deleted> {
+    let status = ctx.backend.session_status();
+    let live = status.id == id.session && status.state == SessionState::Connected;
+    let Some(reply) = live.then(|| ctx.backend.on(id.session).delete_sent(node)).flatten() else {
+        drop(waiters);
+        return delete_node(ctx, node, id).await;
+    };
+    for w in waiters {
+        let _ = w.send(());
+    }
+    match reply.await {
+        Ok(()) => Ok(Deleted::Ours),
+        Err(Error::NoNode(_)) => Ok(Deleted::Absent),
+        // The delete may still land: go on as after any lost reply.
+        Err(Error::ConnectionLoss) => delete_node_after(ctx, node, id, true).await,
+        Err(e) => Err(e),
+    }
+}
+
+/// [`delete_node`]; `lost_reply`: an earlier delete of it lost its reply.
+async fn delete_node_after(ctx: &Ctx, node: &str, id: Identity, lost_reply: bool) -> Result<Deleted> {
     let why = RetryReason::ReleaseKeptFailing;
-    on_session_through_losses(ctx, id.session, node, why, |lost_reply| async move {
+    on_session_through_losses(ctx, id.session, node, why, lost_reply, |lost_reply| async move {
         if lost_reply && !is_active(Mutant::NoSyncAfterLostReply) {
             ctx.backend.on(id.session).sync(node).await?;
         }
@@ -139,7 +173,7 @@ pub(crate) async fn delete_node(ctx: &Ctx, node: &str, id: Identity) -> Result<D
 async fn delete_by_attempt(ctx: &Ctx, path: &LockPath, id: Identity) -> Result<()> {
     let on = ctx.backend.on(id.session);
     let why = RetryReason::CleanupKeptFailing;
-    let r = on_session_through_losses(ctx, id.session, path.as_str(), why, |_| async move {
+    let r = on_session_through_losses(ctx, id.session, path.as_str(), why, false, |_| async move {
         // The create may have gone to a server we are no longer connected to: catch up first.
         if !is_active(Mutant::NoSyncAfterLostReply) {
             on.sync(path.as_str()).await?;

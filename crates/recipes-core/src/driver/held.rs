@@ -9,11 +9,12 @@ use tokio::time::Instant;
 use tracing::{debug, warn, Instrument};
 use uuid::Uuid;
 
-use super::cleanup::{delete_node, spawn_cleanup, Deleted, Identity};
+use super::cleanup::{delete_node, delete_node_handing_over, spawn_cleanup, Deleted, Identity};
 use super::session::{self, reports_end};
 use super::Ctx;
 use crate::backend::{BackendExt, DeletionWatch, SessionId, SessionRef, SessionState, SessionStatus};
 use crate::error::{Error, LostReason, NotHeldReason, Result};
+use crate::layout::{Layout, NodeKind};
 use crate::metrics::Tags;
 use crate::mutants::{is_active, Mutant};
 use crate::path::LockPath;
@@ -169,9 +170,20 @@ impl HeldNode {
             return Err(self.not_held(NotHeldReason::Released));
         }
         let span = tracing::debug_span!(parent: &self.span, "release", path = %self.path, node = %self.node);
-        let r = delete_node(&self.ctx, &self.node, self.identity())
-            .instrument(span.clone())
-            .await;
+        let waiters = if self.hands_over() {
+            self.ctx.handoffs.take(self.session, &self.node)
+        } else {
+            Vec::new()
+        };
+        let r = if waiters.is_empty() {
+            delete_node(&self.ctx, &self.node, self.identity())
+                .instrument(span.clone())
+                .await
+        } else {
+            delete_node_handing_over(&self.ctx, &self.node, self.identity(), waiters)
+                .instrument(span.clone())
+                .await
+        };
         if self.released.swap(true, Ordering::AcqRel) {
             return Err(self.not_held(NotHeldReason::Released));
         }
@@ -194,6 +206,16 @@ impl HeldNode {
                 Err(e)
             }
         }
+    }
+
+    /// Whether the release may hand the lock to tasks of this process waiting in line on this node (see
+    /// `handoff`): a node of the native queue that holds as the first contender (fair, reentrant, write). Not a
+    /// reader, which may hold beside readers ahead of it; not the fixed exclusive node, on which nobody waits in line;
+    /// not the peers' layouts, whose waiters list again after every deletion.
+    fn hands_over(&self) -> bool {
+        !self.fixed
+            && self.ctx.layout == Layout::Native
+            && matches!(self.recipe.node_kind(), Some(kind) if kind != NodeKind::Read)
     }
 
     fn not_held(&self, why: NotHeldReason) -> Error {

@@ -12,6 +12,7 @@
 mod attempt;
 mod cleanup;
 mod exclusive;
+mod handoff;
 mod held;
 mod queue;
 pub(crate) mod session;
@@ -44,6 +45,8 @@ pub(crate) struct Ctx {
     pub max_attempts: u32,
     /// The share of the session timeout a lease does not count on.
     pub lease_margin: f64,
+    /// Tasks of this process waiting in line, for a release to hand the lock to.
+    pub handoffs: handoff::Handoffs,
 }
 
 /// How long a `try_acquire` may spend on requests (while disconnected they wait for the connection).

@@ -8,6 +8,7 @@ use crate::backend::{BackendExt, DeletionWatch, NodeEvent, SessionId};
 use crate::error::Error;
 use crate::info::NodeInfo;
 use crate::metrics::Count;
+use crate::mutants::{is_active, Mutant};
 
 /// How a wait in line ended.
 pub(crate) enum InLine {
@@ -99,6 +100,9 @@ impl Attempt<'_> {
             Err(e) => return Err(e),
         };
         let mut rx = self.backend().session();
+        // A release of the blocker by a task of this process on this session may hand the lock over at once.
+        let mut waiting = self.ctx.handoffs.wait(pinned, &blocker_path);
+        let mut handing = true;
         loop {
             tokio::select! {
                 biased;
@@ -106,6 +110,15 @@ impl Attempt<'_> {
                     Ok(()) => Ok(InLine::Missing),
                     Err(Error::ConnectionLoss) => Ok(InLine::Relist),
                     Err(e) => Err(e.into()),
+                },
+                r = &mut waiting.handed, if handing => match r {
+                    Ok(()) if !is_active(Mutant::NoHandoff) => {
+                        // The blocker held the lock, so nothing was ahead of it, and its delete is sent.
+                        self.count(Count::Handoff);
+                        return blocker_gone(true, &mut own).await;
+                    }
+                    // The holder could not hand over: its deletion shows on the watch.
+                    _ => handing = false,
                 },
                 r = &mut watch => match r {
                     Ok(NodeEvent::Deleted) => {

@@ -1,0 +1,124 @@
+//! Same-session handoff (docs/algorithm.md, optimisation 7), on the in-memory backend with request latency and
+//! virtual time: a release hands the lock to a task of the same session waiting in line behind it as soon as the
+//! delete is sent, so the next task holds while the released node still exists at the server, one round trip
+//! earlier than its watch event would tell it. Other sessions, readers, the fixed exclusive node and the peers'
+//! layouts get no handoff.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use recipes_core::mutants::{self, Mutant};
+use recipes_core::{Layout, LockGuard, Locks, Recipe};
+use recipes_mem::MemCluster;
+use tokio::time::Instant;
+
+const LATENCY: Duration = Duration::from_millis(50);
+
+/// Task A of `holder` holds `recipe`; task B of `waiter` waits for `second`. A releases: returns whether A's node
+/// still existed at the server when B came to hold, B's wait after A's release, and the handoffs counted.
+async fn release_to(
+    holder: &Locks,
+    waiter: &Locks,
+    cluster: &MemCluster,
+    recipe: Recipe,
+    second: Recipe,
+) -> (bool, Duration, u64) {
+    let path = "/handoff/resource";
+    let a = holder.lock(path, recipe).unwrap().acquire().await.unwrap();
+    let (a_node, a_token) = (a.node().to_owned(), a.fencing_token());
+    let lock = waiter.lock(path, second).unwrap();
+    let b = tokio::spawn(async move {
+        let g = lock.acquire().await.unwrap();
+        (g, Instant::now())
+    });
+    // B is queued and waiting in line (its create, list and watches have had their round trips).
+    tokio::time::sleep(LATENCY * 10).await;
+    let released_at = Instant::now();
+    let node_gone_at_b = {
+        let cluster = cluster.clone();
+        let a_node = a_node.clone();
+        let release = tokio::spawn(async move { a.release().await.unwrap() });
+        let (g, at): (LockGuard, Instant) = b.await.unwrap();
+        // A's node, not another of its name (the fixed exclusive node is made again by the next holder).
+        let existed = cluster.stat(&a_node).is_some_and(|s| s.czxid.max(0) as u64 == a_token);
+        release.await.unwrap();
+        assert!(g.fencing_token() > 0);
+        g.release().await.unwrap();
+        (existed, at - released_at)
+    };
+    let handoffs = waiter.metrics().handoffs;
+    (node_gone_at_b.0, node_gone_at_b.1, handoffs)
+}
+
+fn cluster() -> MemCluster {
+    let c = MemCluster::new();
+    c.set_latency(LATENCY);
+    c
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_hands_the_lock_to_a_task_of_the_same_session() {
+    for (first, second) in [
+        (Recipe::Fair, Recipe::Fair),
+        (Recipe::Reentrant, Recipe::Reentrant),
+        (Recipe::Write, Recipe::Write),
+        (Recipe::Write, Recipe::Read),
+    ] {
+        let c = cluster();
+        let locks = Locks::new(c.client());
+        let (existed, waited, handoffs) = release_to(&locks, &locks, &c, first, second).await;
+        assert!(
+            existed,
+            "{first} → {second}: the next task held while the released node still existed"
+        );
+        assert!(waited < LATENCY, "{first} → {second}: waited {waited:?}");
+        assert_eq!(handoffs, 1, "{first} → {second}");
+        locks.close().await;
+    }
+}
+
+/// Without the handoff (the waiter ignores it), the next task holds only after the delete was applied and its watch
+/// event came back: the test above fails then.
+#[tokio::test(start_paused = true)]
+async fn without_the_handoff_the_next_task_waits_a_round_trip() {
+    mutants::set(Mutant::NoHandoff, true);
+    let c = cluster();
+    let locks = Locks::new(c.client());
+    let (existed, waited, handoffs) = release_to(&locks, &locks, &c, Recipe::Fair, Recipe::Fair).await;
+    mutants::set(Mutant::NoHandoff, false);
+    assert!(!existed);
+    assert!(waited >= LATENCY, "waited {waited:?}");
+    assert_eq!(handoffs, 0);
+    locks.close().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_handoff_across_sessions_from_readers_or_in_the_peers_layouts() {
+    // Another session: the watch event, after the delete is applied.
+    let c = cluster();
+    let (a, b) = (Locks::new(c.client()), Locks::new(c.client()));
+    let (existed, _, handoffs) = release_to(&a, &b, &c, Recipe::Fair, Recipe::Fair).await;
+    assert!(!existed);
+    assert_eq!(handoffs, 0);
+    // A reader may hold beside readers ahead of it: it hands nothing over.
+    let c = cluster();
+    let locks = Locks::new(c.client());
+    let (existed, _, handoffs) = release_to(&locks, &locks, &c, Recipe::Read, Recipe::Write).await;
+    assert!(!existed);
+    assert_eq!(handoffs, 0);
+    // The peers' layouts list again after every deletion.
+    for layout in [Layout::Curator, Layout::Kazoo] {
+        let c = cluster();
+        let locks = Locks::builder(c.client()).layout(layout).build();
+        let (existed, _, handoffs) = release_to(&locks, &locks, &c, Recipe::Fair, Recipe::Fair).await;
+        assert!(!existed, "{layout:?}");
+        assert_eq!(handoffs, 0, "{layout:?}");
+    }
+    // The fixed exclusive node: nobody waits in line on it.
+    let c = cluster();
+    let locks = Locks::new(c.client());
+    let (existed, _, handoffs) = release_to(&locks, &locks, &c, Recipe::Exclusive, Recipe::Exclusive).await;
+    assert!(!existed);
+    assert_eq!(handoffs, 0);
+}

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use recipes_conformance::proxy::Proxy;
 use recipes_conformance::require_private_zk;
 use recipes_conformance::zkserver::{connect, PrivateZk};
-use recipes_core::{BackendExt, Error, Locks, LostReason};
+use recipes_core::{Backend, BackendExt, Error, Locks, LostReason};
 use recipes_zk::{ZkBackend, ZkOptions};
 
 async fn within<T>(limit: Duration, what: &str, f: impl std::future::Future<Output = T>) -> T {
@@ -426,4 +426,44 @@ fn blocking_api_from_plain_code() {
             Err(Error::BlockingInAsync)
         ));
     });
+}
+
+/// A waiter whose connection goes silent for most of a session timeout while the holder releases (found by review):
+/// once the connection is back, its claim finds the lease run out, and on ZooKeeper an answered `sync` moves the lease
+/// only to evidence a quarter of the timeout older, so one sync is not enough. `acquire()` must keep confirming
+/// while the session lives and then hold, valid, not fail with `ConnectionLoss` and lose its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_after_a_silent_connection_confirms_its_lease_and_holds() {
+    require_private_zk!();
+    let zk = PrivateZk::start(1);
+    let t = Duration::from_secs(4);
+    let holder = Locks::new(connect(zk.connect(), t).await);
+    for (i, (silent_ms, offset_ms)) in [(2950u64, 1100u64), (2950, 1150), (2800, 700)].into_iter().enumerate() {
+        let proxy = Proxy::start(zk.addr(1)).await.unwrap();
+        let waiter_backend = connect(&proxy.addr().to_string(), t).await;
+        let waiter = Locks::new(waiter_backend.clone());
+        let path = format!("/silent-claim/lock{i}");
+        let g = holder.fair(&path).unwrap().acquire().await.unwrap();
+        let lock = waiter.fair(&path).unwrap();
+        let waiting = tokio::spawn(async move { lock.acquire().await });
+        tokio::time::sleep(Duration::from_millis(offset_ms)).await;
+        let session = waiter_backend.session_status().id;
+        proxy.blackhole_for(Duration::from_millis(silent_ms));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        g.release().await.unwrap();
+        let got = within(Duration::from_secs(30), "the waiter's acquire", waiting)
+            .await
+            .unwrap();
+        match got {
+            Ok(g) => {
+                assert!(g.is_valid(), "case {i}: the guard handed out is not valid");
+                assert_eq!(g.session_id(), session, "case {i}: held on the same session");
+                g.release().await.unwrap();
+            }
+            // The session may have ended during the silence (the server's clock and ours differ a little).
+            Err(Error::SessionExpired) => {}
+            Err(e) => panic!("case {i}: acquire() failed on a live session: {e}"),
+        }
+        waiter.close().await;
+    }
 }

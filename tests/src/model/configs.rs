@@ -146,6 +146,35 @@ pub fn random() -> Vec<Config> {
         )
         .with_faults(2, ALL_FAULTS),
         Config::new(
+            "one-session-exclusive",
+            vec![
+                Program::Tasks(vec![plain(Recipe::Exclusive), plain(Recipe::Exclusive)]),
+                plain(Recipe::Exclusive),
+            ],
+        )
+        .with_faults(2, ALL_FAULTS),
+        Config::new(
+            "one-session-timed",
+            vec![
+                Program::Tasks(vec![
+                    plain(Recipe::Write),
+                    Program::Plain {
+                        recipe: Recipe::Write,
+                        patience: Patience::Timeout(Duration::from_secs(3)),
+                    },
+                    Program::Plain {
+                        recipe: Recipe::Write,
+                        patience: Patience::Try,
+                    },
+                ]),
+                Program::Plain {
+                    recipe: Recipe::Read,
+                    patience: Patience::Timeout(Duration::from_secs(20)),
+                },
+            ],
+        )
+        .with_faults(2, ALL_FAULTS),
+        Config::new(
             "one-session-reentrant",
             vec![
                 Program::Tasks(vec![Program::Reenter, plain(Recipe::Fair)]),

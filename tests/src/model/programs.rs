@@ -369,7 +369,11 @@ async fn run_program(ctx: Ctx, program: Program) {
                 tasks.0.push(tokio::spawn(run_task(c, p)));
             }
             for t in &mut tasks.0 {
-                let _ = t.await;
+                if let Err(e) = t.await {
+                    if e.is_panic() {
+                        ctx.oracle().violate(format!("client {}: a task panicked: {e}", ctx.id));
+                    }
+                }
             }
         }
         Program::Plain { recipe, patience } => plain(&ctx, recipe, patience).await,
@@ -408,6 +412,12 @@ async fn plain(ctx: &Ctx, recipe: Recipe, patience: Patience) {
     let guard = match got {
         Ok(Some(g)) => g,
         Ok(None) => return ctx.note("did not get the lock".into()),
+        // `acquire()` waits through connection losses: only the end of its session (or a refusal) stops it.
+        Err(Error::ConnectionLoss) if patience == Patience::Forever => {
+            return ctx
+                .oracle()
+                .violate(format!("client {}: acquire() failed with ConnectionLoss", ctx.id))
+        }
         Err(e) => return ctx.expected("acquire", &e),
     };
     let id = ctx.oracle().acquired(ctx.holder(), exclusive(recipe), guard, false);

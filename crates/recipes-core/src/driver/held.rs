@@ -161,6 +161,13 @@ impl HeldNode {
         self.released.store(true, Ordering::Release);
     }
 
+    /// Gives the node back to the acquire that made it, never handed out (neither counted nor deleted here): its
+    /// path, attempt id and session, for the acquire's cleanup.
+    pub fn unheld(self) -> (String, Uuid, SessionId) {
+        self.released.store(true, Ordering::Release);
+        (self.node.clone(), self.attempt, self.session)
+    }
+
     /// Deletes the node and reports what happened.
     ///
     /// The node counts as released only once the delete has an outcome: if this future is dropped midway, the

@@ -33,6 +33,7 @@ use crate::path::LockPath;
 use crate::patience::Patience;
 use crate::recipe::Recipe;
 use attempt::{Attempt, Step, Stop};
+use cleanup::Pending;
 pub(crate) use held::HeldNode;
 
 /// Shared by every lock made from one [`Locks`](crate::Locks) value.
@@ -102,14 +103,17 @@ impl Attempt<'_> {
     /// Makes sure the guard about to be handed out is valid. A claim made on a watch event or a listing may come
     /// long after the session last had evidence from the server: its own requests in flight (a release of another
     /// task of this session, say) hold back the heartbeats' evidence, and a stalled connection delivers old events
-    /// late. Then one `sync` on the session makes the lease current (or finds the session over), so that an acquire
-    /// never returns a guard that is not valid.
+    /// late. Then `sync`s on the session make the lease current (or find the session over), so that an acquire never
+    /// returns a guard that is not valid. On ZooKeeper an answered `sync` moves the lease only to evidence a quarter
+    /// of the timeout older (docs/algorithm.md, "The lease's bound"), so right after an outage a few syncs, an eighth
+    /// of the timeout apart, may be needed: it keeps trying while the session lives, within the deadline.
     async fn confirm_lease(&self, held: &HeldNode) -> Step<()> {
-        let valid = || held.valid_until().map(|until| Instant::now() < until);
         if is_active(Mutant::NoLeaseConfirm) {
             return Ok(());
         }
-        for _ in 0..3 {
+        let valid = || held.valid_until().map(|until| Instant::now() < until);
+        // Bounded: 64 turns an eighth of the timeout apart are eight session timeouts, far past any lease's renewal.
+        for _ in 0..64 {
             match valid() {
                 None => return Err(Stop::Fail(Error::SessionExpired)),
                 Some(true) => return Ok(()),
@@ -118,13 +122,24 @@ impl Attempt<'_> {
             let on = self.backend().on(held.session);
             match self.call(on.sync(self.path.as_str())).await {
                 Ok(()) => {}
-                Err(Stop::Fail(Error::ConnectionLoss)) => self.reconnected(held.session).await?,
+                Err(Stop::Fail(Error::ConnectionLoss)) => {
+                    self.reconnected(held.session).await?;
+                    continue;
+                }
                 Err(e) => return Err(e),
+            }
+            if valid() == Some(false) {
+                let pause = self.backend().lease().session_timeout / 8;
+                self.call(async {
+                    tokio::time::sleep(pause).await;
+                    Ok(())
+                })
+                .await?;
             }
         }
         match valid() {
             Some(true) => Ok(()),
-            // Three syncs each took longer than the lease they earned: no evidence the lock is ours in time.
+            // A live session whose syncs never earned a lease: no evidence the lock is ours.
             Some(false) => Err(Stop::Fail(Error::ConnectionLoss)),
             None => Err(Stop::Fail(Error::SessionExpired)),
         }
@@ -145,16 +160,26 @@ impl Attempt<'_> {
             }
             Ok(Some(held)) => match self.confirm_lease(&held).await {
                 Ok(()) => Ok(Some(held)),
-                // Dropping the held node deletes it (in the background).
-                Err(Stop::Deadline) if self.try_once => Err(Error::ConnectionLoss),
-                Err(Stop::Deadline) => Ok(None),
-                Err(Stop::Fail(e)) => Err(e),
+                Err(stop) => {
+                    // Never held, as far as the caller knows: our node goes back to the acquire's cleanup (deleted
+                    // within the grace, not counted as a hold).
+                    let (node, attempt, session) = held.unheld();
+                    self.cleanup.state = Pending::Created(node, attempt, session);
+                    self.gave_up(stop).await
+                }
             },
             Ok(None) => {
                 self.cleanup.finish_within(CLEANUP_GRACE).await;
                 Ok(None)
             }
-            Err(Stop::Deadline) => {
+            Err(stop) => self.gave_up(stop).await,
+        }
+    }
+
+    /// The attempt stopped: cleans up what it made (within the grace) and says how it ended.
+    async fn gave_up(&mut self, stop: Stop) -> Result<Option<HeldNode>> {
+        match stop {
+            Stop::Deadline => {
                 self.cleanup.finish_within(CLEANUP_GRACE).await;
                 if self.try_once {
                     Err(Error::ConnectionLoss)
@@ -162,7 +187,7 @@ impl Attempt<'_> {
                     Ok(None)
                 }
             }
-            Err(Stop::Fail(e)) => {
+            Stop::Fail(e) => {
                 if session::reports_end(&e) {
                     // Whatever we made went with the session.
                     self.cleanup.disarm();

@@ -112,14 +112,17 @@ public class CuratorBench {
             case "contended": {
                 int clients = Integer.parseInt(a[2]);
                 double seconds = Double.parseDouble(a[3]);
+                // Sessions the threads share (thread i uses client i mod S); 0 or absent: one client per thread.
+                int sessions = a.length > 4 ? Integer.parseInt(a[4]) : 0;
+                if (sessions <= 0 || sessions > clients) sessions = clients;
                 String path = unique("contended-" + clients);
                 AtomicLong count = new AtomicLong();
                 AtomicBoolean stop = new AtomicBoolean(), measuring = new AtomicBoolean();
                 List<Thread> threads = new ArrayList<>();
                 List<CuratorFramework> cs = new ArrayList<>();
+                for (int i = 0; i < sessions; i++) cs.add(client(servers));
                 for (int i = 0; i < clients; i++) {
-                    CuratorFramework c = client(servers);
-                    cs.add(c);
+                    CuratorFramework c = cs.get(i % sessions);
                     InterProcessMutex l = new InterProcessMutex(c, path);
                     Thread t = new Thread(() -> {
                         try {

@@ -30,7 +30,7 @@ enum Figure {
         #[arg(long, default_value_t = 300)]
         iters: usize,
     },
-    /// Handoffs per second with C clients (each its own session) on one fair lock
+    /// Handoffs per second with C clients (tasks) on one fair lock, spread over S sessions (default: one each)
     Contended {
         #[arg(long)]
         servers: String,
@@ -38,6 +38,9 @@ enum Figure {
         clients: usize,
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
+        /// Sessions the clients share (task i uses session i mod S); 0: one session per client
+        #[arg(long, default_value_t = 0)]
+        sessions: usize,
     },
     /// Time to drain N queued waiters after one release, and server requests per handoff
     Drain {
@@ -165,6 +168,7 @@ fn main() {
                 servers,
                 clients,
                 seconds,
+                sessions,
             } => {
                 let path = unique(&format!("contended-{clients}"));
                 let count = Arc::new(AtomicU64::new(0));
@@ -172,10 +176,15 @@ fn main() {
                 let measuring = Arc::new(AtomicBool::new(false));
                 let mut tasks = Vec::new();
                 let mut backends = Vec::new();
-                for _ in 0..clients {
+                let sessions = if sessions == 0 { clients } else { sessions.min(clients) };
+                let mut shared = Vec::new();
+                for _ in 0..sessions {
                     let b = zk(&servers).await;
                     backends.push(b.clone());
-                    let lock = Locks::new(b).fair(&path).unwrap();
+                    shared.push(Locks::new(b));
+                }
+                for i in 0..clients {
+                    let lock = shared[i % sessions].fair(&path).unwrap();
                     let (count, stop, measuring) = (count.clone(), stop.clone(), measuring.clone());
                     tasks.push(tokio::spawn(async move {
                         while !stop.load(Ordering::Relaxed) {

@@ -194,11 +194,12 @@ impl Backend for MemClient {
     }
 
     fn delete_sent(&self, session: SessionId, path: &str) -> Option<ReplyFuture> {
-        // Sent now: the server applies it before every later request of the session.
-        let sent = self.send(session, Op::Delete { path: path.to_owned() });
-        Some(Box::pin(
-            async move { Self::reply(sent).await.map(|r| r.done("delete")) },
-        ))
+        // Sent now: the server applies it before every later request of the session. Refused at once (the session is
+        // over or disconnected): not sent, nothing to hand over.
+        let sent = self.send(session, Op::Delete { path: path.to_owned() }).ok()?;
+        Some(Box::pin(async move {
+            Self::reply(Ok(sent)).await.map(|r| r.done("delete"))
+        }))
     }
 
     fn session_status(&self) -> SessionStatus {

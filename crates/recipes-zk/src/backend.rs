@@ -424,10 +424,8 @@ impl Backend for ZkBackend {
     }
 
     fn delete_sent(&self, session: SessionId, path: &str) -> Option<ReplyFuture> {
-        let client = match self.inner.client_for(session) {
-            Ok(c) => c,
-            Err(e) => return Some(Box::pin(std::future::ready(Err(e)))),
-        };
+        // Not sent at all (the session is not the current one): nothing to hand over.
+        let client = self.inner.client_for(session).ok()?;
         let sent = Stamp::now();
         // zookeeper-client sends at call time: the server applies it before every later request of the session.
         let reply = client.delete(path, None);

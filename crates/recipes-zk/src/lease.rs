@@ -76,8 +76,14 @@ pub(crate) struct LeaseClock {
     base: Option<Stamp>,
 }
 
-/// How many recent activities are kept (heartbeats are an eighth of the timeout apart; requests come on top).
-const ACTIVITY_KEPT: usize = 256;
+/// How many recent activities are kept at most. Activity is thinned by time (see [`GRAIN_PER_TIMEOUT`]), so this
+/// many span several session timeouts: a busy session never pushes out the stamp a quarter timeout old that the
+/// lease needs (with a cap by count alone, 256, more than about 170 requests a second on a 6 s session froze the
+/// lease at the connect time: found by review).
+const ACTIVITY_KEPT: usize = 4096;
+/// Activity closer than `timeout / GRAIN_PER_TIMEOUT` after a kept stamp adds nothing: the earlier stamp stands for
+/// it, which can only make the lease shorter.
+const GRAIN_PER_TIMEOUT: u32 = 512;
 
 impl LeaseClock {
     /// A new session, created by the leader after the connect request was sent at `connect_sent`.
@@ -117,6 +123,10 @@ impl LeaseClock {
             return;
         }
         let at = self.activity.partition_point(|a| *a <= sent);
+        let grain = (self.timeout / GRAIN_PER_TIMEOUT).as_nanos();
+        if at > 0 && sent.boot.saturating_sub(self.activity[at - 1].boot) < grain {
+            return;
+        }
         self.activity.insert(at, sent);
         if self.activity.len() > ACTIVITY_KEPT {
             self.activity.pop_front();
@@ -175,9 +185,13 @@ mod tests {
     const T: Duration = Duration::from_secs(8);
 
     fn at(base: Stamp, ms: u64) -> Stamp {
+        at_ns(base, ms * 1_000_000)
+    }
+
+    fn at_ns(base: Stamp, ns: u64) -> Stamp {
         Stamp {
-            mono: base.mono + Duration::from_millis(ms),
-            boot: base.boot + u128::from(ms) * 1_000_000,
+            mono: base.mono + Duration::from_nanos(ns),
+            boot: base.boot + u128::from(ns),
         }
     }
 
@@ -215,6 +229,29 @@ mod tests {
         // A write (leader-confirmed) at 7 s reports up to 5 s.
         l.leader_confirmed(at(t0, 7000));
         assert_eq!(l.lease(at(t0, 7000)).answered_send, Some(at(t0, 5000).mono));
+    }
+
+    #[test]
+    fn a_busy_session_keeps_the_evidence_its_lease_needs() {
+        // 10,000 answered requests within a quarter of the timeout (T = 8 s: 2 s), then syncs: the base still moves
+        // to activity a quarter timeout older (a cap by count alone lost it, and the lease froze at the connect).
+        let t0 = Stamp::now();
+        let mut l = LeaseClock::created(7, T, t0);
+        // An answer every 0.2 ms from 1 s to 5 s (5,000 per second), a sync answered every second from 3 s.
+        for i in 0..20_000u64 {
+            let ns = 1_000_000_000 + i * 200_000;
+            if ns % 1_000_000_000 == 0 && ns >= 3_000_000_000 {
+                l.leader_confirmed(at_ns(t0, ns));
+            } else {
+                l.answered(at_ns(t0, ns));
+            }
+        }
+        l.leader_confirmed(at(t0, 5000));
+        let base = l.lease(at(t0, 5000)).answered_send.expect("a base");
+        // Confirmed at 5 s: activity at or before 3 s was reported; thinning keeps a stamp at most T/512 earlier.
+        let lag = at(t0, 3000).mono.saturating_duration_since(base);
+        assert!(lag <= T / 512, "the base lags {lag:?} behind 3 s");
+        assert!(l.activity.len() <= 600, "{} stamps kept", l.activity.len());
     }
 
     #[test]

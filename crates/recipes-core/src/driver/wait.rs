@@ -114,8 +114,11 @@ impl Attempt<'_> {
                 r = &mut waiting.handed, if handing => match r {
                     Ok(()) if !is_active(Mutant::NoHandoff) => {
                         // The blocker held the lock, so nothing was ahead of it, and its delete is sent.
-                        self.count(Count::Handoff);
-                        return blocker_gone(true, &mut own).await;
+                        let next = blocker_gone(true, &mut own).await;
+                        if matches!(next, Ok(InLine::Acquired)) {
+                            self.count(Count::Handoff);
+                        }
+                        return next;
                     }
                     // The holder could not hand over: its deletion shows on the watch.
                     _ => handing = false,

@@ -459,11 +459,10 @@ impl Backend for ZkBackend {
 
     async fn close(&self) {
         // Wait for the server's confirmation only while it is answering: a session nobody answers expires anyway,
-        // and a process on its way out should not wait for it.
-        let answering =
-            self.inner.lease().answered_send.is_some_and(|t| {
-                tokio::time::Instant::now().saturating_duration_since(t) < self.inner.session_timeout()
-            });
+        // and a process on its way out should not wait for it. Answering: it answered a request sent within a quarter
+        // of the timeout (heartbeats go every eighth). Not the lease's base, which lags the last answer by a quarter
+        // timeout or more: with it, a zklock whose lease ran out on a stopped server still waited the full close wait.
+        let answering = self.inner.answered_lately(self.inner.session_timeout() / 4);
         self.shutdown(if answering { CLOSE_WAIT } else { Duration::ZERO }).await;
     }
 

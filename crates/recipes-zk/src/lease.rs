@@ -150,6 +150,11 @@ impl LeaseClock {
         }
     }
 
+    /// The send time of the latest request a server answered (or the connect request).
+    pub fn last_answered(&self) -> Option<Stamp> {
+        self.activity.back().copied().or(self.base)
+    }
+
     /// The lease, as the recipes read it: the base, moved back by any time the machine spent suspended since.
     pub fn lease(&self, now: Stamp) -> Lease {
         let answered_send = self.base.map(|b| {

@@ -119,6 +119,13 @@ impl Inner {
         self.lease_clock().lease(Stamp::now())
     }
 
+    /// Whether a server answered a request of the session sent within `within` (heartbeats go out every eighth of
+    /// the timeout, so a server that answers has answered one lately).
+    pub fn answered_lately(&self, within: Duration) -> bool {
+        let last = self.lease_clock().last_answered();
+        last.is_some_and(|s| Stamp::now().boot.saturating_sub(s.boot) < within.as_nanos())
+    }
+
     /// The session timeout the lease assumes: the shortest any server grants.
     pub fn session_timeout(&self) -> Duration {
         self.lease_clock().timeout()

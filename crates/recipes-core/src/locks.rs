@@ -41,6 +41,7 @@ type Registry = Mutex<HashMap<OwnedPath, Weak<Holds>>>;
 /// ```
 /// use recipes_core::LeaseMargin;
 /// assert!(LeaseMargin::new(0.25).is_ok());
+/// assert!(LeaseMargin::new(0.6).is_err()); // no lease could ever be valid (see `new`)
 /// assert!(LeaseMargin::new(1.0).is_err());
 /// assert!(LeaseMargin::new(f64::NAN).is_err());
 /// ```
@@ -48,16 +49,19 @@ type Registry = Mutex<HashMap<OwnedPath, Weak<Holds>>>;
 pub struct LeaseMargin(f64);
 
 impl LeaseMargin {
-    /// A margin in `[0, 1)`.
+    /// A margin in `[0, 0.5]`. On ZooKeeper the lease counts from evidence a quarter of the timeout old, and the
+    /// heartbeat adds up to an eighth more: with a margin above 0.625 no lease could ever be valid, so every acquire
+    /// would fail; 0.5 leaves a lease at least an eighth of the timeout long.
     ///
     /// # Notable errors
     /// [`Error::InvalidArgument`] outside that range (or NaN).
     pub fn new(margin: f64) -> Result<Self> {
-        if (0.0..1.0).contains(&margin) {
+        if (0.0..=0.5).contains(&margin) {
             Ok(LeaseMargin(margin))
         } else {
             Err(Error::InvalidArgument(format!(
-                "lease margin {margin} must be at least 0 and less than 1"
+                "lease margin {margin} must be at least 0 and at most 0.5 (above 0.625 no lease on ZooKeeper could \
+                 ever be valid)"
             )))
         }
     }

@@ -49,6 +49,8 @@ pub(crate) struct Attempt<'a> {
     pub tags: Tags,
     /// When the acquire began.
     pub started: Instant,
+    /// Whether the lock came by a same-session handoff (counted once the guard is handed out).
+    pub handed: std::sync::atomic::AtomicBool,
 }
 
 impl<'a> Attempt<'a> {
@@ -69,6 +71,7 @@ impl<'a> Attempt<'a> {
             cleanup: Cleanup::new(ctx.clone(), path.clone(), recipe.node_kind().is_none(), tags.clone()),
             tags,
             started: Instant::now(),
+            handed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

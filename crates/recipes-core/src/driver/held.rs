@@ -50,6 +50,8 @@ pub(crate) struct HeldNode {
     span: tracing::Span,
     /// Whether a loss was counted and logged (once per node).
     loss_reported: AtomicBool,
+    /// Whether the acquire handed the node out (counted as acquired): only then is its end counted as a release.
+    handed_out: bool,
 }
 
 /// A loss that cannot be undone, remembered once seen (a lease that ran out may come back, and is not remembered).
@@ -120,11 +122,13 @@ impl HeldNode {
             held_since: Instant::now(),
             span: tracing::Span::none(),
             loss_reported: AtomicBool::new(false),
+            handed_out: false,
         }
     }
 
     /// Opens the hold's span, as a child of the caller's current span.
     pub fn begin_hold(&mut self) {
+        self.handed_out = true;
         self.span = tracing::debug_span!(
             "hold",
             path = %self.path,
@@ -136,6 +140,10 @@ impl HeldNode {
 
     /// Counts the end of the hold (released, awaited or on drop).
     fn count_release(&self) {
+        // A node the acquire never handed out (dropped while its lease was being confirmed) was never counted held.
+        if !self.handed_out {
+            return;
+        }
         self.ctx.counters.released(&self.tags, self.held_since.elapsed());
     }
 

@@ -83,7 +83,12 @@ pub(crate) async fn acquire(
         let mut attempt = Attempt::new(ctx, path, recipe, patience);
         let outcome = attempt.run().await;
         match &outcome {
-            Ok(Some(_)) => ctx.counters.acquired(&attempt.tags, attempt.started.elapsed()),
+            Ok(Some(_)) => {
+                ctx.counters.acquired(&attempt.tags, attempt.started.elapsed());
+                if attempt.handed.load(std::sync::atomic::Ordering::Relaxed) {
+                    attempt.count(Count::Handoff);
+                }
+            }
             Ok(None) if attempt.try_once => attempt.count(Count::Busy),
             Ok(None) => attempt.count(Count::Timeout),
             Err(e) => ctx.counters.failed(&attempt.tags, e),

@@ -116,7 +116,8 @@ impl Attempt<'_> {
                         // The blocker held the lock, so nothing was ahead of it, and its delete is sent.
                         let next = blocker_gone(true, &mut own).await;
                         if matches!(next, Ok(InLine::Acquired)) {
-                            self.count(Count::Handoff);
+                            // Counted once the acquire hands the guard out (its lease confirmed).
+                            self.handed.store(true, std::sync::atomic::Ordering::Relaxed);
                         }
                         return next;
                     }

@@ -3,14 +3,51 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{Read, Write};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use recipes_core::{Backend, BackendExt, Locks, Recipe};
 use recipes_zk::{ZkBackend, ZkOptions};
+
+/// The system allocator, counting the bytes allocated and not yet freed: the memory figure reports the heap each
+/// waiter keeps, beside the resident memory (which also holds what the allocator keeps after frees).
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every call is passed to the system allocator unchanged; only a counter is kept beside it. (The only unsafe
+// code of the workspace, in a benchmark binary: a global allocator cannot be written without it.)
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(new_size, Ordering::Relaxed);
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
 
 #[derive(Parser)]
 #[command(about = "lock recipe benchmarks (run them through bench/run)")]
@@ -58,6 +95,22 @@ enum Figure {
         #[arg(long)]
         waiters: usize,
     },
+    /// The floor of an uncontended acquire + release, on the raw ZooKeeper client: create and delete an ephemeral
+    /// sequential node (two committed writes)
+    FloorCreateDelete {
+        #[arg(long)]
+        servers: String,
+        #[arg(long, default_value_t = 300)]
+        iters: usize,
+    },
+    /// The floor of a handoff, on the raw ZooKeeper client: one session deletes a node, another's watch on it fires
+    /// (from the delete's send to the event)
+    FloorHandoff {
+        #[arg(long)]
+        servers: String,
+        #[arg(long, default_value_t = 300)]
+        iters: usize,
+    },
     /// In-memory backend: uncontended acquire + release, against tokio::sync::Mutex as the floor
     MemUncontended {
         #[arg(long, default_value_t = 20000)]
@@ -82,6 +135,35 @@ async fn zk(servers: &str) -> Arc<ZkBackend> {
     ZkBackend::connect(ZkOptions::new(servers).session_timeout(Duration::from_secs(30)))
         .await
         .expect("connect")
+}
+
+/// A session of the raw ZooKeeper client, as the floor figures use it.
+async fn raw(servers: &str) -> zookeeper_client::Client {
+    zookeeper_client::Client::connector()
+        .with_session_timeout(Duration::from_secs(30))
+        .connect(servers)
+        .await
+        .expect("connect")
+}
+
+/// Makes `/bench` and `path` (persistent) on the raw client.
+async fn raw_parent(c: &zookeeper_client::Client, path: &str) {
+    let persistent = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    for p in ["/bench", path] {
+        match c.create(p, b"", &persistent).await {
+            Ok(_) | Err(zookeeper_client::Error::NodeExists) => {}
+            Err(e) => panic!("create {p}: {e}"),
+        }
+    }
+}
+
+fn print_latencies(mut us: Vec<f64>) {
+    us.sort_by(f64::total_cmp);
+    println!(
+        "median_us={:.1} p99_us={:.1}",
+        percentile(&us, 0.5),
+        percentile(&us, 0.99)
+    );
 }
 
 fn unique(name: &str) -> String {
@@ -156,12 +238,7 @@ fn main() {
                     g.release().await.unwrap();
                     us.push(t0.elapsed().as_secs_f64() * 1e6);
                 }
-                us.sort_by(f64::total_cmp);
-                println!(
-                    "median_us={:.1} p99_us={:.1}",
-                    percentile(&us, 0.5),
-                    percentile(&us, 0.99)
-                );
+                print_latencies(us);
                 b.shutdown(Duration::from_secs(2)).await;
             }
             Figure::Contended {
@@ -272,6 +349,7 @@ fn main() {
                 wait_children(&*holder, &path, 11).await;
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 let before = rss_bytes();
+                let live_before = LIVE.load(Ordering::Relaxed);
                 // Waiters arrive in batches, as contenders of a real service do, not all in one instant.
                 for batch in 0..waiters.div_ceil(100) {
                     let n = 100.min(waiters - batch * 100);
@@ -285,9 +363,11 @@ fn main() {
                 }
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 let after = rss_bytes();
+                let live_after = LIVE.load(Ordering::Relaxed);
                 println!(
-                    "bytes_per_waiter={:.0}",
-                    after.saturating_sub(before) as f64 / waiters as f64
+                    "bytes_per_waiter={:.0} live_bytes_per_waiter={:.0}",
+                    after.saturating_sub(before) as f64 / waiters as f64,
+                    live_after.saturating_sub(live_before) as f64 / waiters as f64
                 );
                 g.release().await.unwrap();
                 for t in tasks {
@@ -295,6 +375,55 @@ fn main() {
                 }
                 b.shutdown(Duration::from_secs(2)).await;
                 holder.shutdown(Duration::from_secs(2)).await;
+            }
+            Figure::FloorCreateDelete { servers, iters } => {
+                let c = raw(&servers).await;
+                let path = unique("floor-create-delete");
+                raw_parent(&c, &path).await;
+                let mode =
+                    zookeeper_client::CreateMode::EphemeralSequential.with_acls(zookeeper_client::Acls::anyone_all());
+                let prefix = format!("{path}/n-");
+                let mut us = Vec::with_capacity(iters);
+                for i in 0..iters + iters / 5 {
+                    let t0 = Instant::now();
+                    let (_, seq) = c.create(&prefix, b"", &mode).await.unwrap();
+                    c.delete(&format!("{prefix}{seq}"), None).await.unwrap();
+                    if i >= iters / 5 {
+                        us.push(t0.elapsed().as_secs_f64() * 1e6);
+                    }
+                }
+                print_latencies(us);
+                c.delete(&path, None).await.unwrap();
+            }
+            Figure::FloorHandoff { servers, iters } => {
+                let a = raw(&servers).await;
+                let b = raw(&servers).await;
+                let path = unique("floor-handoff");
+                raw_parent(&a, &path).await;
+                let mode =
+                    zookeeper_client::CreateMode::EphemeralSequential.with_acls(zookeeper_client::Acls::anyone_all());
+                let prefix = format!("{path}/n-");
+                let mut us = Vec::with_capacity(iters);
+                for i in 0..iters + iters / 5 {
+                    let (_, seq) = a.create(&prefix, b"", &mode).await.unwrap();
+                    let node = format!("{prefix}{seq}");
+                    let (stat, watcher) = b.check_and_watch_stat(&node).await.unwrap();
+                    assert!(stat.is_some(), "the node is there");
+                    let t0 = Instant::now();
+                    let delete = a.delete(&node, None);
+                    let event = watcher.changed();
+                    let (deleted, event) = tokio::join!(delete, async {
+                        let e = event.await;
+                        (e, t0.elapsed())
+                    });
+                    deleted.unwrap();
+                    assert_eq!(event.0.event_type, zookeeper_client::EventType::NodeDeleted);
+                    if i >= iters / 5 {
+                        us.push(event.1.as_secs_f64() * 1e6);
+                    }
+                }
+                print_latencies(us);
+                a.delete(&path, None).await.unwrap();
             }
             Figure::MemUncontended { iters } => {
                 let cluster = recipes_mem::MemCluster::new();

@@ -155,8 +155,9 @@ async fn raw(servers: &str) -> zookeeper_client::Client {
         .expect("connect")
 }
 
-/// Makes `/bench` and `path` (persistent) on the raw client.
-async fn raw_parent(c: &zookeeper_client::Client, path: &str) {
+/// A persistent parent `path` (under `/bench`) for the floor figures' nodes, made on the raw client: the prefix of
+/// the ephemeral sequential nodes to make under it, and their create options.
+async fn raw_queue(c: &zookeeper_client::Client, path: &str) -> (String, zookeeper_client::CreateOptions<'static>) {
     let persistent = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
     for p in ["/bench", path] {
         match c.create(p, b"", &persistent).await {
@@ -164,6 +165,8 @@ async fn raw_parent(c: &zookeeper_client::Client, path: &str) {
             Err(e) => panic!("create {p}: {e}"),
         }
     }
+    let mode = zookeeper_client::CreateMode::EphemeralSequential.with_acls(zookeeper_client::Acls::anyone_all());
+    (format!("{path}/n-"), mode)
 }
 
 fn print_latencies(mut us: Vec<f64>) {
@@ -390,10 +393,7 @@ fn main() {
             Figure::FloorCreateDelete { servers, iters } => {
                 let c = raw(&servers).await;
                 let path = unique("floor-create-delete");
-                raw_parent(&c, &path).await;
-                let mode =
-                    zookeeper_client::CreateMode::EphemeralSequential.with_acls(zookeeper_client::Acls::anyone_all());
-                let prefix = format!("{path}/n-");
+                let (prefix, mode) = raw_queue(&c, &path).await;
                 let mut us = Vec::with_capacity(iters);
                 for i in 0..iters + iters / 5 {
                     let t0 = Instant::now();
@@ -410,10 +410,7 @@ fn main() {
                 let a = raw(&servers).await;
                 let b = raw(&servers).await;
                 let path = unique("floor-handoff");
-                raw_parent(&a, &path).await;
-                let mode =
-                    zookeeper_client::CreateMode::EphemeralSequential.with_acls(zookeeper_client::Acls::anyone_all());
-                let prefix = format!("{path}/n-");
+                let (prefix, mode) = raw_queue(&a, &path).await;
                 let mut us = Vec::with_capacity(iters);
                 for i in 0..iters + iters / 5 {
                     let (_, seq) = a.create(&prefix, b"", &mode).await.unwrap();

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use recipes_conformance::require_private_zk;
 use recipes_conformance::secure::{SecureZk, SASL_USERS};
-use recipes_core::{Backend, BackendExt, Error, Locks};
+use recipes_core::{Backend, BackendExt, Error, Locks, Recipe};
 use recipes_zk::{NodeAcl, ZkBackend, ZkOptions, ZkTls};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -167,8 +167,16 @@ async fn a_certificate_is_an_identity_for_creator_acls() {
     let other = connect(options(&zk.secure_connect()).tls(zk.tls("other"))).await;
     let colleague = connect(options(&zk.secure_connect()).tls(zk.tls("app"))).await;
 
+    only_the_creator_identity([app, other, colleague], &path, Recipe::Exclusive, "another certificate").await;
+}
+
+/// `app` holds the lock of `recipe` at `path` under a creator-only ACL: `other` (`who`) can neither delete the held
+/// node nor contend; `colleague`, the same identity on another session, contends as usual and gets the lock after
+/// the release. Closes the three backends.
+async fn only_the_creator_identity(backends: [Arc<ZkBackend>; 3], path: &str, recipe: Recipe, who: &str) {
+    let [app, other, colleague] = &backends;
     let held = Locks::new(app.clone())
-        .exclusive(&path)
+        .lock(path, recipe)
         .unwrap()
         .acquire()
         .await
@@ -176,37 +184,23 @@ async fn a_certificate_is_an_identity_for_creator_acls() {
     let e = other.current().delete(held.node()).await.unwrap_err();
     assert!(
         matches!(e, Error::NotAuthorized(_)),
-        "another certificate deleting the held node: {e:?}"
+        "{who} deleting the held node: {e:?}"
     );
     let e = Locks::new(other.clone())
-        .exclusive(&path)
+        .lock(path, recipe)
         .unwrap()
         .try_acquire()
         .await
         .unwrap_err();
-    assert!(
-        matches!(e, Error::NotAuthorized(_)),
-        "another certificate contending: {e:?}"
-    );
-    // The same certificate on another session contends as usual.
-    assert!(Locks::new(colleague.clone())
-        .exclusive(&path)
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_none());
+    assert!(matches!(e, Error::NotAuthorized(_)), "{who} contending: {e:?}");
+    let colleague = Locks::new(colleague.clone()).lock(path, recipe).unwrap();
+    // The same identity on another session contends as usual.
+    assert!(colleague.try_acquire().await.unwrap().is_none());
     assert!(held.is_valid());
     held.release().await.unwrap();
-    let g = Locks::new(colleague.clone())
-        .exclusive(&path)
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap()
-        .expect("free after the release");
+    let g = colleague.try_acquire().await.unwrap().expect("free after the release");
     g.release().await.unwrap();
-    for b in [app, other, colleague] {
+    for b in backends {
         b.close().await;
     }
 }
@@ -232,31 +226,7 @@ async fn sasl_digest_users() {
     .await;
     let other = connect(options(zk.plain_connect()).sasl_digest(other_user, other_password)).await;
     let colleague = connect(options(zk.plain_connect()).sasl_digest(app_user, app_password)).await;
-    let held = Locks::new(app.clone()).fair(&path).unwrap().acquire().await.unwrap();
-    let e = other.current().delete(held.node()).await.unwrap_err();
-    assert!(
-        matches!(e, Error::NotAuthorized(_)),
-        "another SASL user deleting the held node: {e:?}"
-    );
-    assert!(Locks::new(colleague.clone())
-        .fair(&path)
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap()
-        .is_none());
-    held.release().await.unwrap();
-    let g = Locks::new(colleague.clone())
-        .fair(&path)
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap()
-        .expect("free after the release");
-    g.release().await.unwrap();
-    for b in [app, other, colleague] {
-        b.close().await;
-    }
+    only_the_creator_identity([app, other, colleague], &path, Recipe::Fair, "another SASL user").await;
 }
 
 /// A server that accepts connections but never answers (a paused JVM) beside a healthy one: the session opens on

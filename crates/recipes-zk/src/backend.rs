@@ -245,9 +245,29 @@ impl ZkBackend {
         let client = self.inner.client_for(session)?;
         let sent = Stamp::now();
         let r = f(client.clone()).await;
-        self.inner.record(session, sent, evidence, &r);
-        r.map_err(|e| self.map_err(e, path, &client))
+        settle(&self.inner, session, sent, evidence, r, path, &client)
     }
+}
+
+/// Records what the answer to a request of `session` sent at `sent` proves for the lease, and maps its error.
+fn settle<T>(
+    inner: &Inner,
+    session: SessionId,
+    sent: Stamp,
+    evidence: Evidence,
+    r: std::result::Result<T, zk::Error>,
+    path: &str,
+    client: &zk::Client,
+) -> Result<T> {
+    inner.record(session, sent, evidence, &r);
+    r.map_err(|e| {
+        map_err(
+            e,
+            path,
+            inner.is_closed(),
+            client.state() == zk::SessionState::Disconnected,
+        )
+    })
 }
 
 /// A data-or-deletion watch of `session`, as the recipes see it.
@@ -433,15 +453,7 @@ impl Backend for ZkBackend {
         let path = path.to_owned();
         Some(Box::pin(async move {
             let r = reply.await;
-            inner.record(session, sent, Evidence::Leader, &r);
-            r.map_err(|e| {
-                map_err(
-                    e,
-                    &path,
-                    inner.is_closed(),
-                    client.state() == zk::SessionState::Disconnected,
-                )
-            })
+            settle(&inner, session, sent, Evidence::Leader, r, &path, &client)
         }))
     }
 

@@ -2,6 +2,7 @@
 //! recipe makes (list, make the parents, refuse).
 
 use std::future::Future;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use tokio::time::Instant;
@@ -50,7 +51,7 @@ pub(crate) struct Attempt<'a> {
     /// When the acquire began.
     pub started: Instant,
     /// Whether the lock came by a same-session handoff (counted once the guard is handed out).
-    pub handed: std::sync::atomic::AtomicBool,
+    pub handed: AtomicBool,
 }
 
 impl<'a> Attempt<'a> {
@@ -71,7 +72,7 @@ impl<'a> Attempt<'a> {
             cleanup: Cleanup::new(ctx.clone(), path.clone(), recipe.node_kind().is_none(), tags.clone()),
             tags,
             started: Instant::now(),
-            handed: std::sync::atomic::AtomicBool::new(false),
+            handed: AtomicBool::new(false),
         }
     }
 

@@ -126,14 +126,18 @@ pub(crate) async fn delete_node(ctx: &Ctx, node: &str, id: Identity) -> Result<D
 }
 
 /// [`delete_node`], handing the lock over to `waiters` (tasks of this process waiting in line on `node`, on its
-/// session) as soon as the delete is sent. When the backend cannot send before returning, or the session is not
-/// connected now, nothing is handed over (dropping the senders tells the waiters, which go on watching).
+/// session) as soon as the delete is sent. With no waiters, or when the backend cannot send before returning, or the
+/// session is not connected now, nothing is handed over (dropping the senders tells the waiters, which go on
+/// watching).
 pub(crate) async fn delete_node_handing_over(
     ctx: &Ctx,
     node: &str,
     id: Identity,
     waiters: Vec<oneshot::Sender<()>>,
 ) -> Result<Deleted> {
+    if waiters.is_empty() {
+        return delete_node(ctx, node, id).await;
+    }
     let status = ctx.backend.session_status();
     let live = status.id == id.session && status.state == SessionState::Connected;
     let Some(reply) = live.then(|| ctx.backend.on(id.session).delete_sent(node)).flatten() else {

@@ -190,15 +190,9 @@ impl HeldNode {
         } else {
             Vec::new()
         };
-        let r = if waiters.is_empty() {
-            delete_node(&self.ctx, &self.node, self.identity())
-                .instrument(span.clone())
-                .await
-        } else {
-            delete_node_handing_over(&self.ctx, &self.node, self.identity(), waiters)
-                .instrument(span.clone())
-                .await
-        };
+        let r = delete_node_handing_over(&self.ctx, &self.node, self.identity(), waiters)
+            .instrument(span.clone())
+            .await;
         if self.released.swap(true, Ordering::AcqRel) {
             return Err(self.not_held(NotHeldReason::Released));
         }

@@ -18,6 +18,7 @@ mod queue;
 pub(crate) mod session;
 mod wait;
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -85,7 +86,7 @@ pub(crate) async fn acquire(
         match &outcome {
             Ok(Some(_)) => {
                 ctx.counters.acquired(&attempt.tags, attempt.started.elapsed());
-                if attempt.handed.load(std::sync::atomic::Ordering::Relaxed) {
+                if attempt.handed.load(Ordering::Relaxed) {
                     attempt.count(Count::Handoff);
                 }
             }

@@ -1,5 +1,6 @@
 //! Waiting for a deletion: the blocker ahead of us, or the exclusive node.
 
+use std::sync::atomic::Ordering;
 use std::task::Poll;
 
 use super::attempt::{Attempt, Step, Stop};
@@ -117,7 +118,7 @@ impl Attempt<'_> {
                         let next = blocker_gone(true, &mut own).await;
                         if matches!(next, Ok(InLine::Acquired)) {
                             // Counted once the acquire hands the guard out (its lease confirmed).
-                            self.handed.store(true, std::sync::atomic::Ordering::Relaxed);
+                            self.handed.store(true, Ordering::Relaxed);
                         }
                         return next;
                     }

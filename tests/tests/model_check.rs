@@ -136,14 +136,16 @@ fn the_checker_finds_every_known_bug() {
         for m in s.mutants {
             mutants::set(*m, true);
         }
-        let r = explore_for(
-            &s.config,
-            Bounds {
+        let shows = |m: &str| s.shows_as.split('|').any(|part| m.contains(part));
+        let r = if s.by_walks {
+            random_walks(&s.config, 1, 200_000, Duration::from_secs(60))
+        } else {
+            let bounds = Bounds {
                 max_schedules: 200_000,
                 time: Duration::from_secs(60),
-            },
-            |m| s.shows_as.split('|').any(|part| m.contains(part)),
-        );
+            };
+            explore_for(&s.config, bounds, shows)
+        };
         let replayed = r.violation.as_ref().map(|v| replay(&s.config, &v.choices));
         for m in s.mutants {
             mutants::set(*m, false);
@@ -155,6 +157,7 @@ fn the_checker_finds_every_known_bug() {
             "MODEL finds problem {} after {} schedules: {}",
             s.problem, r.schedules, v.message
         );
+        assert!(shows(&v.message), "problem {}: found as {}", s.problem, v.message);
         let (_, again) = replayed.expect("replayed");
         assert_eq!(
             again.as_deref(),

@@ -50,6 +50,10 @@ pub enum Mutant {
     /// An acquire hands out a guard without making its lease current first: a claim that waited on a watch event
     /// while the session's own requests held back its evidence returns a guard that is not valid.
     NoLeaseConfirm,
+    /// A reader's release hands the lock over within the session too, though other sessions' readers may hold beside
+    /// it: a writer of the session waiting on the reader holds while another session's reader still does (found by
+    /// review: no configuration of the checker had another session's reader ahead).
+    ReadersHandOver,
     /// Not a bug: no same-session handoff (a waiter ignores the release of a task of its own session and waits for
     /// the deletion's watch event), so that a test can show what the handoff changes.
     NoHandoff,

@@ -145,6 +145,7 @@ pub fn random() -> Vec<Config> {
             ],
         )
         .with_faults(2, ALL_FAULTS),
+        reader_ahead(),
         Config::new(
             "one-session-exclusive",
             vec![
@@ -185,6 +186,19 @@ pub fn random() -> Vec<Config> {
     ]
 }
 
+/// A reader and a writer of one session, and another session's reader that may hold beside the first: a reader's
+/// release must not hand the lock to the writer while the other reader holds.
+fn reader_ahead() -> Config {
+    Config::new(
+        "one-session-reader-ahead",
+        vec![
+            Program::Tasks(vec![plain(Recipe::Read), plain(Recipe::Write)]),
+            plain(Recipe::Read),
+        ],
+    )
+    .with_faults(1, ALL_FAULTS)
+}
+
 /// Makes the lock path with its sequence counter in the range ZooKeeper writes with nine digits (-999999999 … -1),
 /// kept from being reaped by a child that is no lock node.
 fn wrapped_counter(cluster: &recipes_mem::MemCluster) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
@@ -218,6 +232,9 @@ pub struct Sensitivity {
     pub config: Config,
     /// Parts of the message of the violation that characterise it, separated by `|` (any of them).
     pub shows_as: &'static str,
+    /// Found by seeded random walks rather than the exhaustive search: the configuration has tasks sharing one
+    /// session, whose wake-up order after an event is not the explorer's choice.
+    pub by_walks: bool,
 }
 
 /// The known bugs, each with the configuration in which the checker finds it.
@@ -236,6 +253,15 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             )
             .with_faults(1, &[FaultKind::Delay]),
             shows_as: "a guard that is not valid",
+            by_walks: false,
+        },
+        Sensitivity {
+            problem: "found by review: a reader's release hands the lock to a writer of its session while another \
+                      session's reader holds",
+            mutants: &[Mutant::ReadersHandOver],
+            config: reader_ahead(),
+            shows_as: "two holders",
+            by_walks: true,
         },
         Sensitivity {
             problem: "1: the stale exclusive release deletes the next holder's node (a request of an expired session \
@@ -244,6 +270,7 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             config: Config::new("exclusive", vec![plain(Recipe::Exclusive), plain(Recipe::Exclusive)])
                 .with_faults(1, &[FaultKind::Kill]),
             shows_as: "is valid but its node",
+            by_walks: false,
         },
         Sensitivity {
             problem: "5: a create sent on an expired session becomes an ephemeral of the new one (an orphan)",
@@ -251,6 +278,7 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             config: Config::new("fair", vec![plain(Recipe::Fair), plain(Recipe::Fair)])
                 .with_faults(1, &[FaultKind::Kill]),
             shows_as: "left behind",
+            by_walks: false,
         },
         Sensitivity {
             problem: "2: exclusive lost() watches whoever owns the name now",
@@ -258,6 +286,7 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             config: Config::new("exclusive", vec![plain(Recipe::Exclusive), plain(Recipe::Exclusive)])
                 .with_faults(1, &[FaultKind::OperatorDelete]),
             shows_as: "lost() did not resolve",
+            by_walks: false,
         },
         Sensitivity {
             problem: "3: re-entry after the lock was lost succeeds",
@@ -265,6 +294,7 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             config: Config::new("reentrant", vec![Program::Reenter, Program::Reenter])
                 .with_faults(1, &[FaultKind::Kill]),
             shows_as: "not valid",
+            by_walks: false,
         },
         Sensitivity {
             problem: "3: a downgrade after the lock was lost succeeds",
@@ -272,6 +302,7 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             config: Config::new("writer-downgrade", vec![Program::Downgrade, plain(Recipe::Write)])
                 .with_faults(1, &[FaultKind::Kill]),
             shows_as: "not valid",
+            by_walks: false,
         },
         Sensitivity {
             problem: "4: kazoo nine-digit sequences not parsed, the unparsed node forgotten (orphans)",
@@ -281,6 +312,7 @@ pub fn sensitivity() -> Vec<Sensitivity> {
                 .with_setup(wrapped_counter)
                 .with_faults(0, &[]),
             shows_as: "left behind",
+            by_walks: false,
         },
         Sensitivity {
             problem: "5: the cleanup ignores a create still in flight, which lands after the caller gave up",
@@ -297,6 +329,7 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             )
             .with_faults(1, &[FaultKind::Delay]),
             shows_as: "left behind",
+            by_walks: false,
         },
         Sensitivity {
             problem: "found by the checker: after a lost delete reply, the retried release of the fixed node checks \
@@ -305,6 +338,7 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             config: Config::new("exclusive", vec![plain(Recipe::Exclusive), plain(Recipe::Exclusive)])
                 .with_faults(1, &[FaultKind::Blip]),
             shows_as: "is valid but its node",
+            by_walks: false,
         },
         Sensitivity {
             problem: "found by review: a create of a broken connection lands after the recovery looked for it (an \
@@ -313,6 +347,7 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             config: Config::new("fair", vec![plain(Recipe::Fair), plain(Recipe::Fair)])
                 .with_faults(1, &[FaultKind::Blip]),
             shows_as: "left behind|never finished",
+            by_walks: false,
         },
         Sensitivity {
             problem: "6: recipes ignore each other's nodes on one path",
@@ -320,6 +355,7 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             config: Config::new("mixed-recipes", vec![plain(Recipe::Exclusive), plain(Recipe::Fair)])
                 .with_faults(0, &[]),
             shows_as: "two holders",
+            by_walks: false,
         },
     ]
 }

@@ -219,12 +219,11 @@ impl HeldNode {
 
     /// Whether the release may hand the lock to tasks of this process waiting in line on this node (see
     /// `handoff`): a node of the native queue that holds as the first contender (fair, reentrant, write). Not a
-    /// reader, which may hold beside readers ahead of it; not the fixed exclusive node, on which nobody waits in line;
-    /// not the peers' layouts, whose waiters list again after every deletion.
+    /// reader, which may hold beside readers ahead of it; not the fixed exclusive node (no node kind), on which nobody
+    /// waits in line; not the peers' layouts, whose waiters list again after every deletion.
     fn hands_over(&self) -> bool {
-        !self.fixed
-            && self.ctx.layout == Layout::Native
-            && matches!(self.recipe.node_kind(), Some(kind) if kind != NodeKind::Read)
+        let first_contender = |kind| kind != NodeKind::Read || is_active(Mutant::ReadersHandOver);
+        self.ctx.layout == Layout::Native && matches!(self.recipe.node_kind(), Some(kind) if first_contender(kind))
     }
 
     fn not_held(&self, why: NotHeldReason) -> Error {

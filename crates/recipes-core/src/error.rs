@@ -248,6 +248,22 @@ pub enum Error {
         /// What was refused.
         why: String,
     },
+    /// A semaphore was asked for with a permit count other than the one stored at its path (by the client that made
+    /// the path), or at a path that stores none: two clients that disagreed on the count could both let their
+    /// contenders in beside each other (Curator's semaphores over-grant silently then).
+    #[error(
+        "semaphore at {path}: this client asks for {asked} permits, but {}; every client of one semaphore must ask for \
+         the same count (to change it, let the path go empty, or delete it, and start again)",
+        match stored { Some(n) => format!("the path stores {n}"), None => "the path exists and stores no permit count".to_owned() }
+    )]
+    PermitsMismatch {
+        /// The semaphore path.
+        path: String,
+        /// The count this client asked for.
+        asked: u32,
+        /// The count stored at the path, `None` when its data is not a count.
+        stored: Option<u32>,
+    },
     /// An argument is out of its range.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -290,6 +306,7 @@ impl Error {
             Error::LockLost { .. } => "lock_lost",
             Error::NotAuthorized(_) => "not_authorized",
             Error::AuthenticationFailed { .. } => "authentication_failed",
+            Error::PermitsMismatch { .. } => "permits_mismatch",
             Error::InvalidArgument(_) => "invalid_argument",
             Error::BlockingInAsync => "blocking_in_async",
             Error::Closed => "closed",

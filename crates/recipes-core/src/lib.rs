@@ -54,6 +54,7 @@ mod patience;
 mod recipe;
 mod reentrant;
 mod resource;
+mod semaphore;
 
 pub use backend::{
     parent_path, Backend, BackendExt, CreateAndList, CreateMode, Created, DeletionWatch, Lease, NodeEvent, NodeWatch,
@@ -71,6 +72,7 @@ pub use participants::{Participant, Participants, Role};
 pub use path::LockPath;
 pub use recipe::Recipe;
 pub use resource::{Access, LockKind, Resource};
+pub use semaphore::Semaphore;
 
 /// Compile-time checks: guards and locks are `Send + Sync + 'static`; the backend trait is object safe.
 #[allow(dead_code)]
@@ -82,6 +84,7 @@ fn _assert_traits() {
     send_sync::<FairLock>();
     send_sync::<ReentrantLock>();
     send_sync::<ReadWriteLock>();
+    send_sync::<Semaphore>();
     send_sync::<std::sync::Arc<dyn Backend>>();
     send_sync::<std::sync::Arc<dyn Lock>>();
 }

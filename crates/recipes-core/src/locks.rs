@@ -16,6 +16,7 @@ use crate::participants::{self, Participants};
 use crate::path::LockPath;
 use crate::recipe::Recipe;
 use crate::resource::{LockKind, Resource};
+use crate::semaphore::Semaphore;
 
 /// How many creates one acquire may make by default before giving up (see [`LocksBuilder::max_attempts`]).
 const DEFAULT_MAX_ATTEMPTS: u32 = 10;
@@ -263,6 +264,21 @@ impl Locks {
         Ok(ReadWriteLock::new(self.ctx.clone(), holds))
     }
 
+    /// A [`Semaphore`] of `permits` permits at `path` (native layout only, for now).
+    ///
+    /// # Notable errors
+    /// [`Error::InvalidPath`]; [`Error::InvalidArgument`] for zero permits, or a layout other than native.
+    pub fn semaphore(&self, path: impl AsRef<str>, permits: u32) -> Result<Semaphore> {
+        let path = LockPath::new(path)?;
+        if self.ctx.layout != Layout::Native {
+            return Err(Error::InvalidArgument(format!(
+                "the semaphore at {path} has no {} layout yet: use the native layout",
+                self.ctx.layout
+            )));
+        }
+        Semaphore::new(self.ctx.clone(), path, permits)
+    }
+
     /// The lock for `recipe` at `path`, for recipes chosen at run time.
     ///
     /// # Notable errors
@@ -274,6 +290,12 @@ impl Locks {
             Recipe::Reentrant => Arc::new(self.reentrant(path)?),
             Recipe::Read => Arc::new(self.read_write(path)?.read()),
             Recipe::Write => Arc::new(self.read_write(path)?.write()),
+            Recipe::Semaphore => {
+                return Err(Error::InvalidArgument(format!(
+                    "a semaphore (at {}) needs its permit count: use Locks::semaphore(path, permits)",
+                    path.as_ref()
+                )))
+            }
         })
     }
 

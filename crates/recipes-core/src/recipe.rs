@@ -26,10 +26,14 @@ pub enum Recipe {
     Read,
     /// The write side of a read/write lock. See [`WriteLock`](crate::WriteLock).
     Write,
+    /// A semaphore: up to its permit count of holders at once, in queue order. Not in [`Recipe::ALL`] (the locks):
+    /// made with [`Locks::semaphore`](crate::Locks::semaphore), which takes the count. See
+    /// [`Semaphore`](crate::Semaphore).
+    Semaphore,
 }
 
 impl Recipe {
-    /// Every recipe.
+    /// Every lock recipe (a [`Recipe::Semaphore`] needs its permit count besides).
     pub const ALL: [Recipe; 5] = [
         Recipe::Exclusive,
         Recipe::Fair,
@@ -46,6 +50,7 @@ impl Recipe {
             Recipe::Reentrant => "reentrant",
             Recipe::Read => "read",
             Recipe::Write => "write",
+            Recipe::Semaphore => "semaphore",
         }
     }
 }
@@ -62,6 +67,7 @@ impl FromStr for Recipe {
         let lower = s.trim().to_ascii_lowercase();
         Recipe::ALL
             .into_iter()
+            .chain([Recipe::Semaphore])
             .find(|r| r.name() == lower)
             .ok_or_else(|| Error::UnknownRecipe(s.to_owned()))
     }
@@ -75,6 +81,7 @@ impl Recipe {
             Recipe::Fair | Recipe::Reentrant => Some(NodeKind::Lock),
             Recipe::Read => Some(NodeKind::Read),
             Recipe::Write => Some(NodeKind::Write),
+            Recipe::Semaphore => Some(NodeKind::Permit),
         }
     }
 }

@@ -10,6 +10,7 @@
 //! - [`sessions`]: session expiry and the lease.
 //! - [`faults`]: lost replies, deleted nodes, disconnections, delayed watches.
 //! - [`safety`]: regressions of the attacks that once put two holders in.
+//! - [`semaphore`]: the semaphore's bound, order, permit count and cleanup.
 //!
 //! `__for_each_scenario!` below lists every scenario by name; [`conformance_suite!`](crate::conformance_suite) makes
 //! each one a test on a backend. A new scenario goes into its theme's file and into that list;
@@ -33,6 +34,7 @@ pub mod order;
 pub mod read_write;
 pub mod reentrancy;
 pub mod safety;
+pub mod semaphore;
 pub mod sessions;
 
 pub use cancellation::*;
@@ -42,6 +44,7 @@ pub use order::*;
 pub use read_write::*;
 pub use reentrancy::*;
 pub use safety::*;
+pub use semaphore::*;
 pub use sessions::*;
 
 /// Calls the macro `$m` with `@expand` arguments and the name of every scenario.
@@ -77,6 +80,9 @@ macro_rules! __for_each_scenario {
             reentry_after_loss_is_refused wrapped_sequences_keep_exclusion_in_every_layout
             mixed_recipes_and_layouts_refused mixed_recipes_racing_never_hold_together huge_timeout_is_no_deadline
             configured_resources_and_owners participants_list_holders_and_waiters
+            semaphore_never_exceeds_permits semaphore_grants_in_queue_order semaphore_any_release_lets_the_next_in
+            semaphore_permit_count_is_one_per_path semaphore_leaves_nothing_behind
+            semaphore_and_lock_on_one_path_refused
         );
     };
 }

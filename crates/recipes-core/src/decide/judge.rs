@@ -1,6 +1,6 @@
 //! The verdict on one listing of the lock path: everything the driver decides between two requests.
 
-use super::{blocker, contenders, foreign, would_wait, wrapped, Contender};
+use super::{blocker, contenders, foreign, permit_window, would_wait, would_wait_permits, wrapped, Contender};
 use crate::layout::{Family, Layout, NodeKind};
 use crate::mutants::{is_active, Mutant};
 
@@ -31,6 +31,9 @@ pub enum Refusal {
 pub struct Wait {
     /// The child name to watch.
     pub on: String,
+    /// Further child names whose deletion also wakes the waiter (a semaphore's window: see
+    /// [`permit_window`](super::permit_window)); empty for the locks.
+    pub also: Vec<String>,
     /// Wait in line without listing again after the deletion (the native layout; see the driver's `wait_in_line`).
     /// Otherwise list again on every wake-up, as the peers of the Curator and kazoo layouts do.
     pub in_line: bool,
@@ -65,8 +68,12 @@ fn foreign_refusal<S: AsRef<str>>(own: Family, children: &[S]) -> Option<Refusal
 
 /// The refusal, if any, for a queued contender of `layout` beside `children` (parsed into `cs`).
 fn queue_refusal<S: AsRef<str>>(layout: Layout, children: &[S], cs: &[Contender]) -> Option<Refusal> {
-    foreign_refusal(layout.queue_family(), children)
-        .or_else(|| wrapped(layout, cs).map(|c| Refusal::Wrapped { node: c.name.clone() }))
+    family_refusal(layout, layout.queue_family(), children, cs)
+}
+
+/// The refusal, if any, for a contender of `family` in `layout` beside `children` (parsed into `cs`).
+fn family_refusal<S: AsRef<str>>(layout: Layout, family: Family, children: &[S], cs: &[Contender]) -> Option<Refusal> {
+    foreign_refusal(family, children).or_else(|| wrapped(layout, cs).map(|c| Refusal::Wrapped { node: c.name.clone() }))
 }
 
 /// The exclusive recipe's verdict on the children listed after it made `P/lock`: hold, unless it must refuse.
@@ -82,6 +89,49 @@ pub fn judge_newcomer<S: AsRef<str>>(layout: Layout, kind: NodeKind, children: &
         Some(r) => Err(r),
         None => Ok(would_wait(kind, &cs)),
     }
+}
+
+/// Before a `try_acquire` of `weight` of a semaphore's `permits` makes its node: as [`judge_newcomer`].
+pub fn judge_newcomer_permits<S: AsRef<str>>(
+    layout: Layout,
+    children: &[S],
+    weight: u32,
+    permits: u32,
+) -> Result<bool, Refusal> {
+    let cs = contenders(layout, children);
+    match family_refusal(layout, layout.family(NodeKind::Permit), children, &cs) {
+        Some(r) => Err(r),
+        None => Ok(would_wait_permits(NodeKind::Permit, &cs, weight, permits)),
+    }
+}
+
+/// What a semaphore's permit node `ours` does next, given the children listed after it was made and the semaphore's
+/// `permits`.
+///
+/// # Contract
+/// - Refusals come first, as for the locks: a node of another family (a lock's) anywhere on the path.
+/// - It holds when the permits claimed ahead of it and its own are at most `permits`; otherwise it waits for the
+///   deletion of any node of its window ([`permit_window`](super::permit_window)), and lists again after each wake-up
+///   (never in line: which node's deletion lets it in is not known in advance).
+pub fn judge_permit<S: AsRef<str>>(layout: Layout, children: &[S], ours: &str, permits: u32) -> Next {
+    let cs = contenders(layout, children);
+    if let Some(r) = family_refusal(layout, layout.family(NodeKind::Permit), children, &cs) {
+        return Next::Refuse(r);
+    }
+    let Some(position) = cs.iter().position(|c| c.name == ours) else {
+        return Next::Missing;
+    };
+    let window = permit_window(&cs[..position], cs[position].weight, permits);
+    let Some((on, also)) = window.split_last() else {
+        return Next::Acquired;
+    };
+    Next::Wait(Wait {
+        on: on.name.clone(),
+        also: also.iter().map(|c| c.name.clone()).collect(),
+        in_line: false,
+        blocker_first: false,
+        mark: false,
+    })
 }
 
 /// What the queued contender `ours`, of `kind`, does next, given the children of the lock path listed after its
@@ -107,6 +157,7 @@ pub fn judge<S: AsRef<str>>(layout: Layout, kind: NodeKind, children: &[S], ours
     let long_queue = position >= MARK_FROM_QUEUE_LEN || is_active(Mutant::AlwaysMark);
     Next::Wait(Wait {
         on: on.name.clone(),
+        also: Vec::new(),
         in_line,
         blocker_first: in_line && cs[0].name == on.name,
         mark: in_line && kind != NodeKind::Read && long_queue,
@@ -126,6 +177,7 @@ mod tests {
     fn wait(on: &str, in_line: bool, blocker_first: bool, mark: bool) -> Next {
         Next::Wait(Wait {
             on: on.to_owned(),
+            also: Vec::new(),
             in_line,
             blocker_first,
             mark,

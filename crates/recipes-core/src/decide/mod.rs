@@ -8,7 +8,10 @@ mod judge;
 
 use crate::layout::{Family, Layout, NodeKind, SortKey};
 
-pub use judge::{judge, judge_exclusive, judge_newcomer, Next, Refusal, Wait, MARK_FROM_QUEUE_LEN};
+pub use judge::{
+    judge, judge_exclusive, judge_newcomer, judge_newcomer_permits, judge_permit, Next, Refusal, Wait,
+    MARK_FROM_QUEUE_LEN,
+};
 
 /// A queued lock node, parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +22,8 @@ pub struct Contender {
     pub kind: NodeKind,
     /// Where it sorts, by the layout's rule.
     pub key: SortKey,
+    /// How many permits it claims (a semaphore's [`NodeKind::Permit`] node; 1 for every other kind).
+    pub weight: u32,
 }
 
 /// The outcome of [`decide`].
@@ -66,7 +71,8 @@ pub fn wrapped(layout: Layout, contenders: &[Contender]) -> Option<&Contender> {
 /// Parses `children` with `layout`, drops names it does not recognise, and sorts them by the layout's key (then
 /// name).
 ///
-/// Ordering is by the sequence, never by the whole name: the names start with attempt ids. The native layout
+/// Ordering is by the sequence, never by the whole name: the names start with attempt ids. At one sequence (only a
+/// Curator 5.5+ downgraded reader shares its writer's), writers and locks come before readers. The native layout
 /// compares sequences as numbers, in creation order across the wrap of ZooKeeper's signed counter (see
 /// `unwrap_sequences`); the Curator and kazoo layouts compare them as text, exactly as those libraries do, so that
 /// every process on a shared path agrees on the queue (including, at the wrap, on the peers' wrong order).
@@ -79,13 +85,21 @@ pub fn contenders<S: AsRef<str>>(layout: Layout, children: &[S]) -> Vec<Contende
                 name: name.to_owned(),
                 kind: p.kind,
                 key: p.key,
+                weight: p.weight,
             })
         })
         .collect();
     if layout == Layout::Native {
         unwrap_sequences(&mut out);
     }
-    out.sort_unstable_by(|a, b| a.key.cmp(&b.key).then_with(|| a.name.cmp(&b.name)));
+    // At one key, a writer before a reader: since Curator 5.5 the holder of a write lock that takes the read lock
+    // makes a plain ephemeral `_c_<uuid>-__READ__<seq>` named with its write node's sequence, made after it.
+    out.sort_unstable_by(|a, b| {
+        a.key
+            .cmp(&b.key)
+            .then_with(|| b.kind.blocks_readers().cmp(&a.kind.blocks_readers()))
+            .then_with(|| a.name.cmp(&b.name))
+    });
     out
 }
 
@@ -123,8 +137,23 @@ fn unwrap_sequences(cs: &mut [Contender]) {
 ///   waits on a node behind it.
 /// - `Missing` when `ours` is not among the contenders.
 pub fn decide(layout: Layout, kind: NodeKind, contenders: &[Contender], ours: &str) -> Decision {
+    decide_permits(layout, kind, contenders, ours, 1)
+}
+
+/// As [`decide`], for a queue that may hold a semaphore of `permits` permits: a [`NodeKind::Permit`] node holds when
+/// the permits claimed ahead of it and its own are at most `permits`; otherwise it waits on the nearest node ahead
+/// (see [`permit_window`] for all it watches).
+pub fn decide_permits(layout: Layout, kind: NodeKind, contenders: &[Contender], ours: &str, permits: u32) -> Decision {
     match contenders.iter().position(|c| c.name == ours) {
         None => Decision::Missing,
+        Some(index) if kind == NodeKind::Permit => {
+            match permit_window(&contenders[..index], contenders[index].weight, permits) {
+                [] => Decision::Acquired,
+                window => Decision::Wait {
+                    on: window[window.len() - 1].name.clone(),
+                },
+            }
+        }
         Some(index) => match blocker(layout, kind, &contenders[..index]) {
             None => Decision::Acquired,
             Some(c) => Decision::Wait { on: c.name.clone() },
@@ -132,21 +161,55 @@ pub fn decide(layout: Layout, kind: NodeKind, contenders: &[Contender], ours: &s
     }
 }
 
+/// The nodes a semaphore's permit node claiming `weight` of `permits` watches, among those `ahead` of it (in queue
+/// order); empty when it holds its permits.
+///
+/// # Contract
+/// - It holds when the weights ahead plus its own are at most `permits`.
+/// - Otherwise the window is the shortest run of nodes right ahead of it whose weights add up to more than
+///   `permits - weight`. Nodes behind it never count, and nodes ahead only go, so it can come to hold only after more
+///   than `weights ahead + weight - permits` permits ahead are freed; the nodes ahead of the window claim at most
+///   `weights ahead - (permits - weight + 1)` of them, one fewer than that. So no node can come to hold without a
+///   deletion in its window since it last looked: a deletion in the window wakes it, and it looks again. One
+///   release wakes at most `permits` waiters (those whose windows hold the node), never the whole queue. (Curator's
+///   `StandardLockInternalsDriver` watches only the node `permits` ahead, and misses a release of any other holder.)
+pub fn permit_window(ahead: &[Contender], weight: u32, permits: u32) -> &[Contender] {
+    let claimed: u64 = ahead.iter().map(|c| u64::from(c.weight)).sum();
+    if claimed + u64::from(weight) <= u64::from(permits) {
+        return &[];
+    }
+    let need = u64::from(permits.saturating_sub(weight)) + 1;
+    let mut sum = 0;
+    for (i, c) in ahead.iter().enumerate().rev() {
+        sum += u64::from(c.weight);
+        if sum >= need {
+            return &ahead[i..];
+        }
+    }
+    ahead
+}
+
 /// The contender a node of `kind` waits on, among those `ahead` of it (`None`: it holds the lock).
 fn blocker(layout: Layout, kind: NodeKind, ahead: &[Contender]) -> Option<&Contender> {
     match kind {
         NodeKind::Read if layout.reader_watches_first_writer() => ahead.iter().find(|c| c.kind.blocks_readers()),
         NodeKind::Read => ahead.iter().rev().find(|c| c.kind.blocks_readers()),
-        NodeKind::Lock | NodeKind::Write => ahead.last(),
+        NodeKind::Lock | NodeKind::Write | NodeKind::Permit => ahead.last(),
     }
 }
 
 /// Whether a new node of `kind` would have to wait behind the existing `contenders` (used by `try_acquire` to
 /// give up before creating anything).
 pub fn would_wait(kind: NodeKind, contenders: &[Contender]) -> bool {
+    would_wait_permits(kind, contenders, 1, 1)
+}
+
+/// As [`would_wait`], for a node claiming `weight` of a semaphore's `permits`.
+pub fn would_wait_permits(kind: NodeKind, contenders: &[Contender], weight: u32, permits: u32) -> bool {
     match kind {
         NodeKind::Read => contenders.iter().any(|c| c.kind.blocks_readers()),
         NodeKind::Lock | NodeKind::Write => !contenders.is_empty(),
+        NodeKind::Permit => !permit_window(contenders, weight, permits).is_empty(),
     }
 }
 

@@ -160,3 +160,87 @@ fn would_wait_table() {
     assert!(would_wait(NodeKind::Read, &c("R1 W2")));
     assert!(would_wait(NodeKind::Write, &c("R1")));
 }
+
+fn permit(seq: i32, weight: u32) -> String {
+    let id = Uuid::from_u128(u128::from(seq as u32) + 11);
+    format!(
+        "{}{:010}",
+        Layout::Native.weighted_prefix(NodeKind::Permit, id, weight),
+        seq
+    )
+}
+
+#[test]
+fn permit_names_carry_their_weight() {
+    for (seq, weight) in [(1, 1), (7, 2), (-5, 3), (2_147_483_647, 17)] {
+        let n = permit(seq, weight);
+        let p = Layout::Native.parse(&n).unwrap();
+        assert_eq!((p.kind, p.seq, p.weight), (NodeKind::Permit, Some(seq), weight), "{n}");
+        assert_eq!(
+            crate::layout::Family::of(&n),
+            Some(crate::layout::Family::NativeSemaphore)
+        );
+    }
+    // A weight is canonical, above 1, and only on permits.
+    let id = "0123456789abcdef0123456789abcdef";
+    for bad in [
+        format!("S-{id}-1-0000000001"),
+        format!("S-{id}-02-0000000001"),
+        format!("S-{id}-x-0000000001"),
+        format!("L-{id}-2-0000000001"),
+    ] {
+        assert_eq!(Layout::Native.parse(&bad), None, "{bad}");
+    }
+}
+
+/// (weights of the queue in order, our index, permits) -> indexes of the window (empty: holds)
+#[test]
+fn permit_window_table() {
+    let table: &[(&[u32], usize, u32, &[usize])] = &[
+        (&[1], 0, 1, &[]),
+        (&[1, 1], 1, 1, &[0]),
+        (&[1, 1, 1], 2, 3, &[]),
+        (&[1, 1, 1, 1], 3, 3, &[0, 1, 2]),
+        (&[1, 1, 1, 1, 1], 4, 3, &[1, 2, 3]),
+        (&[2, 1], 1, 3, &[]),
+        (&[2, 2], 1, 3, &[0]),
+        (&[1, 1, 1, 2], 3, 3, &[1, 2]),
+        (&[3, 1, 1], 2, 3, &[0, 1]),
+        (&[1, 3], 1, 3, &[0]),
+    ];
+    for (weights, ours, permits, want) in table {
+        let q: Vec<String> = weights
+            .iter()
+            .enumerate()
+            .map(|(i, w)| permit(i as i32 + 1, *w))
+            .collect();
+        let cs = contenders(Layout::Native, &q);
+        let window = permit_window(&cs[..*ours], cs[*ours].weight, *permits);
+        let got: Vec<usize> = window
+            .iter()
+            .map(|c| cs.iter().position(|x| x.name == c.name).unwrap())
+            .collect();
+        assert_eq!(&got, want, "weights {weights:?}, ours {ours}, permits {permits}");
+    }
+}
+
+proptest::proptest! {
+    /// The window's promise: the node cannot come to hold unless a node of its window goes first. Every way of
+    /// deleting nodes ahead that lets it hold deletes one of the window.
+    #[test]
+    fn no_node_holds_without_a_deletion_in_its_window(
+        weights in proptest::collection::vec(1u32..4, 1..9),
+        permits in 1u32..6,
+        gone in proptest::collection::vec(proptest::bool::ANY, 8),
+    ) {
+        let ours = weights.len() - 1;
+        proptest::prop_assume!(weights[ours] <= permits);
+        let q: Vec<String> = weights.iter().enumerate().map(|(i, w)| permit(i as i32 + 1, *w)).collect();
+        let cs = contenders(Layout::Native, &q);
+        let window: Vec<String> = permit_window(&cs[..ours], cs[ours].weight, permits).iter().map(|c| c.name.clone()).collect();
+        let left: Vec<String> = q.iter().enumerate().filter(|(i, _)| *i == ours || !gone[*i]).map(|(_, n)| n.clone()).collect();
+        let holds_after = matches!(decide_permits(Layout::Native, NodeKind::Permit, &contenders(Layout::Native, &left), &q[ours], permits), Decision::Acquired);
+        let window_touched = window.iter().any(|w| !left.contains(w));
+        proptest::prop_assert!(window.is_empty() || !holds_after || window_touched);
+    }
+}

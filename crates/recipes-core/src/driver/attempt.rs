@@ -10,7 +10,7 @@ use tracing::debug;
 use uuid::Uuid;
 
 use super::cleanup::{Cleanup, Identity, Pending};
-use super::{session, Ctx, HeldNode, CLEANUP_GRACE, TRY_BOUND};
+use super::{session, Claim, Ctx, HeldNode, CLEANUP_GRACE, TRY_BOUND};
 use crate::backend::{Backend, BackendExt, CreateAndList, CreateMode, SessionId};
 use crate::decide::Refusal;
 use crate::error::{Error, Result, RetryReason};
@@ -42,6 +42,10 @@ pub(crate) struct Attempt<'a> {
     pub ctx: &'a Arc<Ctx>,
     pub path: &'a LockPath,
     pub recipe: Recipe,
+    /// A semaphore's permit count (1 for the locks).
+    pub permits: u32,
+    /// The permits this acquire claims (1 for the locks).
+    pub weight: u32,
     pub try_once: bool,
     deadline: Option<Instant>,
     failures: u32,
@@ -55,12 +59,15 @@ pub(crate) struct Attempt<'a> {
 }
 
 impl<'a> Attempt<'a> {
-    pub fn new(ctx: &'a Arc<Ctx>, path: &'a LockPath, recipe: Recipe, patience: Patience) -> Self {
+    pub fn new(ctx: &'a Arc<Ctx>, path: &'a LockPath, claim: Claim, patience: Patience) -> Self {
+        let recipe = claim.recipe;
         let tags = ctx.counters.tags(path, recipe);
         Attempt {
             ctx,
             path,
             recipe,
+            permits: claim.permits,
+            weight: claim.weight,
             try_once: patience == Patience::TryOnce,
             deadline: match patience {
                 Patience::Until(d) => Some(d),
@@ -159,7 +166,7 @@ impl<'a> Attempt<'a> {
             Refusal::Foreign { node, family } => {
                 let ours = match self.recipe.node_kind() {
                     None => Family::Exclusive,
-                    Some(_) => self.ctx.layout.queue_family(),
+                    Some(kind) => self.ctx.layout.family(kind),
                 };
                 Error::ForeignLock {
                     path: self.path.to_string(),
@@ -212,7 +219,8 @@ impl<'a> Attempt<'a> {
         let (node, mode) = match kind {
             None => (self.path.child(EXCLUSIVE_NODE), CreateMode::Ephemeral),
             Some(k) => (
-                self.path.child(&self.ctx.layout.prefix(k, attempt)),
+                self.path
+                    .child(&self.ctx.layout.weighted_prefix(k, attempt, self.weight)),
                 CreateMode::EphemeralSequential,
             ),
         };
@@ -223,6 +231,39 @@ impl<'a> Attempt<'a> {
             .call(async { Ok(on.create_and_list(&node, &data, mode).await) })
             .await?;
         Ok((id, outcome))
+    }
+
+    /// What a semaphore's path stores: its permit count in decimal (as kazoo's semaphore does); empty for a lock.
+    fn permit_count_data(&self) -> Vec<u8> {
+        if self.recipe == Recipe::Semaphore {
+            self.permits.to_string().into_bytes()
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Checks that the semaphore path stores our permit count (a missing path passes: our create will make it with
+    /// ours). Asked again after our node is made, when the path cannot go away under it any more.
+    pub async fn check_permits(&self, sid: SessionId) -> Step<()> {
+        let data = loop {
+            match self.call(self.backend().on(sid).get(self.path.as_str())).await {
+                Ok(d) => break d,
+                Err(Stop::Fail(Error::ConnectionLoss)) => self.reconnected(sid).await?,
+                Err(e) => return Err(e),
+            }
+        };
+        let Some((data, _)) = data else { return Ok(()) };
+        let stored = std::str::from_utf8(&data)
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok());
+        if stored == Some(self.permits) {
+            return Ok(());
+        }
+        Err(Stop::Fail(Error::PermitsMismatch {
+            path: self.path.to_string(),
+            asked: self.permits,
+            stored,
+        }))
     }
 
     /// Lists the lock path on session `sid`, through connection losses of that session.
@@ -237,11 +278,13 @@ impl<'a> Attempt<'a> {
         }
     }
 
-    /// Creates the lock path and its ancestors as container nodes.
+    /// Creates the lock path and its ancestors as container nodes; a semaphore's path with its permit count as data.
     pub async fn ensure_parents(&self, sid: SessionId) -> Step<()> {
         let on = self.backend().on(sid);
+        let count = self.permit_count_data();
         for p in self.path.ancestors().chain(std::iter::once(self.path.as_str())) {
-            match self.call(on.create(p, b"", CreateMode::Container)).await {
+            let data = if p == self.path.as_str() { &count[..] } else { b"" };
+            match self.call(on.create(p, data, CreateMode::Container)).await {
                 Ok(_) | Err(Stop::Fail(Error::NodeExists(_))) => {}
                 // The create is retried as a whole (bounded); a lost parent, or one the container reaper deleted
                 // between two of these creates, shows up as NoNode again.

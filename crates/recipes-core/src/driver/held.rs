@@ -219,10 +219,15 @@ impl HeldNode {
 
     /// Whether the release may hand the lock to tasks of this process waiting in line on this node (see
     /// `handoff`): a node of the native queue that holds as the first contender (fair, reentrant, write). Not a
-    /// reader, which may hold beside readers ahead of it; not the fixed exclusive node (no node kind), on which nobody
-    /// waits in line; not the peers' layouts, whose waiters list again after every deletion.
+    /// reader, which may hold beside readers ahead of it; not a semaphore's permit, held beside others and waited on
+    /// by nobody in line; not the fixed exclusive node (no node kind), on which nobody waits in line; not the peers'
+    /// layouts, whose waiters list again after every deletion.
     fn hands_over(&self) -> bool {
-        let first_contender = |kind| kind != NodeKind::Read || is_active(Mutant::ReadersHandOver);
+        let first_contender = |kind| match kind {
+            NodeKind::Lock | NodeKind::Write => true,
+            NodeKind::Read => is_active(Mutant::ReadersHandOver),
+            NodeKind::Permit => false,
+        };
         self.ctx.layout == Layout::Native && matches!(self.recipe.node_kind(), Some(kind) if first_contender(kind))
     }
 

@@ -72,6 +72,45 @@ pub(crate) async fn acquire(
     recipe: Recipe,
     patience: Patience,
 ) -> Result<Option<HeldNode>> {
+    acquire_claim(ctx, path, Claim::lock(recipe), patience).await
+}
+
+/// What an acquire claims: a lock of a recipe, or `weight` of a semaphore's `permits`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Claim {
+    pub recipe: Recipe,
+    pub permits: u32,
+    pub weight: u32,
+}
+
+impl Claim {
+    /// A lock of `recipe`.
+    pub fn lock(recipe: Recipe) -> Self {
+        Claim {
+            recipe,
+            permits: 1,
+            weight: 1,
+        }
+    }
+
+    /// `weight` of a semaphore's `permits`.
+    pub fn permits(permits: u32, weight: u32) -> Self {
+        Claim {
+            recipe: Recipe::Semaphore,
+            permits,
+            weight,
+        }
+    }
+}
+
+/// As [`acquire`], for any claim.
+pub(crate) async fn acquire_claim(
+    ctx: &Arc<Ctx>,
+    path: &LockPath,
+    claim: Claim,
+    patience: Patience,
+) -> Result<Option<HeldNode>> {
+    let recipe = claim.recipe;
     let span = tracing::debug_span!(
         "acquire",
         %path,
@@ -81,7 +120,7 @@ pub(crate) async fn acquire(
         waited_ms = tracing::field::Empty
     );
     let mut held = async move {
-        let mut attempt = Attempt::new(ctx, path, recipe, patience);
+        let mut attempt = Attempt::new(ctx, path, claim, patience);
         let outcome = attempt.run().await;
         match &outcome {
             Ok(Some(_)) => {

@@ -9,7 +9,7 @@ use super::cleanup::{Identity, Pending};
 use super::wait::InLine;
 use super::{session, HeldNode};
 use crate::backend::{BackendExt, CreateAndList, SessionId};
-use crate::decide::{judge, judge_newcomer, Next};
+use crate::decide::{judge, judge_newcomer, judge_newcomer_permits, judge_permit, Next};
 use crate::error::Error;
 use crate::info::NodeInfo;
 use crate::layout::NodeKind;
@@ -38,10 +38,17 @@ impl Attempt<'_> {
             // Give up before writing anything when the queue already says we would wait (or must refuse).
             let sid = self.connected().await?;
             let children = self.list(sid).await?;
-            match judge_newcomer(self.ctx.layout, kind, &children) {
+            let verdict = match kind {
+                NodeKind::Permit => judge_newcomer_permits(self.ctx.layout, &children, self.weight, self.permits),
+                _ => judge_newcomer(self.ctx.layout, kind, &children),
+            };
+            match verdict {
                 Err(r) => return self.refused(r),
-                Ok(true) => return Ok(None),
-                Ok(false) => {}
+                Ok(_) if kind == NodeKind::Permit => self.check_permits(sid).await?,
+                Ok(_) => {}
+            }
+            if matches!(verdict, Ok(true)) {
+                return Ok(None);
             }
         }
         loop {
@@ -50,6 +57,10 @@ impl Attempt<'_> {
             let mut prefetched = q.children.take();
             // Whether we waited behind a long queue (then we mark ourselves first once we hold the lock).
             let mut mark = false;
+            // A semaphore's count is checked once, after the first verdict's refusals (a lock's nodes on the path
+            // say more than its missing count) and before any other: from our create on, the path, and the count it
+            // stores, cannot go away while our node is there.
+            let mut count_checked = kind != NodeKind::Permit;
             loop {
                 let children = match prefetched.take() {
                     Some(c) => c,
@@ -59,7 +70,20 @@ impl Attempt<'_> {
                     self.cleanup.disarm();
                     return Err(Stop::Fail(Error::SessionExpired));
                 }
-                let wait = match judge(self.ctx.layout, kind, &children, &name) {
+                let next = match kind {
+                    NodeKind::Permit => judge_permit(self.ctx.layout, &children, &name, self.permits),
+                    _ => judge(self.ctx.layout, kind, &children, &name),
+                };
+                if !count_checked && !matches!(next, Next::Refuse(_)) {
+                    if let Err(e) = self.check_permits(q.id.session).await {
+                        if matches!(e, Stop::Fail(Error::PermitsMismatch { .. })) {
+                            self.clean_up_now().await;
+                        }
+                        return Err(e);
+                    }
+                    count_checked = true;
+                }
+                let wait = match next {
                     Next::Refuse(r) => return self.refuse(r).await,
                     Next::Acquired => return Ok(Some(self.won(q, mark))),
                     Next::Missing => {
@@ -74,7 +98,9 @@ impl Attempt<'_> {
                 // Keep only what the wait needs: the queue itself can be long.
                 drop(children);
                 if !wait.in_line {
-                    self.wait_deleted(&self.path.child(&wait.on), q.id.session).await?;
+                    let mut watched = vec![self.path.child(&wait.on)];
+                    watched.extend(wait.also.iter().map(|n| self.path.child(n)));
+                    self.wait_any_deleted(&watched, q.id.session).await?;
                     continue;
                 }
                 mark |= wait.mark;

@@ -29,15 +29,34 @@ fn marked_first(data: &[u8]) -> bool {
 impl Attempt<'_> {
     /// Waits for the deletion of `node`: the watch is set before the existence check, so no wake-up is lost.
     pub async fn wait_deleted(&self, node: &str, pinned: SessionId) -> Step<()> {
+        self.wait_any_deleted(&[node.to_owned()], pinned).await
+    }
+
+    /// Waits for the deletion of any of `nodes` (a semaphore's window), their watches set in one round trip, each
+    /// before its existence check, so no wake-up is lost. Returns at once when one is already gone.
+    pub async fn wait_any_deleted(&self, nodes: &[String], pinned: SessionId) -> Step<()> {
         let on = self.backend().on(pinned);
         let mut rx = self.backend().session();
         loop {
-            match self.call(on.watch_deletion(node)).await {
-                Ok(None) => return Ok(()),
-                Ok(Some((_, w))) => {
+            let set = futures::future::join_all(nodes.iter().map(|n| self.call(on.watch_deletion(n)))).await;
+            let mut watches = Vec::with_capacity(set.len());
+            let mut failed = None;
+            for r in set {
+                match r {
+                    Ok(None) => return Ok(()),
+                    Ok(Some((_, w))) => watches.push(w),
+                    Err(e) => failed = failed.or(Some(e)),
+                }
+            }
+            let watched = match failed {
+                None => Ok(futures::future::select_all(watches)),
+                Some(e) => Err(e),
+            };
+            match watched {
+                Ok(w) => {
                     tokio::select! {
                         biased;
-                        r = w => match r {
+                        (r, _, _) = w => match r {
                             Ok(()) => {
                                 self.count(Count::Wakeup);
                                 return Ok(());

@@ -3,7 +3,7 @@
 
 use uuid::Uuid;
 
-use super::{parse_kazoo, parse_native, parse_seq, EXCLUSIVE_NODE};
+use super::{parse_kazoo, parse_native, parse_seq, Layout, EXCLUSIVE_NODE};
 
 /// A family of lock nodes: the nodes of one recipe of one layout, which only that recipe (and its peers) honours.
 ///
@@ -17,7 +17,7 @@ pub enum Family {
     Exclusive,
     /// The native queue of the fair, reentrant, read and write recipes: `L-`, `R-`, `W-<id>-<seq>`.
     NativeQueue,
-    /// Native semaphore leases: `S-<id>-<seq>`.
+    /// Native semaphore permits: `S-<id>-<seq>`, or `S-<id>-<weight>-<seq>` for a claim on several.
     NativeSemaphore,
     /// Curator's mutex and read/write lock: `_c_<uuid>-lock-<seq>`, `…-__READ__<seq>`, `…-__WRIT__<seq>`.
     CuratorLock,
@@ -42,11 +42,8 @@ impl Family {
         if name == EXCLUSIVE_NODE {
             return Some(Family::Exclusive);
         }
-        if parse_native(name).is_some() {
-            return Some(Family::NativeQueue);
-        }
-        if is_native_semaphore(name) {
-            return Some(Family::NativeSemaphore);
+        if let Some(p) = parse_native(name) {
+            return Some(Layout::Native.family(p.kind));
         }
         if let Some(f) = curator_family(name) {
             return Some(f);
@@ -68,18 +65,6 @@ impl Family {
             Family::Kazoo => "kazoo lock",
         }
     }
-}
-
-fn is_native_semaphore(name: &str) -> bool {
-    let b = name.as_bytes();
-    b.len() >= 45
-        && b[0] == b'S'
-        && b[1] == b'-'
-        && b[34] == b'-'
-        && name
-            .get(2..34)
-            .is_some_and(|h| h.bytes().all(|c| c.is_ascii_hexdigit()))
-        && name.get(35..).and_then(parse_seq).is_some()
 }
 
 /// Curator's protected names `_c_<uuid>-<marker><seq>`, and the unprotected `<marker><seq>`.

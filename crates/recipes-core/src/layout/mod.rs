@@ -20,6 +20,8 @@ pub enum NodeKind {
     Read,
     /// A writer: excludes everyone.
     Write,
+    /// A semaphore's claim on one or more of its permits (see [`ParsedNode::weight`]).
+    Permit,
 }
 
 impl NodeKind {
@@ -75,6 +77,8 @@ pub struct ParsedNode {
     pub seq: Option<i32>,
     /// Where the node sorts among its contenders.
     pub key: SortKey,
+    /// How many permits a [`NodeKind::Permit`] node claims (1 for every other kind).
+    pub weight: u32,
 }
 
 /// The fixed node name of the exclusive recipe.
@@ -92,6 +96,12 @@ impl Layout {
 
     /// The name prefix to create an ephemeral-sequential node with (the server appends the sequence).
     pub fn prefix(self, kind: NodeKind, attempt: Uuid) -> String {
+        self.weighted_prefix(kind, attempt, 1)
+    }
+
+    /// As [`prefix`](Layout::prefix), for a node that claims `weight` permits of a semaphore (the native layout writes
+    /// a weight above 1 into the name: `S-<id>-<weight>-<seq>`; the peers' semaphores claim one permit per node).
+    pub fn weighted_prefix(self, kind: NodeKind, attempt: Uuid, weight: u32) -> String {
         let mut buf = Uuid::encode_buffer();
         match self {
             Layout::Native => {
@@ -99,12 +109,17 @@ impl Layout {
                     NodeKind::Lock => 'L',
                     NodeKind::Read => 'R',
                     NodeKind::Write => 'W',
+                    NodeKind::Permit => 'S',
                 };
-                let mut s = String::with_capacity(35);
+                let mut s = String::with_capacity(40);
                 s.push(tag);
                 s.push('-');
                 s.push_str(attempt.simple().encode_lower(&mut buf));
                 s.push('-');
+                if kind == NodeKind::Permit && weight > 1 {
+                    s.push_str(&weight.to_string());
+                    s.push('-');
+                }
                 s
             }
             Layout::Curator => {
@@ -112,13 +127,14 @@ impl Layout {
                     NodeKind::Lock => "lock-",
                     NodeKind::Read => "__READ__",
                     NodeKind::Write => "__WRIT__",
+                    NodeKind::Permit => "lease-",
                 };
                 format!("_c_{}-{marker}", attempt.hyphenated().encode_lower(&mut buf))
             }
             Layout::Kazoo => {
                 let marker = match kind {
                     NodeKind::Read => "__rlock__",
-                    NodeKind::Lock | NodeKind::Write => "__lock__",
+                    NodeKind::Lock | NodeKind::Write | NodeKind::Permit => "__lock__",
                 };
                 format!("{}{marker}", attempt.simple().encode_lower(&mut buf))
             }
@@ -143,15 +159,24 @@ impl Layout {
         }
     }
 
+    /// The family of the nodes of `kind` in this layout: a semaphore's permits are a family of their own.
+    pub fn family(self, kind: NodeKind) -> Family {
+        match (self, kind) {
+            (Layout::Native, NodeKind::Permit) => Family::NativeSemaphore,
+            (Layout::Curator, NodeKind::Permit) => Family::CuratorLease,
+            _ => self.queue_family(),
+        }
+    }
+
     /// Whether a waiting reader watches the *first* writer ahead of it (Curator) rather than the nearest one.
     pub fn reader_watches_first_writer(self) -> bool {
         self == Layout::Curator
     }
 }
 
-fn parse_native(name: &str) -> Option<ParsedNode> {
+pub(crate) fn parse_native(name: &str) -> Option<ParsedNode> {
     let b = name.as_bytes();
-    // tag, '-', 32 hex, '-', seq (10 digits, or '-' and up to 10 digits)
+    // tag, '-', 32 hex, '-', [weight, '-',] seq (10 digits, or '-' and up to 10 digits)
     if b.len() < 35 + 10 || b[1] != b'-' || b[34] != b'-' {
         return None;
     }
@@ -159,6 +184,7 @@ fn parse_native(name: &str) -> Option<ParsedNode> {
         b'L' => NodeKind::Lock,
         b'R' => NodeKind::Read,
         b'W' => NodeKind::Write,
+        b'S' => NodeKind::Permit,
         _ => return None,
     };
     let hex = name.get(2..34)?;
@@ -166,12 +192,23 @@ fn parse_native(name: &str) -> Option<ParsedNode> {
         return None;
     }
     let attempt = Uuid::parse_str(hex).ok()?;
-    let seq = parse_seq(name.get(35..)?)?;
+    let rest = name.get(35..)?;
+    // A permit node's weight above 1: digits and a '-' before the sequence (a sequence starts with a digit only when
+    // it is not negative, and then has no '-').
+    let (weight, seq_text) = match rest.split_once('-') {
+        Some((w, s)) if kind == NodeKind::Permit && !w.is_empty() => {
+            let weight: u32 = w.parse().ok().filter(|n: &u32| *n > 1 && n.to_string() == w)?;
+            (weight, s)
+        }
+        _ => (1, rest),
+    };
+    let seq = parse_seq(seq_text)?;
     Some(ParsedNode {
         kind,
         attempt,
         seq: Some(seq),
         key: SortKey::Number(i64::from(seq)),
+        weight,
     })
 }
 
@@ -193,6 +230,7 @@ fn parse_curator(name: &str) -> Option<ParsedNode> {
         attempt,
         seq: parse_seq(suffix),
         key: SortKey::Text(suffix.to_owned()),
+        weight: 1,
     })
 }
 
@@ -217,6 +255,7 @@ fn parse_kazoo(name: &str) -> Option<ParsedNode> {
         attempt,
         seq: seq_text.parse().ok(),
         key: SortKey::Text(seq_text.to_owned()),
+        weight: 1,
     })
 }
 

@@ -16,6 +16,7 @@ fn native_round_trip() {
                     attempt: id,
                     seq: Some(seq),
                     key: SortKey::Number(i64::from(seq)),
+                    weight: 1,
                 }),
                 "{name}"
             );

@@ -264,6 +264,17 @@ pub enum Error {
         /// The count stored at the path, `None` when its data is not a count.
         stored: Option<u32>,
     },
+    /// Releasing several locks at once ([`MultiGuard::release`](crate::MultiGuard::release)), some releases failed:
+    /// each member's path and error. The other members were released.
+    #[error(
+        "{} of the locks could not be released cleanly: {}",
+        failures.len(),
+        failures.iter().map(|(p, e)| format!("{p}: {e}")).collect::<Vec<_>>().join("; ")
+    )]
+    ReleaseFailed {
+        /// The path and error of every release that failed.
+        failures: Vec<(String, Error)>,
+    },
     /// An argument is out of its range.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -307,6 +318,7 @@ impl Error {
             Error::NotAuthorized(_) => "not_authorized",
             Error::AuthenticationFailed { .. } => "authentication_failed",
             Error::PermitsMismatch { .. } => "permits_mismatch",
+            Error::ReleaseFailed { .. } => "release_failed",
             Error::InvalidArgument(_) => "invalid_argument",
             Error::BlockingInAsync => "blocking_in_async",
             Error::Closed => "closed",

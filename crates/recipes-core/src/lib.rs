@@ -45,6 +45,7 @@ pub mod layout;
 mod lock;
 mod locks;
 pub mod metrics;
+mod multi;
 #[doc(hidden)]
 pub mod mutants;
 mod owner;
@@ -67,6 +68,7 @@ pub use layout::{Layout, NodeKind};
 pub use lock::{ExclusiveLock, FairLock, Lock, LockFuture, ReadLock, ReadWriteLock, ReentrantLock, WriteLock};
 pub use locks::{LeaseMargin, Locks, LocksBuilder};
 pub use metrics::{describe_metrics, Metrics};
+pub use multi::{MultiGuard, MultiLock};
 pub use owner::{Owner, OwnerToken};
 pub use participants::{Participant, Participants, Role};
 pub use path::LockPath;
@@ -85,6 +87,8 @@ fn _assert_traits() {
     send_sync::<ReentrantLock>();
     send_sync::<ReadWriteLock>();
     send_sync::<Semaphore>();
+    send_sync::<MultiLock>();
+    send_sync::<MultiGuard>();
     send_sync::<std::sync::Arc<dyn Backend>>();
     send_sync::<std::sync::Arc<dyn Lock>>();
 }

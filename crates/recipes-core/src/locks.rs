@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::lock::{ExclusiveLock, FairLock, Holds, Lock, Owned, Plain, ReadWriteLock, ReentrantLock};
 use crate::metrics::{Counters, Metrics};
+use crate::multi::MultiLock;
 use crate::participants::{self, Participants};
 use crate::path::LockPath;
 use crate::recipe::Recipe;
@@ -277,6 +278,19 @@ impl Locks {
             )));
         }
         Semaphore::new(self.ctx.clone(), path, permits)
+    }
+
+    /// A [`MultiLock`] over `members` (path and recipe each, in any order): all of them held at once, or none.
+    ///
+    /// # Notable errors
+    /// [`Error::InvalidPath`]; [`Error::InvalidArgument`] for no members, a path listed twice, or a semaphore (take
+    /// its permit separately).
+    pub fn multi<P: AsRef<str>>(&self, members: impl IntoIterator<Item = (P, Recipe)>) -> Result<MultiLock> {
+        let locks = members
+            .into_iter()
+            .map(|(path, recipe)| self.lock(path, recipe))
+            .collect::<Result<Vec<_>>>()?;
+        MultiLock::new(locks)
     }
 
     /// The lock for `recipe` at `path`, for recipes chosen at run time.

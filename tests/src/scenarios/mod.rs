@@ -11,6 +11,7 @@
 //! - [`faults`]: lost replies, deleted nodes, disconnections, delayed watches.
 //! - [`safety`]: regressions of the attacks that once put two holders in.
 //! - [`semaphore`]: the semaphore's bound, order, permit count and cleanup.
+//! - [`multi`]: the multi-lock: all or none, no deadlock, mixed recipes, cleanup.
 //!
 //! `__for_each_scenario!` below lists every scenario by name; [`conformance_suite!`](crate::conformance_suite) makes
 //! each one a test on a backend. A new scenario goes into its theme's file and into that list;
@@ -30,6 +31,7 @@ use crate::util::{bounded, hold_exclusive, wait_children, Occupancy};
 pub mod cancellation;
 pub mod exclusion;
 pub mod faults;
+pub mod multi;
 pub mod order;
 pub mod read_write;
 pub mod reentrancy;
@@ -40,6 +42,7 @@ pub mod sessions;
 pub use cancellation::*;
 pub use exclusion::*;
 pub use faults::*;
+pub use multi::*;
 pub use order::*;
 pub use read_write::*;
 pub use reentrancy::*;
@@ -82,7 +85,8 @@ macro_rules! __for_each_scenario {
             configured_resources_and_owners participants_list_holders_and_waiters
             semaphore_never_exceeds_permits semaphore_grants_in_queue_order semaphore_any_release_lets_the_next_in
             semaphore_permit_count_is_one_per_path semaphore_leaves_nothing_behind
-            semaphore_and_lock_on_one_path_refused
+            semaphore_and_lock_on_one_path_refused multi_lock_all_or_none multi_lock_opposite_orders_never_deadlock
+            multi_lock_mixed_recipes multi_lock_cancel_and_errors
         );
     };
 }

@@ -1,0 +1,254 @@
+//! The multi-lock: several locks taken as one, all or none, in one canonical order.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::{join_all, select_all};
+use tokio::time::Instant;
+
+use crate::error::{Error, LostReason, Result};
+use crate::guard::LockGuard;
+use crate::lock::Lock;
+use crate::patience::Patience;
+use crate::recipe::Recipe;
+
+/// Several locks taken as one: [`acquire`](MultiLock::acquire) returns when every member is held, and on a timeout,
+/// an error or cancellation nothing stays held and no node is left.
+///
+/// The members are taken in one canonical order (by path), whatever order the caller listed them in, so two
+/// multi-locks over overlapping sets never deadlock (Curator's `InterProcessMultiLock` takes them in the caller's
+/// order, and two callers listing `[a, b]` and `[b, a]` can each hold one and wait for the other forever). Each
+/// member has its own recipe: read one resource, write another.
+///
+/// First every member is tried at once (the requests of all members go out together: uncontended, the whole set
+/// costs the round trips of one lock, not one per member). If some member is busy, the members from the first busy
+/// one on (in the canonical order) are let go again, and the rest are waited for one by one in order, under the one
+/// deadline that covers the whole set.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use recipes_core::{Locks, Recipe};
+/// let locks = Locks::new(recipes_mem::MemCluster::new().client());
+/// let transfer = locks.multi([("/accounts/b", Recipe::Write), ("/accounts/a", Recipe::Write), ("/rates", Recipe::Read)])?;
+/// let held = transfer.acquire().await?;
+/// assert_eq!(held.guards().len(), 3);
+/// let token = held.guard("/accounts/a").unwrap().fencing_token(); // for the store you write to
+/// # assert!(token > 0);
+/// held.release().await?; // every member, in reverse order, reporting every failure
+/// # Ok::<(), recipes_core::Error>(())
+/// # }).unwrap();
+/// ```
+#[derive(Debug, Clone)]
+pub struct MultiLock {
+    /// The members, in the canonical order.
+    members: Arc<[Arc<dyn Lock>]>,
+}
+
+impl MultiLock {
+    /// A multi-lock of `members` (in any order).
+    ///
+    /// # Notable errors
+    /// [`Error::InvalidArgument`] when there are none, or one path is listed twice (a lock would wait for itself).
+    pub(crate) fn new(mut members: Vec<Arc<dyn Lock>>) -> Result<Self> {
+        if members.is_empty() {
+            return Err(Error::InvalidArgument(
+                "a multi-lock needs at least one member".to_owned(),
+            ));
+        }
+        members.sort_by(|a, b| a.path().as_str().cmp(b.path().as_str()));
+        if let Some(w) = members.windows(2).find(|w| w[0].path() == w[1].path()) {
+            return Err(Error::InvalidArgument(format!(
+                "a multi-lock lists {} twice ({} and {}): take one recipe per path (a write lock covers reading)",
+                w[0].path(),
+                w[0].recipe(),
+                w[1].recipe()
+            )));
+        }
+        Ok(MultiLock {
+            members: members.into(),
+        })
+    }
+
+    /// The members' paths and recipes, in the order they are taken.
+    pub fn members(&self) -> impl Iterator<Item = (&str, Recipe)> {
+        self.members.iter().map(|m| (m.path().as_str(), m.recipe()))
+    }
+
+    /// Waits until every member is held.
+    ///
+    /// # Notable errors
+    /// The first error of a member (in the canonical order); every member held by then is released first.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future releases every member held so far and leaves no node behind.
+    pub async fn acquire(&self) -> Result<MultiGuard> {
+        match self.get(Patience::Forever).await? {
+            Some(g) => Ok(g),
+            None => unreachable!("an acquire without deadline gives up only with an error"),
+        }
+    }
+
+    /// Takes every member if each is free now; never queues. `None`: some member is busy (nothing is held).
+    ///
+    /// # Notable errors
+    /// As [`acquire`](MultiLock::acquire).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](MultiLock::acquire).
+    pub async fn try_acquire(&self) -> Result<Option<MultiGuard>> {
+        self.get(Patience::TryOnce).await
+    }
+
+    /// Waits at most `timeout` for the whole set (zero: as [`try_acquire`](MultiLock::try_acquire)). `None`: the time
+    /// ran out, and nothing is held.
+    ///
+    /// # Notable errors
+    /// As [`acquire`](MultiLock::acquire).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](MultiLock::acquire).
+    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Option<MultiGuard>> {
+        self.get(Patience::from_timeout(timeout)).await
+    }
+
+    async fn get(&self, patience: Patience) -> Result<Option<MultiGuard>> {
+        // Every member at once.
+        let tried = join_all(self.members.iter().map(|m| m.try_acquire())).await;
+        let mut held = Held(Vec::with_capacity(self.members.len()));
+        let mut busy_from = None;
+        let mut first_error = None;
+        for (i, r) in tried.into_iter().enumerate() {
+            match r {
+                Ok(Some(g)) if busy_from.is_none() && first_error.is_none() => held.0.push(g),
+                // Taken out of order, behind a busy member: let go (below), so that we never hold a later member
+                // while waiting for an earlier one.
+                Ok(Some(g)) => drop_later(g).await,
+                Ok(None) => {
+                    busy_from.get_or_insert(i);
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            held.release_all().await;
+            return Err(e);
+        }
+        let Some(from) = busy_from else {
+            return Ok(Some(held.into_guard()));
+        };
+        // One by one, in order, under one deadline.
+        let deadline = match patience {
+            Patience::TryOnce => {
+                held.release_all().await;
+                return Ok(None);
+            }
+            Patience::Until(d) => Some(d),
+            Patience::Forever => None,
+        };
+        for m in &self.members[from..] {
+            let got = match deadline {
+                None => m.acquire().await.map(Some),
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => m.acquire_timeout(left).await,
+                    _ => Ok(None),
+                },
+            };
+            match got {
+                Ok(Some(g)) => held.0.push(g),
+                Ok(None) => {
+                    held.release_all().await;
+                    return Ok(None);
+                }
+                Err(e) => {
+                    held.release_all().await;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Some(held.into_guard()))
+    }
+}
+
+/// Lets go of a member taken out of order (its release error, if any, changes nothing: the node is gone or goes with
+/// the session).
+async fn drop_later(g: LockGuard) {
+    let _ = g.release().await;
+}
+
+/// The members held so far by an acquire; dropped (the acquire cancelled), their guards delete their nodes.
+struct Held(Vec<LockGuard>);
+
+impl Held {
+    async fn release_all(&mut self) {
+        while let Some(g) = self.0.pop() {
+            let _ = g.release().await;
+        }
+    }
+
+    fn into_guard(mut self) -> MultiGuard {
+        MultiGuard {
+            guards: std::mem::take(&mut self.0),
+        }
+    }
+}
+
+/// Every member of a [`MultiLock`], held. Dropping it releases every member (in the background, as a
+/// [`LockGuard`]'s drop does); [`release`](MultiGuard::release) does it now and reports every failure.
+#[derive(Debug)]
+#[must_use = "dropping a MultiGuard releases every member at once"]
+pub struct MultiGuard {
+    /// In the canonical order.
+    guards: Vec<LockGuard>,
+}
+
+impl MultiGuard {
+    /// The members' guards, in the order they were taken (by path): each has its own fencing token, lease and lost
+    /// signal.
+    pub fn guards(&self) -> &[LockGuard] {
+        &self.guards
+    }
+
+    /// The guard of the member at `path`.
+    pub fn guard(&self, path: &str) -> Option<&LockGuard> {
+        self.guards.iter().find(|g| g.path().as_str() == path)
+    }
+
+    /// Whether every member is valid now (see [`LockGuard::is_valid`]).
+    pub fn is_valid(&self) -> bool {
+        self.guards.iter().all(LockGuard::is_valid)
+    }
+
+    /// Resolves when any member is lost: its path and why.
+    pub async fn lost(&self) -> (String, LostReason) {
+        let watches = self
+            .guards
+            .iter()
+            .map(|g| Box::pin(async move { (g.path().to_string(), g.lost().await) }));
+        select_all(watches).await.0
+    }
+
+    /// Releases every member, in reverse order, and reports every failure.
+    ///
+    /// # Notable errors
+    /// [`Error::ReleaseFailed`] with each member's path and error, when any release failed (the others are released
+    /// all the same).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a member not yet released when the future is dropped is released in the background.
+    pub async fn release(mut self) -> Result<()> {
+        let mut failures = Vec::new();
+        while let Some(g) = self.guards.pop() {
+            let path = g.path().to_string();
+            if let Err(e) = g.release().await {
+                failures.push((path, e));
+            }
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::ReleaseFailed { failures })
+        }
+    }
+}

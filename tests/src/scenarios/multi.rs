@@ -1,0 +1,168 @@
+//! The multi-lock: all or none, no deadlock between overlapping sets listed in opposite orders, mixed recipes, and
+//! nothing left behind by a timeout, a cancellation or a failed release.
+
+use recipes_core::{Error, Recipe};
+use tokio::task::JoinSet;
+
+use super::HOLD;
+use crate::harness::Harness;
+use crate::util::{assert_pending, bounded, wait_children, Occupancy};
+
+/// A set with one busy member is not taken: a timed acquire gives up holding nothing and leaving no node on the free
+/// members; once the member is free the whole set is taken, each member with its own token.
+pub async fn multi_lock_all_or_none(h: &dyn Harness) {
+    let (x, y, z) = (h.path("multi-x"), h.path("multi-y"), h.path("multi-z"));
+    let (a, b) = (h.client().await, h.client().await);
+    let busy = a.locks.fair(&y).unwrap().acquire().await.unwrap();
+    let set = b
+        .locks
+        .multi([(&z, Recipe::Fair), (&x, Recipe::Write), (&y, Recipe::Fair)])
+        .unwrap();
+    assert!(set.try_acquire().await.unwrap().is_none());
+    assert!(set.acquire_timeout(h.tick() * 3).await.unwrap().is_none());
+    for (p, n) in [(&x, 0), (&y, 1), (&z, 0)] {
+        wait_children(h, p, n).await;
+    }
+    // The others stay free meanwhile.
+    let other = a
+        .locks
+        .fair(&z)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("z is free");
+    other.release().await.unwrap();
+    let mut waiting = tokio::spawn(async move { set.acquire().await });
+    assert_pending(h, "the set waits for y", &mut waiting).await;
+    busy.release().await.unwrap();
+    let held = bounded(h, "the set is taken", waiting).await.unwrap().unwrap();
+    assert_eq!(held.guards().len(), 3);
+    assert!(held.is_valid());
+    let paths: Vec<&str> = held.guards().iter().map(|g| g.path().as_str()).collect();
+    let mut sorted = paths.clone();
+    sorted.sort_unstable();
+    assert_eq!(paths, sorted, "taken in the canonical order");
+    assert!(held.guard(&x).unwrap().fencing_token() > 0);
+    held.release().await.unwrap();
+    for p in [&x, &y, &z] {
+        wait_children(h, p, 0).await;
+    }
+}
+
+/// Two multi-locks over the same members listed in opposite orders, contending many times: never a deadlock, never
+/// two holders. (Curator's `InterProcessMultiLock` takes members in the caller's order and can deadlock here.)
+pub async fn multi_lock_opposite_orders_never_deadlock(h: &dyn Harness) {
+    let (p, q, r) = (h.path("multi-p"), h.path("multi-q"), h.path("multi-r"));
+    let occ = Occupancy::new();
+    let mut tasks = JoinSet::new();
+    for i in 0..3 {
+        let c = h.client().await;
+        let members = match i {
+            0 => [(&p, Recipe::Fair), (&q, Recipe::Write), (&r, Recipe::Fair)],
+            1 => [(&r, Recipe::Fair), (&q, Recipe::Write), (&p, Recipe::Fair)],
+            _ => [(&q, Recipe::Write), (&r, Recipe::Fair), (&p, Recipe::Fair)],
+        };
+        let set = c.locks.multi(members).unwrap();
+        let occ = occ.clone();
+        tasks.spawn(async move {
+            for _ in 0..6 {
+                let held = set.acquire().await.expect("acquire");
+                occ.enter_exclusive(held.guards()[0].fencing_token());
+                tokio::time::sleep(HOLD).await;
+                occ.exit_exclusive();
+                held.release().await.expect("release");
+            }
+            drop(c);
+        });
+    }
+    bounded(h, "every set taken six times, without deadlock", async {
+        while let Some(r) = tasks.join_next().await {
+            r.expect("client task");
+        }
+    })
+    .await;
+    assert_eq!(occ.violations(), 0, "two holders of one set at once");
+    assert_eq!(occ.entries(), 18);
+    for path in [&p, &q, &r] {
+        wait_children(h, path, 0).await;
+    }
+}
+
+/// Members of different recipes: a set that reads one resource and writes another shares the first with readers and
+/// excludes the second.
+pub async fn multi_lock_mixed_recipes(h: &dyn Harness) {
+    let (rates, account) = (h.path("multi-rates"), h.path("multi-account"));
+    let (a, b) = (h.client().await, h.client().await);
+    let held = a
+        .locks
+        .multi([(&rates, Recipe::Read), (&account, Recipe::Write)])
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let reader = b.locks.read_write(&rates).unwrap().read().try_acquire().await.unwrap();
+    assert!(reader.is_some(), "a reader shares the read member");
+    let writer = b.locks.read_write(&account).unwrap().write();
+    assert!(
+        writer.try_acquire().await.unwrap().is_none(),
+        "the write member excludes"
+    );
+    let other = b
+        .locks
+        .multi([(&account, Recipe::Read), (&rates, Recipe::Read)])
+        .unwrap();
+    assert!(
+        other.try_acquire().await.unwrap().is_none(),
+        "a set reading the written member waits"
+    );
+    drop(reader);
+    held.release().await.unwrap();
+    let both = other.acquire().await.unwrap();
+    both.release().await.unwrap();
+    for p in [&rates, &account] {
+        wait_children(h, p, 0).await;
+    }
+}
+
+/// A cancelled acquire leaves no node on any member; a session that ends under a held set makes its release report
+/// every member's failure; bad sets are refused before anything is sent.
+pub async fn multi_lock_cancel_and_errors(h: &dyn Harness) {
+    let (x, y) = (h.path("multi-cx"), h.path("multi-cy"));
+    let (a, b) = (h.client().await, h.client().await);
+    let busy = a.locks.fair(&y).unwrap().acquire().await.unwrap();
+    let set = b.locks.multi([(&x, Recipe::Fair), (&y, Recipe::Fair)]).unwrap();
+    for _ in 0..3 {
+        let s = set.clone();
+        let waiting = tokio::spawn(async move { s.acquire().await.map(|g| g.guards().len()) });
+        wait_children(h, &y, 2).await;
+        waiting.abort();
+        let _ = waiting.await;
+        wait_children(h, &x, 0).await;
+        wait_children(h, &y, 1).await;
+    }
+    busy.release().await.unwrap();
+    let held = set.acquire().await.unwrap();
+    b.faults.expire_session().await;
+    match held.release().await {
+        Err(Error::ReleaseFailed { failures }) => assert_eq!(failures.len(), 2, "{failures:?}"),
+        r => panic!("expected ReleaseFailed, got {r:?}"),
+    }
+    for p in [&x, &y] {
+        wait_children(h, p, 0).await;
+    }
+    let none: [(&str, Recipe); 0] = [];
+    assert!(matches!(a.locks.multi(none), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        a.locks.multi([(&x, Recipe::Read), (&x, Recipe::Write)]),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        a.locks.multi([(&x, Recipe::Fair), (&y, Recipe::Semaphore)]),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        a.locks.multi([("relative", Recipe::Fair)]),
+        Err(Error::InvalidPath { .. })
+    ));
+}

@@ -45,6 +45,7 @@ fn recipe_of(p: &Participant) -> String {
         Some(NodeKind::Lock) => "fair",
         Some(NodeKind::Read) => "read",
         Some(NodeKind::Write) => "write",
+        Some(NodeKind::Permit) => "semaphore",
     };
     p.info
         .as_ref()
@@ -78,6 +79,33 @@ pub async fn inspect(c: &Conn, path: &LockPath, json: bool) -> Result<u8, Fail> 
     Ok(0)
 }
 
+/// Asks the holders of `path` (or the holder of `node`) to let go; prints each node asked on stdout. Exit status 0
+/// when someone was asked, 75 when nobody holds the lock (or the node is gone).
+pub async fn revoke(c: &Conn, path: &LockPath, node: Option<&str>) -> Result<u8, Fail> {
+    let (backend, locks) = connect(c).await?;
+    let r = match node {
+        Some(n) => locks
+            .revoke_node(path.as_str(), n)
+            .await
+            .map(|asked| if asked { vec![n.to_owned()] } else { Vec::new() }),
+        None => locks.revoke(path.as_str()).await,
+    };
+    backend.close().await;
+    let asked = r?;
+    if asked.is_empty() {
+        return Err(Fail {
+            status: crate::status::TEMPFAIL,
+            message: format!("nobody holds the lock at {path}: nobody was asked to let go"),
+        });
+    }
+    let mut text = String::new();
+    for n in &asked {
+        text.push_str(&format!("{}\n", printable(n, 2 * FIELD_MAX)));
+    }
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
+    Ok(0)
+}
+
 fn as_json(c: &Conn, path: &LockPath, p: &Participants) -> String {
     let nodes: Vec<serde_json::Value> = p
         .nodes
@@ -92,6 +120,7 @@ fn as_json(c: &Conn, path: &LockPath, p: &Participants) -> String {
                 "pid": n.info.as_ref().map(|i| i.pid),
                 "fencing_token": n.czxid,
                 "age_ms": age_ms(n),
+                "revocation_requested": n.revocation_requested,
             })
         })
         .collect();
@@ -120,6 +149,7 @@ fn as_table(c: &Conn, path: &LockPath, p: &Participants) -> String {
         ));
         for n in &p.nodes {
             let role = match &n.role {
+                Role::Holder if n.revocation_requested => "holder (asked to let go)".to_owned(),
                 Role::Holder => "holder".to_owned(),
                 Role::Waiter { on } => format!("waiter (for {})", short(on)),
             };

@@ -3,6 +3,7 @@
 //! ```text
 //! zklock [OPTIONS] <PATH> -- <COMMAND> [ARGS]...   run COMMAND while holding the lock at PATH
 //! zklock inspect [OPTIONS] <PATH>                  print holders and waiters of PATH, in order
+//! zklock revoke [OPTIONS] <PATH>                   ask the holders of PATH to let go
 //! ```
 //!
 //! Exit status: the command's; 75 when the wait ran out; 64 for bad usage or an invalid path; 69 when ZooKeeper
@@ -72,8 +73,15 @@ Examples:
   # The command gets ZKLOCK_PATH, ZKLOCK_NODE and ZKLOCK_FENCING_TOKEN:
   zklock /db/migrations -- sh -c 'migrate --fencing-token \"$ZKLOCK_FENCING_TOKEN\"'
 
-  # Who holds a lock, and who waits (--json for scripts):
+  # At most 3 deploys at once across the fleet (every client must give the same --permits):
+  zklock -r semaphore --permits 3 /fleet/deploys -- ./deploy.sh
+
+  # Who holds a lock, and who waits (--json for scripts); holders asked to let go are marked:
   zklock inspect /deploy/web
+
+  # Ask the holder to let go: a zklock holding it sends its command SIGTERM (--revoke-signal) and releases the lock
+  # once the command's processes have ended; Curator's makeRevocable holders are asked the same way:
+  zklock revoke /deploy/web
 
 Exit status: the command's; 75 the wait ran out; 64 bad usage or invalid path; 69 ZooKeeper unreachable;
 70 the lock was lost while the command ran (it is sent SIGTERM, then SIGKILL); 76 the path holds a lock node of
@@ -99,9 +107,17 @@ struct Cli {
     inspect: Option<Sub>,
     #[command(flatten)]
     common: Common,
-    /// Lock recipe: exclusive | fair | read | write
+    /// Lock recipe: exclusive | fair | read | write | semaphore (with --permits)
     #[arg(short = 'r', long, default_value = "fair", value_name = "RECIPE")]
     recipe: String,
+    /// The semaphore's permit count: at most this many commands hold it at once (with -r semaphore)
+    #[arg(long, value_name = "N")]
+    permits: Option<u32>,
+    /// The signal sent to the command when another client asks this holder to let go (zklock revoke, Curator's
+    /// Revoker): TERM | INT | HUP | none (ignore such requests); the lock is released once the command's processes
+    /// have ended
+    #[arg(long, default_value = "TERM", value_name = "SIGNAL")]
+    revoke_signal: String,
     /// Give up after this long (500ms, 10s, 2m; 0 = try once) [default: wait forever]
     #[arg(short = 'w', long, value_name = "DURATION", allow_hyphen_values = true)]
     wait: Option<String>,
@@ -133,6 +149,15 @@ enum Sub {
         /// Print one JSON object (path, layout, holders, waiters, participants, other_children), for scripts
         #[arg(long)]
         json: bool,
+    },
+    /// Ask the holders of PATH to let go (Curator's revocation protocol); prints the nodes asked
+    Revoke {
+        /// The lock path
+        #[arg(value_name = "PATH")]
+        path: String,
+        /// Ask the holder of this lock node (a child name of PATH) instead of every current holder
+        #[arg(long, value_name = "NAME")]
+        node: Option<String>,
     },
 }
 
@@ -322,7 +347,36 @@ fn conn(common: &Common) -> Result<Conn, Fail> {
 }
 
 /// The recipes a command can hold.
-const COMMAND_RECIPES: [Recipe; 4] = [Recipe::Exclusive, Recipe::Fair, Recipe::Read, Recipe::Write];
+const COMMAND_RECIPES: [Recipe; 5] = [Recipe::Exclusive, Recipe::Fair, Recipe::Read, Recipe::Write, Recipe::Semaphore];
+
+/// The signal `--revoke-signal` names (`None`: ignore revocation requests).
+fn revoke_signal(name: &str) -> Result<Option<nix::sys::signal::Signal>, Fail> {
+    use nix::sys::signal::Signal;
+    match name.trim().to_ascii_uppercase().trim_start_matches("SIG") {
+        "TERM" => Ok(Some(Signal::SIGTERM)),
+        "INT" => Ok(Some(Signal::SIGINT)),
+        "HUP" => Ok(Some(Signal::SIGHUP)),
+        "NONE" => Ok(None),
+        _ => Err(Fail::usage(format!(
+            "invalid --revoke-signal {name:?}: expected TERM, INT, HUP or none"
+        ))),
+    }
+}
+
+/// The semaphore's permit count, given exactly when the recipe is a semaphore.
+fn permits(recipe: Recipe, permits: Option<u32>) -> Result<Option<u32>, Fail> {
+    match (recipe, permits) {
+        (Recipe::Semaphore, None) => Err(Fail::usage(
+            "-r semaphore needs --permits N: how many commands may hold it at once",
+        )),
+        (Recipe::Semaphore, Some(0)) => Err(Fail::usage("invalid --permits 0: a semaphore needs at least one")),
+        (Recipe::Semaphore, Some(n)) => Ok(Some(n)),
+        (_, Some(_)) => Err(Fail::usage(format!(
+            "--permits is for -r semaphore, not for the {recipe} recipe"
+        ))),
+        (_, None) => Ok(None),
+    }
+}
 
 /// The recipe named on the command line; an unknown name gets the names zklock accepts, and the closest of them.
 fn recipe(name: &str) -> Result<Recipe, Fail> {
@@ -412,9 +466,16 @@ fn main() -> ExitCode {
                 let c = conn(&cli.common)?;
                 inspect::inspect(&c, &path, json).await
             }
+            Some(Sub::Revoke { path, node }) => {
+                let path = LockPath::new(&path)?;
+                let c = conn(&cli.common)?;
+                inspect::revoke(&c, &path, node.as_deref()).await
+            }
             None => {
                 let path = LockPath::new(cli.path.as_deref().unwrap_or_default())?;
                 let recipe = recipe(&cli.recipe)?;
+                let permits = permits(recipe, cli.permits)?;
+                let revoke_signal = revoke_signal(&cli.revoke_signal)?;
                 let wait = match &cli.wait {
                     None => None,
                     Some(w) => Some(duration::parse(w).map_err(|e| Fail::usage(format!("invalid --wait: {e}")))?),
@@ -427,6 +488,8 @@ fn main() -> ExitCode {
                 let job = run::Job {
                     path,
                     recipe,
+                    permits,
+                    revoke_signal,
                     wait,
                     term_grace,
                     command: cli.command,

@@ -57,6 +57,10 @@ pub struct Job {
     pub path: LockPath,
     /// The recipe (not reentrant).
     pub recipe: Recipe,
+    /// The semaphore's permit count (with [`Recipe::Semaphore`](recipes_core::Recipe::Semaphore) only).
+    pub permits: Option<u32>,
+    /// The signal sent to the command when another client asks this holder to let go (`None`: ignore requests).
+    pub revoke_signal: Option<Signal>,
     /// How long to wait for the lock (`None`: as long as it takes; zero: try once).
     pub wait: Option<Duration>,
     /// The grace between SIGTERM and SIGKILL asked for (`None`: the default; see [`term_grace`]).
@@ -89,6 +93,8 @@ async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> 
     let Job {
         path,
         recipe,
+        permits,
+        revoke_signal,
         wait,
         term_grace,
         command,
@@ -107,7 +113,10 @@ async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> 
     let mut sighup = signal(SignalKind::hangup()).map_err(|e| software(format!("signal handler: {e}")))?;
     let mut sigtstp =
         signal(SignalKind::from_raw(Signal::SIGTSTP as i32)).map_err(|e| software(format!("signal handler: {e}")))?;
-    let lock = locks.lock(path, recipe)?;
+    let lock: std::sync::Arc<dyn recipes_core::Lock> = match permits {
+        Some(n) => std::sync::Arc::new(locks.semaphore(path, *n)?),
+        None => locks.lock(path, recipe)?,
+    };
 
     // Wait for the lock; a signal ends the wait (the acquire is dropped, which removes our node).
     let waiting_since = Instant::now();
@@ -218,12 +227,17 @@ async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> 
         }
     };
 
+    // A request to let go (zklock revoke, Curator's Revoker) is passed to the command as a signal; the lock goes when
+    // the command and everything it started have ended, as after any exit.
+    let mut revoked = Box::pin(guard.revocation_requested());
+    let mut revocable = revoke_signal.is_some();
     loop {
         let refresh = (backend.session_timeout() / DEADLINE_REFRESH_PER_TIMEOUT).max(DEADLINE_REFRESH_AT_MOST);
         tokio::select! {
             biased;
             report = watchdog.next() => match report {
                 Report::Exited(code) => {
+                    drop(revoked);
                     // The lock is held until everything the command started has ended, too.
                     let grace = grace_now();
                     let kill_at = kill_deadline(&guard, grace, None).min(Instant::now() + grace);
@@ -239,12 +253,14 @@ async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> 
                 }
                 Report::Gone => continue,
                 Report::Died => {
+                    drop(revoked);
                     kill_own_descendants();
                     drop(guard);
                     return Err(software("the watchdog was killed; every process of the command was killed".into()));
                 }
             },
             reason = guard.lost() => {
+                drop(revoked);
                 let grace = grace_now();
                 let kill_at = kill_deadline(&guard, grace, Some(reason));
                 if stop_all(&mut watchdog, &guard, grace, kill_at).await {
@@ -257,6 +273,15 @@ async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> 
                     status: status::SOFTWARE,
                     message: format!("lock at {path} lost while {} ran ({reason}); the command was stopped", display(command)),
                 });
+            }
+            asked = &mut revoked, if revocable => {
+                revocable = false;
+                if let (Ok(()), Some(sig)) = (asked, *revoke_signal) {
+                    if !*quiet {
+                        eprintln!("zklock: asked to let go of the lock at {path}: sending {sig} to {}", display(command));
+                    }
+                    watchdog.order(&format!("signal {}", sig as i32)).await;
+                }
             }
             _ = sigint.recv() => watchdog.order(&format!("signal {}", Signal::SIGINT as i32)).await,
             _ = sigterm.recv() => watchdog.order(&format!("signal {}", Signal::SIGTERM as i32)).await,

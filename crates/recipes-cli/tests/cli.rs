@@ -1035,3 +1035,115 @@ fn tls_and_sasl_from_the_command_line() {
         stderr(&o)
     );
 }
+
+/// `-r semaphore --permits 2`: two commands hold at once, never three; a different count is refused (exit 64 is
+/// usage, a mismatch exits 70 with the stored count named); --permits without the semaphore is bad usage.
+#[test]
+fn semaphore_lets_permits_commands_in_at_once() {
+    let Some(zk) = server() else { return };
+    let path = unique("semaphore");
+    let dir = tempdir("semaphore");
+    let log = dir.join("log");
+    // Two slots, taken with mkdir (atomic): a third command in at once finds both taken and exits 99.
+    let script = format!(
+        "if mkdir {d}/a 2>/dev/null; then s=a; elif mkdir {d}/b 2>/dev/null; then s=b; else exit 99; fi; \
+         echo $s >> {l}; sleep 0.3; rmdir {d}/$s",
+        d = dir.display(),
+        l = log.display()
+    );
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            zklock(&zk, &["-r", "semaphore", "--permits", "2", &path, "--", "sh", "-c", &script])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let t0 = Instant::now();
+    for child in children {
+        let out = wait_output(child, Duration::from_secs(60));
+        assert!(out.status.success(), "more than 2 in at once, or a failure: {}", stderr(&out));
+    }
+    assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 4);
+    // Four commands of 0.3 s, two at a time: about 0.6 s, not 1.2 s (one at a time).
+    assert!(t0.elapsed() < Duration::from_secs(30));
+    let holder = spawn_holding_args(&zk, &["-r", "semaphore", "--permits", "2", &path], "sleep 30");
+    wait_holders(&zk, &path, 1);
+    let o = run(zklock(&zk, &["-r", "semaphore", "--permits", "3", "--wait", "0", &path, "--", "true"]));
+    assert_eq!(o.status.code(), Some(70), "{}", stderr(&o));
+    assert!(stderr(&o).contains("stores 2"), "{}", stderr(&o));
+    kill_and_wait(holder);
+    let o = run(zklock(&zk, &["-r", "fair", "--permits", "3", &path, "--", "true"]));
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+    let o = run(zklock(&zk, &["-r", "semaphore", &path, "--", "true"]));
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `zklock revoke` asks the holder to let go: the holding zklock sends its command SIGTERM and exits with the
+/// command's status once it has ended; `inspect` shows the request meanwhile when the command ignores it; with
+/// nobody holding, revoke exits 75.
+#[test]
+fn revoke_asks_the_holding_command_to_stop() {
+    let Some(zk) = server() else { return };
+    let path = unique("revoke");
+    let o = run(zklock(&zk, &["revoke", &path]));
+    assert_eq!(o.status.code(), Some(75), "{}", stderr(&o));
+    let holder = zklock(&zk, &[&path, "--", "sh", "-c", "trap 'exit 42' TERM; sleep 30 & wait"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_holders(&zk, &path, 1);
+    let o = run(zklock(&zk, &["revoke", &path]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 1);
+    let out = wait_output(holder, Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(42), "{}", stderr(&out));
+    assert!(stderr(&out).contains("asked to let go"), "{}", stderr(&out));
+    // A command that ignores the request keeps the lock; inspect shows the request.
+    let holder = zklock(&zk, &["--revoke-signal", "none", &path, "--", "sleep", "30"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_holders(&zk, &path, 1);
+    assert!(run(zklock(&zk, &["revoke", &path])).status.success());
+    let o = run(zklock(&zk, &["inspect", "--json", &path]));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["participants"][0]["revocation_requested"], true, "{report}");
+    kill_and_wait(holder);
+    let o = run(zklock(&zk, &["--revoke-signal", "KILL", &path, "--", "true"]));
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+}
+
+fn spawn_holding_args(zk: &str, args: &[&str], script: &str) -> std::process::Child {
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--", "sh", "-c", script]);
+    zklock(zk, &all).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+}
+
+/// Waits until `zklock inspect` reports `n` holders of `path`.
+fn wait_holders(zk: &str, path: &str, n: u64) {
+    let t0 = Instant::now();
+    loop {
+        let o = run(zklock(zk, &["inspect", "--json", path]));
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&o.stdout) {
+            if v["holders"].as_u64() == Some(n) {
+                return;
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "{path} never had {n} holder(s)");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn kill_and_wait(mut child: std::process::Child) {
+    let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "zklock did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -229,6 +229,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// `ConnectionLoss`, `SessionExpired`.
     async fn get_and_watch(&self, session: SessionId, path: &str) -> Result<Option<(Vec<u8>, NodeWatch)>>;
 
+    /// Overwrites a node's data (any version), and waits for the reply.
+    ///
+    /// # Notable errors
+    /// `NoNode`, `ConnectionLoss` (outcome unknown), `SessionExpired`.
+    async fn set_data(&self, session: SessionId, path: &str, data: &[u8]) -> Result<()>;
+
     /// Overwrites a node's data without waiting for the reply. The request is sent before this returns, so the
     /// server applies it before every later request of this session; its outcome is not reported. Nothing is sent
     /// when `session` is not the current live session.
@@ -373,6 +379,11 @@ impl SessionRef<'_> {
     /// See [`Backend::get_and_watch`].
     pub async fn get_and_watch(&self, path: &str) -> Result<Option<(Vec<u8>, NodeWatch)>> {
         self.backend.get_and_watch(self.id, path).await
+    }
+
+    /// See [`Backend::set_data`].
+    pub async fn set_data(&self, path: &str, data: &[u8]) -> Result<()> {
+        self.backend.set_data(self.id, path, data).await
     }
 
     /// See [`Backend::set_data_unacked`].

@@ -232,6 +232,38 @@ impl LockGuard {
         self.held().lost().await
     }
 
+    /// Resolves when another client asks this holder to let go ([`Locks::revoke`](crate::Locks::revoke), Curator's
+    /// `Revoker.attemptRevoke`, `zklock revoke`): the lock node's data was set to
+    /// [`REVOKE_MESSAGE`](crate::REVOKE_MESSAGE), Curator's revocation protocol. Revocation is a request, not a
+    /// loss: the lock stays held until the holder releases it. Await it beside the work, as [`lost`](LockGuard::lost).
+    ///
+    /// The exclusive recipe's fixed node cannot be revoked (its data proves whose node it is); its guard's future
+    /// waits until the node goes.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use recipes_core::Locks;
+    /// let cluster = recipes_mem::MemCluster::new();
+    /// let (holder, other) = (Locks::new(cluster.client()), Locks::new(cluster.client()));
+    /// let guard = holder.fair("/reports/nightly")?.acquire().await?;
+    /// let asked = other.revoke("/reports/nightly").await?;
+    /// assert_eq!(asked.len(), 1);
+    /// guard.revocation_requested().await?; // resolves: let go
+    /// guard.release().await?;
+    /// # Ok::<(), recipes_core::Error>(())
+    /// # }).unwrap();
+    /// ```
+    ///
+    /// # Notable errors
+    /// [`Error::NotHeld`](crate::Error::NotHeld) when the node went first (released, deleted);
+    /// [`Error::SessionExpired`](crate::Error::SessionExpired) when its session ended.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future only drops a watch registration.
+    pub async fn revocation_requested(&self) -> Result<()> {
+        self.held().revocation_requested().await
+    }
+
     /// Releases this hold and, when it is the last hold on the lock node, deletes the node.
     ///
     /// # Notable errors

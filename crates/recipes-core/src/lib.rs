@@ -76,6 +76,9 @@ pub use recipe::Recipe;
 pub use resource::{Access, LockKind, Resource};
 pub use semaphore::Semaphore;
 
+/// The data a revoker writes into a holder's lock node to ask it to let go: Curator's `Revoker.REVOKE_MESSAGE`.
+pub const REVOKE_MESSAGE: &[u8] = b"__REVOKE__";
+
 /// Compile-time checks: guards and locks are `Send + Sync + 'static`; the backend trait is object safe.
 #[allow(dead_code)]
 fn _assert_traits() {

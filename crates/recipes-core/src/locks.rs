@@ -6,7 +6,7 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, BackendExt};
 use crate::driver::Ctx;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -340,6 +340,60 @@ impl Locks {
     pub async fn participants(&self, path: impl AsRef<str>) -> Result<Participants> {
         let path = LockPath::new(path)?;
         participants::participants(&*self.ctx.backend, self.ctx.layout, &path).await
+    }
+
+    /// Asks the current holders of the lock (or semaphore) at `path` to let go, by Curator's revocation protocol: each
+    /// holder node's data is set to [`REVOKE_MESSAGE`](crate::REVOKE_MESSAGE), which the holder sees through
+    /// [`LockGuard::revocation_requested`](crate::LockGuard::revocation_requested) (or Curator's
+    /// `RevocationListener`). Returns the nodes asked (empty: nobody held it). The holders decide when to release.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use recipes_core::Locks;
+    /// let cluster = recipes_mem::MemCluster::new();
+    /// let (a, b) = (Locks::new(cluster.client()), Locks::new(cluster.client()));
+    /// assert!(b.revoke("/jobs/compact").await?.is_empty());
+    /// let guard = a.fair("/jobs/compact")?.acquire().await?;
+    /// let name = guard.node().rsplit('/').next().unwrap().to_owned();
+    /// assert_eq!(b.revoke("/jobs/compact").await?, vec![name]);
+    /// # Ok::<(), recipes_core::Error>(())
+    /// # }).unwrap();
+    /// ```
+    ///
+    /// # Notable errors
+    /// [`Error::InvalidPath`]; [`Error::InvalidArgument`] when the holder is the exclusive recipe's fixed node (its
+    /// data proves whose node it is, so it cannot carry the request); the backend's errors.
+    pub async fn revoke(&self, path: impl AsRef<str>) -> Result<Vec<String>> {
+        let participants = self.participants(path.as_ref()).await?;
+        let mut asked = Vec::new();
+        for holder in participants.holders() {
+            if self.revoke_node(path.as_ref(), &holder.node).await? {
+                asked.push(holder.node.clone());
+            }
+        }
+        Ok(asked)
+    }
+
+    /// Asks the holder of one lock node (a child name of `path`) to let go, as [`revoke`](Locks::revoke) does for
+    /// every holder. `false`: the node is gone.
+    ///
+    /// # Notable errors
+    /// As [`revoke`](Locks::revoke); [`Error::InvalidArgument`] for a name that is not a child name.
+    pub async fn revoke_node(&self, path: impl AsRef<str>, node: &str) -> Result<bool> {
+        let path = LockPath::new(path)?;
+        if node == crate::layout::EXCLUSIVE_NODE {
+            return Err(Error::InvalidArgument(format!(
+                "the exclusive lock at {path} cannot be revoked: its node's data proves whose node it is"
+            )));
+        }
+        if node.is_empty() || node.contains('/') {
+            return Err(Error::InvalidArgument(format!("{node:?} is not a child name of {path}")));
+        }
+        match self.ctx.backend.current().set_data(&path.child(node), crate::REVOKE_MESSAGE).await {
+            Ok(()) => Ok(true),
+            Err(Error::NoNode(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// The lock of a resource named in configuration: a recipe, or `read/write` with the side chosen at each call

@@ -54,6 +54,12 @@ pub enum Mutant {
     /// it: a writer of the session waiting on the reader holds while another session's reader still does (found by
     /// review: no configuration of the checker had another session's reader ahead).
     ReadersHandOver,
+    /// A semaphore's claim holds when the permits claimed ahead of it are fewer than the count, whatever its own
+    /// weight: a claim on several permits goes in when one is free, and more permits than the count are out.
+    PermitOverGrant,
+    /// A waiter in line takes any data change of its blocker for the `first` mark, as before revocation: a revoked
+    /// reader's `__REVOKE__` then lets the writer behind it in when that reader goes, beside the readers ahead.
+    AnyDataChangeIsMark,
     /// Not a bug: no same-session handoff (a waiter ignores the release of a task of its own session and waits for
     /// the deletion's watch event), so that a test can show what the handoff changes.
     NoHandoff,

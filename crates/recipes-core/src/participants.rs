@@ -1,7 +1,7 @@
 //! Who holds a lock and who waits for it: Curator's `getParticipantNodes`, with each node's role.
 
 use crate::backend::{Backend, BackendExt};
-use crate::decide::{contenders, decide, Decision};
+use crate::decide::{contenders, decide_permits, Decision};
 use crate::error::{Error, Result};
 use crate::info::NodeInfo;
 use crate::layout::{Layout, NodeKind, EXCLUSIVE_NODE};
@@ -45,6 +45,8 @@ pub struct Participant {
     pub ctime_ms: i64,
     /// What its maker wrote in it (recipe, host, pid), when it is a lock node of this library.
     pub info: Option<NodeInfo>,
+    /// Whether someone asked its holder to let go (its data is [`REVOKE_MESSAGE`](crate::REVOKE_MESSAGE)).
+    pub revocation_requested: bool,
 }
 
 /// A participant's role.
@@ -75,8 +77,17 @@ pub(crate) async fn participants(backend: &dyn Backend, layout: Layout, path: &L
         roles.push((EXCLUSIVE_NODE.to_owned(), None, Role::Holder));
     }
     let queue = contenders(layout, &children);
+    // A semaphore's permit count is the path's data.
+    let permits = if queue.iter().any(|c| c.kind == NodeKind::Permit) {
+        on.get(path.as_str())
+            .await?
+            .and_then(|(data, _)| std::str::from_utf8(&data).ok()?.trim().parse::<u32>().ok())
+            .unwrap_or(1)
+    } else {
+        1
+    };
     for c in &queue {
-        match decide(layout, c.kind, &queue, &c.name) {
+        match decide_permits(layout, c.kind, &queue, &c.name, permits) {
             Decision::Acquired => roles.push((c.name.clone(), Some(c.kind), Role::Holder)),
             Decision::Wait { on } => roles.push((c.name.clone(), Some(c.kind), Role::Waiter { on })),
             Decision::Missing => unreachable!("every contender is in the queue it was parsed from"),
@@ -90,6 +101,7 @@ pub(crate) async fn participants(backend: &dyn Backend, layout: Layout, path: &L
         };
         data.truncate(DATA_READ);
         nodes.push(Participant {
+            revocation_requested: data == crate::REVOKE_MESSAGE,
             info: NodeInfo::decode(&data),
             node,
             kind,

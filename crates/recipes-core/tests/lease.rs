@@ -301,6 +301,9 @@ impl Backend for Shrinking {
     async fn get_and_watch(&self, s: SessionId, path: &str) -> Result<Option<(Vec<u8>, NodeWatch)>> {
         self.inner.get_and_watch(s, path).await
     }
+    async fn set_data(&self, s: SessionId, path: &str, data: &[u8]) -> Result<()> {
+        self.inner.set_data(s, path, data).await
+    }
     fn set_data_unacked(&self, s: SessionId, path: &str, data: &[u8]) {
         self.inner.set_data_unacked(s, path, data)
     }

@@ -179,6 +179,14 @@ impl Backend for MemClient {
         }))
     }
 
+    async fn set_data(&self, session: SessionId, path: &str, data: &[u8]) -> Result<()> {
+        let op = Op::SetData {
+            path: path.to_owned(),
+            data: data.to_vec(),
+        };
+        self.request(session, op).await.map(|r| r.done("set"))
+    }
+
     fn set_data_unacked(&self, session: SessionId, path: &str, data: &[u8]) {
         // Sent now; nobody waits for the reply. Not sent at all when the session is over or disconnected.
         let op = Op::SetData {

@@ -424,6 +424,13 @@ impl Backend for ZkBackend {
         Ok(r.map(|(data, w)| (data, node_watch(w, Arc::downgrade(&self.inner)))))
     }
 
+    async fn set_data(&self, session: SessionId, path: &str, data: &[u8]) -> Result<()> {
+        self.request(session, path, Evidence::Leader, |c| async move {
+            c.set_data(path, data, None).await.map(|_| ())
+        })
+        .await
+    }
+
     fn set_data_unacked(&self, session: SessionId, path: &str, data: &[u8]) {
         if let Ok(client) = self.inner.client_for(session) {
             // Sent now (zookeeper-client sends at call time); the reply is awaited in the background and ignored.

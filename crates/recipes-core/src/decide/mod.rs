@@ -175,7 +175,13 @@ pub fn decide_permits(layout: Layout, kind: NodeKind, contenders: &[Contender], 
 ///   `StandardLockInternalsDriver` watches only the node `permits` ahead, and misses a release of any other holder.)
 pub fn permit_window(ahead: &[Contender], weight: u32, permits: u32) -> &[Contender] {
     let claimed: u64 = ahead.iter().map(|c| u64::from(c.weight)).sum();
-    if claimed + u64::from(weight) <= u64::from(permits) {
+    let own = if crate::mutants::is_active(crate::mutants::Mutant::PermitOverGrant) {
+        // Counts the claims ahead only: holds when one permit is free, whatever its own weight.
+        1
+    } else {
+        u64::from(weight)
+    };
+    if claimed + own <= u64::from(permits) {
         return &[];
     }
     let need = u64::from(permits.saturating_sub(weight)) + 1;

@@ -282,6 +282,37 @@ impl HeldNode {
         lost
     }
 
+    /// Resolves `Ok` when someone asked the holder to let go: our node's data was set to
+    /// [`REVOKE_MESSAGE`](crate::REVOKE_MESSAGE) (Curator's revocation protocol). An error when the node went first
+    /// (released, deleted, or its session ended).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping it only drops a watch registration.
+    pub async fn revocation_requested(&self) -> Result<()> {
+        // Bounded: each turn is a watch event on our node or a reconnection of its session.
+        loop {
+            if self.released.load(Ordering::Acquire) {
+                return Err(self.not_held(NotHeldReason::Released));
+            }
+            let on = self.ctx.backend.on(self.session);
+            let event = match on.get_and_watch(&self.node).await {
+                Ok(Some((data, _))) if data == crate::REVOKE_MESSAGE => return Ok(()),
+                Ok(Some((_, watch))) => watch.await,
+                Ok(None) => return Err(self.not_held(NotHeldReason::Deleted)),
+                Err(e) => Err(e),
+            };
+            match event {
+                Ok(_) => {}
+                Err(Error::ConnectionLoss) => {
+                    if session::connected(&*self.ctx.backend, None).await? != Some(self.session) {
+                        return Err(Error::SessionExpired);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Resolves when the lock is known lost: the session expired, the node was deleted by someone else, or the
     /// lease ran out (checked on the clock, whatever the connection state claims).
     ///

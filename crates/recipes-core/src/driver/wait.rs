@@ -82,8 +82,9 @@ impl Attempt<'_> {
     ///   ahead of us. If nothing was ahead of our blocker (it was first in our list, or it marked itself `first`
     ///   in its data after it came to hold the lock), its deletion means we hold the lock: no list, one watch event
     ///   per handoff. Otherwise (a waiter ahead was cancelled or crashed) we list again.
-    /// - The data of a native lock node is written only by this library: at creation, and once to mark it first.
-    ///   So a data change seen on the blocker is its mark, even when the node is already gone when we look.
+    /// - The data of a native lock node is written by this library at creation and once to mark it first, and by
+    ///   whoever asks its holder to let go (revocation: `__REVOKE__`). So only data read back as the mark counts:
+    ///   a data change on a blocker that is gone when we look is not trusted (we list again).
     /// - Our own node is watched as well, registered in the same round trip as the blocker's watch. ZooKeeper
     ///   delivers one session's watch events in the order of the changes, and the own-node watch is polled first,
     ///   so if our node was deleted (by someone else) before the blocker went, we never claim the lock.
@@ -150,13 +151,17 @@ impl Attempt<'_> {
                         return blocker_gone(known_first, &mut own).await;
                     }
                     Ok(_) => {
-                        // The blocker marked itself first (the only data change of a lock node): watch on.
-                        known_first = true;
+                        // The blocker's data changed: its `first` mark, or a request to revoke it (which says
+                        // nothing of what is ahead of it). Only the data read back tells: watch on.
                         match self.call(on.get_and_watch(&blocker_path)).await {
-                            Ok(Some((_, w))) => watch = w,
+                            Ok(Some((data, w))) => {
+                                known_first |= marked_first(&data) || is_active(Mutant::AnyDataChangeIsMark);
+                                watch = w;
+                            }
                             Ok(None) => {
                                 self.count(Count::Wakeup);
-                                return blocker_gone(true, &mut own).await;
+                                let trusted = known_first || is_active(Mutant::AnyDataChangeIsMark);
+                                return blocker_gone(trusted, &mut own).await;
                             }
                             Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
                             Err(e) => return Err(e),

@@ -4,11 +4,18 @@
 // usage: CuratorPeer CONNECT PATH mutex|read|write COUNT DIR
 // DIR/ready-<pid> is created once connected; DIR/go is awaited before starting (at most 60 s).
 // Prints "acquisitions N overlaps M" and exits 0 (3 on overlaps).
+//
+// Revocation (Curator's Revoker protocol):
+//   CuratorPeer CONNECT PATH revocable 0 DIR  holds an InterProcessMutex made revocable, creates DIR/held-<node name>,
+//                                             releases when asked to let go, prints "revoked" (exit 75: not asked
+//                                             within 60 s)
+//   CuratorPeer CONNECT NODE revoke 0 DIR     Revoker.attemptRevoke on the lock node NODE (a full path)
 
 import java.io.File;
 import java.io.FileOutputStream;
 import java.io.IOException;
 import java.util.UUID;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 
 import org.apache.curator.framework.CuratorFramework;
@@ -16,6 +23,7 @@ import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.locks.InterProcessLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.framework.recipes.locks.Revoker;
 import org.apache.curator.retry.RetryNTimes;
 
 public class CuratorPeer {
@@ -28,6 +36,34 @@ public class CuratorPeer {
         if (!client.blockUntilConnected(20, TimeUnit.SECONDS)) {
             System.err.println("not connected");
             System.exit(69);
+        }
+        if (role.equals("revoke")) {
+            Revoker.attemptRevoke(client, path);
+            client.close();
+            System.out.println("asked");
+            System.exit(0);
+        }
+        if (role.equals("revocable")) {
+            InterProcessMutex mutex = new InterProcessMutex(client, path);
+            CountDownLatch asked = new CountDownLatch(1);
+            mutex.makeRevocable(forLock -> asked.countDown());
+            if (!mutex.acquire(60, TimeUnit.SECONDS)) {
+                System.err.println("acquire timed out");
+                System.exit(75);
+            }
+            String node = null;
+            for (String child : client.getChildren().forPath(path)) {
+                if (client.checkExists().forPath(path + "/" + child).getEphemeralOwner()
+                        == client.getZookeeperClient().getZooKeeper().getSessionId()) {
+                    node = child;
+                }
+            }
+            new File(dir, "held-" + node).createNewFile();
+            boolean revoked = asked.await(60, TimeUnit.SECONDS);
+            mutex.release();
+            client.close();
+            System.out.println(revoked ? "revoked" : "not asked");
+            System.exit(revoked ? 0 : 75);
         }
         InterProcessLock lock;
         if (role.equals("mutex")) {

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use recipes_core::{Layout, Locks, Recipe};
+use recipes_core::{Backend, Layout, Locks, Recipe};
 use recipes_zk::{ZkBackend, ZkOptions};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -323,4 +323,169 @@ async fn kazoo_read_write_vs_rust_read_write() {
     )
     .await;
     check("kazoo read/write vs rust read/write", &r, 150);
+}
+
+fn curator_peer(s: &Setup, path: &str, role: &str, dir: &Path) -> std::process::Child {
+    Command::new("java")
+        .arg("-cp")
+        .arg(&s.java_cp)
+        .arg("CuratorPeer")
+        .arg(&s.zk)
+        .arg(path)
+        .arg(role)
+        .arg("0")
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the Curator peer")
+}
+
+fn wait_peer(child: std::process::Child, limit: Duration) -> std::process::Output {
+    let t0 = Instant::now();
+    let mut child = child;
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            panic!("the Curator peer did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn unique_path(name: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("/interop/{}-{name}-{nanos}/lock", std::process::id())
+}
+
+/// Revocation both ways with Curator 5.4: `Locks::revoke` asks a Curator `InterProcessMutex` made revocable to let
+/// go (its `RevocationListener` fires and it releases, after which a Rust fair lock gets in); Curator's
+/// `Revoker.attemptRevoke` on a Rust holder's node resolves `revocation_requested`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curator_revocation_both_ways() {
+    let Some(s) = setup() else { return };
+    let dir = workdir("revoke");
+    let path = unique_path("revoke");
+    let backend = ZkBackend::connect(ZkOptions::new(&s.zk)).await.unwrap();
+    let locks = Locks::builder(backend.clone()).layout(Layout::Curator).build();
+
+    let holder = curator_peer(&s, &path, "revocable", &dir);
+    let t0 = Instant::now();
+    let held_file = loop {
+        let found = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .find(|n| n.starts_with("held-"));
+        if let Some(f) = found {
+            break f;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the Curator peer never held the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let node = held_file.trim_start_matches("held-").to_owned();
+    let fair = locks.fair(&path).unwrap();
+    assert!(fair.try_acquire().await.unwrap().is_none(), "Curator holds it");
+    let asked = locks.revoke(&path).await.unwrap();
+    assert_eq!(asked, vec![node], "the Curator holder is asked");
+    let out = wait_peer(holder, Duration::from_secs(60));
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("revoked"),
+        "the Curator holder did not let go: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let g = tokio::time::timeout(Duration::from_secs(30), fair.acquire())
+        .await
+        .expect("acquired after Curator let go")
+        .unwrap();
+
+    let asker = curator_peer(&s, g.node(), "revoke", &dir);
+    tokio::time::timeout(Duration::from_secs(60), g.revocation_requested())
+        .await
+        .expect("Curator's Revoker reaches the Rust holder")
+        .unwrap();
+    let out = wait_peer(asker, Duration::from_secs(60));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(g.is_valid(), "a request to let go is not a loss");
+    g.release().await.unwrap();
+    backend.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Curator 5.5 and later: the holder of a write lock that takes the read lock makes a plain ephemeral
+/// `_c_<uuid>-__READ__<seq>` named with its write node's sequence (made here by hand: only Curator 5.4 is available).
+/// Rust orders it as Curator 5.5 does: once the write node is gone, a Rust writer still waits for that reader, and a
+/// Rust reader shares with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curator_5_5_downgraded_reader_keeps_writers_out() {
+    use recipes_core::{BackendExt, CreateMode};
+    let Some(s) = setup() else { return };
+    let path = unique_path("downgrade55");
+    let backend = ZkBackend::connect(ZkOptions::new(&s.zk)).await.unwrap();
+    let locks = Locks::builder(backend.clone()).layout(Layout::Curator).build();
+    let curator = ZkBackend::connect(ZkOptions::new(&s.zk)).await.unwrap();
+    let on = curator.current();
+    // The Curator 5.5 process: its write node, then its downgraded read node with the same sequence.
+    let w = Locks::builder(curator.clone())
+        .layout(Layout::Curator)
+        .build()
+        .read_write(&path)
+        .unwrap()
+        .write()
+        .acquire()
+        .await
+        .unwrap();
+    let seq = w.node().rsplit("__WRIT__").next().unwrap().to_owned();
+    let read_node = format!("{path}/_c_{}-__READ__{seq}", "8c2b6b0e-1f2a-4b3c-9d4e-5f6a7b8c9d0e");
+    on.create(&read_node, b"", CreateMode::Ephemeral).await.unwrap();
+    let reader = locks.read_write(&path).unwrap().read();
+    let mut reading = Box::pin(reader.acquire());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), &mut reading)
+            .await
+            .is_err(),
+        "the Rust reader waits behind Curator's writer"
+    );
+    w.release().await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(10), reading)
+        .await
+        .expect("the Rust reader shares with the downgraded reader once the writer is gone")
+        .unwrap();
+    // Another process's writer (this one's would be an upgrade of its read hold).
+    let other = ZkBackend::connect(ZkOptions::new(&s.zk)).await.unwrap();
+    let writer = Locks::builder(other.clone())
+        .layout(Layout::Curator)
+        .build()
+        .read_write(&path)
+        .unwrap()
+        .write();
+    let mut waiting = Box::pin(writer.acquire());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), &mut waiting)
+            .await
+            .is_err(),
+        "the Rust writer waits for the readers"
+    );
+    r.release().await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), &mut waiting)
+            .await
+            .is_err(),
+        "the Rust writer must wait for the downgraded reader, which sorts with the writer it came from"
+    );
+    on.delete(&read_node).await.unwrap();
+    let g = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the Rust writer gets in once the downgraded reader is gone")
+        .unwrap();
+    g.release().await.unwrap();
+    backend.close().await;
+    curator.close().await;
+    other.close().await;
 }

@@ -1053,24 +1053,34 @@ fn semaphore_lets_permits_commands_in_at_once() {
     );
     let children: Vec<_> = (0..4)
         .map(|_| {
-            zklock(&zk, &["-r", "semaphore", "--permits", "2", &path, "--", "sh", "-c", &script])
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
+            zklock(
+                &zk,
+                &["-r", "semaphore", "--permits", "2", &path, "--", "sh", "-c", &script],
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
         })
         .collect();
     let t0 = Instant::now();
     for child in children {
         let out = wait_output(child, Duration::from_secs(60));
-        assert!(out.status.success(), "more than 2 in at once, or a failure: {}", stderr(&out));
+        assert!(
+            out.status.success(),
+            "more than 2 in at once, or a failure: {}",
+            stderr(&out)
+        );
     }
     assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 4);
     // Four commands of 0.3 s, two at a time: about 0.6 s, not 1.2 s (one at a time).
     assert!(t0.elapsed() < Duration::from_secs(30));
     let holder = spawn_holding_args(&zk, &["-r", "semaphore", "--permits", "2", &path], "sleep 30");
     wait_holders(&zk, &path, 1);
-    let o = run(zklock(&zk, &["-r", "semaphore", "--permits", "3", "--wait", "0", &path, "--", "true"]));
+    let o = run(zklock(
+        &zk,
+        &["-r", "semaphore", "--permits", "3", "--wait", "0", &path, "--", "true"],
+    ));
     assert_eq!(o.status.code(), Some(70), "{}", stderr(&o));
     assert!(stderr(&o).contains("stores 2"), "{}", stderr(&o));
     kill_and_wait(holder);
@@ -1121,7 +1131,11 @@ fn revoke_asks_the_holding_command_to_stop() {
 fn spawn_holding_args(zk: &str, args: &[&str], script: &str) -> std::process::Child {
     let mut all: Vec<&str> = args.to_vec();
     all.extend(["--", "sh", "-c", script]);
-    zklock(zk, &all).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+    zklock(zk, &all)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
 }
 
 /// Waits until `zklock inspect` reports `n` holders of `path`.

@@ -78,11 +78,20 @@ async fn every_holder_and_only_holders_are_asked() {
     assert_eq!(participants.waiters().filter(|w| w.revocation_requested).count(), 0);
     p1.release().await.unwrap();
     let g = waiting.await.unwrap().unwrap();
-    assert!(!b.revoke_node("/sem", "S-0123456789abcdef0123456789abcdef-0000000099").await.unwrap());
+    assert!(!b
+        .revoke_node("/sem", "S-0123456789abcdef0123456789abcdef-0000000099")
+        .await
+        .unwrap());
     drop((g, p2));
     let ex = a.exclusive("/ex").unwrap().acquire().await.unwrap();
-    assert!(matches!(b.revoke("/ex").await, Err(recipes_core::Error::InvalidArgument(_))));
-    assert!(matches!(b.revoke_node("/ex", "a/b").await, Err(recipes_core::Error::InvalidArgument(_))));
+    assert!(matches!(
+        b.revoke("/ex").await,
+        Err(recipes_core::Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        b.revoke_node("/ex", "a/b").await,
+        Err(recipes_core::Error::InvalidArgument(_))
+    ));
     assert!(ex.is_valid());
     ex.release().await.unwrap();
 }

@@ -85,7 +85,7 @@ macro_rules! __for_each_scenario {
             configured_resources_and_owners participants_list_holders_and_waiters
             semaphore_never_exceeds_permits semaphore_grants_in_queue_order semaphore_any_release_lets_the_next_in
             semaphore_permit_count_is_one_per_path semaphore_leaves_nothing_behind
-            semaphore_and_lock_on_one_path_refused multi_lock_all_or_none multi_lock_opposite_orders_never_deadlock
+            semaphore_and_lock_on_one_path_refused semaphore_peer_bugs_stay_away multi_lock_all_or_none multi_lock_opposite_orders_never_deadlock
             multi_lock_mixed_recipes multi_lock_cancel_and_errors
         );
     };

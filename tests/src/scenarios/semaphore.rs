@@ -260,3 +260,68 @@ pub async fn semaphore_and_lock_on_one_path_refused(h: &dyn Harness) {
         })
     ));
 }
+
+/// The peers' semaphore bugs, each tried here: claims whose create replies are lost leave no orphan lease (Curator's
+/// CURATOR-315: a reconnect left a lease behind, and the semaphore full forever); a waiter whose connection drops for
+/// a while still gets in when a permit is freed (CURATOR-335: deadlock under network faults); many concurrent
+/// non-blocking claims never over-grant (kazoo #213).
+pub async fn semaphore_peer_bugs_stay_away(h: &dyn Harness) {
+    let path = h.path("sem-peers");
+    let (a, b) = (h.client().await, h.client().await);
+    let holder = a.locks.semaphore(&path, 2).unwrap().acquire().await.unwrap();
+    if h.capabilities().lose_create_reply {
+        b.faults.lose_next_create_replies(2).await;
+        let g = bounded(
+            h,
+            "a claim through lost create replies",
+            b.locks.semaphore(&path, 2).unwrap().acquire(),
+        )
+        .await
+        .unwrap();
+        wait_children(h, &path, 2).await;
+        g.release().await.unwrap();
+        wait_children(h, &path, 1).await;
+    }
+    if h.capabilities().disconnect {
+        let full = a.locks.semaphore(&path, 2).unwrap().acquire().await.unwrap();
+        let s = b.locks.semaphore(&path, 2).unwrap();
+        let mut waiting = tokio::spawn(async move { s.acquire().await });
+        wait_children(h, &path, 3).await;
+        b.faults.disconnect_for(b.faults.session_timeout() / 4).await;
+        tokio::time::sleep(b.faults.session_timeout() / 3).await;
+        assert_pending(h, "the waiter waits through the disconnection", &mut waiting).await;
+        full.release().await.unwrap();
+        let g = bounded(h, "the waiter gets the freed permit", waiting)
+            .await
+            .unwrap()
+            .unwrap();
+        g.release().await.unwrap();
+        wait_children(h, &path, 1).await;
+    }
+    // One permit is free: of eight concurrent tries on eight sessions, exactly one gets it.
+    let mut tries = JoinSet::new();
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        let c = h.client().await;
+        let s = c.locks.semaphore(&path, 2).unwrap();
+        clients.push(c);
+        tries.spawn(async move { s.try_acquire().await });
+    }
+    let mut got = Vec::new();
+    while let Some(r) = tries.join_next().await {
+        if let Some(g) = r.unwrap().unwrap() {
+            got.push(g);
+        }
+    }
+    assert!(
+        got.len() <= 1,
+        "{} non-blocking claims got the one free permit",
+        got.len()
+    );
+    for g in got {
+        g.release().await.unwrap();
+    }
+    drop(clients);
+    holder.release().await.unwrap();
+    wait_children(h, &path, 0).await;
+}

@@ -90,6 +90,8 @@ exhaustive_tests! {
     exhaustive_curator => "curator",
     exhaustive_kazoo_wrapped => "kazoo-wrapped",
     exhaustive_native_wrapped => "native-wrapped",
+    exhaustive_semaphore => "semaphore",
+    exhaustive_semaphore_many => "semaphore-many",
 }
 
 /// Configurations that need a switch (the `first` mark written by every waiter, with three clients): too many
@@ -113,7 +115,7 @@ fn random_walks_with_switches() {
 #[test]
 #[ignore = "CPU-bound: run alone by scripts/test's model-checker step"]
 fn random_walks_of_larger_configurations() {
-    let (runs, time) = if deep() { (400_000, 3600) } else { (20_000, 80) };
+    let (runs, time) = if deep() { (400_000, 3600) } else { (20_000, 100) };
     let seed: u64 = std::env::var("MODEL_SEED")
         .ok()
         .and_then(|s| s.parse().ok())

@@ -72,7 +72,36 @@ pub fn exhaustive() -> Vec<Config> {
         Config::new("native-wrapped", vec![plain(Recipe::Fair), plain(Recipe::Write)])
             .with_setup(wrapping_counter)
             .with_faults(1, &[FaultKind::Blip, FaultKind::Kill]),
+        Config::new("semaphore", vec![permits(1, 1), permits(1, 1)]).with_faults(1, FAULTS),
+        semaphore_many(),
     ]
+}
+
+/// A semaphore's claim of `n` of `of` permits, waiting as long as it takes.
+fn permits(of: u32, n: u32) -> Program {
+    Program::Permits {
+        permits: of,
+        n,
+        patience: Patience::Forever,
+    }
+}
+
+/// A claim on both permits of two and a timed claim on one: whichever comes second must wait for the first. (Three
+/// clients, where a waiter's window holds two nodes, are too many schedules to walk them all, even without faults:
+/// `semaphore-three` and `semaphore-mixed` in [`random`].)
+fn semaphore_many() -> Config {
+    Config::new(
+        "semaphore-many",
+        vec![
+            permits(2, 2),
+            Program::Permits {
+                permits: 2,
+                n: 1,
+                patience: Patience::Timeout(Duration::from_millis(500)),
+            },
+        ],
+    )
+    .with_faults(1, FAULTS)
 }
 
 /// Configurations run with a switch on: (switch, configuration).
@@ -171,6 +200,38 @@ pub fn random() -> Vec<Config> {
                 Program::Plain {
                     recipe: Recipe::Read,
                     patience: Patience::Timeout(Duration::from_secs(20)),
+                },
+            ],
+        )
+        .with_faults(2, ALL_FAULTS),
+        // A semaphore of two: a claim of one waiting behind two holders watches both (its window).
+        Config::new(
+            "semaphore-three",
+            vec![
+                permits(2, 1),
+                permits(2, 1),
+                Program::Permits {
+                    permits: 2,
+                    n: 1,
+                    patience: Patience::Try,
+                },
+            ],
+        )
+        .with_faults(2, ALL_FAULTS),
+        Config::new(
+            "semaphore-mixed",
+            vec![
+                permits(3, 2),
+                permits(3, 1),
+                Program::Permits {
+                    permits: 3,
+                    n: 2,
+                    patience: Patience::Timeout(Duration::from_secs(1)),
+                },
+                Program::AbandonPermits {
+                    permits: 3,
+                    n: 1,
+                    after: Duration::from_millis(200),
                 },
             ],
         )
@@ -347,6 +408,14 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             config: Config::new("fair", vec![plain(Recipe::Fair), plain(Recipe::Fair)])
                 .with_faults(1, &[FaultKind::Blip]),
             shows_as: "left behind|never finished",
+            by_walks: false,
+        },
+        Sensitivity {
+            problem: "semaphore (a plausible slip, not a bug it had): a claim counts the permits claimed ahead of it \
+                      but not its own, and a claim on two goes in beside a holder of one",
+            mutants: &[Mutant::PermitOverGrant],
+            config: semaphore_many().with_faults(0, &[]),
+            shows_as: "too many permits",
             by_walks: false,
         },
         Sensitivity {

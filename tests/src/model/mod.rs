@@ -25,11 +25,12 @@
 //!
 //! # Oracles
 //! At every step: among the guards of live clients whose own `is_valid()` is true, at most one client holds
-//! exclusively, and never beside a reader of another client; the node of every such guard exists with its creation
-//! id; an acquire never returns a guard that is not valid; fencing tokens increase from one hold to the next;
-//! `lost()` resolves once the node is gone, and never claims a deletion that did not happen; a timed acquire ends
-//! within its deadline (plus the cleanup's grace). At the end: every live client finished (no deadlock, no hang),
-//! and no lock node of a live session is left.
+//! exclusively, and never beside a reader of another client, and a semaphore's permits held add up to at most its
+//! count; the node of every such guard exists with its creation id; an acquire never returns a guard that is not
+//! valid; fencing tokens increase from one hold to the next (a permit's, held beside others, only above exclusive
+//! holds'); `lost()` resolves once the node is gone, and never claims a deletion that did not happen; a timed
+//! acquire ends within its deadline (plus the cleanup's grace). At the end: every live client finished (no deadlock,
+//! no hang), and no lock node of a live session is left.
 //!
 //! # Strategies
 //! [`explore`] walks every schedule of a configuration depth-first (replaying a prefix of choices and branching on

@@ -44,17 +44,48 @@ pub enum Program {
     /// These programs at once, each a task of its own on the client's one session (one `Locks`): tasks of one
     /// process contending for one path. The oracles tell the tasks apart.
     Tasks(Vec<Program>),
+    /// A semaphore of `permits` permits: claim `n` of them at once (`acquire_many` and its try and timeout forms),
+    /// hold, ask `lost()`, release.
+    Permits {
+        /// The semaphore's permit count (every client of a configuration gives the same).
+        permits: u32,
+        /// How many permits the claim takes.
+        n: u32,
+        /// How long to wait.
+        patience: Patience,
+    },
+    /// A semaphore claim of `n` of `permits` whose future is dropped after this long (a caller's own timeout), then
+    /// nothing.
+    AbandonPermits {
+        /// The semaphore's permit count.
+        permits: u32,
+        /// How many permits the claim takes.
+        n: u32,
+        /// When the future is dropped.
+        after: Duration,
+    },
 }
 
 /// The grace an acquire that gives up may take for its cleanup, beyond its deadline (the driver's `CLEANUP_GRACE`).
 const CLEANUP_GRACE: Duration = Duration::from_millis(500);
+
+/// What a hold holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Holding {
+    /// A lock, exclusively (exclusive, fair, reentrant, write).
+    Exclusive,
+    /// A lock's read side.
+    Shared,
+    /// `n` of a semaphore's `of` permits.
+    Permits { n: u32, of: u32 },
+}
 
 /// One hold, as the oracles track it.
 struct Hold {
     client: usize,
     /// The task of the client that holds it (0 but for [`Program::Tasks`]).
     task: usize,
-    exclusive: bool,
+    holding: Holding,
     node: String,
     token: u64,
     /// The guard while held (taken out to release it).
@@ -110,8 +141,10 @@ impl Oracle {
         self.touch();
     }
 
-    /// An acquire returned `guard`: it must be valid, and its token above the tokens of the holds before it.
-    fn acquired(&mut self, (client, task): (usize, usize), exclusive: bool, guard: LockGuard, reentry: bool) -> usize {
+    /// An acquire returned `guard`: it must be valid, and its token above the tokens of the holds before it (a
+    /// semaphore's permits, held beside each other, only above those of exclusive holds).
+    fn acquired(&mut self, (client, task): (usize, usize), holding: Holding, guard: LockGuard, reentry: bool) -> usize {
+        let exclusive = holding == Holding::Exclusive;
         let token = guard.fencing_token();
         let node = guard.node().to_owned();
         if !guard.is_valid() {
@@ -129,7 +162,11 @@ impl Oracle {
             if token <= floor {
                 self.violate(format!(
                     "client {client}: fencing token {token} of a new {} hold is not above {floor}",
-                    if exclusive { "exclusive" } else { "shared" }
+                    match holding {
+                        Holding::Exclusive => "exclusive",
+                        Holding::Shared => "shared",
+                        Holding::Permits { .. } => "permit",
+                    }
                 ));
             }
             self.max_token = self.max_token.max(token);
@@ -142,10 +179,14 @@ impl Oracle {
         } else {
             String::new()
         };
+        let what = match holding {
+            Holding::Permits { n, of } => format!(", {n} of {of} permits"),
+            _ => String::new(),
+        };
         self.note(
             client,
             format!(
-                "{by}holds {} (token {token}{})",
+                "{by}holds {} (token {token}{what}{})",
                 short(&node),
                 if reentry { ", re-entered" } else { "" }
             ),
@@ -153,7 +194,7 @@ impl Oracle {
         self.holds.push(Hold {
             client,
             task,
-            exclusive,
+            holding,
             node,
             token,
             guard: Some(Arc::new(guard)),
@@ -169,13 +210,18 @@ impl Oracle {
         self.holds.get(id).and_then(|h| h.guard.clone())
     }
 
-    /// The oracles over the current state: exclusion among valid guards, and their nodes present.
+    /// The oracles over the current state: exclusion among valid guards (a semaphore's permits held by valid guards
+    /// add up to at most its count), and their nodes present.
     pub fn check(&mut self, cluster: &MemCluster) {
         if !self.deleted.is_empty() {
             return;
         }
         let mut exclusive = std::collections::BTreeSet::new();
         let mut shared = std::collections::BTreeSet::new();
+        // Permits held, of how many, and by whom (holder, node, weight).
+        let mut permits_held = 0u32;
+        let mut permit_count = 0u32;
+        let mut permit_holders = Vec::new();
         let mut problems = Vec::new();
         for h in &self.holds {
             let Some(g) = &h.guard else { continue };
@@ -186,10 +232,18 @@ impl Oracle {
                 continue;
             }
             // Holders are tasks: two tasks of one client (one session) exclude each other as two clients do.
-            if h.exclusive {
-                exclusive.insert((h.client, h.task));
-            } else {
-                shared.insert((h.client, h.task));
+            match h.holding {
+                Holding::Exclusive => {
+                    exclusive.insert((h.client, h.task));
+                }
+                Holding::Shared => {
+                    shared.insert((h.client, h.task));
+                }
+                Holding::Permits { n, of } => {
+                    permits_held += n;
+                    permit_count = permit_count.max(of);
+                    permit_holders.push(format!("client {} ({}: {n})", h.client, short(&h.node)));
+                }
             }
             match cluster.stat(&h.node) {
                 Some(st) if st.czxid.max(0) as u64 == h.token => {}
@@ -205,6 +259,12 @@ impl Oracle {
         if exclusive.len() > 1 || (exclusive.len() == 1 && !readers_beside.is_empty()) {
             problems.push(format!(
                 "two holders: exclusive {exclusive:?}, shared {readers_beside:?}, all with valid leases"
+            ));
+        }
+        if permits_held > permit_count {
+            problems.push(format!(
+                "too many permits: {permits_held} of {permit_count} held, by {}, all with valid leases",
+                permit_holders.join(", ")
             ));
         }
         for p in problems {
@@ -333,8 +393,12 @@ impl StatExt for Option<recipes_core::Stat> {
     }
 }
 
-fn exclusive(recipe: Recipe) -> bool {
-    recipe != Recipe::Read
+fn holding(recipe: Recipe) -> Holding {
+    if recipe == Recipe::Read {
+        Holding::Shared
+    } else {
+        Holding::Exclusive
+    }
 }
 
 /// Runs a client's program to its end.
@@ -384,7 +448,22 @@ async fn run_program(ctx: Ctx, program: Program) {
             match tokio::time::timeout(after, lock.acquire()).await {
                 Err(_) => ctx.note("abandoned its acquire".into()),
                 Ok(Ok(g)) => {
-                    let id = ctx.oracle().acquired(ctx.holder(), exclusive(recipe), g, false);
+                    let id = ctx.oracle().acquired(ctx.holder(), holding(recipe), g, false);
+                    tokio::time::sleep(ctx.hold_time()).await;
+                    ctx.release(id, "").await;
+                }
+                Ok(Err(e)) => ctx.expected("acquire", &e),
+            }
+        }
+        Program::Permits { permits, n, patience } => claim_permits(&ctx, permits, n, patience).await,
+        Program::AbandonPermits { permits, n, after } => {
+            let semaphore = ctx.locks.semaphore(&ctx.path, permits).expect("valid semaphore");
+            match tokio::time::timeout(after, semaphore.acquire_many(n)).await {
+                Err(_) => ctx.note("abandoned its claim".into()),
+                Ok(Ok(g)) => {
+                    let id = ctx
+                        .oracle()
+                        .acquired(ctx.holder(), Holding::Permits { n, of: permits }, g, false);
                     tokio::time::sleep(ctx.hold_time()).await;
                     ctx.release(id, "").await;
                 }
@@ -402,6 +481,29 @@ async fn plain(ctx: &Ctx, recipe: Recipe, patience: Patience) {
         Patience::Timeout(d) => lock.acquire_timeout(d).await,
         Patience::Try => lock.try_acquire().await,
     };
+    hold_once(ctx, holding(recipe), patience, start, got).await;
+}
+
+/// A semaphore's claim of `n` of its `permits`, held once.
+async fn claim_permits(ctx: &Ctx, permits: u32, n: u32, patience: Patience) {
+    let semaphore = ctx.locks.semaphore(&ctx.path, permits).expect("valid semaphore");
+    let start = Instant::now();
+    let got = match patience {
+        Patience::Forever => semaphore.acquire_many(n).await.map(Some),
+        Patience::Timeout(d) => semaphore.acquire_many_timeout(n, d).await,
+        Patience::Try => semaphore.try_acquire_many(n).await,
+    };
+    hold_once(ctx, Holding::Permits { n, of: permits }, patience, start, got).await;
+}
+
+/// What follows an acquire that began at `start`: it kept its deadline; the hold, `lost()`, the release.
+async fn hold_once(
+    ctx: &Ctx,
+    holding: Holding,
+    patience: Patience,
+    start: Instant,
+    got: Result<Option<LockGuard>, Error>,
+) {
     if let Patience::Timeout(d) = patience {
         let took = start.elapsed();
         if took > d + CLEANUP_GRACE + Duration::from_millis(1) {
@@ -420,7 +522,7 @@ async fn plain(ctx: &Ctx, recipe: Recipe, patience: Patience) {
         }
         Err(e) => return ctx.expected("acquire", &e),
     };
-    let id = ctx.oracle().acquired(ctx.holder(), exclusive(recipe), guard, false);
+    let id = ctx.oracle().acquired(ctx.holder(), holding, guard, false);
     tokio::time::sleep(ctx.hold_time()).await;
     ctx.check_lost(id).await;
     ctx.release(id, "").await;
@@ -434,13 +536,13 @@ async fn reenter(ctx: &Ctx) {
         .expect("valid path")
         .with_owner(token.into());
     let outer = match lock.acquire().await {
-        Ok(g) => ctx.oracle().acquired(ctx.holder(), true, g, false),
+        Ok(g) => ctx.oracle().acquired(ctx.holder(), Holding::Exclusive, g, false),
         Err(e) => return ctx.expected("acquire", &e),
     };
     tokio::time::sleep(ctx.hold_time()).await;
     match lock.acquire().await {
         Ok(g) => {
-            let inner = ctx.oracle().acquired(ctx.holder(), true, g, true);
+            let inner = ctx.oracle().acquired(ctx.holder(), Holding::Exclusive, g, true);
             ctx.check_lost(inner).await;
             ctx.release(inner, "inner").await;
         }
@@ -453,12 +555,12 @@ async fn downgrade(ctx: &Ctx) {
     let token = OwnerToken::new();
     let rw = ctx.locks.read_write(&ctx.path).expect("valid path");
     let w = match rw.write().with_owner(token.into()).acquire().await {
-        Ok(g) => ctx.oracle().acquired(ctx.holder(), true, g, false),
+        Ok(g) => ctx.oracle().acquired(ctx.holder(), Holding::Exclusive, g, false),
         Err(e) => return ctx.expected("write", &e),
     };
     tokio::time::sleep(ctx.hold_time()).await;
     let r = match rw.read().with_owner(token.into()).acquire().await {
-        Ok(g) => Some(ctx.oracle().acquired(ctx.holder(), false, g, true)),
+        Ok(g) => Some(ctx.oracle().acquired(ctx.holder(), Holding::Shared, g, true)),
         Err(e) => {
             ctx.expected("downgrade", &e);
             None

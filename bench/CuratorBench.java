@@ -2,11 +2,16 @@
 //
 //   CuratorBench uncontended SERVERS RECIPE ITERS      median_us=.. p99_us=..
 //   CuratorBench contended SERVERS CLIENTS SECONDS     handoffs_per_s=..
+//   CuratorBench semaphore SERVERS CLIENTS PERMITS SECONDS
+//                                                      grants_per_s=.. requests_per_grant=.. left_nodes=..
+//   CuratorBench multi SERVERS MEMBERS ITERS           median_us=.. p99_us=.. acquire_median_us=.. release_median_us=..
+//                                                      requests_per_op=.. left_nodes=..
 //   CuratorBench drain SERVERS WAITERS SESSIONS        drain_ms=.. requests_per_handoff=..
 //   CuratorBench memory SERVERS WAITERS                bytes_per_waiter=..
 //
 // Recipes: fair = InterProcessMutex, exclusive = InterProcessSemaphoreMutex (Curator's non-reentrant mutex),
-// read / write = InterProcessReadWriteLock.
+// read / write = InterProcessReadWriteLock. semaphore: InterProcessSemaphoreV2 (acquire() a Lease, returnLease),
+// one CuratorFramework per contender; multi: InterProcessMultiLock over MEMBERS paths (an InterProcessMutex each).
 
 import java.io.InputStream;
 import java.io.OutputStream;
@@ -25,9 +30,12 @@ import java.util.concurrent.atomic.AtomicLong;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.locks.InterProcessLock;
+import org.apache.curator.framework.recipes.locks.InterProcessMultiLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
+import org.apache.curator.framework.recipes.locks.Lease;
 import org.apache.curator.retry.RetryNTimes;
 
 public class CuratorBench {
@@ -73,6 +81,20 @@ public class CuratorBench {
             if (line.startsWith("VmRSS:")) return Long.parseLong(line.replaceAll("[^0-9]", "")) * 1024;
         }
         return 0;
+    }
+
+    /** The nodes under path (its whole subtree, path itself not counted), or 0 when it is gone. */
+    static int descendants(CuratorFramework c, String path) throws Exception {
+        List<String> children;
+        try { children = c.getChildren().forPath(path); } catch (org.apache.zookeeper.KeeperException.NoNodeException e) { return 0; }
+        int n = children.size();
+        for (String child : children) n += descendants(c, path + "/" + child);
+        return n;
+    }
+
+    /** Deletes path and everything under it (a missing node is fine). */
+    static void remove(CuratorFramework c, String path) throws Exception {
+        try { c.delete().deletingChildrenIfNeeded().forPath(path); } catch (org.apache.zookeeper.KeeperException.NoNodeException e) { }
     }
 
     static void waitChildren(CuratorFramework c, String path, int n) throws Exception {
@@ -147,6 +169,86 @@ public class CuratorBench {
                 for (Thread t : threads) t.join();
                 System.out.printf("handoffs_per_s=%.1f%n", n / elapsed);
                 for (CuratorFramework c : cs) c.close();
+                break;
+            }
+            case "semaphore": {
+                int clients = Integer.parseInt(a[2]);
+                int permits = Integer.parseInt(a[3]);
+                double seconds = Double.parseDouble(a[4]);
+                String path = unique("semaphore-" + permits + "of" + clients);
+                AtomicLong count = new AtomicLong();
+                AtomicBoolean stop = new AtomicBoolean(), measuring = new AtomicBoolean();
+                List<Thread> threads = new ArrayList<>();
+                List<CuratorFramework> cs = new ArrayList<>();
+                for (int i = 0; i < clients; i++) cs.add(client(servers));
+                for (int i = 0; i < clients; i++) {
+                    InterProcessSemaphoreV2 s = new InterProcessSemaphoreV2(cs.get(i), path, permits);
+                    Thread t = new Thread(() -> {
+                        try {
+                            while (!stop.get()) {
+                                Lease lease = s.acquire();
+                                if (measuring.get()) count.incrementAndGet();
+                                s.returnLease(lease);
+                            }
+                        } catch (Exception e) { throw new RuntimeException(e); }
+                    });
+                    threads.add(t);
+                    t.start();
+                }
+                Thread.sleep(500);
+                long before = packetsReceived(servers);
+                measuring.set(true);
+                long t0 = System.nanoTime();
+                Thread.sleep((long) (seconds * 1000));
+                measuring.set(false);
+                long n = count.get();
+                double elapsed = (System.nanoTime() - t0) / 1e9;
+                long after = packetsReceived(servers);
+                stop.set(true);
+                for (Thread t : threads) t.join();
+                // Curator keeps its lock and lease queues as two child nodes (containers) of the path: count what is
+                // under them, not them.
+                int left = descendants(cs.get(0), path + "/locks") + descendants(cs.get(0), path + "/leases");
+                remove(cs.get(0), path);
+                System.out.printf("grants_per_s=%.1f requests_per_grant=%.2f left_nodes=%d%n", n / elapsed, (after - before) / (double) Math.max(1, n), left);
+                for (CuratorFramework c : cs) c.close();
+                break;
+            }
+            case "multi": {
+                int members = Integer.parseInt(a[2]);
+                int iters = Integer.parseInt(a[3]);
+                CuratorFramework c = client(servers);
+                String base = unique("multi-" + members);
+                List<String> paths = new ArrayList<>();
+                for (int i = 0; i < members; i++) {
+                    paths.add(base + "/m" + i);
+                    c.create().creatingParentsIfNeeded().forPath(base + "/m" + i);
+                }
+                InterProcessMultiLock l = new InterProcessMultiLock(c, paths);
+                for (int i = 0; i < iters / 5; i++) { l.acquire(); l.release(); }
+                // The whole acquire + release, and its two halves apart (to see which bounds it).
+                double[] us = new double[iters], acq = new double[iters], rel = new double[iters];
+                long before = packetsReceived(servers);
+                for (int i = 0; i < iters; i++) {
+                    long t0 = System.nanoTime();
+                    l.acquire();
+                    long t1 = System.nanoTime();
+                    l.release();
+                    long t2 = System.nanoTime();
+                    us[i] = (t2 - t0) / 1e3;
+                    acq[i] = (t1 - t0) / 1e3;
+                    rel[i] = (t2 - t1) / 1e3;
+                }
+                long after = packetsReceived(servers);
+                int left = descendants(c, base) - members;
+                remove(c, base);
+                Arrays.sort(us);
+                Arrays.sort(acq);
+                Arrays.sort(rel);
+                int mid = (int) Math.round((iters - 1) * 0.5);
+                System.out.printf("median_us=%.1f p99_us=%.1f acquire_median_us=%.1f release_median_us=%.1f requests_per_op=%.2f left_nodes=%d%n",
+                        us[mid], us[(int) Math.round((iters - 1) * 0.99)], acq[mid], rel[mid], (after - before) / (double) iters, left);
+                c.close();
                 break;
             }
             case "drain": {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use recipes_core::{Backend, BackendExt, Locks, Recipe};
+use recipes_core::{Backend, BackendExt, Lock, Locks, Recipe};
 use recipes_zk::{ZkBackend, ZkOptions};
 
 /// The system allocator, counting the bytes allocated and not yet freed: the memory figure reports the heap each
@@ -87,6 +87,28 @@ enum Figure {
         /// Sessions the clients share (task i uses session i mod S); 0: one session per client
         #[arg(long, default_value_t = 0)]
         sessions: usize,
+    },
+    /// Grants per second of a semaphore of P permits with C contenders, each on its own session, each looping
+    /// acquire + release (no hold), and server requests per grant
+    Semaphore {
+        #[arg(long)]
+        servers: String,
+        #[arg(long)]
+        clients: usize,
+        #[arg(long)]
+        permits: u32,
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+    },
+    /// Uncontended acquire + release of a multi-lock of M fair locks on one session, and server requests per
+    /// acquire + release
+    Multi {
+        #[arg(long)]
+        servers: String,
+        #[arg(long)]
+        members: usize,
+        #[arg(long, default_value_t = 300)]
+        iters: usize,
     },
     /// Time to drain N queued waiters after one release, and server requests per handoff
     Drain {
@@ -204,6 +226,24 @@ fn rss_bytes() -> u64 {
     pages * 4096
 }
 
+/// Deletes the nodes under `path` and `path` itself (a missing node is fine), and returns how many nodes were still
+/// under it: once every contender has released and closed its session, a lock path should have none left.
+async fn remove(backend: &dyn Backend, path: &str) -> usize {
+    let on = backend.current();
+    let left = on.children(path).await.unwrap_or_default();
+    for c in &left {
+        match on.delete(&format!("{path}/{c}")).await {
+            Ok(()) | Err(recipes_core::Error::NoNode(_)) => {}
+            Err(e) => panic!("delete {path}/{c}: {e}"),
+        }
+    }
+    match on.delete(path).await {
+        Ok(()) | Err(recipes_core::Error::NoNode(_)) => {}
+        Err(e) => panic!("delete {path}: {e}"),
+    }
+    left.len()
+}
+
 async fn wait_children(backend: &dyn Backend, path: &str, n: usize) {
     let t0 = Instant::now();
     loop {
@@ -260,10 +300,7 @@ fn main() {
                 sessions,
             } => {
                 let path = unique(&format!("contended-{clients}"));
-                let count = Arc::new(AtomicU64::new(0));
-                let stop = Arc::new(AtomicBool::new(false));
-                let measuring = Arc::new(AtomicBool::new(false));
-                let mut tasks = Vec::new();
+                let run = Contenders::default();
                 let mut backends = Vec::new();
                 let sessions = if sessions == 0 { clients } else { sessions.min(clients) };
                 let mut shared = Vec::new();
@@ -272,34 +309,98 @@ fn main() {
                     backends.push(b.clone());
                     shared.push(Locks::new(b));
                 }
+                let mut tasks = Vec::new();
                 for i in 0..clients {
-                    let lock = shared[i % sessions].fair(&path).unwrap();
-                    let (count, stop, measuring) = (count.clone(), stop.clone(), measuring.clone());
-                    tasks.push(tokio::spawn(async move {
-                        while !stop.load(Ordering::Relaxed) {
-                            let g = lock.acquire().await.unwrap();
-                            if measuring.load(Ordering::Relaxed) {
-                                count.fetch_add(1, Ordering::Relaxed);
-                            }
-                            g.release().await.unwrap();
-                        }
-                    }));
+                    tasks.push(run.spawn(Arc::new(shared[i % sessions].fair(&path).unwrap())));
                 }
-                tokio::time::sleep(Duration::from_millis(500)).await; // warm up
-                measuring.store(true, Ordering::Relaxed);
-                let t0 = Instant::now();
-                tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
-                measuring.store(false, Ordering::Relaxed);
-                let n = count.load(Ordering::Relaxed);
-                let elapsed = t0.elapsed().as_secs_f64();
-                stop.store(true, Ordering::Relaxed);
-                for t in tasks {
-                    t.await.unwrap();
-                }
+                let (n, elapsed, _) = run.measure(tasks, seconds, || 0).await;
                 println!("handoffs_per_s={:.1}", n as f64 / elapsed);
                 for b in backends {
                     b.shutdown(Duration::from_secs(2)).await;
                 }
+            }
+            Figure::Semaphore {
+                servers,
+                clients,
+                permits,
+                seconds,
+            } => {
+                let path = unique(&format!("semaphore-{permits}of{clients}"));
+                let run = Contenders::default();
+                let mut tasks = Vec::new();
+                let mut backends = Vec::new();
+                for _ in 0..clients {
+                    let b = zk(&servers).await;
+                    tasks.push(run.spawn(Arc::new(Locks::new(b.clone()).semaphore(&path, permits).unwrap())));
+                    backends.push(b);
+                }
+                let (n, elapsed, requests) = run.measure(tasks, seconds, || packets_received(&servers)).await;
+                let left = remove(&*backends[0], &path).await;
+                println!(
+                    "grants_per_s={:.1} requests_per_grant={:.2} left_nodes={left}",
+                    n as f64 / elapsed,
+                    requests as f64 / n.max(1) as f64
+                );
+                for b in backends {
+                    b.shutdown(Duration::from_secs(2)).await;
+                }
+            }
+            Figure::Multi {
+                servers,
+                members,
+                iters,
+            } => {
+                let b = zk(&servers).await;
+                let locks = Locks::new(b.clone());
+                let base = unique(&format!("multi-{members}"));
+                let paths: Vec<String> = (0..members).map(|i| format!("{base}/m{i}")).collect();
+                // Persistent lock paths, as in the uncontended figure (both libraries alike): no parent is made or
+                // reaped inside the measurement.
+                let _ = b
+                    .current()
+                    .create("/bench", b"", recipes_core::CreateMode::Persistent)
+                    .await;
+                for p in std::iter::once(&base).chain(&paths) {
+                    b.current()
+                        .create(p, b"", recipes_core::CreateMode::Persistent)
+                        .await
+                        .unwrap();
+                }
+                let multi = locks.multi(paths.iter().map(|p| (p.as_str(), Recipe::Fair))).unwrap();
+                for _ in 0..iters / 5 {
+                    multi.acquire().await.unwrap().release().await.unwrap();
+                }
+                // The whole acquire + release, and its two halves apart (to see which bounds it).
+                let (mut us, mut acq, mut rel) = (Vec::new(), Vec::new(), Vec::new());
+                let before = packets_received(&servers);
+                for _ in 0..iters {
+                    let t0 = Instant::now();
+                    let g = multi.acquire().await.unwrap();
+                    let t1 = Instant::now();
+                    g.release().await.unwrap();
+                    us.push(t0.elapsed().as_secs_f64() * 1e6);
+                    acq.push((t1 - t0).as_secs_f64() * 1e6);
+                    rel.push(t1.elapsed().as_secs_f64() * 1e6);
+                }
+                let after = packets_received(&servers);
+                let mut left = 0;
+                for p in &paths {
+                    left += remove(&*b, p).await;
+                }
+                left += remove(&*b, &base).await;
+                for v in [&mut us, &mut acq, &mut rel] {
+                    v.sort_by(f64::total_cmp);
+                }
+                println!(
+                    "median_us={:.1} p99_us={:.1} acquire_median_us={:.1} release_median_us={:.1} requests_per_op={:.2} \
+                     left_nodes={left}",
+                    percentile(&us, 0.5),
+                    percentile(&us, 0.99),
+                    percentile(&acq, 0.5),
+                    percentile(&rel, 0.5),
+                    (after - before) as f64 / iters as f64
+                );
+                b.shutdown(Duration::from_secs(2)).await;
             }
             Figure::Drain {
                 servers,
@@ -510,4 +611,52 @@ fn main() {
             }
         }
     });
+}
+
+/// Contenders that acquire and release until stopped, counting their grants while measuring.
+#[derive(Default)]
+struct Contenders {
+    count: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    measuring: Arc<AtomicBool>,
+}
+
+impl Contenders {
+    /// A contender on `lock`.
+    fn spawn(&self, lock: Arc<dyn Lock>) -> tokio::task::JoinHandle<()> {
+        let (count, stop, measuring) = (self.count.clone(), self.stop.clone(), self.measuring.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let g = lock.acquire().await.unwrap();
+                if measuring.load(Ordering::Relaxed) {
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
+                g.release().await.unwrap();
+            }
+        })
+    }
+
+    /// After 500 ms of warm-up, counts the grants for `seconds`, then stops `tasks`: the grants, the seconds measured,
+    /// and how much `counter` (read at both ends) grew meanwhile.
+    async fn measure(
+        &self,
+        tasks: Vec<tokio::task::JoinHandle<()>>,
+        seconds: f64,
+        counter: impl Fn() -> u64,
+    ) -> (u64, f64, u64) {
+        tokio::time::sleep(Duration::from_millis(500)).await; // warm up
+        let before = counter();
+        self.measuring.store(true, Ordering::Relaxed);
+        let t0 = Instant::now();
+        tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
+        self.measuring.store(false, Ordering::Relaxed);
+        let n = self.count.load(Ordering::Relaxed);
+        let elapsed = t0.elapsed().as_secs_f64();
+        let grown = counter().saturating_sub(before);
+        self.stop.store(true, Ordering::Relaxed);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        (n, elapsed, grown)
+    }
 }

@@ -347,7 +347,13 @@ fn conn(common: &Common) -> Result<Conn, Fail> {
 }
 
 /// The recipes a command can hold.
-const COMMAND_RECIPES: [Recipe; 5] = [Recipe::Exclusive, Recipe::Fair, Recipe::Read, Recipe::Write, Recipe::Semaphore];
+const COMMAND_RECIPES: [Recipe; 5] = [
+    Recipe::Exclusive,
+    Recipe::Fair,
+    Recipe::Read,
+    Recipe::Write,
+    Recipe::Semaphore,
+];
 
 /// The signal `--revoke-signal` names (`None`: ignore revocation requests).
 fn revoke_signal(name: &str) -> Result<Option<nix::sys::signal::Signal>, Fail> {

@@ -237,8 +237,9 @@ impl LockGuard {
     /// [`REVOKE_MESSAGE`](crate::REVOKE_MESSAGE), Curator's revocation protocol. Revocation is a request, not a
     /// loss: the lock stays held until the holder releases it. Await it beside the work, as [`lost`](LockGuard::lost).
     ///
-    /// The exclusive recipe's fixed node cannot be revoked (its data proves whose node it is); its guard's future
-    /// waits until the node goes.
+    /// [`Locks::revoke`](crate::Locks::revoke) refuses the exclusive recipe's fixed node; a request written there by
+    /// another tool (Curator's `Revoker`, `zkCli set`) still reaches its holder, whose release still deletes it (a
+    /// held node is known by its creation id, not its data).
     ///
     /// ```
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {

@@ -378,7 +378,8 @@ impl Locks {
     /// every holder. `false`: the node is gone.
     ///
     /// # Notable errors
-    /// As [`revoke`](Locks::revoke); [`Error::InvalidArgument`] for a name that is not a child name.
+    /// As [`revoke`](Locks::revoke); [`Error::InvalidArgument`] for a name that is not a lock node's (a semaphore's
+    /// stored count, another application's node).
     pub async fn revoke_node(&self, path: impl AsRef<str>, node: &str) -> Result<bool> {
         let path = LockPath::new(path)?;
         if node == crate::layout::EXCLUSIVE_NODE {
@@ -386,10 +387,19 @@ impl Locks {
                 "the exclusive lock at {path} cannot be revoked: its node's data proves whose node it is"
             )));
         }
-        if node.is_empty() || node.contains('/') {
-            return Err(Error::InvalidArgument(format!("{node:?} is not a child name of {path}")));
+        if crate::layout::Family::of(node).is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "{node:?} is not a lock node name (of any recipe or layout) under {path}: only a holder's node can be \
+                 asked to let go"
+            )));
         }
-        match self.ctx.backend.current().set_data(&path.child(node), crate::REVOKE_MESSAGE).await {
+        match self
+            .ctx
+            .backend
+            .current()
+            .set_data(&path.child(node), crate::REVOKE_MESSAGE)
+            .await
+        {
             Ok(()) => Ok(true),
             Err(Error::NoNode(_)) => Ok(false),
             Err(e) => Err(e),

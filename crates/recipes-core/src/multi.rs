@@ -112,8 +112,16 @@ impl MultiLock {
     }
 
     async fn get(&self, patience: Patience) -> Result<Option<MultiGuard>> {
-        // Every member at once.
-        let tried = join_all(self.members.iter().map(|m| m.try_acquire())).await;
+        // Every member at once, within the deadline (a try alone is bounded by a few seconds, not by ours).
+        let tries = join_all(self.members.iter().map(|m| m.try_acquire()));
+        let tried = match patience {
+            Patience::Until(d) => match tokio::time::timeout_at(d, tries).await {
+                Ok(t) => t,
+                // Dropped tries delete whatever they made.
+                Err(_) => return Ok(None),
+            },
+            _ => tries.await,
+        };
         let mut held = Held(Vec::with_capacity(self.members.len()));
         let mut busy_from = None;
         let mut first_error = None;
@@ -124,6 +132,11 @@ impl MultiLock {
                 // while waiting for an earlier one.
                 Ok(Some(g)) => drop_later(g).await,
                 Ok(None) => {
+                    busy_from.get_or_insert(i);
+                }
+                // A try gives up on a connection that does not answer within a few seconds; a waiting acquire waits
+                // for it, as one lock would.
+                Err(Error::ConnectionLoss) if patience != Patience::TryOnce => {
                     busy_from.get_or_insert(i);
                 }
                 Err(e) => {
@@ -177,14 +190,23 @@ async fn drop_later(g: LockGuard) {
     let _ = g.release().await;
 }
 
+/// Releases `guards` in reverse order: their deletes are sent one behind the other without waiting for each reply
+/// (one session applies its requests in the order they are sent), so the server applies them in reverse order, all in
+/// one round trip. Returns the path and error of every release that failed.
+async fn release_reversed(guards: Vec<LockGuard>) -> Vec<(String, Error)> {
+    let releases = guards.into_iter().rev().map(|g| async move {
+        let path = g.path().to_string();
+        g.release().await.err().map(|e| (path, e))
+    });
+    join_all(releases).await.into_iter().flatten().collect()
+}
+
 /// The members held so far by an acquire; dropped (the acquire cancelled), their guards delete their nodes.
 struct Held(Vec<LockGuard>);
 
 impl Held {
     async fn release_all(&mut self) {
-        while let Some(g) = self.0.pop() {
-            let _ = g.release().await;
-        }
+        let _ = release_reversed(std::mem::take(&mut self.0)).await;
     }
 
     fn into_guard(mut self) -> MultiGuard {
@@ -229,7 +251,8 @@ impl MultiGuard {
         select_all(watches).await.0
     }
 
-    /// Releases every member, in reverse order, and reports every failure.
+    /// Releases every member, in reverse order (the deletes go out one behind the other in one round trip, and the
+    /// server applies them in that order), and reports every failure.
     ///
     /// # Notable errors
     /// [`Error::ReleaseFailed`] with each member's path and error, when any release failed (the others are released
@@ -238,13 +261,7 @@ impl MultiGuard {
     /// # Cancel safety
     /// Cancel safe: a member not yet released when the future is dropped is released in the background.
     pub async fn release(mut self) -> Result<()> {
-        let mut failures = Vec::new();
-        while let Some(g) = self.guards.pop() {
-            let path = g.path().to_string();
-            if let Err(e) = g.release().await {
-                failures.push((path, e));
-            }
-        }
+        let failures = release_reversed(std::mem::take(&mut self.guards)).await;
         if failures.is_empty() {
             Ok(())
         } else {

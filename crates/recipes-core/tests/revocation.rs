@@ -95,3 +95,73 @@ async fn every_holder_and_only_holders_are_asked() {
     assert!(ex.is_valid());
     ex.release().await.unwrap();
 }
+
+/// A request written on the exclusive recipe's fixed node by another tool (Curator's `Revoker`, `zkCli set`) reaches
+/// its holder, and the holder's release still deletes the node: a held node is known by its creation id, not by its
+/// data (found by review: the release read the data, took the node for another's, and left it until the session
+/// ended, locking everyone out). `revoke_node` refuses names that are no lock node's.
+#[tokio::test(start_paused = true)]
+async fn a_foreign_request_on_the_exclusive_node_does_not_keep_it() {
+    use recipes_core::BackendExt;
+    let cluster = MemCluster::new();
+    let a = Locks::new(cluster.client());
+    let raw = cluster.client();
+    let g = a.exclusive("/ex").unwrap().acquire().await.unwrap();
+    raw.current()
+        .set_data("/ex/lock", recipes_core::REVOKE_MESSAGE)
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(1), g.revocation_requested())
+        .await
+        .expect("the request reaches the holder")
+        .unwrap();
+    g.release().await.expect("the holder's release deletes its node");
+    assert!(!cluster.exists("/ex/lock"));
+    let b = Locks::new(cluster.client());
+    let g = b
+        .exclusive("/ex")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free again");
+    g.release().await.unwrap();
+    let sem = a.semaphore("/s", 2).unwrap().acquire().await.unwrap();
+    assert!(matches!(
+        b.revoke_node("/s", "x").await,
+        Err(recipes_core::Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        b.revoke_node("/s", "a/b").await,
+        Err(recipes_core::Error::InvalidArgument(_))
+    ));
+    sem.release().await.unwrap();
+}
+
+/// The multi-lock's first round of tries is bounded by its deadline, and a waiting acquire rides through a
+/// disconnection a single lock rides through (found by review: the tries ran under their own bound of a few seconds,
+/// and a try's `ConnectionLoss` failed the whole set).
+#[tokio::test(start_paused = true)]
+async fn the_multi_lock_keeps_its_deadline_through_a_disconnection() {
+    let cluster = MemCluster::new();
+    let client = cluster.client();
+    let locks = Locks::new(client.clone());
+    let set = locks
+        .multi([
+            ("/m/a", recipes_core::Recipe::Fair),
+            ("/m/b", recipes_core::Recipe::Fair),
+        ])
+        .unwrap();
+    client.disconnect_for(Duration::from_secs(3));
+    let t0 = tokio::time::Instant::now();
+    let r = set.acquire_timeout(Duration::from_millis(100)).await.unwrap();
+    assert!(r.is_none());
+    assert!(t0.elapsed() < Duration::from_secs(1), "took {:?}", t0.elapsed());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    client.disconnect_for(Duration::from_secs(8));
+    let held = tokio::time::timeout(Duration::from_secs(30), set.acquire())
+        .await
+        .expect("acquired once the connection is back")
+        .expect("a waiting acquire rides through a disconnection");
+    held.release().await.unwrap();
+}

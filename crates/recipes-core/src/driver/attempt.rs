@@ -215,6 +215,7 @@ impl<'a> Attempt<'a> {
             fixed: kind.is_none(),
             attempt,
             session: sid,
+            czxid: None,
         };
         let (node, mode) = match kind {
             None => (self.path.child(EXCLUSIVE_NODE), CreateMode::Ephemeral),

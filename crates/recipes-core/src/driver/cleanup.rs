@@ -36,8 +36,22 @@ pub(crate) struct Identity {
     /// holder's node of the same name.
     pub fixed: bool,
     pub attempt: Uuid,
+    /// The node's creation id, when known (a held node): a fixed-name node is ours when it has it, whatever its data
+    /// (another client may write its data: a revocation request).
+    pub czxid: Option<i64>,
     /// The session that made the node: every request of the delete runs on it, or not at all.
     pub session: SessionId,
+}
+
+impl Identity {
+    /// Whether a node of our fixed name, with this data, owner and creation id, is ours: by its creation id when we
+    /// know it, else by the attempt id in its data.
+    fn owns(&self, data: &[u8], owner: SessionId, czxid: i64) -> bool {
+        match self.czxid {
+            Some(c) => owner == self.session && czxid == c,
+            None => is_ours(data, owner, self.attempt, self.session),
+        }
+    }
 }
 
 /// What a delete of our node found.
@@ -63,9 +77,7 @@ async fn delete_once(ctx: &Ctx, node: &str, id: Identity) -> Result<Deleted> {
     if id.fixed {
         match on.get(node).await? {
             None => return Ok(Deleted::Absent),
-            Some((data, stat)) if !is_ours(&data, stat.ephemeral_owner, id.attempt, id.session) => {
-                return Ok(Deleted::NotOurs)
-            }
+            Some((data, stat)) if !id.owns(&data, stat.ephemeral_owner, stat.czxid) => return Ok(Deleted::NotOurs),
             Some(_) => {}
         }
     }
@@ -265,6 +277,7 @@ impl Cleanup {
                     fixed,
                     attempt,
                     session,
+                    czxid: None,
                 },
             ),
             Pending::Created(node, attempt, session) => (
@@ -273,6 +286,7 @@ impl Cleanup {
                     fixed,
                     attempt,
                     session,
+                    czxid: None,
                 },
             ),
         };

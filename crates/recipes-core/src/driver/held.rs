@@ -161,6 +161,7 @@ impl HeldNode {
             fixed: self.fixed,
             attempt: self.attempt,
             session: self.session,
+            czxid: Some(self.czxid),
         }
     }
 

@@ -20,7 +20,7 @@ macro_rules! __for_each_contract {
             request_of_ended_session_fails sent_request_lands_after_caller_drops
             containers_are_reaped_later_not_at_once one_session_applies_in_order
             watch_event_arrives_before_later_reply lost_reply_returns_to_same_session
-            server_expires_session_behind_cut_connection
+            server_expires_session_behind_cut_connection versioned_set_applies_only_over_that_version
         );
     };
 }
@@ -100,7 +100,7 @@ pub async fn request_of_ended_session_fails(h: &dyn Harness) {
         Err(Error::SessionExpired)
     ));
     assert!(matches!(stale.get_and_watch(&theirs).await, Err(Error::SessionExpired)));
-    stale.set_data_unacked(&theirs, b"stale");
+    stale.set_data_unacked(&theirs, b"stale", None);
     let outcome = stale.create_and_list(&mine, b"", CreateMode::Ephemeral).await;
     assert_eq!(outcome.created, Err(Error::SessionExpired));
     assert_eq!(outcome.listed, Err(Error::SessionExpired));
@@ -269,4 +269,26 @@ pub async fn server_expires_session_behind_cut_connection(h: &dyn Harness) {
         Err(Error::SessionExpired)
     );
     assert!(h.children(&path).await.is_empty());
+}
+
+/// A set with an expected data version applies only while the node's data version is that one: 0 until the data is
+/// first set (the `first` mark is written so, and must not overwrite a request to let go written first).
+pub async fn versioned_set_applies_only_over_that_version(h: &dyn Harness) {
+    let c = h.client().await;
+    let b = c.locks.backend();
+    let on = b.current();
+    let parent = h.path("versioned-set");
+    containers(on, &parent).await;
+    let node = format!("{parent}/n");
+    on.create(&node, b"made", CreateMode::Ephemeral).await.unwrap();
+    on.set_data_unacked(&node, b"first", Some(0));
+    on.sync(&node).await.unwrap();
+    assert_eq!(on.get(&node).await.unwrap().map(|(d, _)| d), Some(b"first".to_vec()));
+    // The data changed once: version 0 no longer matches.
+    on.set_data_unacked(&node, b"second", Some(0));
+    on.sync(&node).await.unwrap();
+    assert_eq!(on.get(&node).await.unwrap().map(|(d, _)| d), Some(b"first".to_vec()));
+    on.set_data(&node, b"any").await.unwrap();
+    assert_eq!(on.get(&node).await.unwrap().map(|(d, _)| d), Some(b"any".to_vec()));
+    on.delete(&node).await.unwrap();
 }

@@ -235,10 +235,11 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// `NoNode`, `ConnectionLoss` (outcome unknown), `SessionExpired`.
     async fn set_data(&self, session: SessionId, path: &str, data: &[u8]) -> Result<()>;
 
-    /// Overwrites a node's data without waiting for the reply. The request is sent before this returns, so the
-    /// server applies it before every later request of this session; its outcome is not reported. Nothing is sent
-    /// when `session` is not the current live session.
-    fn set_data_unacked(&self, session: SessionId, path: &str, data: &[u8]);
+    /// Overwrites a node's data without waiting for the reply, when its data version is `version` (ZooKeeper's:
+    /// 0 until the data is first set; `None`: any). The request is sent before this returns, so the server applies it
+    /// before every later request of this session; its outcome is not reported. Nothing is sent when `session` is not
+    /// the current live session.
+    fn set_data_unacked(&self, session: SessionId, path: &str, data: &[u8], version: Option<i32>);
 
     /// Deletes a node (any version).
     ///
@@ -387,8 +388,8 @@ impl SessionRef<'_> {
     }
 
     /// See [`Backend::set_data_unacked`].
-    pub fn set_data_unacked(&self, path: &str, data: &[u8]) {
-        self.backend.set_data_unacked(self.id, path, data)
+    pub fn set_data_unacked(&self, path: &str, data: &[u8], version: Option<i32>) {
+        self.backend.set_data_unacked(self.id, path, data, version)
     }
 
     /// See [`Backend::delete`].

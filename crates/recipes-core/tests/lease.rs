@@ -304,8 +304,8 @@ impl Backend for Shrinking {
     async fn set_data(&self, s: SessionId, path: &str, data: &[u8]) -> Result<()> {
         self.inner.set_data(s, path, data).await
     }
-    fn set_data_unacked(&self, s: SessionId, path: &str, data: &[u8]) {
-        self.inner.set_data_unacked(s, path, data)
+    fn set_data_unacked(&self, s: SessionId, path: &str, data: &[u8], version: Option<i32>) {
+        self.inner.set_data_unacked(s, path, data, version)
     }
     async fn delete(&self, s: SessionId, path: &str) -> Result<()> {
         self.inner.delete(s, path).await

@@ -165,3 +165,37 @@ async fn the_multi_lock_keeps_its_deadline_through_a_disconnection() {
         .expect("a waiting acquire rides through a disconnection");
     held.release().await.unwrap();
 }
+
+/// A request to let go that reaches a new holder's node before that holder marks itself `first` is not overwritten by
+/// the mark (found by review: the mark, written unconditionally right after the node came to hold, could wipe the
+/// request, and the holder never learned of it). The mark is written only over the node's data as made (version 0).
+#[tokio::test(start_paused = true)]
+async fn the_first_mark_never_overwrites_a_request_to_let_go() {
+    // Every waiter that comes to hold marks itself (in production: only behind 16 or more).
+    mutants::set(Mutant::AlwaysMark, true);
+    let cluster = MemCluster::new();
+    cluster.set_latency(Duration::from_millis(5));
+    let (a, b, asker) = (
+        Locks::new(cluster.client()),
+        Locks::new(cluster.client()),
+        Locks::new(cluster.client()),
+    );
+    let ga = a.fair("/f").unwrap().acquire().await.unwrap();
+    let lock_b = b.fair("/f").unwrap();
+    let waiting = tokio::spawn(async move { lock_b.acquire().await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let b_node = asker.participants("/f").await.unwrap().nodes[1].node.clone();
+    // A's delete lands 5 ms after it is sent (B hears of it then), and B's mark lands 5 ms after that. The request,
+    // sent 2 ms after the delete, lands in between.
+    let release = tokio::spawn(ga.release());
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    assert!(asker.revoke_node("/f", &b_node).await.unwrap());
+    release.await.unwrap().unwrap();
+    let gb = waiting.await.unwrap().unwrap();
+    mutants::set(Mutant::AlwaysMark, false);
+    tokio::time::timeout(Duration::from_secs(1), gb.revocation_requested())
+        .await
+        .expect("the request is still there for the holder")
+        .unwrap();
+    gb.release().await.unwrap();
+}

@@ -183,15 +183,17 @@ impl Backend for MemClient {
         let op = Op::SetData {
             path: path.to_owned(),
             data: data.to_vec(),
+            version: None,
         };
         self.request(session, op).await.map(|r| r.done("set"))
     }
 
-    fn set_data_unacked(&self, session: SessionId, path: &str, data: &[u8]) {
+    fn set_data_unacked(&self, session: SessionId, path: &str, data: &[u8], version: Option<i32>) {
         // Sent now; nobody waits for the reply. Not sent at all when the session is over or disconnected.
         let op = Op::SetData {
             path: path.to_owned(),
             data: data.to_vec(),
+            version,
         };
         let _ = self.send(session, op);
     }

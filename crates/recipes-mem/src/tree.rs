@@ -15,6 +15,8 @@ pub(crate) struct Node {
     pub children: BTreeSet<String>,
     /// The child-change counter; the next sequential child's sequence.
     pub cversion: i32,
+    /// The data-change counter (ZooKeeper's `version`): 0 until the data is first set.
+    pub version: i32,
     pub ctime: i64,
 }
 
@@ -27,6 +29,7 @@ impl Node {
             container,
             children: BTreeSet::new(),
             cversion: 0,
+            version: 0,
             ctime: now_millis(),
         }
     }
@@ -172,9 +175,14 @@ impl Tree {
         true
     }
 
-    pub fn set_data(&mut self, path: &str, data: &[u8]) -> Result<()> {
+    /// Sets a node's data, when its data version is `version` (any version: `None`), as ZooKeeper's `setData`.
+    pub fn set_data(&mut self, path: &str, data: &[u8], version: Option<i32>) -> Result<()> {
         let node = self.nodes.get_mut(path).ok_or_else(|| Error::NoNode(path.to_owned()))?;
+        if version.is_some_and(|v| v != node.version) {
+            return Err(Error::Backend(format!("bad version of {path}: its data changed")));
+        }
         node.data = data.to_vec();
+        node.version = node.version.wrapping_add(1);
         self.zxid += 1;
         Ok(())
     }

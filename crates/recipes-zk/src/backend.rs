@@ -431,10 +431,10 @@ impl Backend for ZkBackend {
         .await
     }
 
-    fn set_data_unacked(&self, session: SessionId, path: &str, data: &[u8]) {
+    fn set_data_unacked(&self, session: SessionId, path: &str, data: &[u8], version: Option<i32>) {
         if let Ok(client) = self.inner.client_for(session) {
             // Sent now (zookeeper-client sends at call time); the reply is awaited in the background and ignored.
-            let reply = client.set_data(path, data, None);
+            let reply = client.set_data(path, data, version);
             if let Ok(rt) = io_runtime() {
                 rt.spawn(async move {
                     let _ = reply.await;

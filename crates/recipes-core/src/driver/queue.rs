@@ -128,11 +128,14 @@ impl Attempt<'_> {
     }
 
     /// Tells the node behind us that nothing is ahead of us any more (see `wait_in_line`). Not awaited: the
-    /// request is ordered before our release.
+    /// request is ordered before our release. Only over the data the node was made with (version 0): a request to
+    /// let go written there first (revocation) is not overwritten, and the node behind lists again instead.
     fn mark_first(&self, node: &str, id: Identity) {
         let mut info = NodeInfo::for_this_process(id.attempt, self.recipe.name());
         info.first = true;
-        self.backend().on(id.session).set_data_unacked(node, &info.encode());
+        self.backend()
+            .on(id.session)
+            .set_data_unacked(node, &info.encode(), Some(0));
     }
 
     /// The verdict could not find our node among the contenders: it was deleted (by someone), or it has a name the

@@ -36,6 +36,8 @@ pub(crate) enum Op {
     SetData {
         path: String,
         data: Vec<u8>,
+        /// The data version expected (ZooKeeper's), or any.
+        version: Option<i32>,
     },
     Delete {
         path: String,
@@ -254,8 +256,8 @@ impl State {
                 let node = self.watch(sid, path, WatchKind::Data, watch);
                 Ok(Reply::Node(node.map(Node::read)))
             }
-            Op::SetData { path, data } => {
-                self.tree.set_data(&path, &data)?;
+            Op::SetData { path, data, version } => {
+                self.tree.set_data(&path, &data, version)?;
                 self.fire_watches(&path, NodeEvent::DataChanged, now);
                 Ok(Reply::Done)
             }

@@ -361,8 +361,9 @@ impl Locks {
     /// ```
     ///
     /// # Notable errors
-    /// [`Error::InvalidPath`]; [`Error::InvalidArgument`] when the holder is the exclusive recipe's fixed node (its
-    /// data proves whose node it is, so it cannot carry the request); the backend's errors.
+    /// [`Error::InvalidPath`]; [`Error::InvalidArgument`] when the holder is the exclusive recipe's fixed node (while
+    /// an acquire whose create reply was lost looks for it, its data is what tells whose it is, so it must not carry
+    /// the request); the backend's errors.
     pub async fn revoke(&self, path: impl AsRef<str>) -> Result<Vec<String>> {
         let participants = self.participants(path.as_ref()).await?;
         let mut asked = Vec::new();
@@ -384,10 +385,10 @@ impl Locks {
         let path = LockPath::new(path)?;
         if node == crate::layout::EXCLUSIVE_NODE {
             return Err(Error::InvalidArgument(format!(
-                "the exclusive lock at {path} cannot be revoked: its node's data proves whose node it is"
+                "the exclusive lock at {path} cannot be revoked: its node's data tells an acquire whose node it is"
             )));
         }
-        if crate::layout::Family::of(node).is_none() {
+        if node.is_empty() || node.contains('/') || crate::layout::Family::of(node).is_none() {
             return Err(Error::InvalidArgument(format!(
                 "{node:?} is not a lock node name (of any recipe or layout) under {path}: only a holder's node can be \
                  asked to let go"

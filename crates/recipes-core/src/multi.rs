@@ -184,15 +184,20 @@ impl MultiLock {
     }
 }
 
+/// How long an acquire that gives up waits for its members' releases before leaving them to the background (as one
+/// lock's acquire waits for its cleanup).
+const RELEASE_GRACE: Duration = Duration::from_millis(500);
+
 /// Lets go of a member taken out of order (its release error, if any, changes nothing: the node is gone or goes with
-/// the session).
+/// the session), waiting at most the grace: a dropped guard deletes its node in the background.
 async fn drop_later(g: LockGuard) {
-    let _ = g.release().await;
+    let _ = tokio::time::timeout(RELEASE_GRACE, g.release()).await;
 }
 
 /// Releases `guards` in reverse order: their deletes are sent one behind the other without waiting for each reply
 /// (one session applies its requests in the order they are sent), so the server applies them in reverse order, all in
-/// one round trip. Returns the path and error of every release that failed.
+/// one round trip (a delete whose reply is lost is retried later, out of that order; nothing depends on the order).
+/// Returns the path and error of every release that failed.
 async fn release_reversed(guards: Vec<LockGuard>) -> Vec<(String, Error)> {
     let releases = guards.into_iter().rev().map(|g| async move {
         let path = g.path().to_string();
@@ -205,8 +210,9 @@ async fn release_reversed(guards: Vec<LockGuard>) -> Vec<(String, Error)> {
 struct Held(Vec<LockGuard>);
 
 impl Held {
+    /// Releases every member held so far, waiting at most the grace (the rest goes on in the background).
     async fn release_all(&mut self) {
-        let _ = release_reversed(std::mem::take(&mut self.0)).await;
+        let _ = tokio::time::timeout(RELEASE_GRACE, release_reversed(std::mem::take(&mut self.0))).await;
     }
 
     fn into_guard(mut self) -> MultiGuard {

@@ -199,3 +199,56 @@ async fn the_first_mark_never_overwrites_a_request_to_let_go() {
         .unwrap();
     gb.release().await.unwrap();
 }
+
+/// `revoke_node` takes a child name only: a name with a `/` that some layout would parse (kazoo's accepts any prefix)
+/// must not reach a node below the path (found by review of the family check).
+#[tokio::test(start_paused = true)]
+async fn revoke_node_never_writes_below_the_path() {
+    use recipes_core::{BackendExt, CreateMode};
+    let cluster = MemCluster::new();
+    let raw = cluster.client();
+    let on = raw.current();
+    on.create("/s", b"", CreateMode::Persistent).await.unwrap();
+    on.create("/s/app", b"", CreateMode::Persistent).await.unwrap();
+    on.create("/s/app/cfg__lock__0000000001", b"precious", CreateMode::Persistent)
+        .await
+        .unwrap();
+    let b = Locks::new(cluster.client());
+    let r = b.revoke_node("/s", "app/cfg__lock__0000000001").await;
+    assert!(matches!(r, Err(recipes_core::Error::InvalidArgument(_))), "{r:?}");
+    let data = on.get("/s/app/cfg__lock__0000000001").await.unwrap().unwrap().0;
+    assert_eq!(data, b"precious");
+}
+
+/// A timed multi-lock that gives up while its connection is down does not wait for its members' releases past a
+/// short grace (they go on in the background), as one lock's cleanup does (found by review: it waited for the
+/// connection, 6 s here). It ends within its deadline and two graces of 500 ms: the waiting member's cleanup, then the
+/// releases of those it held.
+#[tokio::test(start_paused = true)]
+async fn a_timed_multi_lock_gives_up_on_time_while_disconnected() {
+    let cluster = MemCluster::new();
+    let holder = Locks::new(cluster.client());
+    let hb = holder.fair("/m/b").unwrap().acquire().await.unwrap();
+    let ca = cluster.client();
+    let a = Locks::new(ca.clone());
+    let set = a
+        .multi([
+            ("/m/a", recipes_core::Recipe::Fair),
+            ("/m/b", recipes_core::Recipe::Fair),
+        ])
+        .unwrap();
+    let t0 = tokio::time::Instant::now();
+    let t = tokio::spawn(async move { set.acquire_timeout(Duration::from_secs(1)).await.map(|g| g.is_some()) });
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    ca.disconnect_for(Duration::from_secs(6));
+    assert_eq!(t.await.unwrap(), Ok(false));
+    assert!(
+        t0.elapsed() < Duration::from_millis(2100),
+        "deadline overrun: {:?}",
+        t0.elapsed()
+    );
+    hb.release().await.unwrap();
+    // Once the connection is back, the member it held is released in the background.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(holder.participants("/m/a").await.unwrap().nodes.is_empty());
+}

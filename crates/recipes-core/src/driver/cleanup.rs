@@ -229,8 +229,8 @@ pub(crate) enum Pending {
     Nothing,
     /// A create was sent on this session; its node may exist, name unknown.
     Sent(Uuid, SessionId),
-    /// Our node exists.
-    Created(String, Uuid, SessionId),
+    /// Our node exists, with this creation id.
+    Created(String, Uuid, SessionId, i64),
 }
 
 /// Undoes the remote side effects of an acquire that did not complete: deletes our node, awaited on the ordinary
@@ -280,13 +280,13 @@ impl Cleanup {
                     czxid: None,
                 },
             ),
-            Pending::Created(node, attempt, session) => (
+            Pending::Created(node, attempt, session, czxid) => (
                 Some(node),
                 Identity {
                     fixed,
                     attempt,
                     session,
-                    czxid: None,
+                    czxid: Some(czxid),
                 },
             ),
         };

@@ -23,7 +23,7 @@ impl Attempt<'_> {
             let (czxid, listed) = match created {
                 Ok(c) => {
                     self.count(Count::Create);
-                    self.cleanup.state = Pending::Created(node.clone(), attempt, sid);
+                    self.cleanup.state = Pending::Created(node.clone(), attempt, sid, c.czxid);
                     (c.czxid, listed.ok())
                 }
                 Err(Error::NodeExists(_)) => {
@@ -92,7 +92,7 @@ impl Attempt<'_> {
             Some((data, stat)) if is_ours(&data, stat.ephemeral_owner, attempt, sid) => {
                 self.count(Count::Create);
                 self.count(Count::CreateRecovery);
-                self.cleanup.state = Pending::Created(node.to_owned(), attempt, sid);
+                self.cleanup.state = Pending::Created(node.to_owned(), attempt, sid, stat.czxid);
                 Ok(Some(stat.czxid))
             }
             _ => Ok(None),

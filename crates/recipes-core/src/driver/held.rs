@@ -172,9 +172,9 @@ impl HeldNode {
 
     /// Gives the node back to the acquire that made it, never handed out (neither counted nor deleted here): its
     /// path, attempt id and session, for the acquire's cleanup.
-    pub fn unheld(self) -> (String, Uuid, SessionId) {
+    pub fn unheld(self) -> (String, Uuid, SessionId, i64) {
         self.released.store(true, Ordering::Release);
-        (self.node.clone(), self.attempt, self.session)
+        (self.node.clone(), self.attempt, self.session, self.czxid)
     }
 
     /// Deletes the node and reports what happened.

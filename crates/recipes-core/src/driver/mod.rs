@@ -208,8 +208,8 @@ impl Attempt<'_> {
                 Err(stop) => {
                     // Never held, as far as the caller knows: our node goes back to the acquire's cleanup (deleted
                     // within the grace, not counted as a hold).
-                    let (node, attempt, session) = held.unheld();
-                    self.cleanup.state = Pending::Created(node, attempt, session);
+                    let (node, attempt, session, czxid) = held.unheld();
+                    self.cleanup.state = Pending::Created(node, attempt, session, czxid);
                     self.gave_up(stop).await
                 }
             },

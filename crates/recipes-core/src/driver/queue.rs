@@ -171,7 +171,7 @@ impl Attempt<'_> {
             };
             if let Some((node, czxid, children)) = found {
                 self.count(Count::Create);
-                self.cleanup.state = Pending::Created(node.clone(), id.attempt, sid);
+                self.cleanup.state = Pending::Created(node.clone(), id.attempt, sid, czxid);
                 return Ok(Queued {
                     node,
                     czxid,

@@ -237,7 +237,7 @@ impl<'a> Attempt<'a> {
     /// What a semaphore's path stores: its permit count in decimal (as kazoo's semaphore does); empty for a lock.
     fn permit_count_data(&self) -> Vec<u8> {
         if self.recipe == Recipe::Semaphore {
-            self.permits.to_string().into_bytes()
+            crate::semaphore::encode_permits(self.permits)
         } else {
             Vec::new()
         }
@@ -254,9 +254,7 @@ impl<'a> Attempt<'a> {
             }
         };
         let Some((data, _)) = data else { return Ok(()) };
-        let stored = std::str::from_utf8(&data)
-            .ok()
-            .and_then(|t| t.trim().parse::<u32>().ok());
+        let stored = crate::semaphore::decode_permits(&data);
         if stored == Some(self.permits) {
             return Ok(());
         }

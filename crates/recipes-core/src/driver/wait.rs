@@ -29,16 +29,16 @@ fn marked_first(data: &[u8]) -> bool {
 impl Attempt<'_> {
     /// Waits for the deletion of `node`: the watch is set before the existence check, so no wake-up is lost.
     pub async fn wait_deleted(&self, node: &str, pinned: SessionId) -> Step<()> {
-        self.wait_any_deleted(&[node.to_owned()], pinned).await
+        self.wait_any_deleted(&[node], pinned).await
     }
 
     /// Waits for the deletion of any of `nodes` (a semaphore's window), their watches set in one round trip, each
     /// before its existence check, so no wake-up is lost. Returns at once when one is already gone.
-    pub async fn wait_any_deleted(&self, nodes: &[String], pinned: SessionId) -> Step<()> {
+    pub async fn wait_any_deleted<S: AsRef<str>>(&self, nodes: &[S], pinned: SessionId) -> Step<()> {
         let on = self.backend().on(pinned);
         let mut rx = self.backend().session();
         loop {
-            let set = futures::future::join_all(nodes.iter().map(|n| self.call(on.watch_deletion(n)))).await;
+            let set = futures::future::join_all(nodes.iter().map(|n| self.call(on.watch_deletion(n.as_ref())))).await;
             let mut watches = Vec::with_capacity(set.len());
             let mut failed = None;
             for r in set {

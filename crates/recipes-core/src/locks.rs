@@ -265,19 +265,14 @@ impl Locks {
         Ok(ReadWriteLock::new(self.ctx.clone(), holds))
     }
 
-    /// A [`Semaphore`] of `permits` permits at `path` (native layout only, for now).
+    /// A [`Semaphore`] of `permits` permits at `path`. In the Curator layout it is Curator's `InterProcessSemaphoreV2`
+    /// (`path/locks`, `path/leases`), in the kazoo layout kazoo's `Semaphore` (`path-__lock__`, leases under `path`),
+    /// interoperating with them on the same paths; those layouts grant one permit per lease (no `acquire_many`).
     ///
     /// # Notable errors
-    /// [`Error::InvalidPath`]; [`Error::InvalidArgument`] for zero permits, or a layout other than native.
+    /// [`Error::InvalidPath`]; [`Error::InvalidArgument`] for zero permits.
     pub fn semaphore(&self, path: impl AsRef<str>, permits: u32) -> Result<Semaphore> {
-        let path = LockPath::new(path)?;
-        if self.ctx.layout != Layout::Native {
-            return Err(Error::InvalidArgument(format!(
-                "the semaphore at {path} has no {} layout yet: use the native layout",
-                self.ctx.layout
-            )));
-        }
-        Semaphore::new(self.ctx.clone(), path, permits)
+        Semaphore::new(self.ctx.clone(), LockPath::new(path)?, permits)
     }
 
     /// A [`MultiLock`] over `members` (path and recipe each, in any order): all of them held at once, or none.

@@ -11,6 +11,7 @@
 //! - [`faults`]: lost replies, deleted nodes, disconnections, delayed watches.
 //! - [`safety`]: regressions of the attacks that once put two holders in.
 //! - [`semaphore`]: the semaphore's bound, order, permit count and cleanup.
+//! - [`peer_semaphore`]: the semaphore in the Curator and kazoo layouts: bound, cleanup, refusals.
 //! - [`multi`]: the multi-lock: all or none, no deadlock, mixed recipes, cleanup.
 //!
 //! `__for_each_scenario!` below lists every scenario by name; [`conformance_suite!`](crate::conformance_suite) makes
@@ -33,6 +34,7 @@ pub mod exclusion;
 pub mod faults;
 pub mod multi;
 pub mod order;
+pub mod peer_semaphore;
 pub mod read_write;
 pub mod reentrancy;
 pub mod safety;
@@ -44,6 +46,7 @@ pub use exclusion::*;
 pub use faults::*;
 pub use multi::*;
 pub use order::*;
+pub use peer_semaphore::*;
 pub use read_write::*;
 pub use reentrancy::*;
 pub use safety::*;
@@ -86,7 +89,8 @@ macro_rules! __for_each_scenario {
             semaphore_never_exceeds_permits semaphore_grants_in_queue_order semaphore_any_release_lets_the_next_in
             semaphore_permit_count_is_one_per_path semaphore_leaves_nothing_behind
             semaphore_and_lock_on_one_path_refused semaphore_peer_bugs_stay_away multi_lock_all_or_none multi_lock_opposite_orders_never_deadlock
-            multi_lock_mixed_recipes multi_lock_cancel_and_errors
+            multi_lock_mixed_recipes multi_lock_cancel_and_errors peer_semaphores_never_exceed_permits
+            peer_semaphores_leave_nothing_behind peer_semaphores_refuse_what_they_cannot_share
         );
     };
 }

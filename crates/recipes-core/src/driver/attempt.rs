@@ -10,6 +10,7 @@ use tracing::debug;
 use uuid::Uuid;
 
 use super::cleanup::{Cleanup, Identity, Pending};
+use super::peer_semaphore::PeerLease;
 use super::{session, Claim, Ctx, HeldNode, CLEANUP_GRACE, TRY_BOUND};
 use crate::backend::{Backend, BackendExt, CreateAndList, CreateMode, SessionId};
 use crate::decide::Refusal;
@@ -56,6 +57,8 @@ pub(crate) struct Attempt<'a> {
     pub started: Instant,
     /// Whether the lock came by a same-session handoff (counted once the guard is handed out).
     pub handed: AtomicBool,
+    /// A peer semaphore's lease: its semaphore, and the session of the mutex it is made under.
+    pub peer: Option<PeerLease>,
 }
 
 impl<'a> Attempt<'a> {
@@ -80,6 +83,7 @@ impl<'a> Attempt<'a> {
             tags,
             started: Instant::now(),
             handed: AtomicBool::new(false),
+            peer: None,
         }
     }
 
@@ -142,9 +146,11 @@ impl<'a> Attempt<'a> {
     /// Our node holds the lock: nothing is left to clean up.
     pub fn held(&mut self, node: String, czxid: i64, id: Identity) -> HeldNode {
         // The held node first: from here its drop deletes the node, whatever panics (a tracing layer, a recorder).
+        // A peer semaphore's lease is held as the semaphore's (its path, not the path of its leases).
+        let path = self.peer.as_ref().map_or(self.path, |p| &p.root);
         let held = HeldNode::new(
             self.ctx.clone(),
-            self.path.clone(),
+            path.clone(),
             self.recipe,
             node,
             czxid,
@@ -234,9 +240,10 @@ impl<'a> Attempt<'a> {
         Ok((id, outcome))
     }
 
-    /// What a semaphore's path stores: its permit count in decimal (as kazoo's semaphore does); empty for a lock.
+    /// What a native semaphore's path stores: its permit count in decimal (as kazoo's semaphore does); empty for a
+    /// lock, and for the path of a peer semaphore's leases or mutex (its count is stored by `peer_count`).
     fn permit_count_data(&self) -> Vec<u8> {
-        if self.recipe == Recipe::Semaphore {
+        if self.recipe == Recipe::Semaphore && self.peer.is_none() {
             crate::semaphore::encode_permits(self.permits)
         } else {
             Vec::new()

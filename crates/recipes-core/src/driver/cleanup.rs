@@ -19,7 +19,7 @@ use super::Ctx;
 use crate::backend::{BackendExt, SessionId, SessionState};
 use crate::error::{Error, Result, RetryReason};
 use crate::info::NodeInfo;
-use crate::layout::EXCLUSIVE_NODE;
+use crate::layout::{Layout, EXCLUSIVE_NODE};
 use crate::metrics::{Count, Tags};
 use crate::mutants::{is_active, Mutant};
 use crate::path::LockPath;
@@ -185,6 +185,13 @@ async fn delete_node_after(ctx: &Ctx, node: &str, id: Identity, lost_reply: bool
     .await
 }
 
+/// Whether a child name is one an acquire with this attempt id made: a queued node carries the id in its name; a kazoo
+/// semaphore's lease is named by it alone.
+fn made_by(layout: Layout, name: &str, attempt: Uuid) -> bool {
+    layout.parse(name).is_some_and(|p| p.attempt == attempt)
+        || (layout == Layout::Kazoo && name == attempt.simple().encode_lower(&mut Uuid::encode_buffer()))
+}
+
 /// Deletes whatever node a create of this attempt, sent on `session`, may have made (its reply never arrived).
 async fn delete_by_attempt(ctx: &Ctx, path: &LockPath, id: Identity) -> Result<()> {
     let on = ctx.backend.on(id.session);
@@ -204,7 +211,7 @@ async fn delete_by_attempt(ctx: &Ctx, path: &LockPath, id: Identity) -> Result<(
         };
         let mut found = Deleted::Absent;
         for name in children {
-            if ctx.layout.parse(&name).is_some_and(|p| p.attempt == id.attempt) {
+            if made_by(ctx.layout, &name, id.attempt) {
                 match on.delete(&path.child(&name)).await {
                     Ok(()) => found = Deleted::Ours,
                     Err(Error::NoNode(_)) => {}

@@ -14,6 +14,7 @@ mod cleanup;
 mod exclusive;
 mod handoff;
 mod held;
+mod peer_semaphore;
 mod queue;
 pub(crate) mod session;
 mod wait;
@@ -110,6 +111,20 @@ pub(crate) async fn acquire_claim(
     claim: Claim,
     patience: Patience,
 ) -> Result<Option<HeldNode>> {
+    if claim.recipe == Recipe::Semaphore && ctx.layout != Layout::Native {
+        return peer_semaphore::acquire(ctx, path, claim, patience).await;
+    }
+    acquire_on(ctx, path, claim, patience, None).await
+}
+
+/// As [`acquire_claim`]; `peer`: the claim is a peer semaphore's lease under `path`, made under its mutex.
+async fn acquire_on(
+    ctx: &Arc<Ctx>,
+    path: &LockPath,
+    claim: Claim,
+    patience: Patience,
+    peer: Option<peer_semaphore::PeerLease>,
+) -> Result<Option<HeldNode>> {
     let recipe = claim.recipe;
     let span = tracing::debug_span!(
         "acquire",
@@ -121,6 +136,7 @@ pub(crate) async fn acquire_claim(
     );
     let mut held = async move {
         let mut attempt = Attempt::new(ctx, path, claim, patience);
+        attempt.peer = peer;
         let outcome = attempt.run().await;
         match &outcome {
             Ok(Some(_)) => {
@@ -192,9 +208,10 @@ impl Attempt<'_> {
 
     /// The attempt, to its end: holding, gave up with nothing left behind, or failed.
     async fn run(&mut self) -> Result<Option<HeldNode>> {
-        let outcome = match self.recipe.node_kind() {
-            None => self.exclusive().await,
-            Some(kind) => self.queued(kind).await,
+        let outcome = match (self.peer.clone(), self.recipe.node_kind()) {
+            (Some(p), _) => self.peer_lease(&p).await,
+            (None, None) => self.exclusive().await,
+            (None, Some(kind)) => self.queued(kind).await,
         };
         match outcome {
             // Between the last reply and now the client may have learned that the session is over (a reply that

@@ -140,7 +140,7 @@ impl Attempt<'_> {
 
     /// The verdict could not find our node among the contenders: it was deleted (by someone), or it has a name the
     /// layout does not read. Either way, delete it by its path (the cleanup knows it) and queue again, bounded.
-    async fn vanished(&mut self, node: &str) -> Step<()> {
+    pub async fn vanished(&mut self, node: &str) -> Step<()> {
         debug!(%node, "our lock node is not in the queue; deleting it by its path and creating it again");
         if is_active(Mutant::MissingForgetsNode) {
             self.cleanup.disarm();
@@ -183,7 +183,7 @@ impl Attempt<'_> {
     }
 
     /// After a lost create reply: our node, when the create made one (found by its attempt id and owner).
-    async fn recover_queued(&mut self, id: Identity) -> Step<Option<(String, i64, Option<Vec<String>>)>> {
+    pub async fn recover_queued(&mut self, id: Identity) -> Step<Option<(String, i64, Option<Vec<String>>)>> {
         if self.connected().await? != id.session {
             // The session is over: whatever the create made went with it.
             self.cleanup.disarm();

@@ -23,8 +23,12 @@ pub enum Family {
     CuratorLock,
     /// Curator's semaphore leases: `_c_<uuid>-lease-<seq>`.
     CuratorLease,
+    /// The children of a Curator semaphore's path: `locks` (its mutex) and `leases` (its leases, below).
+    CuratorSemaphore,
     /// kazoo's `Lock`, `ReadLock` and `WriteLock`: `…__lock__<seq>`, `…__rlock__<seq>`.
     Kazoo,
+    /// kazoo's semaphore leases: a bare `<uuid hex>` (32 lower-case hex digits).
+    KazooLease,
 }
 
 impl Family {
@@ -36,6 +40,8 @@ impl Family {
     /// assert_eq!(Family::of("L-0123456789abcdef0123456789abcdef-0000000007"), Some(Family::NativeQueue));
     /// assert_eq!(Family::of("_c_8c2b6b0e-1f2a-4b3c-9d4e-5f6a7b8c9d0e-lock-0000000007"), Some(Family::CuratorLock));
     /// assert_eq!(Family::of("0123456789abcdef0123456789abcdef__rlock__0000000007"), Some(Family::Kazoo));
+    /// assert_eq!(Family::of("0123456789abcdef0123456789abcdef"), Some(Family::KazooLease));
+    /// assert_eq!(Family::of("leases"), Some(Family::CuratorSemaphore));
     /// assert_eq!(Family::of("config"), None);
     /// ```
     pub fn of(name: &str) -> Option<Family> {
@@ -51,6 +57,12 @@ impl Family {
         if parse_kazoo(name).is_some() {
             return Some(Family::Kazoo);
         }
+        if is_kazoo_lease(name) {
+            return Some(Family::KazooLease);
+        }
+        if name == CURATOR_SEMAPHORE_MUTEX || name == CURATOR_SEMAPHORE_LEASES {
+            return Some(Family::CuratorSemaphore);
+        }
         None
     }
 
@@ -61,10 +73,22 @@ impl Family {
             Family::NativeQueue => "native fair/reentrant/read/write",
             Family::NativeSemaphore => "native semaphore",
             Family::CuratorLock => "Curator mutex or read/write",
-            Family::CuratorLease => "Curator semaphore",
+            Family::CuratorLease => "Curator semaphore lease",
+            Family::CuratorSemaphore => "Curator semaphore",
             Family::Kazoo => "kazoo lock",
+            Family::KazooLease => "kazoo semaphore lease",
         }
     }
+}
+
+/// The child of a Curator semaphore's path that holds its mutex (`InterProcessSemaphoreV2`'s `LOCK_PARENT`).
+pub(crate) const CURATOR_SEMAPHORE_MUTEX: &str = "locks";
+/// The child of a Curator semaphore's path that holds its leases (`LEASE_PARENT`).
+pub(crate) const CURATOR_SEMAPHORE_LEASES: &str = "leases";
+
+/// Whether a name is a kazoo semaphore's lease: `uuid.uuid4().hex`, 32 lower-case hex digits.
+pub(crate) fn is_kazoo_lease(name: &str) -> bool {
+    name.len() == 32 && name.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// Curator's protected names `_c_<uuid>-<marker><seq>`, and the unprotected `<marker><seq>`.

@@ -10,6 +10,7 @@ use crate::error::Error;
 mod family;
 
 pub use family::Family;
+pub(crate) use family::{CURATOR_SEMAPHORE_LEASES, CURATOR_SEMAPHORE_MUTEX};
 
 /// What a lock node stands for in the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -84,10 +85,11 @@ pub struct ParsedNode {
 /// The fixed node name of the exclusive recipe.
 pub const EXCLUSIVE_NODE: &str = "lock";
 
-const CURATOR_MARKERS: [(&str, NodeKind); 3] = [
+const CURATOR_MARKERS: [(&str, NodeKind); 4] = [
     ("__WRIT__", NodeKind::Write),
     ("__READ__", NodeKind::Read),
     ("lock-", NodeKind::Lock),
+    ("lease-", NodeKind::Permit),
 ];
 
 impl Layout {
@@ -164,6 +166,7 @@ impl Layout {
         match (self, kind) {
             (Layout::Native, NodeKind::Permit) => Family::NativeSemaphore,
             (Layout::Curator, NodeKind::Permit) => Family::CuratorLease,
+            (Layout::Kazoo, NodeKind::Permit) => Family::KazooLease,
             _ => self.queue_family(),
         }
     }

@@ -1,7 +1,9 @@
 // A Curator 5.4 peer for the interoperability tests: takes an InterProcessMutex or an InterProcessReadWriteLock
 // side on PATH a number of times, checking for overlaps through marker files shared with the other processes.
 //
-// usage: CuratorPeer CONNECT PATH mutex|read|write COUNT DIR
+// usage: CuratorPeer CONNECT PATH mutex|read|write|semaphoreN COUNT DIR
+// (semaphoreN: an InterProcessSemaphoreV2 of N leases; a holder makes a file under DIR/S and counts the files there:
+// more than N is an overlap; prints "acquisitions N overlaps M most K", K the most holders it saw in at once)
 // DIR/ready-<pid> is created once connected; DIR/go is awaited before starting (at most 60 s).
 // Prints "acquisitions N overlaps M" and exits 0 (3 on overlaps).
 //
@@ -23,6 +25,8 @@ import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.locks.InterProcessLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
+import org.apache.curator.framework.recipes.locks.Lease;
 import org.apache.curator.framework.recipes.locks.Revoker;
 import org.apache.curator.retry.RetryNTimes;
 
@@ -65,6 +69,9 @@ public class CuratorPeer {
             System.out.println(revoked ? "revoked" : "not asked");
             System.exit(revoked ? 0 : 75);
         }
+        if (role.startsWith("semaphore")) {
+            System.exit(semaphore(client, path, Integer.parseInt(role.substring(9)), count, dir));
+        }
         InterProcessLock lock;
         if (role.equals("mutex")) {
             lock = new InterProcessMutex(client, path);
@@ -73,15 +80,7 @@ public class CuratorPeer {
         } else {
             lock = new InterProcessReadWriteLock(client, path).writeLock();
         }
-        new File(dir, "ready-" + ProcessHandle.current().pid()).createNewFile();
-        long deadline = System.currentTimeMillis() + 60_000;
-        while (!new File(dir, "go").exists()) {
-            if (System.currentTimeMillis() > deadline) {
-                System.err.println("no go signal");
-                System.exit(70);
-            }
-            Thread.sleep(5);
-        }
+        awaitGo(dir);
         int overlaps = 0;
         boolean exclusive = !role.equals("read");
         File writer = new File(dir, "W");
@@ -112,5 +111,47 @@ public class CuratorPeer {
         client.close();
         System.out.println("acquisitions " + count + " overlaps " + overlaps);
         System.exit(overlaps == 0 ? 0 : 3);
+    }
+
+    static void awaitGo(File dir) throws Exception {
+        new File(dir, "ready-" + ProcessHandle.current().pid()).createNewFile();
+        long deadline = System.currentTimeMillis() + 60_000;
+        while (!new File(dir, "go").exists()) {
+            if (System.currentTimeMillis() > deadline) {
+                System.err.println("no go signal");
+                System.exit(70);
+            }
+            Thread.sleep(5);
+        }
+    }
+
+    static int semaphore(CuratorFramework client, String path, int permits, int count, File dir) throws Exception {
+        InterProcessSemaphoreV2 sem = new InterProcessSemaphoreV2(client, path, permits);
+        awaitGo(dir);
+        int overlaps = 0, most = 0;
+        File holders = new File(dir, "S");
+        FileOutputStream log = new FileOutputStream(new File(dir, "log"), true);
+        byte[] tag = "java-semaphore\n".getBytes();
+        for (int i = 0; i < count; i++) {
+            Lease lease = sem.acquire(60, TimeUnit.SECONDS);
+            if (lease == null) {
+                System.err.println("acquire timed out");
+                return 75;
+            }
+            File mine = new File(holders, "java-" + UUID.randomUUID());
+            mine.createNewFile();
+            String[] in = holders.list();
+            int inside = in == null ? 0 : in.length;
+            if (inside > permits) overlaps++;
+            most = Math.max(most, inside);
+            log.write(tag);
+            Thread.sleep(5);
+            mine.delete();
+            sem.returnLease(lease);
+        }
+        log.close();
+        client.close();
+        System.out.println("acquisitions " + count + " overlaps " + overlaps + " most " + most);
+        return overlaps == 0 ? 0 : 3;
     }
 }

@@ -1,7 +1,9 @@
 """A kazoo peer for the interoperability tests: takes a kazoo Lock, ReadLock or WriteLock on PATH a number of
 times, checking for overlaps through marker files shared with the other processes.
 
-usage: kazoo_peer.py CONNECT PATH mutex|read|write COUNT DIR
+usage: kazoo_peer.py CONNECT PATH mutex|read|write|semaphoreN COUNT DIR
+(semaphoreN: a kazoo Semaphore of N leases; a holder makes a file under DIR/S and counts the files there: more than N
+is an overlap; prints "acquisitions N overlaps M most K", K the most holders it saw in at once)
 DIR/ready-<pid> is created once connected; DIR/go is awaited before starting (at most 60 s).
 Prints "acquisitions N overlaps M" and exits 0 (3 on overlaps).
 """
@@ -17,19 +19,15 @@ def main():
     connect, path, role, count, directory = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
     zk = KazooClient(hosts=connect, timeout=10)
     zk.start(timeout=20)
+    if role.startswith("semaphore"):
+        sys.exit(semaphore(zk, path, int(role[len("semaphore"):]), count, directory))
     if role == "mutex":
         lock = zk.Lock(path)
     elif role == "read":
         lock = zk.ReadLock(path)
     else:
         lock = zk.WriteLock(path)
-    open(os.path.join(directory, "ready-%d" % os.getpid()), "w").close()
-    deadline = time.time() + 60
-    while not os.path.exists(os.path.join(directory, "go")):
-        if time.time() > deadline:
-            print("no go signal", file=sys.stderr)
-            sys.exit(70)
-        time.sleep(0.005)
+    await_go(directory)
     writer = os.path.join(directory, "W")
     readers = os.path.join(directory, "R")
     exclusive = role != "read"
@@ -67,6 +65,42 @@ def main():
     zk.close()
     print("acquisitions %d overlaps %d" % (count, overlaps))
     sys.exit(0 if overlaps == 0 else 3)
+
+
+def await_go(directory):
+    open(os.path.join(directory, "ready-%d" % os.getpid()), "w").close()
+    deadline = time.time() + 60
+    while not os.path.exists(os.path.join(directory, "go")):
+        if time.time() > deadline:
+            print("no go signal", file=sys.stderr)
+            sys.exit(70)
+        time.sleep(0.005)
+
+
+def semaphore(zk, path, permits, count, directory):
+    sem = zk.Semaphore(path, max_leases=permits)
+    await_go(directory)
+    holders = os.path.join(directory, "S")
+    overlaps, most = 0, 0
+    log = os.open(os.path.join(directory, "log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    for _ in range(count):
+        if not sem.acquire(timeout=60):
+            print("acquire timed out", file=sys.stderr)
+            return 75
+        mine = os.path.join(holders, "python-%s" % uuid.uuid4().hex)
+        open(mine, "w").close()
+        inside = len(os.listdir(holders))
+        if inside > permits:
+            overlaps += 1
+        most = max(most, inside)
+        os.write(log, b"python-semaphore\n")
+        time.sleep(0.005)
+        os.remove(mine)
+        sem.release()
+    zk.stop()
+    zk.close()
+    print("acquisitions %d overlaps %d most %d" % (count, overlaps, most))
+    return 0 if overlaps == 0 else 3
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use recipes_core::{Backend, Layout, Locks, Recipe};
+use std::sync::Arc;
+
+use recipes_core::{Backend, Layout, Lock, Locks, Recipe};
 use recipes_zk::{ZkBackend, ZkOptions};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -55,30 +57,55 @@ fn workdir(name: &str) -> PathBuf {
         .as_nanos();
     let d = std::env::temp_dir().join(format!("recipes-interop-{}-{name}-{nanos}", std::process::id()));
     std::fs::create_dir_all(d.join("R")).unwrap();
+    std::fs::create_dir_all(d.join("S")).unwrap();
     d
 }
 
-/// The overlap detector, Rust side (the same protocol as the peers').
-fn enter(dir: &Path, exclusive: bool, tag: &str, log: &mut std::fs::File) -> (u64, Option<PathBuf>) {
+/// What a contender takes: the lock alone, a share of it beside other readers, or one of a semaphore's permits.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mode {
+    Exclusive,
+    Shared,
+    Permit(u32),
+}
+
+/// The overlap detector, Rust side (the same protocol as the peers'): an exclusive holder makes the directory `W`
+/// and sees no reader; a reader makes a file under `R/` and sees no `W`; a permit holder makes a file under `S/` and
+/// sees at most the permits' number of files there. Returns the overlaps seen, how many were in at once (as seen),
+/// and the marker to remove on exit.
+fn enter(dir: &Path, mode: Mode, tag: &str, log: &mut std::fs::File) -> (u64, u64, Option<PathBuf>) {
     let mut overlaps = 0;
-    let mine = if exclusive {
-        if std::fs::create_dir(dir.join("W")).is_err() {
-            overlaps += 1;
+    let mut inside = 1;
+    let mine = match mode {
+        Mode::Exclusive => {
+            if std::fs::create_dir(dir.join("W")).is_err() {
+                overlaps += 1;
+            }
+            if std::fs::read_dir(dir.join("R")).unwrap().next().is_some() {
+                overlaps += 1;
+            }
+            None
         }
-        if std::fs::read_dir(dir.join("R")).unwrap().next().is_some() {
-            overlaps += 1;
+        Mode::Shared => {
+            let f = dir.join("R").join(format!("rust-{}", uuid_like()));
+            std::fs::File::create(&f).unwrap();
+            if dir.join("W").exists() {
+                overlaps += 1;
+            }
+            Some(f)
         }
-        None
-    } else {
-        let f = dir.join("R").join(format!("rust-{}", uuid_like()));
-        std::fs::File::create(&f).unwrap();
-        if dir.join("W").exists() {
-            overlaps += 1;
+        Mode::Permit(permits) => {
+            let f = dir.join("S").join(format!("rust-{}", uuid_like()));
+            std::fs::File::create(&f).unwrap();
+            inside = std::fs::read_dir(dir.join("S")).unwrap().count() as u64;
+            if inside > u64::from(permits) {
+                overlaps += 1;
+            }
+            Some(f)
         }
-        Some(f)
     };
     log.write_all(format!("{tag}\n").as_bytes()).unwrap();
-    (overlaps, mine)
+    (overlaps, inside, mine)
 }
 
 fn exit(dir: &Path, mine: Option<PathBuf>) {
@@ -99,10 +126,25 @@ struct Report {
     per_side: Vec<(String, u64)>,
     overlaps: u64,
     cross_handoffs: usize,
+    /// The most holders any side saw in at once (semaphores).
+    most_inside: u64,
 }
 
 /// Runs `peers` (role per process) and `rust` contenders (recipe, re-enter) on one path, `count` times each.
 async fn contend(s: &Setup, layout: Layout, peers: &[(Peer, &str)], rust: &[(Recipe, bool)], count: usize) -> Report {
+    let rust: Vec<Rust> = rust.iter().map(|(r, re)| Rust::Lock(*r, *re)).collect();
+    contend_with(s, layout, peers, &rust, count).await
+}
+
+/// A Rust contender: a lock of a recipe (re-entering it or not), or a semaphore of some permits.
+#[derive(Clone, Copy, Debug)]
+enum Rust {
+    Lock(Recipe, bool),
+    Permit(u32),
+}
+
+/// As [`contend`], for any Rust contenders.
+async fn contend_with(s: &Setup, layout: Layout, peers: &[(Peer, &str)], rust: &[Rust], count: usize) -> Report {
     let dir = workdir(&format!("{layout}"));
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -132,10 +174,31 @@ async fn contend(s: &Setup, layout: Layout, peers: &[(Peer, &str)], rust: &[(Rec
     }
     // Connect the Rust contenders while the peers start, then start everyone at once.
     let mut rust_side = Vec::new();
-    for (recipe, reenter) in rust {
+    for side in rust {
         let backend = ZkBackend::connect(ZkOptions::new(&s.zk)).await.unwrap();
         let locks = Locks::builder(backend).layout(layout).build();
-        rust_side.push((*recipe, *reenter, locks.lock(&path, *recipe).unwrap(), locks));
+        let (tag, mode, reenter, lock): (String, Mode, bool, Arc<dyn Lock>) = match *side {
+            Rust::Lock(recipe, reenter) => {
+                let mode = if recipe == Recipe::Read {
+                    Mode::Shared
+                } else {
+                    Mode::Exclusive
+                };
+                (
+                    format!("rust-{recipe}"),
+                    mode,
+                    reenter,
+                    locks.lock(&path, recipe).unwrap(),
+                )
+            }
+            Rust::Permit(n) => (
+                "rust-semaphore".to_owned(),
+                Mode::Permit(n),
+                false,
+                Arc::new(locks.semaphore(&path, n).unwrap()),
+            ),
+        };
+        rust_side.push((tag, mode, reenter, lock, locks));
     }
     let t0 = Instant::now();
     loop {
@@ -151,16 +214,15 @@ async fn contend(s: &Setup, layout: Layout, peers: &[(Peer, &str)], rust: &[(Rec
     }
     std::fs::File::create(dir.join("go")).unwrap();
     let mut tasks = Vec::new();
-    for (recipe, reenter, lock, locks) in rust_side {
+    for (tag, mode, reenter, lock, locks) in rust_side {
         let dir = dir.clone();
         tasks.push(tokio::spawn(async move {
-            let tag = format!("rust-{recipe}");
             let mut log = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(dir.join("log"))
                 .unwrap();
-            let mut overlaps = 0;
+            let (mut overlaps, mut most) = (0, 0);
             for _ in 0..count {
                 let g = tokio::time::timeout(Duration::from_secs(60), lock.acquire())
                     .await
@@ -171,9 +233,12 @@ async fn contend(s: &Setup, layout: Layout, peers: &[(Peer, &str)], rust: &[(Rec
                 } else {
                     None
                 };
-                let (o, mine) = enter(&dir, recipe != Recipe::Read, &tag, &mut log);
+                let (o, inside, mine) = enter(&dir, mode, &tag, &mut log);
                 overlaps += o;
-                tokio::time::sleep(Duration::from_micros(200)).await;
+                most = most.max(inside);
+                // Semaphore holders stay a little longer, so that several are in at once.
+                let hold = if matches!(mode, Mode::Permit(_)) { 5000 } else { 200 };
+                tokio::time::sleep(Duration::from_micros(hold)).await;
                 exit(&dir, mine);
                 if let Some(i) = inner {
                     i.release().await.unwrap();
@@ -181,14 +246,15 @@ async fn contend(s: &Setup, layout: Layout, peers: &[(Peer, &str)], rust: &[(Rec
                 g.release().await.unwrap();
             }
             drop(locks);
-            (tag, overlaps)
+            (tag, overlaps, most)
         }));
     }
     let mut per_side = Vec::new();
-    let mut overlaps = 0;
+    let (mut overlaps, mut most_inside) = (0, 0);
     for t in tasks {
-        let (tag, o) = t.await.unwrap();
+        let (tag, o, most) = t.await.unwrap();
         overlaps += o;
+        most_inside = most_inside.max(most);
         per_side.push((tag, count as u64));
     }
     for (name, child) in children {
@@ -210,6 +276,7 @@ async fn contend(s: &Setup, layout: Layout, peers: &[(Peer, &str)], rust: &[(Rec
         let nums: Vec<u64> = line.split_whitespace().filter_map(|w| w.parse().ok()).collect();
         per_side.push((name.clone(), nums[0]));
         overlaps += nums[1];
+        most_inside = most_inside.max(nums.get(2).copied().unwrap_or(1));
         assert!(out.status.success(), "{name}: {line}");
     }
     let log = std::fs::read_to_string(dir.join("log")).unwrap();
@@ -223,6 +290,7 @@ async fn contend(s: &Setup, layout: Layout, peers: &[(Peer, &str)], rust: &[(Rec
         per_side,
         overlaps,
         cross_handoffs,
+        most_inside,
     }
 }
 
@@ -323,6 +391,48 @@ async fn kazoo_read_write_vs_rust_read_write() {
     )
     .await;
     check("kazoo read/write vs rust read/write", &r, 150);
+}
+
+/// Curator's `InterProcessSemaphoreV2` (2 leases) against the Rust semaphore in the Curator layout, two Curator
+/// processes and three Rust clients: never more than 2 holders across all five (a holder-counting detector; a
+/// driver that let one more in is caught), and more than one at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curator_semaphore_vs_rust_semaphore() {
+    let Some(s) = setup() else { return };
+    let r = contend_with(
+        &s,
+        Layout::Curator,
+        &[(Peer::Curator, "semaphore2"), (Peer::Curator, "semaphore2")],
+        &[Rust::Permit(2), Rust::Permit(2), Rust::Permit(2)],
+        100,
+    )
+    .await;
+    check("curator semaphore vs rust semaphore", &r, 100);
+    eprintln!(
+        "curator semaphore vs rust semaphore: at most {} holders seen at once",
+        r.most_inside
+    );
+    assert!(r.most_inside >= 2, "never more than one holder at once");
+}
+
+/// kazoo's `Semaphore` (2 leases) against the Rust semaphore in the kazoo layout, as above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kazoo_semaphore_vs_rust_semaphore() {
+    let Some(s) = setup() else { return };
+    let r = contend_with(
+        &s,
+        Layout::Kazoo,
+        &[(Peer::Kazoo, "semaphore2"), (Peer::Kazoo, "semaphore2")],
+        &[Rust::Permit(2), Rust::Permit(2), Rust::Permit(2)],
+        100,
+    )
+    .await;
+    check("kazoo semaphore vs rust semaphore", &r, 100);
+    eprintln!(
+        "kazoo semaphore vs rust semaphore: at most {} holders seen at once",
+        r.most_inside
+    );
+    assert!(r.most_inside >= 2, "never more than one holder at once");
 }
 
 fn curator_peer(s: &Setup, path: &str, role: &str, dir: &Path) -> std::process::Child {

@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use crate::backend::{Backend, BackendExt};
 use crate::driver::Ctx;
 use crate::error::{Error, Result};
-use crate::layout::Layout;
+use crate::layout::{Family, Layout};
 use crate::lock::{ExclusiveLock, FairLock, Holds, Lock, Owned, Plain, ReadWriteLock, ReentrantLock};
 use crate::metrics::{Counters, Metrics};
 use crate::multi::MultiLock;
@@ -383,19 +383,28 @@ impl Locks {
                 "the exclusive lock at {path} cannot be revoked: its node's data tells an acquire whose node it is"
             )));
         }
-        if node.is_empty() || node.contains('/') || crate::layout::Family::of(node).is_none() {
-            return Err(Error::InvalidArgument(format!(
+        let not_a_lock_node = || {
+            Error::InvalidArgument(format!(
                 "{node:?} is not a lock node name (of any recipe or layout) under {path}: only a holder's node can be \
                  asked to let go"
-            )));
+            ))
+        };
+        let family = crate::layout::Family::of(node);
+        if node.is_empty() || node.contains('/') || matches!(family, None | Some(Family::CuratorSemaphore)) {
+            return Err(not_a_lock_node());
         }
-        match self
-            .ctx
-            .backend
-            .current()
-            .set_data(&path.child(node), crate::REVOKE_MESSAGE)
-            .await
-        {
+        let on = self.ctx.backend.current();
+        let child = path.child(node);
+        if family == Some(Family::KazooLease) {
+            // A bare id is a kazoo lease only when ephemeral: otherwise a lock path nested here, whose data (a
+            // semaphore's count) is not ours to overwrite.
+            match on.get(&child).await? {
+                None => return Ok(false),
+                Some((_, stat)) if stat.ephemeral_owner == 0 => return Err(not_a_lock_node()),
+                Some(_) => {}
+            }
+        }
+        match on.set_data(&child, crate::REVOKE_MESSAGE).await {
             Ok(()) => Ok(true),
             Err(Error::NoNode(_)) => Ok(false),
             Err(e) => Err(e),

@@ -57,6 +57,9 @@ pub enum Mutant {
     /// A semaphore's claim holds when the permits claimed ahead of it are fewer than the count, whatever its own
     /// weight: a claim on several permits goes in when one is free, and more permits than the count are out.
     PermitOverGrant,
+    /// The kazoo-layout semaphore trusts the count it made under the mutex: it lets the mutex go once it has
+    /// counted, and does not count again with its create. Two clients then count the same free permit.
+    KazooCountOnly,
     /// A waiter in line takes any data change of its blocker for the `first` mark, as before revocation: a revoked
     /// reader's `__REVOKE__` then lets the writer behind it in when that reader goes, beside the readers ahead.
     AnyDataChangeIsMark,
@@ -96,6 +99,26 @@ mod on {
         env.contains(&m.name()) || ACTIVE.with(|a| a.borrow().contains(&m))
     }
 
+    thread_local! {
+        static IDS: std::cell::Cell<Option<u128>> = const { std::cell::Cell::new(None) };
+    }
+
+    /// Makes this thread's attempt ids count from `start` (spread over the id space, so that their names do not sort
+    /// in the order they were made), or random again with `None`.
+    pub fn counted_ids(start: Option<u128>) {
+        IDS.with(|c| c.set(start));
+    }
+
+    pub(super) fn next_id() -> Option<uuid::Uuid> {
+        IDS.with(|c| {
+            let n = c.get()?;
+            c.set(Some(n.wrapping_add(1)));
+            Some(uuid::Uuid::from_u128(
+                n.wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835) | 1,
+            ))
+        })
+    }
+
     /// Switches `m` on (or off) for this thread.
     pub fn set(m: Mutant, on: bool) {
         ACTIVE.with(|a| {
@@ -109,7 +132,17 @@ mod on {
 }
 
 #[cfg(feature = "mutants")]
-pub use on::{is_active, set};
+pub use on::{counted_ids, is_active, set};
+
+/// A fresh attempt id: random, or the next of this thread's counted ids (see `counted_ids`, with the `mutants`
+/// feature: a model checker's runs must repeat exactly, and ids order the waits on several nodes).
+pub(crate) fn attempt_id() -> uuid::Uuid {
+    #[cfg(feature = "mutants")]
+    if let Some(id) = on::next_id() {
+        return id;
+    }
+    uuid::Uuid::new_v4()
+}
 
 /// Whether `m` is switched on for this thread (never, without the `mutants` feature).
 #[cfg(not(feature = "mutants"))]

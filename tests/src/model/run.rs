@@ -36,12 +36,15 @@ pub(crate) fn run(config: &Config, chooser: &mut Chooser<Choice>) -> Outcome {
         .start_paused(true)
         .build()
         .expect("a runtime");
+    // Attempt ids name nodes, and order the waits on several: the same schedule must make the same ones.
+    recipes_core::mutants::counted_ids(Some(1));
     let outcome = rt.block_on(async {
         let mut world = World::new(config).await;
         world.run(chooser).await
     });
     // Tasks still running (of crashed clients, stuck ones) are dropped with the runtime.
     drop(rt);
+    recipes_core::mutants::counted_ids(None);
     outcome
 }
 

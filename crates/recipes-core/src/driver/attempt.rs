@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 use tracing::debug;
-use uuid::Uuid;
 
 use super::cleanup::{Cleanup, Identity, Pending};
 use super::peer_semaphore::PeerLease;
@@ -59,6 +58,8 @@ pub(crate) struct Attempt<'a> {
     pub handed: AtomicBool,
     /// A peer semaphore's lease: its semaphore, and the session of the mutex it is made under.
     pub peer: Option<PeerLease>,
+    /// A peer semaphore's mutex, held while its lease is made and counted.
+    pub mutex: Option<HeldNode>,
 }
 
 impl<'a> Attempt<'a> {
@@ -84,6 +85,7 @@ impl<'a> Attempt<'a> {
             started: Instant::now(),
             handed: AtomicBool::new(false),
             peer: None,
+            mutex: None,
         }
     }
 
@@ -170,10 +172,7 @@ impl<'a> Attempt<'a> {
     fn refusal_error(&self, r: Refusal) -> Error {
         match r {
             Refusal::Foreign { node, family } => {
-                let ours = match self.recipe.node_kind() {
-                    None => Family::Exclusive,
-                    Some(kind) => self.ctx.layout.family(kind),
-                };
+                let ours = self.own_family();
                 Error::ForeignLock {
                     path: self.path.to_string(),
                     node,
@@ -216,7 +215,7 @@ impl<'a> Attempt<'a> {
     /// that takes it) with a list of the lock path behind it, in one round trip; the cleanup knows the create is in
     /// flight before it is sent. `kind`: the queued node's kind, or `None` for the exclusive node.
     pub async fn create_and_list(&mut self, sid: SessionId, kind: Option<NodeKind>) -> Step<(Identity, CreateAndList)> {
-        let attempt = Uuid::new_v4();
+        let attempt = crate::mutants::attempt_id();
         let id = Identity {
             fixed: kind.is_none(),
             attempt,
@@ -274,8 +273,62 @@ impl<'a> Attempt<'a> {
 
     /// Lists the lock path on session `sid`, through connection losses of that session.
     pub async fn list(&self, sid: SessionId) -> Step<Vec<String>> {
+        self.list_at(self.path.as_str(), sid).await
+    }
+
+    /// The family of the nodes this attempt makes.
+    fn own_family(&self) -> Family {
+        match self.recipe.node_kind() {
+            None => Family::Exclusive,
+            Some(kind) => self.ctx.layout.family(kind),
+        }
+    }
+
+    /// `children` of `parent` without the names that look like a peer semaphore's nodes but are not: a kazoo lease
+    /// is ephemeral, a Curator semaphore's `leases` holds leases; a lock path nested in `parent` under such a name is
+    /// neither, and no reason to refuse. Asks the server only when such a name is there (and not of our own family).
+    pub async fn screen(&self, parent: &str, children: Vec<String>, sid: SessionId) -> Step<Vec<String>> {
+        let own = self.own_family();
+        let suspect = |name: &str| matches!(Family::of(name), Some(f @ (Family::KazooLease | Family::CuratorSemaphore)) if f != own);
+        if !children.iter().any(|c| suspect(c)) {
+            return Ok(children);
+        }
+        let on = self.backend().on(sid);
+        let mut kept = Vec::with_capacity(children.len());
+        for name in children {
+            if suspect(&name) {
+                let node = format!("{parent}/{name}");
+                let confirmed = loop {
+                    let asked = async {
+                        if Family::of(&name) == Some(Family::KazooLease) {
+                            Ok(on.get(&node).await?.is_some_and(|(_, stat)| stat.ephemeral_owner != 0))
+                        } else {
+                            match on.children(&node).await {
+                                Ok(leases) => Ok(leases.iter().any(|l| Family::of(l) == Some(Family::CuratorLease))),
+                                Err(Error::NoNode(_)) => Ok(false),
+                                Err(e) => Err(e),
+                            }
+                        }
+                    };
+                    match self.call(asked).await {
+                        Ok(c) => break c,
+                        Err(Stop::Fail(Error::ConnectionLoss)) => self.reconnected(sid).await?,
+                        Err(e) => return Err(e),
+                    }
+                };
+                if !confirmed {
+                    continue;
+                }
+            }
+            kept.push(name);
+        }
+        Ok(kept)
+    }
+
+    /// Lists `parent` on session `sid`, through connection losses of that session.
+    pub async fn list_at(&self, parent: &str, sid: SessionId) -> Step<Vec<String>> {
         loop {
-            match self.call(self.backend().on(sid).children(self.path.as_str())).await {
+            match self.call(self.backend().on(sid).children(parent)).await {
                 Ok(c) => return Ok(c),
                 Err(Stop::Fail(Error::NoNode(_))) => return Ok(Vec::new()),
                 Err(Stop::Fail(Error::ConnectionLoss)) => self.reconnected(sid).await?,

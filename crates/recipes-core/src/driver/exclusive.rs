@@ -28,8 +28,11 @@ impl Attempt<'_> {
                 }
                 Err(Error::NodeExists(_)) => {
                     self.cleanup.disarm();
-                    if let Some(r) = listed.ok().and_then(|c| judge_exclusive(&c)) {
-                        return self.refuse(r).await;
+                    if let Ok(c) = listed {
+                        let c = self.screen(self.path.as_str(), c, sid).await?;
+                        if let Some(r) = judge_exclusive(&c) {
+                            return self.refuse(r).await;
+                        }
                     }
                     if self.try_once {
                         return Ok(None);
@@ -61,6 +64,7 @@ impl Attempt<'_> {
                 Some(c) => c,
                 None => self.list(sid).await?,
             };
+            let children = self.screen(self.path.as_str(), children, sid).await?;
             if let Some(r) = judge_exclusive(&children) {
                 return self.refuse(r).await;
             }

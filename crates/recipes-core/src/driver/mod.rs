@@ -123,7 +123,7 @@ async fn acquire_on(
     path: &LockPath,
     claim: Claim,
     patience: Patience,
-    peer: Option<peer_semaphore::PeerLease>,
+    peer: Option<(peer_semaphore::PeerLease, HeldNode)>,
 ) -> Result<Option<HeldNode>> {
     let recipe = claim.recipe;
     let span = tracing::debug_span!(
@@ -136,7 +136,10 @@ async fn acquire_on(
     );
     let mut held = async move {
         let mut attempt = Attempt::new(ctx, path, claim, patience);
-        attempt.peer = peer;
+        if let Some((lease, mutex)) = peer {
+            attempt.peer = Some(lease);
+            attempt.mutex = Some(mutex);
+        }
         let outcome = attempt.run().await;
         match &outcome {
             Ok(Some(_)) => {
@@ -213,6 +216,29 @@ impl Attempt<'_> {
             (None, None) => self.exclusive().await,
             (None, Some(kind)) => self.queued(kind).await,
         };
+        if matches!(outcome, Ok(Some(_))) {
+            // A peer semaphore's lease holds: its mutex goes now, before the lease is confirmed (which may take a
+            // while, and must be the last thing before the guard is handed out).
+            self.release_mutex().await;
+        }
+        let settled = self.settle(outcome).await;
+        // After the cleanup of a lease that did not hold, when the lease's create has its outcome.
+        self.release_mutex().await;
+        settled
+    }
+
+    /// Releases a peer semaphore's mutex, waiting at most the cleanup grace (past it, the release goes on in the
+    /// background: the mutex node's drop).
+    pub(crate) async fn release_mutex(&mut self) {
+        if let Some(mutex) = self.mutex.take() {
+            if let Ok(Err(e)) = tokio::time::timeout(CLEANUP_GRACE, mutex.release()).await {
+                tracing::debug!(error = %e, "a semaphore's mutex was not released cleanly");
+            }
+        }
+    }
+
+    /// The end of an attempt: a held node confirmed and handed out, or what it made cleaned up.
+    async fn settle(&mut self, outcome: Step<Option<HeldNode>>) -> Result<Option<HeldNode>> {
         match outcome {
             // Between the last reply and now the client may have learned that the session is over (a reply that
             // arrives with the news of the expiry): the node went with it; never hand out a guard known lost.

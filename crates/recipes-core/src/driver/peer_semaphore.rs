@@ -26,13 +26,14 @@ use uuid::Uuid;
 
 use super::attempt::{Attempt, Step, Stop};
 use super::cleanup::{Identity, Pending};
-use super::{acquire_on, Claim, Ctx, HeldNode, CLEANUP_GRACE};
+use super::{acquire_on, Claim, Ctx, HeldNode};
 use crate::backend::{BackendExt, CreateAndList, CreateMode, SessionId};
 use crate::decide::{foreign, Refusal};
 use crate::error::{Error, Result};
 use crate::info::NodeInfo;
-use crate::layout::{Layout, NodeKind, CURATOR_SEMAPHORE_LEASES, CURATOR_SEMAPHORE_MUTEX};
+use crate::layout::{Family, Layout, NodeKind, CURATOR_SEMAPHORE_LEASES, CURATOR_SEMAPHORE_MUTEX};
 use crate::metrics::Count;
+use crate::mutants::{is_active, Mutant};
 use crate::path::LockPath;
 use crate::patience::Patience;
 use crate::recipe::Recipe;
@@ -100,13 +101,9 @@ pub(crate) async fn acquire(
         root: root.clone(),
         session: mutex.session,
     };
-    let leased = acquire_on(ctx, &leases_path, claim, patience, Some(lease)).await;
-    // Only now that the lease's create has an outcome (held, or cleaned up within the grace) may the next client
-    // count. A release that overruns the grace goes on in the background (the mutex node's drop).
-    if let Ok(Err(e)) = tokio::time::timeout(CLEANUP_GRACE, mutex.release()).await {
-        debug!(error = %e, path = %mutex_path, "the semaphore's mutex was not released cleanly");
-    }
-    leased
+    // The attempt releases the mutex once the lease's create has an outcome: held (before the lease is confirmed),
+    // or cleaned up.
+    acquire_on(ctx, &leases_path, claim, patience, Some((lease, mutex))).await
 }
 
 impl Attempt<'_> {
@@ -178,10 +175,21 @@ impl Attempt<'_> {
         }
     }
 
-    /// A child of another family among the leases: refuse (a lock, or another layout's semaphore, on this path).
-    fn foreign_lease(&self, children: &[String]) -> Option<Refusal> {
-        let own = self.ctx.layout.family(NodeKind::Permit);
-        foreign(own, children).map(|(node, family)| Refusal::Foreign { node, family })
+    /// A child of another family among `children` of `parent`, whose nodes count as `own`: refuse (a lock, or
+    /// another layout's semaphore, on this path). Called on a list made after our lease's create, so that of two
+    /// racing contenders of different families at least one sees the other (see [`foreign`]).
+    async fn foreign_beside(
+        &self,
+        own: Family,
+        parent: &str,
+        children: &[String],
+        sid: SessionId,
+    ) -> Step<Option<Refusal>> {
+        if foreign(own, children).is_none() {
+            return Ok(None);
+        }
+        let children = self.screen(parent, children.to_vec(), sid).await?;
+        Ok(foreign(own, &children).map(|(node, family)| Refusal::Foreign { node, family }))
     }
 
     /// Curator: make our lease, then count the leases, ours among them.
@@ -207,12 +215,24 @@ impl Attempt<'_> {
         self.count(Count::Create);
         self.cleanup.state = Pending::Created(node.clone(), id.attempt, sid, czxid);
         let name = node.rsplit('/').next().unwrap_or_default().to_owned();
+        // The semaphore's own path, listed after our lease is made: another recipe's or layout's nodes there do not
+        // count our leases, nor we theirs. (Our `leases` is there before our lease, and stays while it does: a
+        // contender of another family that lists the path after its own create sees it.)
+        let root = self.peer.as_ref().map_or(self.path, |p| &p.root).clone();
+        let beside = self.list_at(root.as_str(), sid).await?;
+        if let Some(r) = self
+            .foreign_beside(Family::CuratorSemaphore, root.as_str(), &beside, sid)
+            .await?
+        {
+            return self.refuse(r).await;
+        }
         loop {
             let children = match listed.take() {
                 Some(c) => c,
                 None => self.list(sid).await?,
             };
-            if let Some(r) = self.foreign_lease(&children) {
+            let own = Family::CuratorLease;
+            if let Some(r) = self.foreign_beside(own, self.path.as_str(), &children, sid).await? {
                 return self.refuse(r).await;
             }
             if !children.contains(&name) {
@@ -225,23 +245,25 @@ impl Attempt<'_> {
             if self.try_once {
                 return Ok(Got::Busy);
             }
-            let others: Vec<String> = children
-                .iter()
-                .filter(|c| **c != name)
-                .map(|c| self.path.child(c))
-                .collect();
-            self.wait_any_deleted(&others, sid).await?;
+            // Every lease, ours too (deleted by someone else, it is made again), as Curator watches them all.
+            let all: Vec<String> = children.iter().map(|c| self.path.child(c)).collect();
+            self.wait_any_deleted(&all, sid).await?;
         }
     }
 
-    /// kazoo: count the leases; fewer than the permits, make ours.
+    /// kazoo: count the leases; fewer than the permits, make ours, and list again in the same round trip: another
+    /// recipe's or layout's node there refuses (it may have come between the count and the create), and more leases
+    /// than permits (possible only when the mutex was broken from outside) take ours back.
     async fn kazoo_lease(&mut self, p: &PeerLease) -> Step<Got> {
         let sid = p.session;
         let children = self.list(sid).await?;
-        if let Some(r) = self.foreign_lease(&children) {
-            return self.refused(r);
-        }
         if children.len() >= self.permits as usize {
+            if let Some(r) = self
+                .foreign_beside(Family::KazooLease, self.path.as_str(), &children, sid)
+                .await?
+            {
+                return self.refused(r);
+            }
             if self.try_once {
                 return Ok(Got::Busy);
             }
@@ -249,7 +271,11 @@ impl Attempt<'_> {
             self.wait_any_deleted(&all, sid).await?;
             return Ok(Got::Again);
         }
-        let attempt = Uuid::new_v4();
+        let count_only = is_active(Mutant::KazooCountOnly);
+        if count_only {
+            self.release_mutex().await;
+        }
+        let attempt = crate::mutants::attempt_id();
         let id = Identity {
             fixed: false,
             attempt,
@@ -262,25 +288,56 @@ impl Attempt<'_> {
         let data = NodeInfo::for_this_process(attempt, self.recipe.name()).encode();
         self.cleanup.state = Pending::Sent(attempt, sid);
         let on = self.backend().on(sid);
-        let czxid = match self.call(on.create(&node, &data, CreateMode::Ephemeral)).await {
-            Ok(c) => c.czxid,
-            Err(Stop::Fail(Error::NoNode(_))) => {
+        let made = self
+            .call(async { Ok(on.create_and_list(&node, &data, CreateMode::Ephemeral).await) })
+            .await?;
+        let (czxid, listed) = match made.created {
+            Ok(c) => (c.czxid, made.listed.ok()),
+            Err(Error::NoNode(_)) => {
                 self.cleanup.disarm();
                 self.failed()?;
                 self.peer_count().await?;
                 return Ok(Got::Again);
             }
-            Err(Stop::Fail(Error::ConnectionLoss)) => {
+            Err(Error::ConnectionLoss) => {
                 self.failed()?;
                 match self.recover_kazoo_lease(&node, id).await? {
-                    Some(czxid) => czxid,
+                    Some(czxid) => (czxid, None),
                     None => return Ok(Got::Again),
                 }
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         self.count(Count::Create);
         self.cleanup.state = Pending::Created(node.clone(), attempt, sid, czxid);
+        if count_only {
+            return Ok(Got::Held(self.held(node, czxid, id)));
+        }
+        let children = match listed {
+            Some(c) => c,
+            None => self.list(sid).await?,
+        };
+        if let Some(r) = self
+            .foreign_beside(Family::KazooLease, self.path.as_str(), &children, sid)
+            .await?
+        {
+            return self.refuse(r).await;
+        }
+        if children.len() > self.permits as usize {
+            debug!(node = %node, "more leases than permits after ours was made: taking ours back");
+            self.clean_up_now().await;
+            if self.try_once {
+                return Ok(Got::Busy);
+            }
+            let mine = node.rsplit('/').next().unwrap_or_default();
+            let others: Vec<String> = children
+                .iter()
+                .filter(|c| c.as_str() != mine)
+                .map(|c| self.path.child(c))
+                .collect();
+            self.wait_any_deleted(&others, sid).await?;
+            return Ok(Got::Again);
+        }
         Ok(Got::Held(self.held(node, czxid, id)))
     }
 

@@ -38,6 +38,7 @@ impl Attempt<'_> {
             // Give up before writing anything when the queue already says we would wait (or must refuse).
             let sid = self.connected().await?;
             let children = self.list(sid).await?;
+            let children = self.screen(self.path.as_str(), children, sid).await?;
             let verdict = match kind {
                 NodeKind::Permit => judge_newcomer_permits(self.ctx.layout, &children, self.weight, self.permits),
                 _ => judge_newcomer(self.ctx.layout, kind, &children),
@@ -66,6 +67,7 @@ impl Attempt<'_> {
                     Some(c) => c,
                     None => self.list(q.id.session).await?,
                 };
+                let children = self.screen(self.path.as_str(), children, q.id.session).await?;
                 if session::is_over(self.backend().session_status(), q.id.session) {
                     self.cleanup.disarm();
                     return Err(Stop::Fail(Error::SessionExpired));

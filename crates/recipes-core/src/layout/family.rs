@@ -23,11 +23,14 @@ pub enum Family {
     CuratorLock,
     /// Curator's semaphore leases: `_c_<uuid>-lease-<seq>`.
     CuratorLease,
-    /// The children of a Curator semaphore's path: `locks` (its mutex) and `leases` (its leases, below).
+    /// A Curator semaphore's path holds its leases in the child `leases` (and its mutex in `locks`, which needs no
+    /// family: `leases` is there as long as any lease is). A recipe that finds a child of that name confirms that it
+    /// holds leases before it refuses (it may be a lock path nested in its own, of no family).
     CuratorSemaphore,
     /// kazoo's `Lock`, `ReadLock` and `WriteLock`: `…__lock__<seq>`, `…__rlock__<seq>`.
     Kazoo,
-    /// kazoo's semaphore leases: a bare `<uuid hex>` (32 lower-case hex digits).
+    /// kazoo's semaphore leases: a bare `<uuid hex>` (32 lower-case hex digits). A recipe that finds such a child
+    /// confirms that it is ephemeral before it refuses (it may be a lock path nested in its own).
     KazooLease,
 }
 
@@ -60,7 +63,7 @@ impl Family {
         if is_kazoo_lease(name) {
             return Some(Family::KazooLease);
         }
-        if name == CURATOR_SEMAPHORE_MUTEX || name == CURATOR_SEMAPHORE_LEASES {
+        if name == CURATOR_SEMAPHORE_LEASES {
             return Some(Family::CuratorSemaphore);
         }
         None
@@ -74,7 +77,7 @@ impl Family {
             Family::NativeSemaphore => "native semaphore",
             Family::CuratorLock => "Curator mutex or read/write",
             Family::CuratorLease => "Curator semaphore lease",
-            Family::CuratorSemaphore => "Curator semaphore",
+            Family::CuratorSemaphore => "Curator semaphore (its leases)",
             Family::Kazoo => "kazoo lock",
             Family::KazooLease => "kazoo semaphore lease",
         }

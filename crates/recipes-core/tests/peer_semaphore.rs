@@ -1,0 +1,145 @@
+//! The peers' semaphores beside other recipes and layouts on the in-memory backend: regressions of the review of the
+//! Curator and kazoo semaphore layouts (helper-22), each of which once let two holders in or refused a lock it must
+//! not.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use recipes_core::{Error, Layout, Locks, Result};
+use recipes_mem::MemCluster;
+
+fn locks(c: &MemCluster, layout: Layout) -> Locks {
+    Locks::builder(c.client()).layout(layout).build()
+}
+
+fn show<T>(r: &Result<Option<T>>) -> String {
+    match r {
+        Ok(Some(_)) => "held".into(),
+        Ok(None) => "busy".into(),
+        Err(e) => format!("error: {e}"),
+    }
+}
+
+/// The Curator-layout semaphore lists its own path after its lease is made: beside a native semaphore's permit, or a
+/// kazoo-layout semaphore's lease, on that path it refuses (it held beside both: it counted only `P/leases`).
+#[tokio::test(start_paused = true)]
+async fn a_curator_semaphore_refuses_another_semaphore_on_its_path() {
+    for other in [Layout::Native, Layout::Kazoo] {
+        let c = MemCluster::new();
+        let _held = locks(&c, other).semaphore("/p", 1).unwrap().acquire().await.unwrap();
+        let r = locks(&c, Layout::Curator)
+            .semaphore("/p", 1)
+            .unwrap()
+            .try_acquire()
+            .await;
+        assert!(
+            matches!(r, Err(Error::ForeignLock { .. })),
+            "beside a {other} semaphore: {}",
+            show(&r)
+        );
+        assert_eq!(c.ephemerals().len(), 1, "the refused lease is gone");
+    }
+}
+
+/// The kazoo-layout semaphore counts, then makes its lease, and lists again with the create: a native contender that
+/// came between the count and the create is seen, and refused (both held: the native one had listed before the
+/// lease was made, and the kazoo one had counted before the native node was).
+#[tokio::test(start_paused = true)]
+async fn a_kazoo_semaphore_racing_a_native_contender_never_holds_beside_it() {
+    let mut both = Vec::new();
+    for native_semaphore in [false, true] {
+        for offset in 0..80u64 {
+            let c = MemCluster::new();
+            c.set_latency(Duration::from_millis(5));
+            let kazoo = locks(&c, Layout::Kazoo).semaphore("/r", 1).unwrap();
+            let native = locks(&c, Layout::Native);
+            let k = tokio::spawn(async move { kazoo.acquire_timeout(Duration::from_secs(5)).await });
+            tokio::time::sleep(Duration::from_millis(offset)).await;
+            let n = tokio::spawn(async move {
+                if native_semaphore {
+                    let s = native.semaphore("/r", 1).unwrap();
+                    s.acquire_timeout(Duration::from_secs(5)).await
+                } else {
+                    native.fair("/r").unwrap().acquire_timeout(Duration::from_secs(5)).await
+                }
+            });
+            let (kr, nr) = (k.await.unwrap(), n.await.unwrap());
+            if matches!(kr, Ok(Some(_))) && matches!(nr, Ok(Some(_))) {
+                both.push((native_semaphore, offset, c.children("/r")));
+            }
+        }
+    }
+    assert!(
+        both.is_empty(),
+        "both held (native semaphore?, offset ms, children): {both:?}"
+    );
+}
+
+/// A lock whose path has a lock path nested in it named `locks`, `leases` or by 32 hex digits holds: those names are
+/// a peer semaphore's only when they hold leases, or are ephemeral (they were refused as foreign nodes). So does a
+/// semaphore, but the Curator layout's, whose own mutex and leases are those nested paths.
+#[tokio::test(start_paused = true)]
+async fn nested_lock_paths_named_like_peer_semaphore_nodes_are_no_foreign_nodes() {
+    let hex = "0123456789abcdef0123456789abcdef";
+    let c = MemCluster::new();
+    let l = locks(&c, Layout::Native);
+    for (layout, inner) in [
+        (Layout::Native, "/app/locks".to_owned()),
+        (Layout::Native, "/app/leases".to_owned()),
+        (Layout::Native, format!("/app/{hex}")),
+        (Layout::Kazoo, format!("/app/{hex}")),
+        (Layout::Curator, "/app/locks".to_owned()),
+        (Layout::Curator, "/app/leases".to_owned()),
+    ] {
+        let _inner = l.fair(&inner).unwrap().acquire().await.unwrap();
+        let outer = locks(&c, layout);
+        let r = outer.fair("/app").unwrap().try_acquire().await;
+        assert!(
+            matches!(r, Ok(Some(_))),
+            "{layout} fair at /app beside {inner}: {}",
+            show(&r)
+        );
+        r.unwrap().unwrap().release().await.unwrap();
+        let r = outer.semaphore("/app", 2).unwrap().try_acquire().await;
+        // A Curator semaphore's own mutex and leases are at `/app/locks` and `/app/leases`: a native lock there is
+        // foreign to it.
+        let own_child = layout == Layout::Curator;
+        assert_eq!(
+            matches!(r, Err(Error::ForeignLock { .. })),
+            own_child,
+            "{layout} semaphore at /app beside {inner}: {}",
+            show(&r)
+        );
+    }
+}
+
+/// `revoke_node` refuses names that are a lock path's rather than a holder's: `leases`, and a bare id that is not
+/// ephemeral (it overwrote the count of a semaphore nested there).
+#[tokio::test(start_paused = true)]
+async fn revoke_node_never_overwrites_a_nested_semaphore() {
+    let hex = "0123456789abcdef0123456789abcdef";
+    let c = MemCluster::new();
+    let l = locks(&c, Layout::Native);
+    for name in ["leases".to_owned(), hex.to_owned()] {
+        let nested = format!("/x/{name}");
+        let _keep = l.semaphore(&nested, 2).unwrap().acquire().await.unwrap();
+        let r = l.revoke_node("/x", &name).await;
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{name}: {r:?}");
+        let again = l.semaphore(&nested, 2).unwrap().try_acquire().await;
+        assert!(
+            matches!(again, Ok(Some(_))),
+            "the semaphore at {nested} afterwards: {}",
+            show(&again)
+        );
+    }
+    // A kazoo-layout semaphore's lease is a holder's node: it can be asked.
+    let kazoo = locks(&c, Layout::Kazoo);
+    let g = kazoo.semaphore("/k", 1).unwrap().acquire().await.unwrap();
+    let name = g.node().rsplit('/').next().unwrap().to_owned();
+    assert!(kazoo.revoke_node("/k", &name).await.unwrap());
+    tokio::time::timeout(Duration::from_secs(1), g.revocation_requested())
+        .await
+        .expect("the lease's holder is asked")
+        .unwrap();
+}

@@ -32,6 +32,10 @@ pub(crate) fn decode_permits(data: &[u8]) -> Option<u32> {
 /// data of `P`, by the client that makes it; a client asking with another count gets
 /// [`Error::PermitsMismatch`](crate::Error::PermitsMismatch) instead of over-granting.
 ///
+/// In the Curator and kazoo layouts it is their peers' semaphore on their paths (Curator's `InterProcessSemaphoreV2`,
+/// kazoo's `Semaphore`): a mutex taken to make and count one lease, one permit per lease
+/// ([`acquire_many`](Semaphore::acquire_many) above 1 is refused), interoperating with the peers' processes.
+///
 /// Each permit is a [`LockGuard`] like a lock's: [`lost`](LockGuard::lost), [`is_valid`](LockGuard::is_valid), a
 /// fencing token (unique among the semaphore's claims, increasing in the order they were made), release with its
 /// outcome; acquires are cancel safe and leave no node behind.

@@ -38,6 +38,13 @@ use attempt::{Attempt, Step, Stop};
 use cleanup::Pending;
 pub(crate) use held::HeldNode;
 
+tokio::task_local! {
+    /// Set by a multi-lock around its first, all-at-once tries: a try then makes its node without listing the path
+    /// first, so that a free set costs one round trip (a busy member's node is deleted again at once). Alone, a try
+    /// lists first and writes nothing when the lock is busy.
+    pub(crate) static EAGER_TRY: ();
+}
+
 /// Shared by every lock made from one [`Locks`](crate::Locks) value.
 #[derive(Debug)]
 pub(crate) struct Ctx {

@@ -34,7 +34,7 @@ impl Queued {
 impl Attempt<'_> {
     /// The queued recipes: create our node, then judge / wait until it holds.
     pub async fn queued(&mut self, kind: NodeKind) -> Step<Option<HeldNode>> {
-        if self.try_once {
+        if self.try_once && super::EAGER_TRY.try_with(|()| ()).is_err() {
             // Give up before writing anything when the queue already says we would wait (or must refuse).
             let sid = self.connected().await?;
             let children = self.list(sid).await?;

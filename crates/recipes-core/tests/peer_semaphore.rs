@@ -143,3 +143,31 @@ async fn revoke_node_never_overwrites_a_nested_semaphore() {
         .expect("the lease's holder is asked")
         .unwrap();
 }
+
+/// A kazoo-layout semaphore that counts a Curator semaphore's empty `locks` and `leases` as full waits; when a Curator
+/// lease then comes under `leases` (no deletion), it counts again within a second and refuses, instead of waiting for
+/// the reaper (found by review: it waited 60 s, its mutex held, and a second kazoo client with it).
+#[tokio::test(start_paused = true)]
+async fn a_kazoo_semaphore_beside_a_curator_one_refuses_without_waiting_for_a_deletion() {
+    let c = MemCluster::new();
+    let before = locks(&c, Layout::Curator).semaphore("/r", 2).unwrap();
+    before.acquire().await.unwrap().release().await.unwrap();
+    let kazoo = locks(&c, Layout::Kazoo).semaphore("/r", 2).unwrap();
+    let started = tokio::time::Instant::now();
+    let k = tokio::spawn(async move { kazoo.acquire_timeout(Duration::from_secs(600)).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let held = locks(&c, Layout::Curator)
+        .semaphore("/r", 2)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let r = k.await.unwrap();
+    assert!(matches!(r, Err(Error::ForeignLock { .. })), "{}", show(&r));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "it waited {:?}",
+        started.elapsed()
+    );
+    held.release().await.unwrap();
+}

@@ -170,18 +170,20 @@ impl<'a> Attempt<'a> {
 
     /// The error for a refusal.
     fn refusal_error(&self, r: Refusal) -> Error {
+        // A peer semaphore's lease refuses as its semaphore (its path, not the path of its leases).
+        let path = self.peer.as_ref().map_or(self.path, |p| &p.root);
         match r {
             Refusal::Foreign { node, family } => {
                 let ours = self.own_family();
                 Error::ForeignLock {
-                    path: self.path.to_string(),
+                    path: path.to_string(),
                     node,
                     found: family.describe().to_owned(),
                     ours: ours.describe().to_owned(),
                 }
             }
             Refusal::Wrapped { node } => Error::SequenceWrapped {
-                path: self.path.to_string(),
+                path: path.to_string(),
                 node,
                 layout: self.ctx.layout,
             },

@@ -20,6 +20,7 @@
 //! one, which deadlocks two clients that each got some), so `acquire_many(n > 1)` is refused in these layouts.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tracing::debug;
 use uuid::Uuid;
@@ -38,6 +39,9 @@ use crate::path::LockPath;
 use crate::patience::Patience;
 use crate::recipe::Recipe;
 use crate::semaphore::{decode_permits, encode_permits};
+
+/// How long a kazoo-layout wait beside children that are no kazoo leases goes before counting again.
+const RECHECK: Duration = Duration::from_secs(1);
 
 /// A lease acquire's link to its semaphore: its path, and the session of the mutex it is made under.
 #[derive(Debug, Clone)]
@@ -267,8 +271,7 @@ impl Attempt<'_> {
             if self.try_once {
                 return Ok(Got::Busy);
             }
-            let all: Vec<String> = children.iter().map(|c| self.path.child(c)).collect();
-            self.wait_any_deleted(&all, sid).await?;
+            self.wait_for_room(&children, None, sid).await?;
             return Ok(Got::Again);
         }
         let count_only = is_active(Mutant::KazooCountOnly);
@@ -330,15 +333,29 @@ impl Attempt<'_> {
                 return Ok(Got::Busy);
             }
             let mine = node.rsplit('/').next().unwrap_or_default();
-            let others: Vec<String> = children
-                .iter()
-                .filter(|c| c.as_str() != mine)
-                .map(|c| self.path.child(c))
-                .collect();
-            self.wait_any_deleted(&others, sid).await?;
+            self.wait_for_room(&children, Some(mine), sid).await?;
             return Ok(Got::Again);
         }
         Ok(Got::Held(self.held(node, czxid, id)))
+    }
+
+    /// kazoo: waits for one of `children` of the semaphore's path (but `mine`) to go, as kazoo waits for a change. A
+    /// child that is no kazoo lease (Curator's `locks` or `leases` left empty, a nested path) may never go, and may
+    /// come to hold another layout's semaphore without a deletion (a Curator lease made under `leases`): with such a
+    /// child the wait is bounded, and the caller counts (and screens) again.
+    async fn wait_for_room(&self, children: &[String], mine: Option<&str>, sid: SessionId) -> Step<()> {
+        let watched: Vec<String> = children
+            .iter()
+            .filter(|c| Some(c.as_str()) != mine)
+            .map(|c| self.path.child(c))
+            .collect();
+        if children.iter().all(|c| Family::of(c) == Some(Family::KazooLease)) {
+            return self.wait_any_deleted(&watched, sid).await;
+        }
+        match tokio::time::timeout(RECHECK, self.wait_any_deleted(&watched, sid)).await {
+            Ok(r) => r,
+            Err(_) => Ok(()),
+        }
     }
 
     /// After a lost create reply: the creation id of our kazoo lease, when the create made it (its name is known).

@@ -21,6 +21,7 @@ macro_rules! __for_each_contract {
             containers_are_reaped_later_not_at_once one_session_applies_in_order
             watch_event_arrives_before_later_reply lost_reply_returns_to_same_session
             server_expires_session_behind_cut_connection versioned_set_applies_only_over_that_version
+            delete_all_is_all_or_none
         );
     };
 }
@@ -291,4 +292,47 @@ pub async fn versioned_set_applies_only_over_that_version(h: &dyn Harness) {
     on.set_data(&node, b"any").await.unwrap();
     assert_eq!(on.get(&node).await.unwrap().map(|(d, _)| d), Some(b"any".to_vec()));
     on.delete(&node).await.unwrap();
+}
+
+/// A transaction of deletes deletes every node, or none when one of them fails (a node missing, or with a child),
+/// and fires the deleted nodes' watches (a multi-lock's release: one commit at the server).
+pub async fn delete_all_is_all_or_none(h: &dyn Harness) {
+    let c = h.client().await;
+    let on = c.locks.backend().current();
+    let parent = h.path("delete-all");
+    containers(on, &parent).await;
+    let (a, b) = (format!("{parent}/a"), format!("{parent}/b"));
+    for n in [&a, &b] {
+        on.create(n, b"", CreateMode::Ephemeral).await.unwrap();
+    }
+    let missing = format!("{parent}/missing");
+    assert!(matches!(
+        on.delete_all(&[a.clone(), missing, b.clone()]).await,
+        Err(Error::NoNode(_))
+    ));
+    assert!(matches!(
+        on.delete_all(&[a.clone(), a.clone()]).await,
+        Err(Error::NoNode(_))
+    ));
+    let nested = format!("{parent}/c");
+    on.create(&nested, b"", CreateMode::Persistent).await.unwrap();
+    on.create(&format!("{nested}/x"), b"", CreateMode::Ephemeral)
+        .await
+        .unwrap();
+    assert!(matches!(
+        on.delete_all(&[a.clone(), nested.clone()]).await,
+        Err(Error::NotEmpty(_))
+    ));
+    let mut names = h.children(&parent).await;
+    names.sort();
+    assert_eq!(names, ["a", "b", "c"], "a failed transaction deleted nothing");
+    let (_, watch) = on.watch_deletion(&a).await.unwrap().expect("a is there");
+    on.delete_all(&[b.clone(), a.clone(), format!("{nested}/x"), nested.clone()])
+        .await
+        .unwrap();
+    tokio::time::timeout(h.patience(), watch)
+        .await
+        .expect("the deletion's watch fires")
+        .unwrap();
+    assert!(h.children(&parent).await.is_empty(), "every node deleted");
 }

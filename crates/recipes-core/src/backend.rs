@@ -247,6 +247,17 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// `NoNode`, `NotEmpty`, `ConnectionLoss`, `SessionExpired`.
     async fn delete(&self, session: SessionId, path: &str) -> Result<()>;
 
+    /// Deletes the nodes of `paths`, in that order, in one transaction (ZooKeeper's `multi`): all of them, or none
+    /// when any delete fails (its error is the transaction's: `NoNode`, `NotEmpty`). The server commits them as one
+    /// write. The default has no transaction and deletes nothing (`Refused`): callers then delete one by one.
+    ///
+    /// # Notable errors
+    /// As [`delete`](Backend::delete); after `ConnectionLoss` either all were deleted or none.
+    async fn delete_all(&self, session: SessionId, paths: &[String]) -> Result<()> {
+        let _ = (session, paths);
+        Err(crate::Error::Refused("this backend has no transactions".into()))
+    }
+
     /// Sends a delete now, before returning, and returns the wait for its reply (as [`delete`](Backend::delete)'s):
     /// the server applies it before every later request of this session. `None` when the backend cannot send
     /// before returning (the default); then the recipes hand no lock over within the process on release, and every
@@ -395,6 +406,11 @@ impl SessionRef<'_> {
     /// See [`Backend::delete`].
     pub async fn delete(&self, path: &str) -> Result<()> {
         self.backend.delete(self.id, path).await
+    }
+
+    /// See [`Backend::delete_all`].
+    pub async fn delete_all(&self, paths: &[String]) -> Result<()> {
+        self.backend.delete_all(self.id, paths).await
     }
 
     /// See [`Backend::delete_sent`].

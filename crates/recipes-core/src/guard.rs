@@ -276,13 +276,18 @@ impl LockGuard {
     /// Not cancel safe in the sense that dropping the future midway leaves the outcome unknown; the node is then
     /// deleted in the background.
     pub async fn release(self) -> Result<()> {
-        let LockGuard { node, hold } = self;
-        // Counts this hold out; the node is released here only when no other hold (or downgraded side) shares it.
-        drop(hold);
-        match Arc::into_inner(node) {
+        match self.into_node() {
             Some(n) => n.release().await,
             None => Ok(()),
         }
+    }
+
+    /// Counts this guard's hold out, and returns its node when nothing else holds it (no other hold or downgraded
+    /// side shares it): the node to delete.
+    pub(crate) fn into_node(self) -> Option<HeldNode> {
+        let LockGuard { node, hold } = self;
+        drop(hold);
+        Arc::into_inner(node)
     }
 }
 

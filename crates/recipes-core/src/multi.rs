@@ -6,6 +6,7 @@ use std::time::Duration;
 use futures::future::{join_all, select_all};
 use tokio::time::Instant;
 
+use crate::driver::HeldNode;
 use crate::error::{Error, LostReason, Result};
 use crate::guard::LockGuard;
 use crate::lock::Lock;
@@ -195,16 +196,26 @@ async fn drop_later(g: LockGuard) {
     let _ = tokio::time::timeout(RELEASE_GRACE, g.release()).await;
 }
 
-/// Releases `guards` in reverse order: their deletes are sent one behind the other without waiting for each reply
-/// (one session applies its requests in the order they are sent), so the server applies them in reverse order, all in
-/// one round trip (a delete whose reply is lost is retried later, out of that order; nothing depends on the order).
-/// Returns the path and error of every release that failed.
+/// Releases `guards` in reverse order: their nodes are deleted in one transaction where the backend has them (one
+/// commit at the server), else by deletes sent one behind the other without waiting for each reply (one session
+/// applies its requests in the order they are sent), all in one round trip (a delete whose reply is lost is retried
+/// later, out of that order; nothing depends on the order). Returns the path and error of every release that failed.
 async fn release_reversed(guards: Vec<LockGuard>) -> Vec<(String, Error)> {
-    let releases = guards.into_iter().rev().map(|g| async move {
+    let mut paths = Vec::with_capacity(guards.len());
+    let mut nodes = Vec::with_capacity(guards.len());
+    for g in guards.into_iter().rev() {
         let path = g.path().to_string();
-        g.release().await.err().map(|e| (path, e))
-    });
-    join_all(releases).await.into_iter().flatten().collect()
+        if let Some(n) = g.into_node() {
+            paths.push(path);
+            nodes.push(n);
+        }
+    }
+    let outcomes = HeldNode::release_all(nodes).await;
+    paths
+        .into_iter()
+        .zip(outcomes)
+        .filter_map(|(p, r)| r.err().map(|e| (p, e)))
+        .collect()
 }
 
 /// The members held so far by an acquire; dropped (the acquire cancelled), their guards delete their nodes.

@@ -203,6 +203,11 @@ impl Backend for MemClient {
         self.request(session, op).await.map(|r| r.done("delete"))
     }
 
+    async fn delete_all(&self, session: SessionId, paths: &[String]) -> Result<()> {
+        let op = Op::DeleteAll { paths: paths.to_vec() };
+        self.request(session, op).await.map(|r| r.done("delete all"))
+    }
+
     fn delete_sent(&self, session: SessionId, path: &str) -> Option<ReplyFuture> {
         // Sent now: the server applies it before every later request of the session. Refused at once (the session is
         // over or disconnected): not sent, nothing to hand over.

@@ -450,6 +450,18 @@ impl Backend for ZkBackend {
         .await
     }
 
+    async fn delete_all(&self, session: SessionId, paths: &[String]) -> Result<()> {
+        let first = paths.first().map_or("/", String::as_str);
+        self.request(session, first, Evidence::Leader, |c| async move {
+            let mut txn = c.new_multi_writer();
+            for p in paths {
+                txn.add_delete(p, None)?;
+            }
+            txn.commit().await.map(drop).map_err(zk::Error::from)
+        })
+        .await
+    }
+
     fn delete_sent(&self, session: SessionId, path: &str) -> Option<ReplyFuture> {
         // Not sent at all (the session is not the current one): nothing to hand over.
         let client = self.inner.client_for(session).ok()?;

@@ -91,6 +91,7 @@ macro_rules! __for_each_scenario {
             semaphore_and_lock_on_one_path_refused semaphore_peer_bugs_stay_away multi_lock_all_or_none multi_lock_opposite_orders_never_deadlock
             multi_lock_mixed_recipes multi_lock_cancel_and_errors peer_semaphores_never_exceed_permits
             peer_semaphores_leave_nothing_behind peer_semaphores_refuse_what_they_cannot_share
+            multi_lock_release_reports_only_the_lost_member
         );
     };
 }

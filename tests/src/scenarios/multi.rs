@@ -1,7 +1,7 @@
 //! The multi-lock: all or none, no deadlock between overlapping sets listed in opposite orders, mixed recipes, and
 //! nothing left behind by a timeout, a cancellation or a failed release.
 
-use recipes_core::{Error, Recipe};
+use recipes_core::{BackendExt, Error, Recipe};
 use tokio::task::JoinSet;
 
 use super::HOLD;
@@ -165,4 +165,33 @@ pub async fn multi_lock_cancel_and_errors(h: &dyn Harness) {
         a.locks.multi([("relative", Recipe::Fair)]),
         Err(Error::InvalidPath { .. })
     ));
+}
+
+/// A set's release deletes its members in one transaction where the backend has them; when one member's node was
+/// deleted meanwhile (the transaction then deletes nothing), the others are still released, one by one, and only
+/// the lost member is reported.
+pub async fn multi_lock_release_reports_only_the_lost_member(h: &dyn Harness) {
+    let paths = [h.path("multi-ra"), h.path("multi-rb"), h.path("multi-rc")];
+    let (a, b) = (h.client().await, h.client().await);
+    let set = a.locks.multi(paths.iter().map(|p| (p, Recipe::Fair))).unwrap();
+    // Whole, many times: every node goes.
+    for _ in 0..5 {
+        set.acquire().await.unwrap().release().await.unwrap();
+        for p in &paths {
+            wait_children(h, p, 0).await;
+        }
+    }
+    let held = set.acquire().await.unwrap();
+    let lost = held.guards()[1].node().to_owned();
+    b.locks.backend().current().delete(&lost).await.unwrap();
+    match held.release().await {
+        Err(Error::ReleaseFailed { failures }) => {
+            assert_eq!(failures.len(), 1, "{failures:?}");
+            assert_eq!(failures[0].0, paths[1]);
+        }
+        r => panic!("expected ReleaseFailed, got {r:?}"),
+    }
+    for p in &paths {
+        wait_children(h, p, 0).await;
+    }
 }

@@ -194,11 +194,16 @@ impl HeldNode {
         let r = delete_node_handing_over(&self.ctx, &self.node, self.identity(), waiters)
             .instrument(span.clone())
             .await;
+        self.released_with(r, &span)
+    }
+
+    /// The end of a release whose delete had outcome `r`.
+    fn released_with(&self, r: Result<Deleted>, span: &tracing::Span) -> Result<()> {
         if self.released.swap(true, Ordering::AcqRel) {
             return Err(self.not_held(NotHeldReason::Released));
         }
         self.count_release();
-        debug!(parent: &span, ok = matches!(r, Ok(Deleted::Ours)), "released");
+        debug!(parent: span, ok = matches!(r, Ok(Deleted::Ours)), "released");
         match r {
             Ok(Deleted::Ours) => Ok(()),
             Ok(Deleted::Absent) => {
@@ -216,6 +221,57 @@ impl HeldNode {
                 Err(e)
             }
         }
+    }
+
+    /// Releases `nodes` (a multi-lock's members, in the order given) with one transaction where it can: every node
+    /// a queue's (not the fixed node, which is checked to be ours before it is deleted), unreleased, of one live
+    /// session, and the backend has transactions. The server then commits all the deletes as one write. Otherwise,
+    /// or when the transaction fails (it deleted nothing: a member was lost, say), each node is released alone, its
+    /// delete sent behind the others'. Each node's outcome, in order.
+    pub async fn release_all(nodes: Vec<HeldNode>) -> Vec<Result<()>> {
+        let Some(first) = nodes.first() else {
+            return Vec::new();
+        };
+        let (ctx, sid) = (first.ctx.clone(), first.session);
+        let status = ctx.backend.session_status();
+        let batch = nodes.len() > 1
+            && status.id == sid
+            && status.state == SessionState::Connected
+            && nodes
+                .iter()
+                .all(|n| !n.fixed && n.session == sid && !n.released.load(Ordering::Acquire));
+        if batch {
+            // Tasks of this process waiting in line on these nodes are handed the lock once the deletes are in.
+            let waiters: Vec<_> = nodes
+                .iter()
+                .filter(|n| n.hands_over())
+                .flat_map(|n| ctx.handoffs.take(sid, &n.node))
+                .collect();
+            let paths: Vec<String> = nodes.iter().map(|n| n.node.clone()).collect();
+            match ctx.backend.on(sid).delete_all(&paths).await {
+                Ok(()) => {
+                    for w in waiters {
+                        let _ = w.send(());
+                    }
+                    return nodes
+                        .iter()
+                        .map(|n| n.released_with(Ok(Deleted::Ours), &n.span))
+                        .collect();
+                }
+                // All were deleted, or none: each node finds out, as after any lost reply.
+                Err(Error::ConnectionLoss) => {
+                    drop(waiters);
+                    let each = nodes.iter().map(|n| async move {
+                        let r = super::cleanup::delete_node_after(&n.ctx, &n.node, n.identity(), true).await;
+                        n.released_with(r, &n.span)
+                    });
+                    return futures::future::join_all(each).await;
+                }
+                // Nothing was deleted: one by one (the waiters, told nothing, go on watching).
+                Err(e) => debug!(error = %e, "the release transaction failed; releasing one by one"),
+            }
+        }
+        futures::future::join_all(nodes.iter().map(|n| n.release())).await
     }
 
     /// Whether the release may hand the lock to tasks of this process waiting in line on this node (see

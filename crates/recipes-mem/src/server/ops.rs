@@ -42,6 +42,10 @@ pub(crate) enum Op {
     Delete {
         path: String,
     },
+    /// A transaction of deletes: all or none.
+    DeleteAll {
+        paths: Vec<String>,
+    },
     /// Catch up with the leader: the one server here is always caught up.
     Sync {
         path: String,
@@ -65,6 +69,7 @@ impl Op {
         let (reads, writes) = match self {
             Op::Create { path, .. } | Op::Delete { path } => (vec![], vec![node(path), children(path)]),
             Op::SetData { path, .. } => (vec![], vec![node(path)]),
+            Op::DeleteAll { paths } => (vec![], paths.iter().flat_map(|p| [node(p), children(p)]).collect()),
             Op::Children { path } => (vec![format!("children:{path}")], vec![]),
             Op::Get { path } | Op::Exists { path, .. } | Op::GetWatch { path, .. } => (vec![node(path)], vec![]),
             Op::Sync { .. } => (vec![], vec![]),
@@ -86,6 +91,7 @@ impl Op {
             Op::GetWatch { path, .. } => format!("get+watch {path}"),
             Op::SetData { path, .. } => format!("set {path}"),
             Op::Delete { path } => format!("delete {path}"),
+            Op::DeleteAll { paths } => format!("delete all of {}", paths.join(" ")),
             Op::Sync { path } => format!("sync {path}"),
         }
     }
@@ -104,7 +110,7 @@ impl Op {
     pub(super) fn is_write_or_sync(&self) -> bool {
         matches!(
             self,
-            Op::Sync { .. } | Op::Create { .. } | Op::Delete { .. } | Op::SetData { .. }
+            Op::Sync { .. } | Op::Create { .. } | Op::Delete { .. } | Op::DeleteAll { .. } | Op::SetData { .. }
         )
     }
 }
@@ -264,6 +270,32 @@ impl State {
             Op::Delete { path } => {
                 self.tree.delete(&path, now)?;
                 self.fire_watches(&path, NodeEvent::Deleted, now);
+                Ok(Reply::Done)
+            }
+            Op::DeleteAll { paths } => {
+                // ZooKeeper runs a transaction's operations one after the other on a copy, and commits the copy only
+                // when all succeed: a path twice, or a node with children outside the deletes before it, fails it.
+                for (i, path) in paths.iter().enumerate() {
+                    let node = self
+                        .tree
+                        .node(path)
+                        .ok_or_else(|| recipes_core::Error::NoNode(path.clone()))?;
+                    if paths[..i].contains(path) {
+                        return Err(recipes_core::Error::NoNode(path.clone()));
+                    }
+                    let prefix = format!("{path}/");
+                    let still = node
+                        .children
+                        .iter()
+                        .any(|c| !paths[..i].contains(&format!("{prefix}{c}")));
+                    if still {
+                        return Err(recipes_core::Error::NotEmpty(path.clone()));
+                    }
+                }
+                for path in &paths {
+                    self.tree.delete(path, now)?;
+                    self.fire_watches(path, NodeEvent::Deleted, now);
+                }
                 Ok(Reply::Done)
             }
             Op::Sync { .. } => Ok(Reply::Done),

@@ -362,7 +362,8 @@ impl Locks {
     pub async fn revoke(&self, path: impl AsRef<str>) -> Result<Vec<String>> {
         let participants = self.participants(path.as_ref()).await?;
         let mut asked = Vec::new();
-        for holder in participants.holders() {
+        // A Curator semaphore's leases (`leases/<lease>`) are not asked: Curator's semaphore has no revocation.
+        for holder in participants.holders().filter(|h| !h.node.contains('/')) {
             if self.revoke_node(path.as_ref(), &holder.node).await? {
                 asked.push(holder.node.clone());
             }

@@ -4,7 +4,7 @@ use crate::backend::{Backend, BackendExt};
 use crate::decide::{contenders, decide_permits, Decision};
 use crate::error::{Error, Result};
 use crate::info::NodeInfo;
-use crate::layout::{Layout, NodeKind, EXCLUSIVE_NODE};
+use crate::layout::{is_kazoo_lease, Layout, NodeKind, SortKey, CURATOR_SEMAPHORE_LEASES, EXCLUSIVE_NODE};
 use crate::path::LockPath;
 
 /// The lock nodes on a path, in the order the lock is granted (see [`Locks::participants`](crate::Locks::participants)).
@@ -76,6 +76,39 @@ pub(crate) async fn participants(backend: &dyn Backend, layout: Layout, path: &L
     if children.iter().any(|c| c == EXCLUSIVE_NODE) {
         roles.push((EXCLUSIVE_NODE.to_owned(), None, Role::Holder));
     }
+    // A peer semaphore's leases: each one a holder (the peers make a lease only to hold it, but for Curator's mutex
+    // holder, whose lease waits while the leases are more than the permits). Curator's are below `leases`, named
+    // `leases/<lease>` here.
+    let mut leases: Vec<String> = Vec::new();
+    match layout {
+        Layout::Kazoo => leases.extend(children.iter().filter(|c| is_kazoo_lease(c)).cloned()),
+        Layout::Curator if children.iter().any(|c| c == CURATOR_SEMAPHORE_LEASES) => {
+            let under = path.child(CURATOR_SEMAPHORE_LEASES);
+            let mut found: Vec<(SortKey, String)> = match on.children(&under).await {
+                Ok(c) => c
+                    .into_iter()
+                    .filter_map(|n| {
+                        Layout::Curator
+                            .parse(&n)
+                            .filter(|p| p.kind == NodeKind::Permit)
+                            .map(|p| (p.key, n))
+                    })
+                    .collect(),
+                Err(Error::NoNode(_)) => Vec::new(),
+                Err(e) => return Err(e),
+            };
+            found.sort();
+            leases.extend(
+                found
+                    .into_iter()
+                    .map(|(_, n)| format!("{CURATOR_SEMAPHORE_LEASES}/{n}")),
+            );
+        }
+        _ => {}
+    }
+    for lease in &leases {
+        roles.push((lease.clone(), Some(NodeKind::Permit), Role::Holder));
+    }
     let queue = contenders(layout, &children);
     // A semaphore's permit count is the path's data.
     let permits = if queue.iter().any(|c| c.kind == NodeKind::Permit) {
@@ -112,7 +145,8 @@ pub(crate) async fn participants(backend: &dyn Backend, layout: Layout, path: &L
     }
     let other_children = children
         .into_iter()
-        .filter(|c| c != EXCLUSIVE_NODE && !queue.iter().any(|q| &q.name == c))
+        .filter(|c| c != EXCLUSIVE_NODE && !queue.iter().any(|q| &q.name == c) && !leases.contains(c))
+        .filter(|c| !(layout == Layout::Curator && c == CURATOR_SEMAPHORE_LEASES && !leases.is_empty()))
         .collect();
     Ok(Participants { nodes, other_children })
 }

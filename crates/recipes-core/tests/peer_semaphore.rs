@@ -171,3 +171,33 @@ async fn a_kazoo_semaphore_beside_a_curator_one_refuses_without_waiting_for_a_de
     );
     held.release().await.unwrap();
 }
+
+/// Participants (and `zklock inspect`) list a peer semaphore's leases as its holders: kazoo's under the path,
+/// Curator's as `leases/<lease>`. `revoke` asks the kazoo layout's holders, not Curator's (its semaphore has no
+/// revocation).
+#[tokio::test(start_paused = true)]
+async fn participants_list_a_peer_semaphores_leases() {
+    let c = MemCluster::new();
+    for layout in [Layout::Kazoo, Layout::Curator] {
+        let l = locks(&c, layout);
+        let path = format!("/ps-{layout}");
+        let sem = l.semaphore(&path, 3).unwrap();
+        let held = [sem.acquire().await.unwrap(), sem.acquire().await.unwrap()];
+        let p = l.participants(&path).await.unwrap();
+        let mut names: Vec<String> = p.holders().map(|h| h.node.clone()).collect();
+        names.sort();
+        let mut want: Vec<String> = held
+            .iter()
+            .map(|g| g.node().strip_prefix(&format!("{path}/")).unwrap().to_owned())
+            .collect();
+        want.sort();
+        assert_eq!(names, want, "{layout}");
+        assert!(
+            p.other_children.iter().all(|c| c != "leases"),
+            "{layout}: {:?}",
+            p.other_children
+        );
+        let asked = l.revoke(&path).await.unwrap();
+        assert_eq!(asked.len(), if layout == Layout::Kazoo { 2 } else { 0 }, "{layout}");
+    }
+}

@@ -10,7 +10,7 @@ use crate::error::Error;
 mod family;
 
 pub use family::Family;
-pub(crate) use family::{CURATOR_SEMAPHORE_LEASES, CURATOR_SEMAPHORE_MUTEX};
+pub(crate) use family::{is_kazoo_lease, CURATOR_SEMAPHORE_LEASES, CURATOR_SEMAPHORE_MUTEX};
 
 /// What a lock node stands for in the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

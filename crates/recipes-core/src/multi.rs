@@ -269,8 +269,9 @@ impl MultiGuard {
         select_all(watches).await.0
     }
 
-    /// Releases every member, in reverse order (the deletes go out one behind the other in one round trip, and the
-    /// server applies them in that order), and reports every failure.
+    /// Releases every member, in one transaction (one commit at the server) where it can, else in reverse order (the
+    /// deletes go out one behind the other in one round trip, and the server applies them in that order), and
+    /// reports every failure.
     ///
     /// # Notable errors
     /// [`Error::ReleaseFailed`] with each member's path and error, when any release failed (the others are released

@@ -94,7 +94,7 @@ async fn delete_once(ctx: &Ctx, node: &str, id: Identity) -> Result<Deleted> {
 ///
 /// # Notable errors
 /// [`Error::SessionExpired`] once the session is over (its nodes went with it); `RetriesExhausted` with `why`.
-async fn on_session_through_losses<T, F, Fut>(
+pub(crate) async fn on_session_through_losses<T, F, Fut>(
     ctx: &Ctx,
     session: SessionId,
     path: &str,
@@ -169,7 +169,7 @@ pub(crate) async fn delete_node_handing_over(
 }
 
 /// [`delete_node`]; `lost_reply`: an earlier delete of it lost its reply.
-pub(crate) async fn delete_node_after(ctx: &Ctx, node: &str, id: Identity, lost_reply: bool) -> Result<Deleted> {
+async fn delete_node_after(ctx: &Ctx, node: &str, id: Identity, lost_reply: bool) -> Result<Deleted> {
     let why = RetryReason::ReleaseKeptFailing;
     on_session_through_losses(ctx, id.session, node, why, lost_reply, |lost_reply| async move {
         if lost_reply && !is_active(Mutant::NoSyncAfterLostReply) {

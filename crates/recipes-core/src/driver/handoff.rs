@@ -43,6 +43,12 @@ impl Handoffs {
         }
     }
 
+    /// Whether a task waits in line on `node` of `session`.
+    pub fn has(&self, session: SessionId, node: &str) -> bool {
+        let waiting = self.waiting.lock();
+        !waiting.is_empty() && waiting.contains_key(&(session, node.to_owned()))
+    }
+
     /// Takes every waiter in line on `node` of `session`.
     pub fn take(&self, session: SessionId, node: &str) -> Vec<oneshot::Sender<()>> {
         let mut waiting = self.waiting.lock();

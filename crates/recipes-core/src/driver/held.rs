@@ -9,11 +9,13 @@ use tokio::time::Instant;
 use tracing::{debug, warn, Instrument};
 use uuid::Uuid;
 
-use super::cleanup::{delete_node, delete_node_handing_over, spawn_cleanup, Deleted, Identity};
+use super::cleanup::{
+    delete_node, delete_node_handing_over, on_session_through_losses, spawn_cleanup, Deleted, Identity,
+};
 use super::session::{self, reports_end};
 use super::Ctx;
 use crate::backend::{BackendExt, DeletionWatch, SessionId, SessionRef, SessionState, SessionStatus};
-use crate::error::{Error, LostReason, NotHeldReason, Result};
+use crate::error::{Error, LostReason, NotHeldReason, Result, RetryReason};
 use crate::layout::{Layout, NodeKind};
 use crate::metrics::Tags;
 use crate::mutants::{is_active, Mutant};
@@ -223,55 +225,82 @@ impl HeldNode {
         }
     }
 
-    /// Releases `nodes` (a multi-lock's members, in the order given) with one transaction where it can: every node
-    /// a queue's (not the fixed node, which is checked to be ours before it is deleted), unreleased, of one live
-    /// session, and the backend has transactions. The server then commits all the deletes as one write. Otherwise,
-    /// or when the transaction fails (it deleted nothing: a member was lost, say), each node is released alone, its
-    /// delete sent behind the others'. Each node's outcome, in order.
+    /// Releases `nodes` (a multi-lock's members, in the order given) with one transaction where it can: the nodes of a
+    /// queue (not the fixed node, which is checked to be ours before it is deleted), unreleased, of the one live
+    /// session, on which no task of this process waits in line (those go alone, handed over as their delete is sent),
+    /// when there are two or more and the backend has transactions. The server then commits their deletes as one
+    /// write. Each node's outcome, in order.
     pub async fn release_all(nodes: Vec<HeldNode>) -> Vec<Result<()>> {
         let Some(first) = nodes.first() else {
             return Vec::new();
         };
         let (ctx, sid) = (first.ctx.clone(), first.session);
         let status = ctx.backend.session_status();
-        let batch = nodes.len() > 1
-            && status.id == sid
-            && status.state == SessionState::Connected
-            && nodes
-                .iter()
-                .all(|n| !n.fixed && n.session == sid && !n.released.load(Ordering::Acquire));
-        if batch {
-            // Tasks of this process waiting in line on these nodes are handed the lock once the deletes are in.
-            let waiters: Vec<_> = nodes
-                .iter()
-                .filter(|n| n.hands_over())
-                .flat_map(|n| ctx.handoffs.take(sid, &n.node))
-                .collect();
-            let paths: Vec<String> = nodes.iter().map(|n| n.node.clone()).collect();
-            match ctx.backend.on(sid).delete_all(&paths).await {
-                Ok(()) => {
-                    for w in waiters {
-                        let _ = w.send(());
-                    }
-                    return nodes
-                        .iter()
-                        .map(|n| n.released_with(Ok(Deleted::Ours), &n.span))
-                        .collect();
-                }
-                // All were deleted, or none: each node finds out, as after any lost reply.
-                Err(Error::ConnectionLoss) => {
-                    drop(waiters);
-                    let each = nodes.iter().map(|n| async move {
-                        let r = super::cleanup::delete_node_after(&n.ctx, &n.node, n.identity(), true).await;
-                        n.released_with(r, &n.span)
-                    });
-                    return futures::future::join_all(each).await;
-                }
-                // Nothing was deleted: one by one (the waiters, told nothing, go on watching).
-                Err(e) => debug!(error = %e, "the release transaction failed; releasing one by one"),
-            }
+        let live = status.id == sid && status.state == SessionState::Connected;
+        let batched: Vec<bool> = nodes
+            .iter()
+            .map(|n| {
+                live && !n.fixed
+                    && n.session == sid
+                    && !n.released.load(Ordering::Acquire)
+                    && !(n.hands_over() && ctx.handoffs.has(sid, &n.node))
+            })
+            .collect();
+        if batched.iter().filter(|b| **b).count() < 2 {
+            return futures::future::join_all(nodes.iter().map(|n| n.release())).await;
         }
-        futures::future::join_all(nodes.iter().map(|n| n.release())).await
+        let (together, alone): (Vec<_>, Vec<_>) = nodes.iter().zip(&batched).partition(|(_, b)| **b);
+        let together: Vec<&HeldNode> = together.into_iter().map(|(n, _)| n).collect();
+        let (mut together, mut alone) = futures::join!(
+            Self::delete_in_one(&ctx, sid, &together),
+            futures::future::join_all(alone.into_iter().map(|(n, _)| n.release()))
+        );
+        // Back in the order given.
+        together.reverse();
+        alone.reverse();
+        batched
+            .iter()
+            .map(|b| if *b { together.pop() } else { alone.pop() }.unwrap_or(Ok(())))
+            .collect()
+    }
+
+    /// Deletes `nodes` of session `sid` in one transaction. When it fails it deleted nothing (a member was lost, the
+    /// session ended): each node is released alone, reporting its own outcome. When its reply is lost it deleted all or
+    /// none: once it is known which (a `sync`, then a look at the nodes), as for a transaction that succeeded or failed.
+    async fn delete_in_one(ctx: &Ctx, sid: SessionId, nodes: &[&HeldNode]) -> Vec<Result<()>> {
+        let paths: Vec<String> = nodes.iter().map(|n| n.node.clone()).collect();
+        let on = ctx.backend.on(sid);
+        let applied = match on.delete_all(&paths).await {
+            Ok(()) => true,
+            Err(Error::ConnectionLoss) => {
+                let why = RetryReason::ReleaseKeptFailing;
+                let any_left = on_session_through_losses(ctx, sid, &paths[0], why, true, |_| async {
+                    on.sync(&paths[0]).await?;
+                    for p in &paths {
+                        if on.get(p).await?.is_some() {
+                            return Ok(true);
+                        }
+                    }
+                    Ok(false)
+                })
+                .await;
+                matches!(any_left, Ok(false))
+            }
+            Err(e) => {
+                debug!(error = %e, "the release transaction failed; releasing one by one");
+                false
+            }
+        };
+        if !applied {
+            return futures::future::join_all(nodes.iter().map(|n| n.release())).await;
+        }
+        nodes
+            .iter()
+            .map(|n| {
+                let span = tracing::debug_span!(parent: &n.span, "release", path = %n.path, node = %n.node);
+                n.released_with(Ok(Deleted::Ours), &span)
+            })
+            .collect()
     }
 
     /// Whether the release may hand the lock to tasks of this process waiting in line on this node (see

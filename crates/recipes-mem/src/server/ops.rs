@@ -276,6 +276,9 @@ impl State {
                 // ZooKeeper runs a transaction's operations one after the other on a copy, and commits the copy only
                 // when all succeed: a path twice, or a node with children outside the deletes before it, fails it.
                 for (i, path) in paths.iter().enumerate() {
+                    if path == "/" {
+                        return Err(recipes_core::Error::Refused("cannot delete /".into()));
+                    }
                     let node = self
                         .tree
                         .node(path)

@@ -101,7 +101,12 @@ pub async fn semaphore_grants_in_queue_order(h: &dyn Harness) {
     while let Some(r) = set.join_next().await {
         r.unwrap();
     }
-    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
+    // The claim on two first; the two claims of one behind it fit together once it goes, so one release lets both in
+    // at once, in either order (asserting 1 before 2 was a race, lost once on ZooKeeper).
+    let mut got = order.lock().unwrap().clone();
+    assert_eq!(got.first(), Some(&0), "{got:?}");
+    got.sort_unstable();
+    assert_eq!(got, vec![0, 1, 2]);
     wait_children(h, &path, 0).await;
 }
 

@@ -201,3 +201,35 @@ async fn participants_list_a_peer_semaphores_leases() {
         assert_eq!(asked.len(), if layout == Layout::Kazoo { 2 } else { 0 }, "{layout}");
     }
 }
+
+/// A path that exists with empty data (a lock's container, left behind) gets the first kazoo-layout semaphore's
+/// count, so a second one with another count is refused there as on a fresh path (both held: the count was never
+/// written; found by review).
+#[tokio::test(start_paused = true)]
+async fn a_kazoo_semaphore_writes_its_count_into_a_path_made_without_one() {
+    let c = MemCluster::new();
+    c.set_container_reap_delay(Duration::from_secs(3600));
+    drop(locks(&c, Layout::Native).fair("/p").unwrap().acquire().await.unwrap());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(c.exists("/p"));
+    let _one = locks(&c, Layout::Kazoo)
+        .semaphore("/p", 1)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let r = locks(&c, Layout::Kazoo).semaphore("/p", 2).unwrap().try_acquire().await;
+    assert!(
+        matches!(
+            r,
+            Err(Error::PermitsMismatch {
+                asked: 2,
+                stored: Some(1),
+                ..
+            })
+        ),
+        "{}: {:?}",
+        show(&r),
+        c.children("/p")
+    );
+}

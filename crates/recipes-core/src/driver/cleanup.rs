@@ -187,7 +187,7 @@ async fn delete_node_after(ctx: &Ctx, node: &str, id: Identity, lost_reply: bool
 
 /// Whether a child name is one an acquire with this attempt id made: a queued node carries the id in its name; a kazoo
 /// semaphore's lease is named by it alone.
-fn made_by(layout: Layout, name: &str, attempt: Uuid) -> bool {
+pub(crate) fn made_by(layout: Layout, name: &str, attempt: Uuid) -> bool {
     layout.parse(name).is_some_and(|p| p.attempt == attempt)
         || (layout == Layout::Kazoo && name == attempt.simple().encode_lower(&mut Uuid::encode_buffer()))
 }

@@ -112,9 +112,8 @@ pub(crate) async fn acquire(
 
 impl Attempt<'_> {
     /// The semaphore's path: checked against our count when it stores one, or made with it (Curator's as a container,
-    /// as Curator makes it; kazoo's persistent, as kazoo's `ensure_path` does: kazoo expects it to stay). Data that is
-    /// no count is accepted, as kazoo accepts it: kazoo writes its count only after making the path, and Curator
-    /// writes none.
+    /// as Curator makes it; kazoo's persistent, as kazoo's `ensure_path` does: kazoo expects it to stay). Empty data as
+    /// made gets our count; other data that is no count is accepted, as kazoo accepts it.
     pub async fn peer_count(&self) -> Step<()> {
         let sid = self.connected().await?;
         let on = self.backend().on(sid);
@@ -123,8 +122,17 @@ impl Attempt<'_> {
             _ => CreateMode::Container,
         };
         // Bounded: made, then reaped or deleted before it was read, a few times over.
+        let mut wrote = false;
         for _ in 0..4 {
             match self.call(on.get(self.path.as_str())).await {
+                // A path made by another recipe or by a peer without a count (its data as made): ours is written
+                // over that data only (version 0), and read back, so that two of our clients with different counts
+                // do not both go in there (found by review).
+                Ok(Some((data, _))) if data.is_empty() && !wrote => {
+                    on.set_data_unacked(self.path.as_str(), &encode_permits(self.permits), Some(0));
+                    wrote = true;
+                    continue;
+                }
                 Ok(Some((data, _))) => {
                     return match decode_permits(&data) {
                         Some(stored) if stored != self.permits => Err(Stop::Fail(Error::PermitsMismatch {
@@ -304,8 +312,8 @@ impl Attempt<'_> {
             }
             Err(Error::ConnectionLoss) => {
                 self.failed()?;
-                match self.recover_kazoo_lease(&node, id).await? {
-                    Some(czxid) => (czxid, None),
+                match self.recover_queued(id).await? {
+                    Some((_, czxid, _)) => (czxid, None),
                     None => return Ok(Got::Again),
                 }
             }
@@ -355,32 +363,6 @@ impl Attempt<'_> {
         match tokio::time::timeout(RECHECK, self.wait_any_deleted(&watched, sid)).await {
             Ok(r) => r,
             Err(_) => Ok(()),
-        }
-    }
-
-    /// After a lost create reply: the creation id of our kazoo lease, when the create made it (its name is known).
-    async fn recover_kazoo_lease(&mut self, node: &str, id: Identity) -> Step<Option<i64>> {
-        self.reconnected(id.session).await?;
-        let on = self.backend().on(id.session);
-        let found = async {
-            // After a reconnection to another server, a read may not show our create yet: catch up with the leader.
-            on.sync(node).await?;
-            on.get(node).await
-        };
-        match self.call(found).await {
-            Ok(Some((_, stat))) if stat.ephemeral_owner == id.session => {
-                self.count(Count::CreateRecovery);
-                Ok(Some(stat.czxid))
-            }
-            Ok(_) => {
-                self.cleanup.disarm();
-                Ok(None)
-            }
-            Err(Stop::Fail(Error::ConnectionLoss)) => {
-                self.clean_up_now().await;
-                Ok(None)
-            }
-            Err(e) => Err(e),
         }
     }
 }

@@ -5,7 +5,7 @@ use tracing::debug;
 use uuid::Uuid;
 
 use super::attempt::{Attempt, Step, Stop};
-use super::cleanup::{Identity, Pending};
+use super::cleanup::{made_by, Identity, Pending};
 use super::wait::InLine;
 use super::{session, HeldNode};
 use crate::backend::{BackendExt, CreateAndList, SessionId};
@@ -209,7 +209,7 @@ impl Attempt<'_> {
         }
     }
 
-    /// Finds the node our create made, by attempt id and ephemeral owner.
+    /// Finds the node our create made, by attempt id and ephemeral owner (a queued node, or a kazoo lease).
     async fn find_ours(&self, attempt: Uuid, sid: SessionId) -> Step<Option<(String, i64)>> {
         let on = self.backend().on(sid);
         // After a reconnection to another server, a list may not show our create yet: catch up with the leader.
@@ -225,7 +225,7 @@ impl Attempt<'_> {
             Err(e) => return Err(e),
         };
         for name in children {
-            if self.ctx.layout.parse(&name).is_some_and(|p| p.attempt == attempt) {
+            if made_by(self.ctx.layout, &name, attempt) {
                 let node = self.path.child(&name);
                 if let Some((_, stat)) = self.call(on.get(&node)).await? {
                     if stat.ephemeral_owner == sid {

@@ -74,6 +74,11 @@ pub trait Harness: Send + Sync {
     /// Sets the next sequence number the server hands out under `path`, which must exist (when
     /// [`Capabilities::set_sequence`]).
     fn set_next_sequence(&self, _path: &str, _next: i32) {}
+    /// How long an emptied container stays before it is reaped, when the harness knows it to the tick (the
+    /// in-memory backend's reaper runs on its clock; ZooKeeper's runs on an interval of its own).
+    fn container_reap_delay(&self) -> Option<Duration> {
+        None
+    }
     /// Checks after each scenario that no lock node of the test is left, and releases resources.
     async fn finish(&self);
 }

@@ -101,6 +101,9 @@ impl Harness for MemHarness {
     fn set_next_sequence(&self, path: &str, next: i32) {
         self.cluster.set_next_sequence(path, next).expect("the path exists");
     }
+    fn container_reap_delay(&self) -> Option<Duration> {
+        Some(REAP_DELAY)
+    }
     async fn finish(&self) {
         // Background cleanups run on the (paused) clock: give them time, then nothing ephemeral may remain
         // except nodes of clients still alive in the scenario (all are dropped by now), and the reaper must have

@@ -282,6 +282,17 @@ impl LockGuard {
         }
     }
 
+    /// A loss this client knows of and that cannot be undone (the session is over, or `lost()` saw the node go).
+    pub(crate) fn loss_known(&self) -> Option<LostReason> {
+        self.held().loss_known()
+    }
+
+    /// The error of a call that found this guard's session over (`Closed` after `Locks::close`, else
+    /// `SessionExpired`).
+    pub(crate) fn session_end(&self) -> crate::Error {
+        self.held().session_end()
+    }
+
     /// Counts this guard's hold out, and returns its node when nothing else holds it (no other hold or downgraded
     /// side shares it): the node to delete.
     pub(crate) fn into_node(self) -> Option<HeldNode> {

@@ -372,11 +372,16 @@ impl Locks {
     }
 
     /// Asks the holder of one lock node (a child name of `path`) to let go, as [`revoke`](Locks::revoke) does for
-    /// every holder. `false`: the node is gone.
+    /// every holder. `false`: the node is gone. Only a lock node is written: a name of a lock node's form whose node
+    /// is ephemeral (by the server's own stat, read first); a persistent node of such a name is a lock path nested
+    /// in `path` (a nested semaphore keeps its permit count in its data) and is refused.
     ///
     /// # Notable errors
     /// As [`revoke`](Locks::revoke); [`Error::InvalidArgument`] for a name that is not a lock node's (a semaphore's
-    /// stored count, another application's node).
+    /// stored count, another application's node), or a node of that name that is not ephemeral.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future midway may leave the request to let go written or not, nothing else.
     pub async fn revoke_node(&self, path: impl AsRef<str>, node: &str) -> Result<bool> {
         let path = LockPath::new(path)?;
         if node == crate::layout::EXCLUSIVE_NODE {
@@ -396,14 +401,12 @@ impl Locks {
         }
         let on = self.ctx.backend.current();
         let child = path.child(node);
-        if family == Some(Family::KazooLease) {
-            // A bare id is a kazoo lease only when ephemeral: otherwise a lock path nested here, whose data (a
-            // semaphore's count) is not ours to overwrite.
-            match on.get(&child).await? {
-                None => return Ok(false),
-                Some((_, stat)) if stat.ephemeral_owner == 0 => return Err(not_a_lock_node()),
-                Some(_) => {}
-            }
+        // A lock node is ephemeral, whatever its name: a persistent node with a lock-like name is a lock path nested
+        // here (a nested semaphore's count in its data), not ours to overwrite.
+        match on.get(&child).await? {
+            None => return Ok(false),
+            Some((_, stat)) if stat.ephemeral_owner == 0 => return Err(not_a_lock_node()),
+            Some(_) => {}
         }
         match on.set_data(&child, crate::REVOKE_MESSAGE).await {
             Ok(()) => Ok(true),

@@ -10,6 +10,7 @@ use crate::driver::HeldNode;
 use crate::error::{Error, LostReason, Result};
 use crate::guard::LockGuard;
 use crate::lock::Lock;
+use crate::mutants::{is_active, Mutant};
 use crate::patience::Patience;
 use crate::recipe::Recipe;
 
@@ -49,7 +50,8 @@ impl MultiLock {
     /// A multi-lock of `members` (in any order).
     ///
     /// # Notable errors
-    /// [`Error::InvalidArgument`] when there are none, or one path is listed twice (a lock would wait for itself).
+    /// [`Error::InvalidArgument`] when there are none, one path is listed twice (a lock would wait for itself), or a
+    /// path lies inside an exclusive member's node (`P/lock` beside an exclusive `P`).
     pub(crate) fn new(mut members: Vec<Arc<dyn Lock>>) -> Result<Self> {
         if members.is_empty() {
             return Err(Error::InvalidArgument(
@@ -65,6 +67,25 @@ impl MultiLock {
                 w[1].recipe()
             )));
         }
+        // The exclusive recipe's node at P is P/lock: a member at P/lock, or below it, is a path inside another
+        // member's lock node (its creates would be refused there, as children of an ephemeral node).
+        for m in members.iter().filter(|m| m.recipe() == Recipe::Exclusive) {
+            let node = m.path().child(crate::layout::EXCLUSIVE_NODE);
+            let below = format!("{node}/");
+            if let Some(inner) = members
+                .iter()
+                .find(|o| o.path().as_str() == node || o.path().as_str().starts_with(&below))
+            {
+                return Err(Error::InvalidArgument(format!(
+                    "a multi-lock lists {} ({}) inside {node}, the node of its exclusive member at {}: take another \
+                     path, or another recipe for {}",
+                    inner.path(),
+                    inner.recipe(),
+                    m.path(),
+                    m.path()
+                )));
+            }
+        }
         Ok(MultiLock {
             members: members.into(),
         })
@@ -79,6 +100,9 @@ impl MultiLock {
     ///
     /// # Notable errors
     /// The first error of a member (in the canonical order); every member held by then is released first.
+    /// [`Error::SessionExpired`] when the session that holds a member ends before the whole set is held (as one lock's
+    /// acquire fails when its session ends while it waits): the set is handed out only with every member held on
+    /// one live session, none known lost. [`Error::LockLost`] when a member's node is known to have been deleted.
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future releases every member held so far and leaves no node behind.
@@ -113,18 +137,23 @@ impl MultiLock {
     }
 
     async fn get(&self, patience: Patience) -> Result<Option<MultiGuard>> {
+        let deadline = match patience {
+            Patience::Until(d) => Some(d),
+            _ => None,
+        };
         // Every member at once, within the deadline (a try alone is bounded by a few seconds, not by ours).
         // Each try makes its node at once, without listing first: a free set in one round trip.
         let tries = crate::driver::EAGER_TRY.scope((), join_all(self.members.iter().map(|m| m.try_acquire())));
-        let tried = match patience {
-            Patience::Until(d) => match tokio::time::timeout_at(d, tries).await {
+        let tried = match deadline {
+            Some(d) => match tokio::time::timeout_at(d, tries).await {
                 Ok(t) => t,
                 // Dropped tries delete whatever they made.
                 Err(_) => return Ok(None),
             },
-            _ => tries.await,
+            None => tries.await,
         };
         let mut held = Held(Vec::with_capacity(self.members.len()));
+        let mut later = Vec::new();
         let mut busy_from = None;
         let mut first_error = None;
         for (i, r) in tried.into_iter().enumerate() {
@@ -132,7 +161,7 @@ impl MultiLock {
                 Ok(Some(g)) if busy_from.is_none() && first_error.is_none() => held.0.push(g),
                 // Taken out of order, behind a busy member: let go (below), so that we never hold a later member
                 // while waiting for an earlier one.
-                Ok(Some(g)) => drop_later(g).await,
+                Ok(Some(g)) => later.push(g),
                 Ok(None) => {
                     busy_from.get_or_insert(i);
                 }
@@ -146,23 +175,30 @@ impl MultiLock {
                 }
             }
         }
+        // The members taken out of order go together (one transaction, or one round trip), within the grace and
+        // the caller's deadline plus the grace, however many they are; what is not confirmed by then goes on in
+        // the background.
+        if !later.is_empty() {
+            let _ = tokio::time::timeout_at(release_by(deadline), release_reversed(later)).await;
+        }
         if let Some(e) = first_error {
-            held.release_all().await;
+            held.release_all(deadline).await;
             return Err(e);
         }
         let Some(from) = busy_from else {
-            return Ok(Some(held.into_guard()));
+            return held.into_guard(deadline).await.map(Some);
         };
         // One by one, in order, under one deadline.
-        let deadline = match patience {
-            Patience::TryOnce => {
-                held.release_all().await;
-                return Ok(None);
-            }
-            Patience::Until(d) => Some(d),
-            Patience::Forever => None,
-        };
+        if patience == Patience::TryOnce {
+            held.release_all(deadline).await;
+            return Ok(None);
+        }
         for m in &self.members[from..] {
+            // A member already lost (its session ended): waiting for the next one on a new session would be in vain.
+            if let Err(e) = held.whole() {
+                held.release_all(deadline).await;
+                return Err(e);
+            }
             let got = match deadline {
                 None => m.acquire().await.map(Some),
                 Some(d) => match d.checked_duration_since(Instant::now()) {
@@ -173,27 +209,27 @@ impl MultiLock {
             match got {
                 Ok(Some(g)) => held.0.push(g),
                 Ok(None) => {
-                    held.release_all().await;
+                    held.release_all(deadline).await;
                     return Ok(None);
                 }
                 Err(e) => {
-                    held.release_all().await;
+                    held.release_all(deadline).await;
                     return Err(e);
                 }
             }
         }
-        Ok(Some(held.into_guard()))
+        held.into_guard(deadline).await.map(Some)
     }
 }
 
 /// How long an acquire that gives up waits for its members' releases before leaving them to the background (as one
-/// lock's acquire waits for its cleanup).
+/// lock's acquire waits for its cleanup): at most this grace from now, and never past the caller's deadline plus it.
 const RELEASE_GRACE: Duration = Duration::from_millis(500);
 
-/// Lets go of a member taken out of order (its release error, if any, changes nothing: the node is gone or goes with
-/// the session), waiting at most the grace: a dropped guard deletes its node in the background.
-async fn drop_later(g: LockGuard) {
-    let _ = tokio::time::timeout(RELEASE_GRACE, g.release()).await;
+/// Until when an acquire waits for releases it sends now (see [`RELEASE_GRACE`]).
+fn release_by(deadline: Option<Instant>) -> Instant {
+    let grace = Instant::now() + RELEASE_GRACE;
+    deadline.map_or(grace, |d| grace.min(d + RELEASE_GRACE))
 }
 
 /// Releases `guards` in reverse order: their nodes are deleted in one transaction where the backend has them (one
@@ -222,15 +258,53 @@ async fn release_reversed(guards: Vec<LockGuard>) -> Vec<(String, Error)> {
 struct Held(Vec<LockGuard>);
 
 impl Held {
-    /// Releases every member held so far, waiting at most the grace (the rest goes on in the background).
-    async fn release_all(&mut self) {
-        let _ = tokio::time::timeout(RELEASE_GRACE, release_reversed(std::mem::take(&mut self.0))).await;
+    /// Releases every member held so far, waiting at most the grace (see [`release_by`]; the rest goes on in the
+    /// background).
+    async fn release_all(&mut self, deadline: Option<Instant>) {
+        let by = release_by(deadline);
+        let _ = tokio::time::timeout_at(by, release_reversed(std::mem::take(&mut self.0))).await;
     }
 
-    fn into_guard(mut self) -> MultiGuard {
-        MultiGuard {
-            guards: std::mem::take(&mut self.0),
+    /// Whether the members held so far are all on one session and none is known lost: a single lock never hands
+    /// out a guard it knows is lost, and neither does the set. A member's session may have ended while another
+    /// member's request hid it (a try cleaning up reports "busy" when its node went with the session), and the
+    /// next member may then be taken on a new session.
+    ///
+    /// # Notable errors
+    /// [`Error::SessionExpired`] when a member's session is over (or members are on two sessions: the older one is
+    /// over), [`Error::LockLost`] when a member's node is known deleted.
+    fn whole(&self) -> Result<()> {
+        if is_active(Mutant::MultiHandsOutLost) {
+            return Ok(());
         }
+        let Some(last) = self.0.last() else {
+            return Ok(());
+        };
+        for g in &self.0 {
+            match g.loss_known() {
+                Some(LostReason::SessionExpired) => return Err(g.session_end()),
+                Some(reason) => {
+                    return Err(Error::LockLost {
+                        path: g.path().to_string(),
+                        reason,
+                    })
+                }
+                None if g.session_id() != last.session_id() => return Err(g.session_end()),
+                None => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The set, handed out only when [whole](Held::whole); else every member is let go, and the error returned.
+    async fn into_guard(mut self, deadline: Option<Instant>) -> Result<MultiGuard> {
+        if let Err(e) = self.whole() {
+            self.release_all(deadline).await;
+            return Err(e);
+        }
+        Ok(MultiGuard {
+            guards: std::mem::take(&mut self.0),
+        })
     }
 }
 

@@ -63,6 +63,13 @@ pub enum Mutant {
     /// A waiter in line takes any data change of its blocker for the `first` mark, as before revocation: a revoked
     /// reader's `__REVOKE__` then lets the writer behind it in when that reader goes, beside the readers ahead.
     AnyDataChangeIsMark,
+    /// The multi-lock hands out its set without checking that every member is still held on one live session: a
+    /// member taken on a session that then expired (while another member's try hid the expiry) is handed out lost.
+    MultiHandsOutLost,
+    /// The Curator-layout semaphore checks its permit count before it takes its mutex, not after: the container
+    /// reaper can remove the emptied path in between, the mutex's own path creation makes it again without a count,
+    /// and a client of another count writes its own.
+    CountCheckedBeforeMutex,
     /// Not a bug: no same-session handoff (a waiter ignores the release of a task of its own session and waits for
     /// the deletion's watch event), so that a test can show what the handoff changes.
     NoHandoff,

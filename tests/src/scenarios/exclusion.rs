@@ -395,3 +395,37 @@ pub async fn participants_list_holders_and_waiters(h: &dyn Harness) {
     g.release().await.unwrap();
     wait_children(h, &path, 0).await;
 }
+
+/// A lock path nested in another under the exclusive recipe's node name (`P/lock`) does not block `P`: its child
+/// `lock` is confirmed with the server (a persistent path, not the exclusive recipe's ephemeral node) before any
+/// recipe at `P` refuses. A multi-lock that lists `P/lock` beside an exclusive `P` is refused as an argument error.
+pub async fn nested_path_named_lock_does_not_block_its_parent(h: &dyn Harness) {
+    let (parent, nested) = (h.path("nested-parent"), h.path("nested-parent/lock"));
+    let (a, b) = (h.client().await, h.client().await);
+    let inner = a.locks.fair(&nested).unwrap().acquire().await.unwrap();
+    for recipe in [Recipe::Fair, Recipe::Reentrant, Recipe::Write, Recipe::Read] {
+        let g = bounded(
+            h,
+            "the parent is taken",
+            b.locks.lock(&parent, recipe).unwrap().try_acquire(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{recipe} at {parent} beside {nested}: {e}"));
+        let g = g.unwrap_or_else(|| panic!("{recipe} at {parent} is free"));
+        g.release().await.unwrap();
+    }
+    inner.release().await.unwrap();
+    // The nested path's container stays until the reaper: the parent is not blocked by it either.
+    let g = b.locks.fair(&parent).unwrap().try_acquire().await.unwrap();
+    g.expect("free beside an emptied nested path").release().await.unwrap();
+    match b.locks.multi([(&parent, Recipe::Exclusive), (&nested, Recipe::Fair)]) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains(&nested), "{m}"),
+        r => panic!("expected InvalidArgument, got {r:?}"),
+    }
+    let deeper = format!("{nested}/deeper");
+    assert!(matches!(
+        b.locks.multi([(&deeper, Recipe::Fair), (&parent, Recipe::Exclusive)]),
+        Err(Error::InvalidArgument(_))
+    ));
+    wait_children(h, &nested, 0).await;
+}

@@ -91,7 +91,10 @@ macro_rules! __for_each_scenario {
             semaphore_and_lock_on_one_path_refused semaphore_peer_bugs_stay_away multi_lock_all_or_none multi_lock_opposite_orders_never_deadlock
             multi_lock_mixed_recipes multi_lock_cancel_and_errors peer_semaphores_never_exceed_permits
             peer_semaphores_leave_nothing_behind peer_semaphores_refuse_what_they_cannot_share
-            multi_lock_release_reports_only_the_lost_member
+            multi_lock_release_reports_only_the_lost_member multi_lock_never_hands_out_a_lost_member
+            curator_semaphore_count_survives_the_reaper multi_lock_timeout_keeps_its_deadline
+            nested_path_named_lock_does_not_block_its_parent acquire_in_flight_ends_closed_on_close
+            revoke_node_writes_only_lock_nodes
         );
     };
 }

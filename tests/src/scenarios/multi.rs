@@ -6,7 +6,7 @@ use tokio::task::JoinSet;
 
 use super::HOLD;
 use crate::harness::Harness;
-use crate::util::{assert_pending, bounded, wait_children, Occupancy};
+use crate::util::{assert_pending, bounded, skip, wait_children, Occupancy};
 
 /// A set with one busy member is not taken: a timed acquire gives up holding nothing and leaving no node on the free
 /// members; once the member is free the whole set is taken, each member with its own token.
@@ -194,4 +194,108 @@ pub async fn multi_lock_release_reports_only_the_lost_member(h: &dyn Harness) {
     for p in &paths {
         wait_children(h, p, 0).await;
     }
+}
+
+/// A multi-lock never hands out a member it has already lost: one member taken on a session that expires while
+/// another member's first try is still cleaning up (that try then reports "busy", not the expiry), the busy member
+/// later taken on the new session. Whatever the instant of the expiry (swept across the acquire's requests), the
+/// acquire either fails or returns a set whose every member is valid on one session, and no other client holds a
+/// member beside it.
+pub async fn multi_lock_never_hands_out_a_lost_member(h: &dyn Harness) {
+    if !h.capabilities().latency {
+        return skip(h, "multi_lock_never_hands_out_a_lost_member", "request latency");
+    }
+    let latency = std::time::Duration::from_millis(50);
+    let mut handed_out = 0;
+    for k in 0..24u32 {
+        let (free, busy_path) = (h.path(&format!("multi-la{k}")), h.path(&format!("multi-lb{k}")));
+        let (m, other, thief) = (h.client().await, h.client().await, h.client().await);
+        let busy = other.locks.fair(&busy_path).unwrap().acquire().await.unwrap();
+        // The free member's path made (and left to the reaper), so that both first tries take the same round trips.
+        make_path(&thief.locks, &free).await;
+        h.set_latency(latency);
+        let set = m
+            .locks
+            .multi([(&free, Recipe::Fair), (&busy_path, Recipe::Fair)])
+            .unwrap();
+        let mut task = tokio::spawn(async move { set.acquire().await });
+        // Expire at an instant among the first tries' requests (each takes two latencies).
+        tokio::time::sleep(latency * k / 3).await;
+        m.faults.expire_session().await;
+        // Whoever gets the free member now holds it, while the set waits for the busy one.
+        let mut stolen = thief
+            .locks
+            .fair(&free)
+            .unwrap()
+            .acquire_timeout(latency * 20)
+            .await
+            .unwrap();
+        let finished_while_stolen = task.is_finished();
+        if finished_while_stolen {
+            drop(busy);
+        } else {
+            busy.release().await.unwrap();
+        }
+        if !finished_while_stolen {
+            drop(stolen.take());
+        }
+        let got = bounded(h, "the set's acquire ends", &mut task).await.unwrap();
+        h.set_latency(std::time::Duration::ZERO);
+        if let Ok(held) = got {
+            handed_out += 1;
+            let session = held.guards()[0].session_id();
+            for g in held.guards() {
+                assert!(g.is_valid(), "k={k}: a member handed out is not valid: {}", g.path());
+                assert_eq!(g.session_id(), session, "k={k}: members on two sessions");
+            }
+            assert!(stolen.is_none(), "k={k}: another client holds {free} beside the set");
+            held.release().await.unwrap();
+        }
+        drop(stolen);
+        for p in [&free, &busy_path] {
+            wait_children(h, p, 0).await;
+        }
+    }
+    eprintln!("multi_lock_never_hands_out_a_lost_member: {handed_out} of 24 sets handed out");
+}
+
+/// A timed multi-lock keeps its deadline (plus the cleanup grace) however many members it lets go: one busy member
+/// ahead of eight free ones in the canonical order, with 200 ms of one-way latency, so that the free members' first
+/// tries hold and must all be let go again before the set waits.
+pub async fn multi_lock_timeout_keeps_its_deadline(h: &dyn Harness) {
+    if !h.capabilities().latency {
+        return skip(h, "multi_lock_timeout_keeps_its_deadline", "request latency");
+    }
+    let paths: Vec<String> = (0..9).map(|i| h.path(&format!("multi-d{i}"))).collect();
+    let (a, b) = (h.client().await, h.client().await);
+    let busy = a.locks.fair(&paths[0]).unwrap().acquire().await.unwrap();
+    let set = b.locks.multi(paths.iter().map(|p| (p, Recipe::Fair))).unwrap();
+    // The paths made (and left to the reaper): the first tries take one round trip each, well within the deadline.
+    for p in &paths[1..] {
+        make_path(&a.locks, p).await;
+    }
+    h.set_latency(std::time::Duration::from_millis(200));
+    let timeout = std::time::Duration::from_millis(1500);
+    let start = tokio::time::Instant::now();
+    let got = set.acquire_timeout(timeout).await.unwrap();
+    let took = start.elapsed();
+    eprintln!("multi_lock_timeout_keeps_its_deadline: took {took:?}");
+    h.set_latency(std::time::Duration::ZERO);
+    assert!(got.is_none(), "the busy member was taken");
+    // The grace of the acquire's own cleanup (500 ms), and a millisecond of scheduling.
+    let bound = timeout + std::time::Duration::from_millis(501);
+    assert!(
+        took <= bound,
+        "acquire_timeout({timeout:?}) took {took:?}, more than {bound:?}"
+    );
+    busy.release().await.unwrap();
+    for p in &paths {
+        wait_children(h, p, 0).await;
+    }
+}
+
+/// Makes a lock path (a fair lock taken and released), left to the container reaper.
+async fn make_path(locks: &recipes_core::Locks, path: &str) {
+    let g = locks.fair(path).unwrap().acquire().await.unwrap();
+    g.release().await.unwrap();
 }

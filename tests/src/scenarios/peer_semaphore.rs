@@ -10,7 +10,7 @@ use tokio::task::JoinSet;
 
 use super::HOLD;
 use crate::harness::Harness;
-use crate::util::{assert_pending, bounded, wait_children};
+use crate::util::{assert_pending, bounded, skip, wait_children};
 
 const PEERS: [Layout; 2] = [Layout::Curator, Layout::Kazoo];
 
@@ -243,4 +243,37 @@ pub async fn peer_semaphores_refuse_what_they_cannot_share(h: &dyn Harness) {
     settled(h, Layout::Kazoo, &root, 1).await;
     native.release().await.unwrap();
     wait_children(h, &root, 0).await;
+}
+
+/// The Curator-layout semaphore's permit count survives the container reaper: the emptied semaphore path is reaped
+/// at an instant swept across a client's acquire (between its count check and its mutex, whose path-making would
+/// make the path again without a count), and a client of another count is still refused, never let in beside it.
+pub async fn curator_semaphore_count_survives_the_reaper(h: &dyn Harness) {
+    let name = "curator_semaphore_count_survives_the_reaper";
+    let (Some(reap), true) = (h.container_reap_delay(), h.capabilities().latency) else {
+        return skip(h, name, "container reaping on a known clock, or request latency");
+    };
+    let latency = std::time::Duration::from_millis(20);
+    let mut refused = 0;
+    for k in 0..30u32 {
+        let root = h.path(&format!("peer-sem-reap{k}"));
+        let (a, b) = (h.client().await, h.client().await);
+        let one = with_layout(&a.locks, Layout::Curator).semaphore(&root, 1).unwrap();
+        let two = with_layout(&b.locks, Layout::Curator).semaphore(&root, 2).unwrap();
+        // Made with a count of 1, then emptied: `leases` and `locks` are reaped after one delay, the path after two.
+        one.acquire().await.unwrap().release().await.unwrap();
+        settled(h, Layout::Curator, &root, 0).await;
+        tokio::time::sleep(reap * 2 - latency * 6 + latency * k / 5).await;
+        h.set_latency(latency);
+        let held = bounded(h, "the 1-permit client acquires", one.acquire()).await.unwrap();
+        h.set_latency(std::time::Duration::ZERO);
+        match two.try_acquire().await {
+            Err(Error::PermitsMismatch { asked: 2, .. }) => refused += 1,
+            Ok(Some(_)) => panic!("k={k}: a 2-permit client holds beside a 1-permit client"),
+            r => panic!("k={k}: expected PermitsMismatch, got {r:?}"),
+        }
+        held.release().await.unwrap();
+        settled(h, Layout::Curator, &root, 0).await;
+    }
+    assert_eq!(refused, 30);
 }

@@ -336,3 +336,32 @@ pub async fn huge_timeout_is_no_deadline(h: &dyn Harness) {
     }
     wait_children(h, &path, 0).await;
 }
+
+/// `revoke_node` writes its request only over a lock node, by the node's own stat (ephemeral): a persistent node
+/// with a lock node's name (a semaphore nested under such a name keeps its permit count there) is refused and left
+/// as it was, and the nested semaphore goes on with its count.
+pub async fn revoke_node_writes_only_lock_nodes(h: &dyn Harness) {
+    let parent = h.path("revoke-nested");
+    let name = "L-0123456789abcdef0123456789abcdef-0000000001";
+    let nested = format!("{parent}/{name}");
+    let (a, b) = (h.client().await, h.client().await);
+    let sem = a.locks.semaphore(&nested, 2).unwrap();
+    let held = sem.acquire().await.unwrap();
+    match b.locks.revoke_node(&parent, name).await {
+        Err(recipes_core::Error::InvalidArgument(m)) => assert!(m.contains(name), "{m}"),
+        r => panic!("expected InvalidArgument for a persistent node, got {r:?}"),
+    }
+    held.release().await.unwrap();
+    let again = b.locks.semaphore(&nested, 2).unwrap().acquire().await;
+    again
+        .expect("the nested semaphore keeps its count")
+        .release()
+        .await
+        .unwrap();
+    // A holder's node is still asked.
+    let g = a.locks.fair(&parent).unwrap().acquire().await.unwrap();
+    let own = g.node().rsplit('/').next().unwrap().to_owned();
+    assert!(b.locks.revoke_node(&parent, &own).await.unwrap());
+    g.release().await.unwrap();
+    wait_children(h, &nested, 0).await;
+}

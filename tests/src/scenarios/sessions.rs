@@ -145,3 +145,34 @@ pub async fn guarded_operation_under_the_lease(h: &dyn Harness) {
     drop(g);
     wait_children(h, &path, 0).await;
 }
+
+/// An acquire waiting when the application closes its `Locks` ends with `Closed` (not `SessionExpired`, which says
+/// the server ended the session), and leaves no node behind; so does a multi-lock's.
+pub async fn acquire_in_flight_ends_closed_on_close(h: &dyn Harness) {
+    let (x, y) = (h.path("close-x"), h.path("close-y"));
+    let (a, b) = (h.client().await, h.client().await);
+    let busy = a.locks.fair(&y).unwrap().acquire().await.unwrap();
+    let lock = b.locks.fair(&y).unwrap();
+    let set = b.locks.multi([(&x, Recipe::Fair), (&y, Recipe::Write)]).unwrap();
+    let mut waiting = tokio::spawn(async move { lock.acquire().await.map(|g| g.fencing_token()) });
+    let waiting_set = tokio::spawn(async move { set.acquire().await.map(|g| g.guards().len()) });
+    wait_children(h, &y, 3).await;
+    assert_pending(h, "the acquire waits", &mut waiting).await;
+    b.locks.close().await;
+    let got = bounded(h, "the acquire ends", waiting).await.unwrap();
+    assert_eq!(
+        got,
+        Err(Error::Closed),
+        "an acquire in flight when the application closed"
+    );
+    let got = bounded(h, "the set's acquire ends", waiting_set).await.unwrap();
+    assert_eq!(
+        got,
+        Err(Error::Closed),
+        "a multi-lock's acquire in flight when the application closed"
+    );
+    wait_children(h, &x, 0).await;
+    wait_children(h, &y, 1).await;
+    busy.release().await.unwrap();
+    wait_children(h, &y, 0).await;
+}

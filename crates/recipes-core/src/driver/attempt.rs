@@ -286,12 +286,13 @@ impl<'a> Attempt<'a> {
         }
     }
 
-    /// `children` of `parent` without the names that look like a peer semaphore's nodes but are not: a kazoo lease
-    /// is ephemeral, a Curator semaphore's `leases` holds leases; a lock path nested in `parent` under such a name is
-    /// neither, and no reason to refuse. Asks the server only when such a name is there (and not of our own family).
+    /// `children` of `parent` without the names that look like lock nodes but are not: the exclusive recipe's `lock`
+    /// and a kazoo lease are ephemeral, a Curator semaphore's `leases` holds leases; a lock path nested in `parent`
+    /// under such a name (`/jobs/lock` under `/jobs`) is neither, and no reason to refuse. Asks the server only when
+    /// such a name is there (and not of our own family).
     pub async fn screen(&self, parent: &str, children: Vec<String>, sid: SessionId) -> Step<Vec<String>> {
         let own = self.own_family();
-        let suspect = |name: &str| matches!(Family::of(name), Some(f @ (Family::KazooLease | Family::CuratorSemaphore)) if f != own);
+        let suspect = |name: &str| matches!(Family::of(name), Some(f @ (Family::Exclusive | Family::KazooLease | Family::CuratorSemaphore)) if f != own);
         if !children.iter().any(|c| suspect(c)) {
             return Ok(children);
         }
@@ -302,7 +303,7 @@ impl<'a> Attempt<'a> {
                 let node = format!("{parent}/{name}");
                 let confirmed = loop {
                     let asked = async {
-                        if Family::of(&name) == Some(Family::KazooLease) {
+                        if Family::of(&name) != Some(Family::CuratorSemaphore) {
                             Ok(on.get(&node).await?.is_some_and(|(_, stat)| stat.ephemeral_owner != 0))
                         } else {
                             match on.children(&node).await {

@@ -332,6 +332,17 @@ impl HeldNode {
         self.known_loss.get()
     }
 
+    /// A loss that this client knows of now and that cannot be undone (see `known_loss`).
+    pub fn loss_known(&self) -> Option<LostReason> {
+        self.known_loss(self.ctx.backend.session_status())
+    }
+
+    /// The error of a call that found this node's session over: [`Error::Closed`] when the application closed the
+    /// backend, else [`Error::SessionExpired`].
+    pub fn session_end(&self) -> Error {
+        session::closed_or(self.ctx.backend.as_ref(), Error::SessionExpired)
+    }
+
     /// Until when the lock is known valid: the lease of its session, or `None` once that session is over (or the
     /// node is known to have been deleted).
     pub fn valid_until(&self) -> Option<Instant> {

@@ -147,7 +147,10 @@ async fn acquire_on(
             attempt.peer = Some(lease);
             attempt.mutex = Some(mutex);
         }
-        let outcome = attempt.run().await;
+        let outcome = attempt
+            .run()
+            .await
+            .map_err(|e| session::closed_or(ctx.backend.as_ref(), e));
         match &outcome {
             Ok(Some(_)) => {
                 ctx.counters.acquired(&attempt.tags, attempt.started.elapsed());

@@ -101,6 +101,26 @@ pub(crate) async fn acquire(
     let Some(mutex) = acquire_on(ctx, &mutex_path, Claim::lock(Recipe::Fair), patience, None).await? else {
         return Ok(None);
     };
+    // Curator's mutex lives under the semaphore's path: the container reaper may have removed the emptied path
+    // after the count was checked, and the mutex's path-making then made it again without one. Checked again now
+    // that the mutex's node keeps the path (and, after it, our lease does): a client of another count is refused.
+    if ctx.layout == Layout::Curator && !is_active(Mutant::CountCheckedBeforeMutex) {
+        let again = Attempt::new(ctx, root, claim, patience);
+        let checked = again.peer_count().await;
+        drop(again);
+        let failed = match checked {
+            Ok(()) => None,
+            Err(Stop::Deadline) if patience == Patience::TryOnce => Some(Err(Error::ConnectionLoss)),
+            Err(Stop::Deadline) => Some(Ok(None)),
+            Err(Stop::Fail(e)) => Some(Err(e)),
+        };
+        if let Some(out) = failed {
+            if let Ok(Err(e)) = tokio::time::timeout(super::CLEANUP_GRACE, mutex.release()).await {
+                debug!(path = %mutex_path, error = %e, "the mutex's release failed");
+            }
+            return out;
+        }
+    }
     let lease = PeerLease {
         root: root.clone(),
         session: mutex.session,

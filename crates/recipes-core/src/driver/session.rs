@@ -27,6 +27,16 @@ pub(crate) fn reports_end(e: &Error) -> bool {
     matches!(e, Error::SessionExpired | Error::Closed)
 }
 
+/// `e`, or [`Error::Closed`] in its place when `e` says the session is over because the application closed the
+/// backend (an acquire in flight when `Locks::close` runs ends as a closed call, not as an expiry).
+pub(crate) fn closed_or(backend: &dyn Backend, e: Error) -> Error {
+    if e == Error::SessionExpired && backend.session_status().state == SessionState::Closed {
+        Error::Closed
+    } else {
+        e
+    }
+}
+
 /// Resolves when the session `pinned` is over.
 ///
 /// # Cancel safety

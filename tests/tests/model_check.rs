@@ -92,6 +92,8 @@ exhaustive_tests! {
     exhaustive_native_wrapped => "native-wrapped",
     exhaustive_semaphore => "semaphore",
     exhaustive_semaphore_many => "semaphore-many",
+    exhaustive_multi => "multi",
+    exhaustive_semaphore_counts_reaped => "semaphore-counts-reaped",
 }
 
 /// Configurations that need a switch (the `first` mark written by every waiter, with three clients): too many

@@ -74,7 +74,62 @@ pub fn exhaustive() -> Vec<Config> {
             .with_faults(1, &[FaultKind::Blip, FaultKind::Kill]),
         Config::new("semaphore", vec![permits(1, 1), permits(1, 1)]).with_faults(1, FAULTS),
         semaphore_many(),
+        multi_beside_a_holder(),
+        counts_beside_the_reaper(),
     ]
+}
+
+/// A multi-lock of two paths, the second held (or about to be) by another client: its first tries may take the
+/// first member and find the second busy, then wait for it; a fault at any point (an expiry while a try cleans up
+/// among them) must never let the set be handed out with a member lost.
+fn multi_beside_a_holder() -> Config {
+    Config::new(
+        "multi",
+        vec![
+            Program::Multi {
+                patience: Patience::Forever,
+            },
+            Program::Elsewhere(Box::new(plain(Recipe::Fair))),
+        ],
+    )
+    .with_faults(1, &[FaultKind::Kill])
+}
+
+/// Two clients of a Curator-layout semaphore that ask for different counts (1 and 2), on a path that stores the
+/// count 1 and that the container reaper removes as they start: whichever goes first, the other is refused
+/// (`PermitsMismatch`), never let in beside it. A delay lets the reaper act between any two requests.
+fn counts_beside_the_reaper() -> Config {
+    Config::new(
+        "semaphore-counts-reaped",
+        vec![
+            permits(1, 1),
+            Program::Permits {
+                permits: 2,
+                n: 1,
+                patience: Patience::Forever,
+            },
+        ],
+    )
+    .with_layout(Layout::Curator)
+    .with_setup(reaped_as_it_starts)
+    .with_faults(1, &[FaultKind::Delay])
+}
+
+/// Makes the lock path as a container storing the permit count 1, empties it, and waits until the reaper is due to
+/// remove it a millisecond after the clients start.
+fn reaped_as_it_starts(cluster: &recipes_mem::MemCluster) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
+    let cluster = cluster.clone();
+    Box::pin(async move {
+        let admin = cluster.client();
+        let on = admin.current();
+        on.create("/model", b"", CreateMode::Persistent).await.expect("setup");
+        on.create(PATH, b"1", CreateMode::Container).await.expect("setup");
+        let child = format!("{PATH}/leases");
+        on.create(&child, b"", CreateMode::Persistent).await.expect("setup");
+        on.delete(&child).await.expect("setup");
+        // The reaper removes a container empty for the reap delay (the configuration's session timeout).
+        tokio::time::sleep(Duration::from_secs(4) - Duration::from_millis(1)).await;
+    })
 }
 
 /// A semaphore's claim of `n` of `of` permits, waiting as long as it takes.
@@ -252,6 +307,20 @@ pub fn random() -> Vec<Config> {
                     permits: 3,
                     n: 1,
                     after: Duration::from_millis(200),
+                },
+            ],
+        )
+        .with_faults(2, ALL_FAULTS),
+        // The multi-lock beside holders of both its members, with every kind of fault.
+        Config::new(
+            "multi-three",
+            vec![
+                Program::Multi {
+                    patience: Patience::Forever,
+                },
+                Program::Elsewhere(Box::new(plain(Recipe::Fair))),
+                Program::Multi {
+                    patience: Patience::Timeout(Duration::from_secs(1)),
                 },
             ],
         )
@@ -444,6 +513,22 @@ pub fn sensitivity() -> Vec<Sensitivity> {
                       but not its own, and a claim on two goes in beside a holder of one",
             mutants: &[Mutant::PermitOverGrant],
             config: semaphore_many().with_faults(0, &[]),
+            shows_as: "too many permits",
+            by_walks: false,
+        },
+        Sensitivity {
+            problem: "24.1: a multi-lock hands out its set with a member whose session expired while another member's \
+                      try hid the expiry",
+            mutants: &[Mutant::MultiHandsOutLost],
+            config: multi_beside_a_holder().with_faults(1, &[FaultKind::Kill]),
+            shows_as: "not valid",
+            by_walks: false,
+        },
+        Sensitivity {
+            problem: "24.2: the Curator-layout semaphore checks its count before its mutex; the reaper removes the \
+                      path in between and a client of another count holds beside it",
+            mutants: &[Mutant::CountCheckedBeforeMutex],
+            config: counts_beside_the_reaper(),
             shows_as: "too many permits",
             by_walks: false,
         },

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use recipes_core::{Error, LockGuard, Locks, LostReason, OwnerToken, Recipe};
+use recipes_core::{Error, LockGuard, Locks, LostReason, MultiGuard, OwnerToken, Recipe};
 use recipes_mem::MemCluster;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -54,6 +54,14 @@ pub enum Program {
         /// How long to wait.
         patience: Patience,
     },
+    /// A multi-lock of the configuration's path and a second path ([`PATH2`]), both fair: acquire the set, hold, ask
+    /// every member's `lost()`, release the set.
+    Multi {
+        /// How long to wait.
+        patience: Patience,
+    },
+    /// The program on the second path ([`PATH2`]) rather than the configuration's own.
+    Elsewhere(Box<Program>),
     /// A semaphore claim of `n` of `permits` whose future is dropped after this long (a caller's own timeout), then
     /// nothing.
     AbandonPermits {
@@ -64,6 +72,24 @@ pub enum Program {
         /// When the future is dropped.
         after: Duration,
     },
+}
+
+/// The second lock path, for the programs that take two ([`Program::Multi`], [`Program::Elsewhere`]).
+pub(crate) const PATH2: &str = "/model/other";
+
+/// A guard the oracles track: a lock's own, or one member of a multi-lock's set.
+pub(crate) enum Guard {
+    One(LockGuard),
+    Member(Arc<MultiGuard>, usize),
+}
+
+impl Guard {
+    fn lock(&self) -> &LockGuard {
+        match self {
+            Guard::One(g) => g,
+            Guard::Member(set, i) => &set.guards()[*i],
+        }
+    }
 }
 
 /// The grace an acquire that gives up may take for its cleanup, beyond its deadline (the driver's `CLEANUP_GRACE`).
@@ -86,10 +112,12 @@ struct Hold {
     /// The task of the client that holds it (0 but for [`Program::Tasks`]).
     task: usize,
     holding: Holding,
+    /// The lock path (the oracles hold per path).
+    path: String,
     node: String,
     token: u64,
     /// The guard while held (taken out to release it).
-    guard: Option<Arc<LockGuard>>,
+    guard: Option<Arc<Guard>>,
 }
 
 /// What the clients report, and the oracles over it.
@@ -98,8 +126,8 @@ pub(crate) struct Oracle {
     pub violations: Vec<String>,
     /// Notes for the trace (acquired, released, errors).
     pub notes: Vec<String>,
-    max_exclusive_token: u64,
-    max_token: u64,
+    /// Per lock path: the highest token of an exclusive hold, and of any hold.
+    max_tokens: std::collections::HashMap<String, (u64, u64)>,
     pub finished: usize,
     pub crashed: HashSet<usize>,
     /// Nodes an operator deleted: (path, czxid). Once a lock node is deleted behind the library's back, the lease no
@@ -116,8 +144,7 @@ impl Oracle {
             holds: Vec::new(),
             violations: Vec::new(),
             notes: Vec::new(),
-            max_exclusive_token: 0,
-            max_token: 0,
+            max_tokens: std::collections::HashMap::new(),
             finished: 0,
             crashed: HashSet::new(),
             deleted: HashSet::new(),
@@ -143,22 +170,30 @@ impl Oracle {
 
     /// An acquire returned `guard`: it must be valid, and its token above the tokens of the holds before it (a
     /// semaphore's permits, held beside each other, only above those of exclusive holds).
-    fn acquired(&mut self, (client, task): (usize, usize), holding: Holding, guard: LockGuard, reentry: bool) -> usize {
+    fn acquired(&mut self, holder: (usize, usize), holding: Holding, guard: LockGuard, reentry: bool) -> usize {
+        self.acquired_guard(holder, holding, Guard::One(guard), reentry)
+    }
+
+    fn acquired_guard(
+        &mut self,
+        (client, task): (usize, usize),
+        holding: Holding,
+        guard: Guard,
+        reentry: bool,
+    ) -> usize {
         let exclusive = holding == Holding::Exclusive;
-        let token = guard.fencing_token();
-        let node = guard.node().to_owned();
-        if !guard.is_valid() {
+        let token = guard.lock().fencing_token();
+        let node = guard.lock().node().to_owned();
+        let path = guard.lock().path().to_string();
+        if !guard.lock().is_valid() {
             self.violate(format!(
                 "client {client}: an acquire returned a guard that is not valid ({})",
                 short(&node)
             ));
         }
         if !reentry && self.deleted.is_empty() {
-            let floor = if exclusive {
-                self.max_token
-            } else {
-                self.max_exclusive_token
-            };
+            let (max_exclusive_token, max_token) = self.max_tokens.get(&path).copied().unwrap_or_default();
+            let floor = if exclusive { max_token } else { max_exclusive_token };
             if token <= floor {
                 self.violate(format!(
                     "client {client}: fencing token {token} of a new {} hold is not above {floor}",
@@ -169,9 +204,10 @@ impl Oracle {
                     }
                 ));
             }
-            self.max_token = self.max_token.max(token);
+            let (max_exclusive_token, max_token) = self.max_tokens.entry(path.clone()).or_default();
+            *max_token = (*max_token).max(token);
             if exclusive {
-                self.max_exclusive_token = self.max_exclusive_token.max(token);
+                *max_exclusive_token = (*max_exclusive_token).max(token);
             }
         }
         let by = if task > 0 {
@@ -195,6 +231,7 @@ impl Oracle {
             client,
             task,
             holding,
+            path,
             node,
             token,
             guard: Some(Arc::new(guard)),
@@ -202,11 +239,11 @@ impl Oracle {
         self.holds.len() - 1
     }
 
-    fn take(&mut self, id: usize) -> Option<Arc<LockGuard>> {
+    fn take(&mut self, id: usize) -> Option<Arc<Guard>> {
         self.holds.get_mut(id).and_then(|h| h.guard.take())
     }
 
-    fn guard(&self, id: usize) -> Option<Arc<LockGuard>> {
+    fn guard(&self, id: usize) -> Option<Arc<Guard>> {
         self.holds.get(id).and_then(|h| h.guard.clone())
     }
 
@@ -216,19 +253,35 @@ impl Oracle {
         if !self.deleted.is_empty() {
             return;
         }
+        let mut paths: Vec<&str> = self.holds.iter().map(|h| h.path.as_str()).collect();
+        paths.sort_unstable();
+        paths.dedup();
+        let mut problems = Vec::new();
+        for path in paths {
+            self.check_path(path, cluster, &mut problems);
+        }
+        for p in problems {
+            if !self.violations.contains(&p) {
+                self.violate(p);
+            }
+        }
+    }
+
+    /// The oracles over the holds of one lock path.
+    fn check_path(&self, path: &str, cluster: &MemCluster, problems: &mut Vec<String>) {
         let mut exclusive = std::collections::BTreeSet::new();
         let mut shared = std::collections::BTreeSet::new();
-        // Permits held, of how many, and by whom (holder, node, weight).
+        // Permits held, the smallest count any holder was promised, and by whom (holder, node, weight): clients
+        // that ask for different counts must not hold together (each is promised its own).
         let mut permits_held = 0u32;
-        let mut permit_count = 0u32;
+        let mut permit_count = u32::MAX;
         let mut permit_holders = Vec::new();
-        let mut problems = Vec::new();
-        for h in &self.holds {
+        for h in self.holds.iter().filter(|h| h.path == path) {
             let Some(g) = &h.guard else { continue };
             if self.crashed.contains(&h.client) {
                 continue;
             }
-            if !g.is_valid() {
+            if !g.lock().is_valid() {
                 continue;
             }
             // Holders are tasks: two tasks of one client (one session) exclude each other as two clients do.
@@ -241,8 +294,8 @@ impl Oracle {
                 }
                 Holding::Permits { n, of } => {
                     permits_held += n;
-                    permit_count = permit_count.max(of);
-                    permit_holders.push(format!("client {} ({}: {n})", h.client, short(&h.node)));
+                    permit_count = permit_count.min(of);
+                    permit_holders.push(format!("client {} ({}: {n} of {of})", h.client, short(&h.node)));
                 }
             }
             match cluster.stat(&h.node) {
@@ -266,11 +319,6 @@ impl Oracle {
                 "too many permits: {permits_held} of {permit_count} held, by {}, all with valid leases",
                 permit_holders.join(", ")
             ));
-        }
-        for p in problems {
-            if !self.violations.contains(&p) {
-                self.violate(p);
-            }
         }
     }
 }
@@ -323,18 +371,11 @@ impl Ctx {
 
     /// An error that a correct library may return here (the lock was lost, refused, or the session ended).
     fn expected(&self, what: &str, e: &Error) {
-        match e {
-            Error::SessionExpired
-            | Error::ConnectionLoss
-            | Error::Closed
-            | Error::NotHeld { .. }
-            | Error::LockLost { .. }
-            | Error::ForeignLock { .. }
-            | Error::SequenceWrapped { .. }
-            | Error::RetriesExhausted { .. } => self.note(format!("{what}: {e}")),
-            e => self
-                .oracle()
-                .violate(format!("client {}: {what} failed unexpectedly: {e}", self.id)),
+        if is_expected(e) {
+            self.note(format!("{what}: {e}"));
+        } else {
+            self.oracle()
+                .violate(format!("client {}: {what} failed unexpectedly: {e}", self.id));
         }
     }
 
@@ -352,7 +393,9 @@ impl Ctx {
             (gone, h.node.clone(), h.token)
         };
         let Some(guard) = self.oracle().guard(id) else { return };
-        let lost = tokio::time::timeout(self.session_timeout, guard.lost()).await.ok();
+        let lost = tokio::time::timeout(self.session_timeout, guard.lock().lost())
+            .await
+            .ok();
         drop(guard);
         match lost {
             None if gone_before => self.oracle().violate(format!(
@@ -374,12 +417,36 @@ impl Ctx {
 
     async fn release(&self, id: usize, what: &str) {
         let guard = self.oracle().take(id);
-        if let Some(g) = guard.and_then(Arc::into_inner) {
-            match g.release().await {
-                Ok(()) => self.note(format!("released {what}")),
-                Err(e) => self.expected(&format!("release {what}"), &e),
-            }
+        let released = match guard.and_then(Arc::into_inner) {
+            Some(Guard::One(g)) => g.release().await,
+            // The set goes with its last member's hold.
+            Some(Guard::Member(set, _)) => match Arc::into_inner(set) {
+                Some(set) => set.release().await,
+                None => return,
+            },
+            None => return,
+        };
+        match released {
+            Ok(()) => self.note(format!("released {what}")),
+            Err(e) => self.expected(&format!("release {what}"), &e),
         }
+    }
+}
+
+/// Whether a correct library may fail with `e` (a multi-lock's release: when each member's failure is such).
+fn is_expected(e: &Error) -> bool {
+    match e {
+        Error::SessionExpired
+        | Error::ConnectionLoss
+        | Error::Closed
+        | Error::NotHeld { .. }
+        | Error::LockLost { .. }
+        | Error::ForeignLock { .. }
+        | Error::PermitsMismatch { .. }
+        | Error::SequenceWrapped { .. }
+        | Error::RetriesExhausted { .. } => true,
+        Error::ReleaseFailed { failures } => failures.iter().all(|(_, e)| is_expected(e)),
+        _ => false,
     }
 }
 
@@ -441,6 +508,12 @@ async fn run_program(ctx: Ctx, program: Program) {
             }
         }
         Program::Plain { recipe, patience } => plain(&ctx, recipe, patience).await,
+        Program::Multi { patience } => multi(&ctx, patience).await,
+        Program::Elsewhere(p) => {
+            let mut c = ctx.clone();
+            c.path = PATH2.to_owned();
+            run_task(c, *p).await;
+        }
         Program::Reenter => reenter(&ctx).await,
         Program::Downgrade => downgrade(&ctx).await,
         Program::Abandon { recipe, after } => {
@@ -484,6 +557,40 @@ async fn plain(ctx: &Ctx, recipe: Recipe, patience: Patience) {
     hold_once(ctx, holding(recipe), patience, start, got).await;
 }
 
+/// A multi-lock of the configuration's path and [`PATH2`], held once: every member is a hold of its own to the
+/// oracles (exclusion and tokens per path, every member valid when handed out), `lost()` asked of each, and the set
+/// released as one.
+async fn multi(ctx: &Ctx, patience: Patience) {
+    let set = ctx
+        .locks
+        .multi([(ctx.path.as_str(), Recipe::Fair), (PATH2, Recipe::Fair)])
+        .expect("valid set");
+    let start = Instant::now();
+    let got = match patience {
+        Patience::Forever => set.acquire().await.map(Some),
+        Patience::Timeout(d) => set.acquire_timeout(d).await,
+        Patience::Try => set.try_acquire().await,
+    };
+    let Some(set) = kept_deadline(ctx, patience, start, got) else {
+        return;
+    };
+    let set = Arc::new(set);
+    let ids: Vec<usize> = (0..set.guards().len())
+        .map(|i| {
+            ctx.oracle()
+                .acquired_guard(ctx.holder(), Holding::Exclusive, Guard::Member(set.clone(), i), false)
+        })
+        .collect();
+    drop(set);
+    tokio::time::sleep(ctx.hold_time()).await;
+    for &id in &ids {
+        ctx.check_lost(id).await;
+    }
+    for &id in &ids {
+        ctx.release(id, "").await;
+    }
+}
+
 /// A semaphore's claim of `n` of its `permits`, held once.
 async fn claim_permits(ctx: &Ctx, permits: u32, n: u32, patience: Patience) {
     let semaphore = ctx.locks.semaphore(&ctx.path, permits).expect("valid semaphore");
@@ -504,6 +611,18 @@ async fn hold_once(
     start: Instant,
     got: Result<Option<LockGuard>, Error>,
 ) {
+    let Some(guard) = kept_deadline(ctx, patience, start, got) else {
+        return;
+    };
+    let id = ctx.oracle().acquired(ctx.holder(), holding, guard, false);
+    tokio::time::sleep(ctx.hold_time()).await;
+    ctx.check_lost(id).await;
+    ctx.release(id, "").await;
+}
+
+/// The outcome of an acquire that began at `start`, checked: it kept its deadline, and `acquire()` failed only as it
+/// may. The guard, if any.
+fn kept_deadline<G>(ctx: &Ctx, patience: Patience, start: Instant, got: Result<Option<G>, Error>) -> Option<G> {
     if let Patience::Timeout(d) = patience {
         let took = start.elapsed();
         if took > d + CLEANUP_GRACE + Duration::from_millis(1) {
@@ -511,21 +630,23 @@ async fn hold_once(
                 .violate(format!("client {}: acquire_timeout({d:?}) took {took:?}", ctx.id));
         }
     }
-    let guard = match got {
-        Ok(Some(g)) => g,
-        Ok(None) => return ctx.note("did not get the lock".into()),
+    match got {
+        Ok(Some(g)) => Some(g),
+        Ok(None) => {
+            ctx.note("did not get the lock".into());
+            None
+        }
         // `acquire()` waits through connection losses: only the end of its session (or a refusal) stops it.
         Err(Error::ConnectionLoss) if patience == Patience::Forever => {
-            return ctx
-                .oracle()
-                .violate(format!("client {}: acquire() failed with ConnectionLoss", ctx.id))
+            ctx.oracle()
+                .violate(format!("client {}: acquire() failed with ConnectionLoss", ctx.id));
+            None
         }
-        Err(e) => return ctx.expected("acquire", &e),
-    };
-    let id = ctx.oracle().acquired(ctx.holder(), holding, guard, false);
-    tokio::time::sleep(ctx.hold_time()).await;
-    ctx.check_lost(id).await;
-    ctx.release(id, "").await;
+        Err(e) => {
+            ctx.expected("acquire", &e);
+            None
+        }
+    }
 }
 
 async fn reenter(ctx: &Ctx) {

@@ -287,6 +287,11 @@ impl LockGuard {
         self.held().loss_known()
     }
 
+    /// Resolves when this guard's session is over (see `HeldNode::session_over`).
+    pub(crate) async fn session_over(&self) {
+        self.held().session_over().await;
+    }
+
     /// The error of a call that found this guard's session over (`Closed` after `Locks::close`, else
     /// `SessionExpired`).
     pub(crate) fn session_end(&self) -> crate::Error {

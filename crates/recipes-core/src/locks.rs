@@ -384,11 +384,6 @@ impl Locks {
     /// Cancel safe: dropping the future midway may leave the request to let go written or not, nothing else.
     pub async fn revoke_node(&self, path: impl AsRef<str>, node: &str) -> Result<bool> {
         let path = LockPath::new(path)?;
-        if node == crate::layout::EXCLUSIVE_NODE {
-            return Err(Error::InvalidArgument(format!(
-                "the exclusive lock at {path} cannot be revoked: its node's data tells an acquire whose node it is"
-            )));
-        }
         let not_a_lock_node = || {
             Error::InvalidArgument(format!(
                 "{node:?} is not a lock node name (of any recipe or layout) under {path}: only a holder's node can be \
@@ -407,6 +402,11 @@ impl Locks {
             None => return Ok(false),
             Some((_, stat)) if stat.ephemeral_owner == 0 => return Err(not_a_lock_node()),
             Some(_) => {}
+        }
+        if node == crate::layout::EXCLUSIVE_NODE {
+            return Err(Error::InvalidArgument(format!(
+                "the exclusive lock at {path} cannot be revoked: its node's data tells an acquire whose node it is"
+            )));
         }
         match on.set_data(&child, crate::REVOKE_MESSAGE).await {
             Ok(()) => Ok(true),

@@ -199,12 +199,23 @@ impl MultiLock {
                 held.release_all(deadline).await;
                 return Err(e);
             }
-            let got = match deadline {
-                None => m.acquire().await.map(Some),
-                Some(d) => match d.checked_duration_since(Instant::now()) {
-                    Some(left) if !left.is_zero() => m.acquire_timeout(left).await,
-                    _ => Ok(None),
+            let acquiring = async {
+                match deadline {
+                    None => m.acquire().await.map(Some),
+                    Some(d) => match d.checked_duration_since(Instant::now()) {
+                        Some(left) if !left.is_zero() => m.acquire_timeout(left).await,
+                        _ => Ok(None),
+                    },
+                }
+            };
+            // While members are held, their session's end ends the wait (a member's acquire that began while the
+            // session was suspended would go on to queue on the next session): dropped, it cleans up after itself.
+            let got = match held.0.first() {
+                Some(first) if !is_active(Mutant::MultiHandsOutLost) => tokio::select! {
+                    got = acquiring => got,
+                    () = first.session_over() => Err(first.session_end()),
                 },
+                _ => acquiring.await,
             };
             match got {
                 Ok(Some(g)) => held.0.push(g),

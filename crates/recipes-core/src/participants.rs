@@ -127,11 +127,18 @@ pub(crate) async fn participants(backend: &dyn Backend, layout: Layout, path: &L
         }
     }
     let mut nodes = Vec::new();
+    // Names of a lock node's form whose node is persistent: lock paths nested in this one (`P/lock`, a kazoo-like
+    // bare id), no participants.
+    let mut nested = Vec::new();
     for (node, kind, role) in roles {
         // A node may go between the list and the read: it is then no participant any more.
         let Some((mut data, stat)) = on.get(&path.child(&node)).await? else {
             continue;
         };
+        if stat.ephemeral_owner == 0 && (node == EXCLUSIVE_NODE || is_kazoo_lease(&node)) {
+            nested.push(node);
+            continue;
+        }
         data.truncate(DATA_READ);
         nodes.push(Participant {
             revocation_requested: data == crate::REVOKE_MESSAGE,
@@ -145,7 +152,9 @@ pub(crate) async fn participants(backend: &dyn Backend, layout: Layout, path: &L
     }
     let other_children = children
         .into_iter()
-        .filter(|c| c != EXCLUSIVE_NODE && !queue.iter().any(|q| &q.name == c) && !leases.contains(c))
+        .filter(|c| {
+            nested.contains(c) || (c != EXCLUSIVE_NODE && !queue.iter().any(|q| &q.name == c) && !leases.contains(c))
+        })
         .filter(|c| !(layout == Layout::Curator && c == CURATOR_SEMAPHORE_LEASES && !leases.is_empty()))
         .collect();
     Ok(Participants { nodes, other_children })

@@ -94,7 +94,7 @@ macro_rules! __for_each_scenario {
             multi_lock_release_reports_only_the_lost_member multi_lock_never_hands_out_a_lost_member
             curator_semaphore_count_survives_the_reaper multi_lock_timeout_keeps_its_deadline
             nested_path_named_lock_does_not_block_its_parent acquire_in_flight_ends_closed_on_close
-            revoke_node_writes_only_lock_nodes
+            revoke_node_writes_only_lock_nodes multi_lock_ends_with_its_session
         );
     };
 }

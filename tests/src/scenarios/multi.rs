@@ -299,3 +299,58 @@ async fn make_path(locks: &recipes_core::Locks, path: &str) {
     let g = locks.fair(path).unwrap().acquire().await.unwrap();
     g.release().await.unwrap();
 }
+
+/// A multi-lock whose session ends while it waits ends at once with the expiry, even when the member it waits for
+/// began its acquire while the session was cut off (that acquire would go on to queue on the next session, behind
+/// a holder that may hold for hours): the disconnection, past the session timeout, is swept across the acquire.
+pub async fn multi_lock_ends_with_its_session(h: &dyn Harness) {
+    if !h.capabilities().latency || !h.capabilities().disconnect {
+        return skip(
+            h,
+            "multi_lock_ends_with_its_session",
+            "request latency and disconnections",
+        );
+    }
+    let latency = std::time::Duration::from_millis(50);
+    let timeout = std::time::Duration::from_secs(2);
+    for k in 0..12u32 {
+        let (free, busy_path) = (h.path(&format!("multi-sa{k}")), h.path(&format!("multi-sb{k}")));
+        let (m, other) = (h.client_with_timeout(timeout).await, h.client().await);
+        let busy = other.locks.fair(&busy_path).unwrap().acquire().await.unwrap();
+        make_path(&m.locks, &free).await;
+        h.set_latency(latency);
+        let set = m
+            .locks
+            .multi([(&free, Recipe::Fair), (&busy_path, Recipe::Fair)])
+            .unwrap();
+        let task = tokio::spawn(async move {
+            let held = set.acquire().await?;
+            let session = held.guards()[0].session_id();
+            assert!(held.guards().iter().all(|g| g.is_valid() && g.session_id() == session));
+            Ok::<_, Error>(held.guards().len())
+        });
+        tokio::time::sleep(latency * k / 2).await;
+        m.faults.disconnect_for(timeout * 3).await;
+        // While the busy member stays held, the set either ends with the expiry of the session that held its other
+        // member, or (when nothing was held on that session) still waits, on the new session.
+        let mut task = task;
+        let ended = tokio::time::timeout(timeout * 8, &mut task).await;
+        busy.release().await.unwrap();
+        match ended {
+            Ok(r) => assert!(
+                matches!(r, Ok(Err(Error::SessionExpired))),
+                "k={k}: expected SessionExpired, got {r:?}"
+            ),
+            Err(_) => {
+                let r = bounded(h, "the set is taken once free", task).await.unwrap();
+                let held = r.unwrap_or_else(|e| panic!("k={k}: the set waited on after its session ended: {e}"));
+                assert_eq!(held, 2);
+            }
+        }
+        h.set_latency(std::time::Duration::ZERO);
+        drop(m);
+        for p in [&free, &busy_path] {
+            wait_children(h, p, 0).await;
+        }
+    }
+}

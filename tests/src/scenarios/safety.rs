@@ -358,10 +358,24 @@ pub async fn revoke_node_writes_only_lock_nodes(h: &dyn Harness) {
         .release()
         .await
         .unwrap();
-    // A holder's node is still asked.
+    // A holder's node is still asked, beside a nested path named as the exclusive recipe's node: that one is no
+    // participant, and `revoke` asks the real holder only.
+    let beside = format!("{parent}/lock");
+    let inner = a.locks.fair(&beside).unwrap().acquire().await.unwrap();
     let g = a.locks.fair(&parent).unwrap().acquire().await.unwrap();
     let own = g.node().rsplit('/').next().unwrap().to_owned();
+    let who = b.locks.participants(&parent).await.unwrap();
+    let holders: Vec<&str> = who.holders().map(|p| p.node.as_str()).collect();
+    assert_eq!(holders, [own.as_str()], "{who:?}");
+    assert!(who.other_children.contains(&"lock".to_owned()), "{who:?}");
+    assert_eq!(b.locks.revoke(&parent).await.unwrap(), vec![own.clone()]);
+    match b.locks.revoke_node(&parent, "lock").await {
+        Err(recipes_core::Error::InvalidArgument(m)) => assert!(m.contains("not a lock node"), "{m}"),
+        r => panic!("expected InvalidArgument for the nested path, got {r:?}"),
+    }
     assert!(b.locks.revoke_node(&parent, &own).await.unwrap());
     g.release().await.unwrap();
+    inner.release().await.unwrap();
     wait_children(h, &nested, 0).await;
+    wait_children(h, &beside, 0).await;
 }

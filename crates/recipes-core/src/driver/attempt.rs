@@ -203,6 +203,13 @@ impl<'a> Attempt<'a> {
         Err(Stop::Fail(e))
     }
 
+    /// Until when a wait for a release sent now may go: the cleanup grace from now, and never past the deadline plus
+    /// the grace.
+    pub fn release_by(&self) -> Instant {
+        let grace = Instant::now() + CLEANUP_GRACE;
+        self.deadline.map_or(grace, |d| grace.min(d + CLEANUP_GRACE))
+    }
+
     /// Runs the cleanup of what this acquire made so far, waiting for it at most until the deadline (and at most the
     /// cleanup grace): an acquire that gives up later waits at most one more grace past its deadline, all told.
     pub async fn clean_up_now(&mut self) {

@@ -337,6 +337,15 @@ impl HeldNode {
         self.known_loss(self.ctx.backend.session_status())
     }
 
+    /// Resolves when this node's session is over (expired, closed, or replaced by a new session).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads the session's status channel.
+    pub async fn session_over(&self) {
+        let mut rx = self.ctx.backend.session();
+        session::over(&mut rx, self.session).await;
+    }
+
     /// The error of a call that found this node's session over: [`Error::Closed`] when the application closed the
     /// backend, else [`Error::SessionExpired`].
     pub fn session_end(&self) -> Error {

@@ -241,7 +241,8 @@ impl Attempt<'_> {
     /// background: the mutex node's drop).
     pub(crate) async fn release_mutex(&mut self) {
         if let Some(mutex) = self.mutex.take() {
-            if let Ok(Err(e)) = tokio::time::timeout(CLEANUP_GRACE, mutex.release()).await {
+            // Within the grace, and never past the deadline plus the grace (the lease's cleanup may have used it).
+            if let Ok(Err(e)) = tokio::time::timeout_at(self.release_by(), mutex.release()).await {
                 tracing::debug!(error = %e, "a semaphore's mutex was not released cleanly");
             }
         }

@@ -106,7 +106,12 @@ pub(crate) async fn acquire(
     // that the mutex's node keeps the path (and, after it, our lease does): a client of another count is refused.
     if ctx.layout == Layout::Curator && !is_active(Mutant::CountCheckedBeforeMutex) {
         let again = Attempt::new(ctx, root, claim, patience);
-        let checked = again.peer_count().await;
+        // On the mutex's session: once it is over, the mutex is gone, and a check on the next session could make the
+        // path again, with a count that nothing would ever take back.
+        let checked = match again.reconnected(mutex.session).await {
+            Ok(()) => again.peer_count().await,
+            Err(e) => Err(e),
+        };
         drop(again);
         let failed = match checked {
             Ok(()) => None,

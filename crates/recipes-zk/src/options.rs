@@ -16,6 +16,9 @@ use crate::acl::NodeAcl;
 use crate::tls::ZkTls;
 use crate::zk;
 
+/// How many SASL handshakes a connect tries before it reports [`Error::AuthenticationFailed`] (see `open`).
+const SASL_TRIES: u32 = 3;
+
 /// How to reach ZooKeeper.
 #[derive(Clone)]
 pub struct ZkOptions {
@@ -162,7 +165,21 @@ impl ZkOptions {
     }
 
     /// Opens a session on `cluster` (servers of the connect string), with TLS when it is set.
+    ///
+    /// A refused SASL login is tried again, [`SASL_TRIES`] times in all (within the caller's connect timeout): a CI
+    /// run once saw the server refuse a correct DIGEST-MD5 login under load, which a new handshake (a new nonce)
+    /// passes. A wrong password is refused every time, so the tries cost it only their round trips.
     async fn open(&self, cluster: &str) -> std::result::Result<zk::Client, zk::Error> {
+        let mut tries = 1;
+        loop {
+            match self.open_once(cluster).await {
+                Err(zk::Error::AuthFailed) if self.sasl_user().is_some() && tries < SASL_TRIES => tries += 1,
+                r => return r,
+            }
+        }
+    }
+
+    async fn open_once(&self, cluster: &str) -> std::result::Result<zk::Client, zk::Error> {
         #[cfg(feature = "tls")]
         if self.tls.is_some() {
             return self.connector().secure_connect(cluster).await;

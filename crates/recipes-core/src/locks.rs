@@ -13,7 +13,7 @@ use crate::layout::{Family, Layout};
 use crate::lock::{ExclusiveLock, FairLock, Holds, Lock, Owned, Plain, ReadWriteLock, ReentrantLock};
 use crate::metrics::{Counters, Metrics};
 use crate::multi::MultiLock;
-use crate::participants::{self, Participants};
+use crate::participants::{self, Participants, Role};
 use crate::path::LockPath;
 use crate::recipe::Recipe;
 use crate::resource::{LockKind, Resource};
@@ -390,7 +390,7 @@ impl Locks {
                  asked to let go"
             ))
         };
-        let family = crate::layout::Family::of(node);
+        let family = Family::of(node);
         if node.is_empty() || node.contains('/') || matches!(family, None | Some(Family::CuratorSemaphore)) {
             return Err(not_a_lock_node());
         }
@@ -407,6 +407,22 @@ impl Locks {
             return Err(Error::InvalidArgument(format!(
                 "the exclusive lock at {path} cannot be revoked: its node's data tells an acquire whose node it is"
             )));
+        }
+        if family == Some(Family::NativeQueue) {
+            // The node behind a native node takes any change of its data for a sign that it holds (it writes its
+            // `first` mark only then): a waiting node asked to let go would let the node behind in too early.
+            // Holding is for good (a node that holds never waits again), so a holder now is one when written.
+            let native = participants::participants(&*self.ctx.backend, Layout::Native, &path).await?;
+            match native.nodes.iter().find(|p| p.node == node) {
+                None => return Ok(false),
+                Some(p) if p.role != Role::Holder => {
+                    return Err(Error::InvalidArgument(format!(
+                        "{node:?} under {path} waits for the lock: only a holder's node can be asked to let go (a \
+                         waiter can be cancelled by its own process)"
+                    )))
+                }
+                Some(_) => {}
+            }
         }
         match on.set_data(&child, crate::REVOKE_MESSAGE).await {
             Ok(()) => Ok(true),

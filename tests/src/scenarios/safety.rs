@@ -379,3 +379,80 @@ pub async fn revoke_node_writes_only_lock_nodes(h: &dyn Harness) {
     wait_children(h, &nested, 0).await;
     wait_children(h, &beside, 0).await;
 }
+
+/// A persistent node with a native lock node's name (a lock path nested in ours, such as a peer semaphore that
+/// stores its count in its data) never tells a waiter behind it that it held: its data changes, it goes, and the
+/// waiter still waits for the real holder ahead of it. (A waiter trusts a change of its blocker's data as a sign
+/// that the blocker held only when that data was first read as a lock node's of this library; without that check
+/// two held here.)
+pub async fn a_node_named_like_a_lock_node_never_says_it_held(h: &dyn Harness) {
+    let path = h.path("named-like-a-lock-node");
+    let (a, c, admin) = (h.client().await, h.client().await, h.client().await);
+    let ga = a.locks.fair(&path).unwrap().acquire().await.unwrap();
+    let held = ga.node().rsplit('/').next().unwrap().to_owned();
+    let seq: u64 = held.rsplit('-').next().unwrap().parse().unwrap();
+    // Sorts after the holder and before the next node made here.
+    let nested = format!("{path}/L-0123456789abcdef0123456789abcdef-{:010}", seq + 1);
+    let on = admin.locks.backend().current();
+    on.create(&nested, b"", CreateMode::Persistent).await.unwrap();
+    let lock_c = c.locks.fair(&path).unwrap();
+    let waiting = tokio::spawn(async move { lock_c.acquire().await });
+    wait_children(h, &path, 3).await;
+    // Let the waiter read the nested node and watch it.
+    tokio::time::sleep(h.tick() * 4).await;
+    on.set_data(&nested, b"2").await.unwrap();
+    tokio::time::sleep(h.tick() * 4).await;
+    on.delete(&nested).await.unwrap();
+    tokio::time::sleep(h.tick() * 8).await;
+    assert!(ga.is_valid());
+    assert!(
+        !waiting.is_finished(),
+        "the waiter got in beside the holder when a nested persistent node went"
+    );
+    ga.release().await.unwrap();
+    let gc = bounded(h, "the waiter behind the holder", waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    gc.release().await.unwrap();
+    wait_children(h, &path, 0).await;
+}
+
+/// `revoke_node` refuses a native node that waits: the node behind it takes a change of its data for a sign that it
+/// holds, so a request to let go written there would let that node in beside the holder. The waiter is left as it
+/// was, and takes the lock in its turn; no node is left.
+pub async fn revoke_node_refuses_a_waiting_node(h: &dyn Harness) {
+    let path = h.path("revoke-waiting");
+    let (a, b, c, admin) = (h.client().await, h.client().await, h.client().await, h.client().await);
+    let ga = a.locks.fair(&path).unwrap().acquire().await.unwrap();
+    let lock_b = b.locks.fair(&path).unwrap();
+    let wb = tokio::spawn(async move { lock_b.acquire().await });
+    wait_children(h, &path, 2).await;
+    let lock_c = c.locks.fair(&path).unwrap();
+    let wc = tokio::spawn(async move { lock_c.acquire().await });
+    wait_children(h, &path, 3).await;
+    let who = admin.locks.participants(&path).await.unwrap();
+    let waiting: Vec<String> = who.waiters().map(|p| p.node.clone()).collect();
+    assert_eq!(waiting.len(), 2, "{who:?}");
+    for node in &waiting {
+        match admin.locks.revoke_node(&path, node).await {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains("waits"), "{m}"),
+            r => panic!("expected InvalidArgument for a waiting node, got {r:?}"),
+        }
+    }
+    tokio::time::sleep(h.tick() * 4).await;
+    assert!(
+        !wb.is_finished() && !wc.is_finished(),
+        "a waiter got in beside the holder"
+    );
+    // The holder is still asked.
+    let own = ga.node().rsplit('/').next().unwrap().to_owned();
+    assert!(admin.locks.revoke_node(&path, &own).await.unwrap());
+    ga.release().await.unwrap();
+    let gb = bounded(h, "the first waiter", wb).await.unwrap().unwrap();
+    assert!(!wc.is_finished());
+    gb.release().await.unwrap();
+    let gc = bounded(h, "the second waiter", wc).await.unwrap().unwrap();
+    gc.release().await.unwrap();
+    wait_children(h, &path, 0).await;
+}

@@ -42,6 +42,12 @@ pub struct Wait {
     /// Once we hold the lock, mark our node `first` for the node behind us (only when `in_line`, never for readers,
     /// and only behind at least [`MARK_FROM_QUEUE_LEN`] contenders).
     pub mark: bool,
+    /// A change of the blocker's data means that it held the lock (only when `in_line`, and never when the blocker is
+    /// a reader, which holds beside the readers ahead of it). The data of a native node that is not a reader's is
+    /// written only once it holds: its own `first` mark, or a request to let go, which
+    /// [`Locks::revoke_node`](crate::Locks::revoke_node) writes only to a holder. So its deletion after such a change
+    /// means we hold, even when the node is gone before the new data could be read back.
+    pub change_means_held: bool,
 }
 
 /// What a queued contender does next, judged from one listing of the lock path.
@@ -131,6 +137,7 @@ pub fn judge_permit<S: AsRef<str>>(layout: Layout, children: &[S], ours: &str, p
         in_line: false,
         blocker_first: false,
         mark: false,
+        change_means_held: false,
     })
 }
 
@@ -161,6 +168,7 @@ pub fn judge<S: AsRef<str>>(layout: Layout, kind: NodeKind, children: &[S], ours
         in_line,
         blocker_first: in_line && cs[0].name == on.name,
         mark: in_line && kind != NodeKind::Read && long_queue,
+        change_means_held: in_line && on.kind != NodeKind::Read,
     })
 }
 
@@ -181,6 +189,7 @@ mod tests {
             in_line,
             blocker_first,
             mark,
+            change_means_held: in_line && !on.starts_with("R-"),
         })
     }
 
@@ -223,6 +232,29 @@ mod tests {
         let reader = node(l, NodeKind::Read, 99);
         q.push(reader.clone());
         assert_eq!(judge(l, NodeKind::Read, &q, &reader), wait(&last, true, false, false));
+    }
+
+    #[test]
+    fn only_a_change_of_a_writers_data_means_it_held() {
+        let l = Layout::Native;
+        let (r, w, ours) = (
+            node(l, NodeKind::Read, 1),
+            node(l, NodeKind::Write, 2),
+            node(l, NodeKind::Write, 3),
+        );
+        let behind = |q: &[&String]| match judge(l, NodeKind::Write, q, &ours) {
+            Next::Wait(w) => w.change_means_held,
+            n => panic!("{n:?}"),
+        };
+        assert!(!behind(&[&r, &ours]), "a reader holds beside the readers ahead of it");
+        assert!(behind(&[&r, &w, &ours]));
+        for peer in [Layout::Curator, Layout::Kazoo] {
+            let (a, b) = (node(peer, NodeKind::Lock, 1), node(peer, NodeKind::Lock, 2));
+            match judge(peer, NodeKind::Lock, &[&a, &b], &b) {
+                Next::Wait(w) => assert!(!w.change_means_held, "{peer}: peers list again"),
+                n => panic!("{n:?}"),
+            }
+        }
     }
 
     #[test]

@@ -107,7 +107,13 @@ impl Attempt<'_> {
                 }
                 mark |= wait.mark;
                 match self
-                    .wait_in_line(&name, &wait.on, wait.blocker_first, q.id.session)
+                    .wait_in_line(
+                        &name,
+                        &wait.on,
+                        wait.blocker_first,
+                        wait.change_means_held,
+                        q.id.session,
+                    )
                     .await?
                 {
                     InLine::Acquired => return Ok(Some(self.won(q, mark))),

@@ -26,6 +26,13 @@ fn marked_first(data: &[u8]) -> bool {
     NodeInfo::decode(data).is_some_and(|i| i.first)
 }
 
+/// Whether node data is what this library writes in a native lock node: its [`NodeInfo`], or a request to let go
+/// written over it. Only then does a later change of the data tell anything (see `wait_in_line`): a persistent node
+/// with a lock node's name (a lock path nested here, say a semaphore storing its count) is written by others.
+fn written_by_us(data: &[u8]) -> bool {
+    data == crate::REVOKE_MESSAGE || NodeInfo::decode(data).is_some()
+}
+
 impl Attempt<'_> {
     /// Waits for the deletion of `node`: the watch is set before the existence check, so no wake-up is lost.
     pub async fn wait_deleted(&self, node: &str, pinned: SessionId) -> Step<()> {
@@ -83,8 +90,14 @@ impl Attempt<'_> {
     ///   in its data after it came to hold the lock), its deletion means we hold the lock: no list, one watch event
     ///   per handoff. Otherwise (a waiter ahead was cancelled or crashed) we list again.
     /// - The data of a native lock node is written by this library at creation and once to mark it first, and by
-    ///   whoever asks its holder to let go (revocation: `__REVOKE__`). So only data read back as the mark counts:
-    ///   a data change on a blocker that is gone when we look is not trusted (we list again).
+    ///   whoever asks its holder to let go (revocation: `__REVOKE__`, which `revoke_node` writes only to a holder).
+    ///   Both come only once the node holds the lock, so when `change_means_held` (a blocker that is not a reader:
+    ///   a holding reader may have readers ahead of it) any change of its data means that nothing is ahead of it,
+    ///   even when the node is gone before the new data can be read back. That is the common case in a fast drain,
+    ///   where a holder marks itself and lets go at once: listing again there made each handoff cost the length
+    ///   of the queue. A change is trusted so only if the blocker's data as first read is ours (its
+    ///   [`NodeInfo`], or a request to let go): a persistent node named like a lock node is someone else's to
+    ///   write. Otherwise only data read back as the mark counts.
     /// - Our own node is watched as well, registered in the same round trip as the blocker's watch. ZooKeeper
     ///   delivers one session's watch events in the order of the changes, and the own-node watch is polled first,
     ///   so if our node was deleted (by someone else) before the blocker went, we never claim the lock.
@@ -94,6 +107,7 @@ impl Attempt<'_> {
         ours: &str,
         blocker: &str,
         blocker_first: bool,
+        change_means_held: bool,
         pinned: SessionId,
     ) -> Step<InLine> {
         let on = self.backend().on(pinned);
@@ -111,10 +125,10 @@ impl Attempt<'_> {
             Err(e) => return Err(e),
         };
         let mut known_first = blocker_first;
-        let mut watch = match watched {
+        let (mut watch, trust_change) = match watched {
             Ok(Some((data, w))) => {
                 known_first |= marked_first(&data);
-                w
+                (w, change_means_held && written_by_us(&data))
             }
             Ok(None) => return blocker_gone(known_first, &mut own).await,
             Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
@@ -151,8 +165,10 @@ impl Attempt<'_> {
                         return blocker_gone(known_first, &mut own).await;
                     }
                     Ok(_) => {
-                        // The blocker's data changed: its `first` mark, or a request to revoke it (which says
-                        // nothing of what is ahead of it). Only the data read back tells: watch on.
+                        // The blocker's data changed: its `first` mark, or a request to let go. When it is a
+                        // writer's or a lone holder's node of ours, either says it held (see the contract);
+                        // otherwise only the data read back tells. Watch on.
+                        known_first |= trust_change;
                         match self.call(on.get_and_watch(&blocker_path)).await {
                             Ok(Some((data, w))) => {
                                 known_first |= marked_first(&data) || is_active(Mutant::AnyDataChangeIsMark);

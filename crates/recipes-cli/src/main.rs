@@ -22,6 +22,7 @@ use recipes_zk::{NodeAcl, ZkBackend, ZkOptions, ZkTls};
 
 mod duration;
 mod inspect;
+mod procs;
 mod run;
 mod watchdog;
 

@@ -358,32 +358,8 @@ async fn all_gone(watchdog: &mut Watchdog) {
 
 /// SIGKILL to every descendant of zklock (the watchdog's orphans, re-parented to zklock).
 fn kill_own_descendants() {
-    crate::watchdog::signal_all(std::process::id() as i32, Signal::SIGKILL);
+    crate::procs::signal_all(std::process::id() as i32, Signal::SIGKILL);
 }
-
-/// If its parent dies (even by SIGKILL, which it cannot handle), the command is killed too (Linux `PR_SET_PDEATHSIG`):
-/// it must not go on working under a lock nobody watches any more. This reaches the command itself; the watchdog stops
-/// the processes it started.
-#[cfg(target_os = "linux")]
-#[allow(unsafe_code)]
-pub(crate) fn stop_with_parent(cmd: &mut std::process::Command) {
-    let parent = nix::unistd::getpid();
-    // SAFETY: the closure runs in the forked child before `exec`. It makes only async-signal-safe system calls
-    // (prctl, getppid) and allocates nothing (the error is a raw OS error), as `pre_exec` requires.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(cmd, move || {
-            let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
-            if nix::unistd::getppid() != parent {
-                // zklock died between the fork and the prctl: do not start the command at all.
-                return Err(std::io::Error::from_raw_os_error(nix::errno::Errno::ESRCH as i32));
-            }
-            Ok(())
-        });
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-pub(crate) fn stop_with_parent(_cmd: &mut std::process::Command) {}
 
 /// Releases the lock after the command exited; a lock that turns out to have been lost is reported.
 async fn finish(guard: LockGuard, path: &LockPath, command: &[OsString], code: u8) -> Result<u8, Fail> {

@@ -16,8 +16,12 @@
 //! versions.
 //!
 //! # Contract
-//! The data of a lock node is written only by this library: at its creation, and once to add `first=1`. The
-//! recipes rely on it (a data change seen on the node ahead is that mark); applications must not write it.
+//! The data of a lock node is written only by this library: at its creation, once to add `first=1` (only over the
+//! data it was made with), and by [`Locks::revoke_node`](crate::Locks::revoke_node) with a request to let go, which it
+//! writes only over a holder's node. The recipes rely on it (a change of the data of a native `L-` or `W-` node
+//! ahead means that it held: decision 0052); applications and other tools (Curator's `Revoker`, `zkCli set`) must
+//! not write it. Builds of this library before that decision wrote a request to let go over waiting nodes too:
+//! upgrade every process that revokes before any that waits.
 
 use std::sync::OnceLock;
 

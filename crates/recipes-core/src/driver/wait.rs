@@ -165,8 +165,8 @@ impl Attempt<'_> {
                         return blocker_gone(known_first, &mut own).await;
                     }
                     Ok(_) => {
-                        // The blocker's data changed: its `first` mark, or a request to let go. When it is a
-                        // writer's or a lone holder's node of ours, either says it held (see the contract);
+                        // The blocker's data changed: its `first` mark, or a request to let go. When the blocker
+                        // is a native node of ours that is not a reader's, either says it held (see the contract);
                         // otherwise only the data read back tells. Watch on.
                         known_first |= trust_change;
                         match self.call(on.get_and_watch(&blocker_path)).await {

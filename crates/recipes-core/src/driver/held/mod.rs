@@ -1,0 +1,138 @@
+//! The held lock node: what an acquire hands out, and what dropping it does. Its loss and lease are in `lost`, its
+//! release in `release`.
+
+mod lost;
+mod release;
+
+use lost::KnownLoss;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use tokio::runtime::Handle;
+use tokio::time::Instant;
+use tracing::debug;
+use uuid::Uuid;
+
+use super::cleanup::{delete_node, spawn_cleanup, Deleted, Identity};
+use super::Ctx;
+use crate::backend::SessionId;
+use crate::metrics::Tags;
+use crate::path::LockPath;
+use crate::recipe::Recipe;
+
+/// A lock node that holds its lock. Deleting it releases the lock; dropping it unreleased deletes it in the
+/// background.
+#[derive(Debug)]
+pub(crate) struct HeldNode {
+    ctx: Arc<Ctx>,
+    pub path: LockPath,
+    pub node: String,
+    pub czxid: i64,
+    pub session: SessionId,
+    attempt: Uuid,
+    fixed: bool,
+    handle: Option<Handle>,
+    released: AtomicBool,
+    /// A loss that cannot be undone, once `lost()` has seen it.
+    known_loss: KnownLoss,
+    /// The recipe that holds the node.
+    recipe: Recipe,
+    /// The metrics labels of the lock.
+    tags: Tags,
+    /// When the lock came to be held.
+    held_since: Instant,
+    /// The hold, a span of the caller's open as long as the node is held.
+    span: tracing::Span,
+    /// Whether a loss was counted and logged (once per node).
+    loss_reported: AtomicBool,
+    /// Whether the acquire handed the node out (counted as acquired): only then is its end counted as a release.
+    handed_out: bool,
+}
+
+impl HeldNode {
+    /// A node that an acquire made and found holding the lock.
+    pub fn new(
+        ctx: Arc<Ctx>,
+        path: LockPath,
+        recipe: Recipe,
+        node: String,
+        czxid: i64,
+        id: Identity,
+        tags: Tags,
+    ) -> Self {
+        // The session's own runtime if the backend has one: the caller's may be gone when the node is dropped.
+        let handle = ctx.backend.runtime().or_else(|| Handle::try_current().ok());
+        HeldNode {
+            ctx,
+            path,
+            node,
+            czxid,
+            session: id.session,
+            attempt: id.attempt,
+            fixed: id.fixed,
+            handle,
+            released: AtomicBool::new(false),
+            known_loss: KnownLoss::default(),
+            recipe,
+            tags,
+            held_since: Instant::now(),
+            span: tracing::Span::none(),
+            loss_reported: AtomicBool::new(false),
+            handed_out: false,
+        }
+    }
+
+    /// Opens the hold's span, as a child of the caller's current span.
+    pub fn begin_hold(&mut self) {
+        self.handed_out = true;
+        self.span = tracing::debug_span!(
+            "hold",
+            path = %self.path,
+            recipe = %self.recipe,
+            node = %self.node,
+            token = self.czxid
+        );
+    }
+
+    pub(super) fn identity(&self) -> Identity {
+        Identity {
+            fixed: self.fixed,
+            attempt: self.attempt,
+            session: self.session,
+            czxid: Some(self.czxid),
+        }
+    }
+
+    /// Marks the node as gone with its session, so that dropping it deletes nothing.
+    pub fn forget(self) {
+        self.released.store(true, Ordering::Release);
+    }
+
+    /// Gives the node back to the acquire that made it, never handed out (neither counted nor deleted here): its
+    /// path, attempt id and session, for the acquire's cleanup.
+    pub fn unheld(self) -> (String, Uuid, SessionId, i64) {
+        self.released.store(true, Ordering::Release);
+        (self.node.clone(), self.attempt, self.session, self.czxid)
+    }
+}
+
+impl Drop for HeldNode {
+    fn drop(&mut self) {
+        if self.released.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let ctx = self.ctx.clone();
+        let node = self.node.clone();
+        let id = self.identity();
+        spawn_cleanup(self.handle.as_ref(), &node.clone(), async move {
+            match delete_node(&ctx, &node, id).await {
+                Ok(Deleted::Ours) => {}
+                Ok(found) => debug!(%node, ?found, "release on drop found the lock already gone"),
+                Err(e) => debug!(%node, error = %e, "release on drop found the lock already gone"),
+            }
+        });
+        // Counted once the delete is on its way: a recorder that panics cannot leave the node behind.
+        self.count_release();
+    }
+}

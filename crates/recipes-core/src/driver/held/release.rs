@@ -1,0 +1,171 @@
+//! Releasing a held node: alone, or several in one transaction, handed over to a waiter of this process.
+
+use std::sync::atomic::Ordering;
+
+use tracing::{debug, Instrument};
+
+use super::super::cleanup::{delete_node_handing_over, on_session_through_losses, Deleted};
+use super::super::session::reports_end;
+use super::super::Ctx;
+use crate::backend::{BackendExt, SessionId, SessionState};
+use crate::error::{Error, LostReason, NotHeldReason, Result, RetryReason};
+use crate::layout::{Layout, NodeKind};
+use crate::mutants::{is_active, Mutant};
+
+use super::HeldNode;
+
+impl HeldNode {
+    /// Counts the end of the hold (released, awaited or on drop).
+    pub(super) fn count_release(&self) {
+        // A node the acquire never handed out (dropped while its lease was being confirmed) was never counted held.
+        if !self.handed_out {
+            return;
+        }
+        self.ctx.counters.released(&self.tags, self.held_since.elapsed());
+    }
+
+    /// Deletes the node and reports what happened.
+    ///
+    /// The node counts as released only once the delete has an outcome: if this future is dropped midway, the
+    /// node's `Drop` still deletes it in the background.
+    pub async fn release(&self) -> Result<()> {
+        if self.released.load(Ordering::Acquire) {
+            return Err(self.not_held(NotHeldReason::Released));
+        }
+        let span = tracing::debug_span!(parent: &self.span, "release", path = %self.path, node = %self.node);
+        let waiters = if self.hands_over() {
+            self.ctx.handoffs.take(self.session, &self.node)
+        } else {
+            Vec::new()
+        };
+        let r = delete_node_handing_over(&self.ctx, &self.node, self.identity(), waiters)
+            .instrument(span.clone())
+            .await;
+        self.released_with(r, &span)
+    }
+
+    /// The end of a release whose delete had outcome `r`.
+    pub(super) fn released_with(&self, r: Result<Deleted>, span: &tracing::Span) -> Result<()> {
+        if self.released.swap(true, Ordering::AcqRel) {
+            return Err(self.not_held(NotHeldReason::Released));
+        }
+        self.count_release();
+        debug!(parent: span, ok = matches!(r, Ok(Deleted::Ours)), "released");
+        match r {
+            Ok(Deleted::Ours) => Ok(()),
+            Ok(Deleted::Absent) => {
+                self.report_loss(LostReason::NodeDeleted);
+                Err(self.not_held(NotHeldReason::Deleted))
+            }
+            Ok(Deleted::NotOurs) => {
+                self.report_loss(LostReason::NodeDeleted);
+                Err(self.not_held(NotHeldReason::Replaced))
+            }
+            Err(e) => {
+                if reports_end(&e) {
+                    self.report_loss(LostReason::SessionExpired);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Releases `nodes` (a multi-lock's members, in the order given) with one transaction where it can: the nodes of a
+    /// queue (not the fixed node, which is checked to be ours before it is deleted), unreleased, of the one live
+    /// session, on which no task of this process waits in line (those go alone, handed over as their delete is sent),
+    /// when there are two or more and the backend has transactions. The server then commits their deletes as one
+    /// write. Each node's outcome, in order.
+    pub async fn release_all(nodes: Vec<HeldNode>) -> Vec<Result<()>> {
+        let Some(first) = nodes.first() else {
+            return Vec::new();
+        };
+        let (ctx, sid) = (first.ctx.clone(), first.session);
+        let status = ctx.backend.session_status();
+        let live = status.id == sid && status.state == SessionState::Connected;
+        let batched: Vec<bool> = nodes
+            .iter()
+            .map(|n| {
+                live && !n.fixed
+                    && n.session == sid
+                    && !n.released.load(Ordering::Acquire)
+                    && !(n.hands_over() && ctx.handoffs.has(sid, &n.node))
+            })
+            .collect();
+        if batched.iter().filter(|b| **b).count() < 2 {
+            return futures::future::join_all(nodes.iter().map(|n| n.release())).await;
+        }
+        let (together, alone): (Vec<_>, Vec<_>) = nodes.iter().zip(&batched).partition(|(_, b)| **b);
+        let together: Vec<&HeldNode> = together.into_iter().map(|(n, _)| n).collect();
+        let (mut together, mut alone) = futures::join!(
+            Self::delete_in_one(&ctx, sid, &together),
+            futures::future::join_all(alone.into_iter().map(|(n, _)| n.release()))
+        );
+        // Back in the order given.
+        together.reverse();
+        alone.reverse();
+        batched
+            .iter()
+            .map(|b| if *b { together.pop() } else { alone.pop() }.unwrap_or(Ok(())))
+            .collect()
+    }
+
+    /// Deletes `nodes` of session `sid` in one transaction. When it fails it deleted nothing (a member was lost, the
+    /// session ended): each node is released alone, reporting its own outcome. When its reply is lost it deleted all or
+    /// none: once it is known which (a `sync`, then a look at the nodes), as for a transaction that succeeded or failed.
+    pub(super) async fn delete_in_one(ctx: &Ctx, sid: SessionId, nodes: &[&HeldNode]) -> Vec<Result<()>> {
+        let paths: Vec<String> = nodes.iter().map(|n| n.node.clone()).collect();
+        let on = ctx.backend.on(sid);
+        let applied = match on.delete_all(&paths).await {
+            Ok(()) => true,
+            Err(Error::ConnectionLoss) => {
+                let why = RetryReason::ReleaseKeptFailing;
+                let any_left = on_session_through_losses(ctx, sid, &paths[0], why, true, |_| async {
+                    on.sync(&paths[0]).await?;
+                    for p in &paths {
+                        if on.get(p).await?.is_some() {
+                            return Ok(true);
+                        }
+                    }
+                    Ok(false)
+                })
+                .await;
+                matches!(any_left, Ok(false))
+            }
+            Err(e) => {
+                debug!(error = %e, "the release transaction failed; releasing one by one");
+                false
+            }
+        };
+        if !applied {
+            return futures::future::join_all(nodes.iter().map(|n| n.release())).await;
+        }
+        nodes
+            .iter()
+            .map(|n| {
+                let span = tracing::debug_span!(parent: &n.span, "release", path = %n.path, node = %n.node);
+                n.released_with(Ok(Deleted::Ours), &span)
+            })
+            .collect()
+    }
+
+    /// Whether the release may hand the lock to tasks of this process waiting in line on this node (see
+    /// `handoff`): a node of the native queue that holds as the first contender (fair, reentrant, write). Not a
+    /// reader, which may hold beside readers ahead of it; not a semaphore's permit, held beside others and waited on
+    /// by nobody in line; not the fixed exclusive node (no node kind), on which nobody waits in line; not the peers'
+    /// layouts, whose waiters list again after every deletion.
+    pub(super) fn hands_over(&self) -> bool {
+        let first_contender = |kind| match kind {
+            NodeKind::Lock | NodeKind::Write => true,
+            NodeKind::Read => is_active(Mutant::ReadersHandOver),
+            NodeKind::Permit => false,
+        };
+        self.ctx.layout == Layout::Native && matches!(self.recipe.node_kind(), Some(kind) if first_contender(kind))
+    }
+
+    pub(super) fn not_held(&self, why: NotHeldReason) -> Error {
+        Error::NotHeld {
+            path: self.path.to_string(),
+            why,
+        }
+    }
+}

@@ -1,145 +1,15 @@
 //! Layer 1: the coordination primitives every recipe needs, in ZooKeeper's data model.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::watch;
 
 use crate::error::Result;
 
-/// A session id, as ZooKeeper numbers them. `0` never names a live session.
-pub type SessionId = i64;
+mod types;
 
-/// How a node is created.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum CreateMode {
-    /// Stays until deleted.
-    Persistent,
-    /// Persistent, but the server deletes it some time after its last child is gone (ZooKeeper 3.5+).
-    Container,
-    /// Deleted when the creating session ends.
-    Ephemeral,
-    /// Ephemeral, with a 10-digit sequence number appended to the name by the server.
-    EphemeralSequential,
-}
-
-/// The reply to a successful create.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Created {
-    /// The full path of the node made (with its sequence suffix, for sequential nodes).
-    pub path: String,
-    /// The id of the transaction that created it (ZooKeeper's czxid): strictly increasing across creates.
-    pub czxid: i64,
-}
-
-/// What the recipes read of a node's metadata.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Stat {
-    /// The id of the transaction that created the node.
-    pub czxid: i64,
-    /// The owning session of an ephemeral node, `0` for other nodes.
-    pub ephemeral_owner: SessionId,
-    /// When the node was created, in milliseconds since the Unix epoch, on the server's clock.
-    pub ctime: i64,
-}
-
-impl Stat {
-    /// A stat with these fields.
-    pub fn new(czxid: i64, ephemeral_owner: SessionId, ctime: i64) -> Self {
-        Stat {
-            czxid,
-            ephemeral_owner,
-            ctime,
-        }
-    }
-}
-
-/// The state of a backend's session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum SessionState {
-    /// Connected: requests are answered.
-    Connected,
-    /// Disconnected but the session may still be alive: locks are held, but not known to be valid.
-    Suspended,
-    /// The session expired: its ephemeral nodes are gone. A backend opens a new session for later calls.
-    Expired,
-    /// The application closed the backend.
-    Closed,
-}
-
-/// A session id together with its state, as published by [`Backend::session`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct SessionStatus {
-    /// The session the state belongs to.
-    pub id: SessionId,
-    /// Its state.
-    pub state: SessionState,
-}
-
-/// The outcome of [`Backend::create_and_list`]: the create's, and that of the list sent behind it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CreateAndList {
-    /// The create's outcome.
-    pub created: Result<Created>,
-    /// The children of the new node's parent, listed after the create (meaningful only when the create succeeded).
-    pub listed: Result<Vec<String>>,
-}
-
-/// The parent of a node's path: `/a/b` for `/a/b/c`, `/` for `/a`.
-///
-/// ```
-/// assert_eq!(recipes_core::parent_path("/locks/job/lock"), "/locks/job");
-/// assert_eq!(recipes_core::parent_path("/locks"), "/");
-/// ```
-pub fn parent_path(path: &str) -> &str {
-    match path.rsplit_once('/') {
-        Some(("", _)) | None => "/",
-        Some((parent, _)) => parent,
-    }
-}
-
-/// What a backend knows of its session's liveness, from which a lock's lease is computed.
-///
-/// The backend promises that the server does not expire the session before `answered_send + session_timeout`
-/// (measured on the client's clock; the recipes take a margin off for clock rates). How it knows is its own: the
-/// in-memory server expires a session `session_timeout` after the send time of the last request it answered;
-/// ZooKeeper's leader alone expires sessions, so the ZooKeeper backend moves `answered_send` only on evidence that
-/// passed through the leader, and assumes the shortest timeout any server grants.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lease {
-    /// The session this lease is about.
-    pub session: SessionId,
-    /// When the client sent the last request (or heartbeat) of this session that the server answered.
-    pub answered_send: Option<tokio::time::Instant>,
-    /// The session timeout the server granted.
-    pub session_timeout: Duration,
-}
-
-/// What a one-shot node watch saw.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum NodeEvent {
-    /// The node was deleted.
-    Deleted,
-    /// The node's data changed.
-    DataChanged,
-}
-
-/// A one-shot watch on a node's data and existence (see [`Backend::get_and_watch`]).
-pub type NodeWatch = Pin<Box<dyn Future<Output = Result<NodeEvent>> + Send + 'static>>;
-
-/// A one-shot deletion watch: resolves `Ok(())` when the node is deleted, or an error when the session that set
-/// the watch ends ([`Error::SessionExpired`](crate::Error::SessionExpired), [`Error::Closed`](crate::Error::Closed)).
-pub type DeletionWatch = Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>>;
-
-/// The reply to a request already sent (see [`Backend::delete_sent`]).
-pub type ReplyFuture = Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>>;
+pub use types::*;
 
 /// One client session on a ZooKeeper-like coordination service: the primitives the lock recipes are built on.
 ///

@@ -2,21 +2,23 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use recipes_core::{
-    parent_path, Backend, CreateAndList, CreateMode, Created, DeletionWatch, Error, Lease, NodeEvent, NodeWatch,
-    ReplyFuture, Result, SessionId, SessionStatus, Stat,
+    parent_path, Backend, CreateAndList, CreateMode, Created, DeletionWatch, Error, Lease, NodeWatch, ReplyFuture,
+    Result, SessionId, SessionStatus, Stat,
 };
 use tokio::sync::watch;
 use tracing::info;
 
-use crate::errors::{map_err, session_event_error};
+use crate::convert::{created, settle, stat, zk_mode};
+use crate::errors::map_err;
 use crate::lease::Stamp;
 use crate::options::ZkOptions;
 use crate::session::{heartbeat, monitor, probe_timeouts, session_id, Evidence, Inner};
+use crate::watches::{deletion_watch, node_watch};
 use crate::zk;
 
 /// The backend's own runtime: every session's connection, heartbeat and monitor run here, whatever runtime (or none)
@@ -64,38 +66,6 @@ impl fmt::Debug for ZkBackend {
             .field("session", &*self.inner.status.borrow())
             .finish()
     }
-}
-
-fn zk_mode(mode: CreateMode) -> Result<zk::CreateMode> {
-    Ok(match mode {
-        CreateMode::Persistent => zk::CreateMode::Persistent,
-        CreateMode::Container => zk::CreateMode::Container,
-        CreateMode::Ephemeral => zk::CreateMode::Ephemeral,
-        CreateMode::EphemeralSequential => zk::CreateMode::EphemeralSequential,
-        // CreateMode is non-exhaustive: a mode added later must be mapped here, never silently made persistent.
-        #[allow(unreachable_patterns)]
-        other => {
-            return Err(Error::InvalidArgument(format!(
-                "create mode {other:?} is not supported by ZooKeeper"
-            )))
-        }
-    })
-}
-
-fn created(path: &str, mode: CreateMode, stat: zk::Stat, seq: zk::CreateSequence) -> Created {
-    let path = if mode == CreateMode::EphemeralSequential {
-        format!("{path}{seq}")
-    } else {
-        path.to_owned()
-    };
-    Created {
-        path,
-        czxid: stat.czxid,
-    }
-}
-
-fn stat(s: &zk::Stat) -> Stat {
-    Stat::new(s.czxid, s.ephemeral_owner, s.ctime)
 }
 
 impl ZkBackend {
@@ -247,86 +217,6 @@ impl ZkBackend {
         let r = f(client.clone()).await;
         settle(&self.inner, session, sent, evidence, r, path, &client)
     }
-}
-
-/// Records what the answer to a request of `session` sent at `sent` proves for the lease, and maps its error.
-fn settle<T>(
-    inner: &Inner,
-    session: SessionId,
-    sent: Stamp,
-    evidence: Evidence,
-    r: std::result::Result<T, zk::Error>,
-    path: &str,
-    client: &zk::Client,
-) -> Result<T> {
-    inner.record(session, sent, evidence, &r);
-    r.map_err(|e| {
-        map_err(
-            e,
-            path,
-            inner.is_closed(),
-            client.state() == zk::SessionState::Disconnected,
-        )
-    })
-}
-
-/// A data-or-deletion watch of `session`, as the recipes see it.
-fn node_watch(watcher: zk::OneshotWatcher, inner: Weak<Inner>) -> NodeWatch {
-    Box::pin(async move {
-        let event = watcher.changed().await;
-        match event.event_type {
-            zk::EventType::NodeDeleted => Ok(NodeEvent::Deleted),
-            zk::EventType::NodeDataChanged | zk::EventType::NodeCreated | zk::EventType::NodeChildrenChanged => {
-                Ok(NodeEvent::DataChanged)
-            }
-            zk::EventType::Session => Err(session_event_error(
-                event.session_state,
-                inner.upgrade().is_none_or_closed(),
-            )),
-        }
-    })
-}
-
-trait ClosedExt {
-    fn is_none_or_closed(&self) -> bool;
-}
-
-impl ClosedExt for Option<Arc<Inner>> {
-    fn is_none_or_closed(&self) -> bool {
-        self.as_ref().map_or(true, |i| i.is_closed())
-    }
-}
-
-/// A deletion watch of `session`: a data change re-arms it on the same session (never on a later one).
-fn deletion_watch(watcher: zk::OneshotWatcher, inner: Weak<Inner>, session: SessionId, path: String) -> DeletionWatch {
-    Box::pin(async move {
-        let mut watcher = watcher;
-        loop {
-            let event = watcher.changed().await;
-            match event.event_type {
-                zk::EventType::NodeDeleted => return Ok(()),
-                zk::EventType::Session => {
-                    return Err(session_event_error(
-                        event.session_state,
-                        inner.upgrade().is_none_or_closed(),
-                    ))
-                }
-                _ => {
-                    let client = match inner.upgrade().map(|i| i.client_for(session)) {
-                        Some(Ok(c)) => c,
-                        Some(Err(e)) => return Err(e),
-                        None => return Err(Error::Closed),
-                    };
-                    match client.check_and_watch_stat(&path).await {
-                        Ok((None, _)) => return Ok(()),
-                        Ok((Some(_), w)) => watcher = w,
-                        Err(zk::Error::SessionExpired) => return Err(Error::SessionExpired),
-                        Err(_) => return Err(Error::ConnectionLoss),
-                    }
-                }
-            }
-        }
-    })
 }
 
 #[async_trait]

@@ -39,12 +39,15 @@
 
 mod acl;
 mod backend;
+mod connect;
+mod convert;
 mod errors;
 mod lease;
 mod options;
 mod session;
 #[cfg(feature = "tls")]
 mod tls;
+mod watches;
 
 pub use acl::NodeAcl;
 pub use backend::ZkBackend;

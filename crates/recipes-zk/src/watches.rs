@@ -1,0 +1,74 @@
+//! The watches a session hands the recipes: a data-or-deletion watch, and a deletion watch that a data change re-arms
+//! on the same session.
+
+use std::sync::{Arc, Weak};
+
+use recipes_core::{DeletionWatch, Error, NodeEvent, NodeWatch, SessionId};
+
+use crate::errors::session_event_error;
+use crate::session::Inner;
+use crate::zk;
+
+/// A data-or-deletion watch of `session`, as the recipes see it.
+pub(crate) fn node_watch(watcher: zk::OneshotWatcher, inner: Weak<Inner>) -> NodeWatch {
+    Box::pin(async move {
+        let event = watcher.changed().await;
+        match event.event_type {
+            zk::EventType::NodeDeleted => Ok(NodeEvent::Deleted),
+            zk::EventType::NodeDataChanged | zk::EventType::NodeCreated | zk::EventType::NodeChildrenChanged => {
+                Ok(NodeEvent::DataChanged)
+            }
+            zk::EventType::Session => Err(session_event_error(
+                event.session_state,
+                inner.upgrade().is_none_or_closed(),
+            )),
+        }
+    })
+}
+
+trait ClosedExt {
+    fn is_none_or_closed(&self) -> bool;
+}
+
+impl ClosedExt for Option<Arc<Inner>> {
+    fn is_none_or_closed(&self) -> bool {
+        self.as_ref().map_or(true, |i| i.is_closed())
+    }
+}
+
+/// A deletion watch of `session`: a data change re-arms it on the same session (never on a later one).
+pub(crate) fn deletion_watch(
+    watcher: zk::OneshotWatcher,
+    inner: Weak<Inner>,
+    session: SessionId,
+    path: String,
+) -> DeletionWatch {
+    Box::pin(async move {
+        let mut watcher = watcher;
+        loop {
+            let event = watcher.changed().await;
+            match event.event_type {
+                zk::EventType::NodeDeleted => return Ok(()),
+                zk::EventType::Session => {
+                    return Err(session_event_error(
+                        event.session_state,
+                        inner.upgrade().is_none_or_closed(),
+                    ))
+                }
+                _ => {
+                    let client = match inner.upgrade().map(|i| i.client_for(session)) {
+                        Some(Ok(c)) => c,
+                        Some(Err(e)) => return Err(e),
+                        None => return Err(Error::Closed),
+                    };
+                    match client.check_and_watch_stat(&path).await {
+                        Ok((None, _)) => return Ok(()),
+                        Ok((Some(_), w)) => watcher = w,
+                        Err(zk::Error::SessionExpired) => return Err(Error::SessionExpired),
+                        Err(_) => return Err(Error::ConnectionLoss),
+                    }
+                }
+            }
+        }
+    })
+}

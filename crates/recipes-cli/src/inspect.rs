@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use recipes_core::{Backend, LockPath, NodeKind, Participant, Participants, Role};
 
-use crate::{connect, Conn, Fail};
+use crate::settings::{connect, Conn};
+use crate::Fail;
 
 fn age(ms: u64) -> String {
     let d = Duration::from_millis(ms);

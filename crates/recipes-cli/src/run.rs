@@ -10,8 +10,9 @@ use recipes_zk::ZkBackend;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 
+use crate::settings::{connect, Conn};
 use crate::watchdog::{Report, StartError, Watchdog};
-use crate::{connect, status, Conn, Fail};
+use crate::{status, Fail};
 
 /// The longest grace a command gets between SIGTERM and SIGKILL, when the session's margin allows it.
 const MAX_TERM_GRACE: Duration = Duration::from_secs(3);

@@ -1,0 +1,159 @@
+//! The command line's settings, validated: the connection (servers, timeouts, TLS, SASL, ACL, layout), the recipe
+//! and its permit count, the revocation signal. Every refusal is a usage error naming the option.
+
+use std::sync::Arc;
+
+use recipes_core::{Error, Layout, Locks, Recipe};
+use recipes_zk::{NodeAcl, ZkBackend, ZkOptions, ZkTls};
+
+use crate::{duration, Common, Fail};
+
+/// Settings shared by both subcommands, validated.
+pub(crate) struct Conn {
+    pub(crate) options: ZkOptions,
+    pub(crate) layout: Layout,
+}
+
+pub(crate) fn conn(common: &Common) -> Result<Conn, Fail> {
+    let layout: Layout = common.layout.parse()?;
+    let positive = |name: &str, value: &str| match duration::parse(value) {
+        Ok(d) if d.is_zero() => Err(Fail::usage(format!("invalid --{name}: it must be more than 0"))),
+        Ok(d) => Ok(d),
+        Err(e) => Err(Fail::usage(format!("invalid --{name}: {e}"))),
+    };
+    let session_timeout = positive("session-timeout", &common.session_timeout)?;
+    let connect_timeout = positive("connect-timeout", &common.connect_timeout)?;
+    if common.servers.trim().is_empty() {
+        return Err(Fail::usage(
+            "invalid --servers: the connect string is empty (host:port[,host:port…][/chroot])",
+        ));
+    }
+    let acl: NodeAcl = common
+        .acl
+        .parse()
+        .map_err(|e: Error| Fail::usage(format!("invalid --acl: {e}")))?;
+    let mut options = ZkOptions::new(common.servers.clone())
+        .session_timeout(session_timeout)
+        .connect_timeout(connect_timeout)
+        .acl(acl);
+    if let Some(auth) = &common.auth {
+        if !auth.contains(':') {
+            return Err(Fail::usage("invalid --auth: expected USER:PASSWORD"));
+        }
+        options = options.digest_auth(auth);
+    }
+    if let Some(sasl) = &common.sasl {
+        match sasl.split_once(':') {
+            Some((user, password)) if !user.is_empty() => options = options.sasl_digest(user, password),
+            _ => return Err(Fail::usage("invalid --sasl: expected USER:PASSWORD")),
+        }
+    }
+    match (&common.tls_ca, &common.tls_cert, &common.tls_key) {
+        (None, None, None) => {}
+        (None, _, _) => {
+            return Err(Fail::usage(
+                "--tls-cert and --tls-key need --tls-ca (the CA that signed the servers' certificates)",
+            ))
+        }
+        (Some(ca), cert, key) => {
+            let mut tls = ZkTls::from_ca_file(ca).map_err(|e| Fail::usage(format!("invalid --tls-ca: {e}")))?;
+            if let (Some(cert), Some(key)) = (cert, key) {
+                tls = tls
+                    .with_identity_files(cert, key)
+                    .map_err(|e| Fail::usage(format!("invalid --tls-cert/--tls-key: {e}")))?;
+            }
+            options = options.tls(tls);
+        }
+    }
+    if options.acl_needs_auth() && !options.has_identity() {
+        return Err(Fail::usage(format!(
+            "--acl {} names the creator's identity: give credentials with --auth USER:PASSWORD (or ZKLOCK_AUTH), \
+             --sasl USER:PASSWORD, or a client certificate (--tls-cert, --tls-key)",
+            common.acl
+        )));
+    }
+    Ok(Conn { options, layout })
+}
+
+/// The recipes a command can hold.
+pub(crate) const COMMAND_RECIPES: [Recipe; 5] = [
+    Recipe::Exclusive,
+    Recipe::Fair,
+    Recipe::Read,
+    Recipe::Write,
+    Recipe::Semaphore,
+];
+
+/// The signal `--revoke-signal` names (`None`: ignore revocation requests).
+pub(crate) fn revoke_signal(name: &str) -> Result<Option<nix::sys::signal::Signal>, Fail> {
+    use nix::sys::signal::Signal;
+    match name.trim().to_ascii_uppercase().trim_start_matches("SIG") {
+        "TERM" => Ok(Some(Signal::SIGTERM)),
+        "INT" => Ok(Some(Signal::SIGINT)),
+        "HUP" => Ok(Some(Signal::SIGHUP)),
+        "NONE" => Ok(None),
+        _ => Err(Fail::usage(format!(
+            "invalid --revoke-signal {name:?}: expected TERM, INT, HUP or none"
+        ))),
+    }
+}
+
+/// The semaphore's permit count, given exactly when the recipe is a semaphore.
+pub(crate) fn permits(recipe: Recipe, permits: Option<u32>) -> Result<Option<u32>, Fail> {
+    match (recipe, permits) {
+        (Recipe::Semaphore, None) => Err(Fail::usage(
+            "-r semaphore needs --permits N: how many commands may hold it at once",
+        )),
+        (Recipe::Semaphore, Some(0)) => Err(Fail::usage("invalid --permits 0: a semaphore needs at least one")),
+        (Recipe::Semaphore, Some(n)) => Ok(Some(n)),
+        (_, Some(_)) => Err(Fail::usage(format!(
+            "--permits is for -r semaphore, not for the {recipe} recipe"
+        ))),
+        (_, None) => Ok(None),
+    }
+}
+
+/// The recipe named on the command line; an unknown name gets the names zklock accepts, and the closest of them.
+pub(crate) fn recipe(name: &str) -> Result<Recipe, Fail> {
+    let accepted = COMMAND_RECIPES.map(Recipe::name).join(", ");
+    match name.parse::<Recipe>() {
+        Ok(Recipe::Reentrant) => Err(Fail::usage(format!(
+            "recipe 'reentrant' makes no sense for one command (it has one owner); use one of {accepted}"
+        ))),
+        Ok(r) => Ok(r),
+        Err(_) => {
+            let closest = COMMAND_RECIPES
+                .iter()
+                .map(|r| (edit_distance(&name.to_ascii_lowercase(), r.name()), r.name()))
+                .min()
+                .filter(|(d, _)| *d <= 2)
+                .map(|(_, n)| format!(" (did you mean {n}?)"))
+                .unwrap_or_default();
+            Err(Fail::usage(format!(
+                "unknown recipe {name:?}: expected one of {accepted}{closest}"
+            )))
+        }
+    }
+}
+
+/// Levenshtein distance, for suggestions.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+pub(crate) async fn connect(c: &Conn) -> Result<(Arc<ZkBackend>, Locks), Fail> {
+    let backend = ZkBackend::connect(c.options.clone()).await?;
+    let locks = Locks::builder(backend.clone()).layout(c.layout).build();
+    Ok((backend, locks))
+}

@@ -27,6 +27,16 @@ use std::sync::OnceLock;
 
 use uuid::Uuid;
 
+/// The data of a semaphore's path: its permit count in decimal (as kazoo's semaphore stores it).
+pub(crate) fn encode_permits(permits: u32) -> Vec<u8> {
+    permits.to_string().into_bytes()
+}
+
+/// The permit count a semaphore's path stores, `None` when its data is not a count.
+pub(crate) fn decode_permits(data: &[u8]) -> Option<u32> {
+    std::str::from_utf8(data).ok()?.trim().parse().ok()
+}
+
 /// What a lock node's data says about its holder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

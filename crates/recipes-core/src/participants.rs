@@ -114,7 +114,7 @@ pub(crate) async fn participants(backend: &dyn Backend, layout: Layout, path: &L
     let permits = if queue.iter().any(|c| c.kind == NodeKind::Permit) {
         on.get(path.as_str())
             .await?
-            .and_then(|(data, _)| crate::semaphore::decode_permits(&data))
+            .and_then(|(data, _)| crate::info::decode_permits(&data))
             .unwrap_or(1)
     } else {
         1

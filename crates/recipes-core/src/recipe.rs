@@ -4,7 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::error::{Error, Result};
-use crate::layout::NodeKind;
+use crate::layout::{Layout, NodeKind};
 
 /// A lock recipe, for frameworks that choose the recipe per resource at run time (e.g. from configuration).
 ///
@@ -70,6 +70,20 @@ impl FromStr for Recipe {
             .chain([Recipe::Semaphore])
             .find(|r| r.name() == lower)
             .ok_or_else(|| Error::UnknownRecipe(s.to_owned()))
+    }
+}
+
+/// A layout's name, as configuration spells it (any case): `native`, `curator`, `kazoo`. Beside the recipe's, which
+/// configuration names with it; the layout module itself knows no error.
+impl FromStr for Layout {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s.to_ascii_lowercase().as_str() {
+            "native" => Ok(Layout::Native),
+            "curator" => Ok(Layout::Curator),
+            "kazoo" => Ok(Layout::Kazoo),
+            _ => Err(Error::UnknownLayout(s.to_owned())),
+        }
     }
 }
 

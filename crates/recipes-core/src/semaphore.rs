@@ -12,16 +12,6 @@ use crate::path::LockPath;
 use crate::patience::Patience;
 use crate::recipe::Recipe;
 
-/// The data of a semaphore's path: its permit count in decimal (as kazoo's semaphore stores it).
-pub(crate) fn encode_permits(permits: u32) -> Vec<u8> {
-    permits.to_string().into_bytes()
-}
-
-/// The permit count a semaphore's path stores, `None` when its data is not a count.
-pub(crate) fn decode_permits(data: &[u8]) -> Option<u32> {
-    std::str::from_utf8(data).ok()?.trim().parse().ok()
-}
-
 /// A counting semaphore: at most [`permits`](Semaphore::permits) permits held at once across every client, granted
 /// in the order they were asked for (a claim on several waits its turn; nobody behind it overtakes it).
 ///

@@ -9,7 +9,6 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use super::cleanup::{Cleanup, Identity, Pending};
-use super::peer_semaphore::PeerLease;
 use super::{session, Claim, Ctx, HeldNode, CLEANUP_GRACE, TRY_BOUND};
 use crate::backend::{Backend, BackendExt, CreateAndList, CreateMode, SessionId};
 use crate::decide::Refusal;
@@ -20,6 +19,13 @@ use crate::metrics::{Count, Tags};
 use crate::path::LockPath;
 use crate::patience::Patience;
 use crate::recipe::Recipe;
+
+/// A lease acquire's link to its semaphore: its path, and the session of the mutex it is made under.
+#[derive(Debug, Clone)]
+pub(crate) struct PeerLease {
+    pub root: LockPath,
+    pub session: SessionId,
+}
 
 /// Why an attempt stopped short of holding the lock.
 pub(crate) enum Stop {
@@ -252,7 +258,7 @@ impl<'a> Attempt<'a> {
     /// lock, and for the path of a peer semaphore's leases or mutex (its count is stored by `peer_count`).
     fn permit_count_data(&self) -> Vec<u8> {
         if self.recipe == Recipe::Semaphore && self.peer.is_none() {
-            crate::semaphore::encode_permits(self.permits)
+            crate::info::encode_permits(self.permits)
         } else {
             Vec::new()
         }
@@ -269,7 +275,7 @@ impl<'a> Attempt<'a> {
             }
         };
         let Some((data, _)) = data else { return Ok(()) };
-        let stored = crate::semaphore::decode_permits(&data);
+        let stored = crate::info::decode_permits(&data);
         if stored == Some(self.permits) {
             return Ok(());
         }

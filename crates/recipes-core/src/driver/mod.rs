@@ -130,7 +130,7 @@ async fn acquire_on(
     path: &LockPath,
     claim: Claim,
     patience: Patience,
-    peer: Option<(peer_semaphore::PeerLease, HeldNode)>,
+    peer: Option<(attempt::PeerLease, HeldNode)>,
 ) -> Result<Option<HeldNode>> {
     let recipe = claim.recipe;
     let span = tracing::debug_span!(

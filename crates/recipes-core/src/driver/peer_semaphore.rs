@@ -25,30 +25,23 @@ use std::time::Duration;
 use tracing::debug;
 use uuid::Uuid;
 
-use super::attempt::{Attempt, Step, Stop};
+use super::attempt::{Attempt, PeerLease, Step, Stop};
 use super::cleanup::{Identity, Pending};
 use super::{acquire_on, Claim, Ctx, HeldNode};
 use crate::backend::{BackendExt, CreateAndList, CreateMode, SessionId};
 use crate::decide::{foreign, Refusal};
 use crate::error::{Error, Result};
 use crate::info::NodeInfo;
+use crate::info::{decode_permits, encode_permits};
 use crate::layout::{Family, Layout, NodeKind, CURATOR_SEMAPHORE_LEASES, CURATOR_SEMAPHORE_MUTEX};
 use crate::metrics::Count;
 use crate::mutants::{is_active, Mutant};
 use crate::path::LockPath;
 use crate::patience::Patience;
 use crate::recipe::Recipe;
-use crate::semaphore::{decode_permits, encode_permits};
 
 /// How long a kazoo-layout wait beside children that are no kazoo leases goes before counting again.
 const RECHECK: Duration = Duration::from_secs(1);
-
-/// A lease acquire's link to its semaphore: its path, and the session of the mutex it is made under.
-#[derive(Debug, Clone)]
-pub(crate) struct PeerLease {
-    pub root: LockPath,
-    pub session: SessionId,
-}
 
 /// How one try at a lease ended.
 enum Got {

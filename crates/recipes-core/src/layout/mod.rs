@@ -1,11 +1,8 @@
 //! Node naming: how a lock node's name carries its kind, its attempt id and its sequence number.
 
 use std::fmt;
-use std::str::FromStr;
 
 use uuid::Uuid;
-
-use crate::error::Error;
 
 mod family;
 
@@ -305,18 +302,6 @@ impl fmt::Display for Layout {
             Layout::Curator => "curator",
             Layout::Kazoo => "kazoo",
         })
-    }
-}
-
-impl FromStr for Layout {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self, Error> {
-        match s.to_ascii_lowercase().as_str() {
-            "native" => Ok(Layout::Native),
-            "curator" => Ok(Layout::Curator),
-            "kazoo" => Ok(Layout::Kazoo),
-            _ => Err(Error::UnknownLayout(s.to_owned())),
-        }
     }
 }
 

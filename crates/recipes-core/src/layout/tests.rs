@@ -57,7 +57,7 @@ fn layout_names() {
     assert_eq!("native".parse::<Layout>(), Ok(Layout::Native));
     assert_eq!("Curator".parse::<Layout>(), Ok(Layout::Curator));
     assert_eq!("kazoo".parse::<Layout>(), Ok(Layout::Kazoo));
-    assert!(matches!("nope".parse::<Layout>(), Err(Error::UnknownLayout(_))));
+    assert!(matches!("nope".parse::<Layout>(), Err(crate::Error::UnknownLayout(_))));
 }
 
 #[test]

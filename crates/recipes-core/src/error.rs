@@ -139,7 +139,7 @@ pub enum Error {
         problem: PathProblem,
     },
     /// A recipe name given at run time is not known.
-    #[error("unknown recipe {0:?}: expected one of exclusive, fair, reentrant, read, write")]
+    #[error("unknown recipe {0:?}: expected one of exclusive, fair, reentrant, read, write, semaphore")]
     UnknownRecipe(String),
     /// A layout name given at run time is not known.
     #[error("unknown layout {0:?}: expected one of native, curator, kazoo")]

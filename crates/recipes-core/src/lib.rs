@@ -1,6 +1,6 @@
 //! Distributed lock recipes in the manner of Apache Curator, on any ZooKeeper-like [`Backend`].
 //!
-//! Four recipes, each a configuration of one algorithm:
+//! The locks are configurations of one algorithm; the semaphore and the multi-lock are built on it:
 //!
 //! | recipe | type | nodes | waits on | fair | re-entrant |
 //! | --- | --- | --- | --- | --- | --- |
@@ -8,6 +8,11 @@
 //! | fair | [`FairLock`] | `P/L-<id>-<seq>` | its predecessor | FIFO | no |
 //! | reentrant | [`ReentrantLock`] | as fair | as fair | FIFO | per owner |
 //! | read / write | [`ReadWriteLock`] | `P/R-…`, `P/W-…` | nearest earlier writer / predecessor | FIFO | per owner |
+//! | semaphore | [`Semaphore`] | `P/S-<id>-<seq>` (one per claim) | the few claims ahead that can let it in | FIFO | no |
+//! | multi-lock | [`MultiLock`] | its members' | its members', in path order | as its members | no |
+//!
+//! In the Curator and kazoo layouts ([`Layout`]) the same recipes use their peers' node names on the same paths, and
+//! [`Locks::revoke`] asks holders to let go by Curator's protocol.
 //!
 //! Start from [`Locks`], which hands out locks on one backend session. Every acquire returns an owned
 //! [`LockGuard`] with a [`fencing token`](LockGuard::fencing_token), a [`lost`](LockGuard::lost) signal, and

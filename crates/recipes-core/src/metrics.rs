@@ -17,7 +17,7 @@
 //! | `lock_recipes_timeouts_total` | counter | recipe | timed acquires whose deadline passed |
 //! | `lock_recipes_busy_total` | counter | recipe | `try_acquire`s that found the lock held |
 //! | `lock_recipes_acquire_errors_total` | counter | recipe, error | acquires that failed, by [`Error::kind`](crate::Error::kind) |
-//! | `lock_recipes_lost_total` | counter | recipe, reason | held locks seen lost, by [`LostReason`](crate::LostReason) |
+//! | `lock_recipes_lost_total` | counter | recipe, reason | held locks seen lost, by [`LostReason`] |
 //! | `lock_recipes_wakeups_total` | counter | recipe | waiters woken to look at the queue again |
 //! | `lock_recipes_handoffs_total` | counter | recipe | locks handed to a task of this process on the same session |
 //! | `lock_recipes_create_recoveries_total` | counter | recipe | lock nodes whose create reply was lost, found again |

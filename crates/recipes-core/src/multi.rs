@@ -346,6 +346,9 @@ impl MultiGuard {
     }
 
     /// Resolves when any member is lost: its path and why.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only watches; dropping it changes nothing, and it can be awaited again.
     pub async fn lost(&self) -> (String, LostReason) {
         let watches = self
             .guards

@@ -22,7 +22,7 @@
 //!
 //! # Work-arounds for the client
 //! - A connection timeout reaches calls as `Error::Custom` or `Error::Timeout`, not `ConnectionLoss`: both, and
-//!   any error while disconnected, are reported as [`Error::ConnectionLoss`].
+//!   any error while disconnected, are reported as [`Error::ConnectionLoss`](recipes_core::Error::ConnectionLoss).
 //! - After `Expired` a `zookeeper_client::Client` is dead: a new one is connected, with a new session id.
 //! - The client's own lock helper is not used.
 //! - The client declares `Expired` on its own only about 7/5 of the session timeout after losing the server; the

@@ -96,6 +96,7 @@ macro_rules! __for_each_scenario {
             nested_path_named_lock_does_not_block_its_parent acquire_in_flight_ends_closed_on_close
             revoke_node_writes_only_lock_nodes multi_lock_ends_with_its_session
             a_node_named_like_a_lock_node_never_says_it_held revoke_node_refuses_a_waiting_node
+            revoke_node_refuses_a_native_node_beside_another_layouts_holder
         );
     };
 }

@@ -456,3 +456,31 @@ pub async fn revoke_node_refuses_a_waiting_node(h: &dyn Harness) {
     gc.release().await.unwrap();
     wait_children(h, &path, 0).await;
 }
+
+/// `revoke_node` does not take a native node for a holder while a live lock node of another layout is on the path:
+/// that node's own acquire refuses and deletes it, and a request written there would tell the waiter behind it that
+/// it held (found by review: the check once ignored other layouts' nodes, as `decide` does).
+pub async fn revoke_node_refuses_a_native_node_beside_another_layouts_holder(h: &dyn Harness) {
+    let path = h.path("revoke-beside-kazoo");
+    let (k, admin) = (h.client().await, h.client().await);
+    let kazoo = locks_with(&k.locks, Layout::Kazoo);
+    let held = kazoo.fair(&path).unwrap().acquire().await.unwrap();
+    // A native node as a contender makes it before its first listing (then refuses and deletes it).
+    let on = admin.locks.backend().current();
+    let made = on
+        .create(
+            &format!("{path}/W-0123456789abcdef0123456789abcdef-"),
+            b"",
+            CreateMode::EphemeralSequential,
+        )
+        .await
+        .unwrap();
+    let name = made.path.rsplit('/').next().unwrap().to_owned();
+    match admin.locks.revoke_node(&path, &name).await {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains(&name), "{m}"),
+        r => panic!("expected InvalidArgument beside another layout's holder, got {r:?}"),
+    }
+    on.delete(&made.path).await.unwrap();
+    held.release().await.unwrap();
+    wait_children(h, &path, 0).await;
+}

@@ -126,7 +126,7 @@ impl Locks {
                 Some(true) => {}
                 Some(false) => {
                     return Err(Error::InvalidArgument(format!(
-                        "{node:?} under {path} waits for the lock: only a holder's node can be asked to let go (a \
+                        "{node:?} under {path} waits for the lock, or cannot hold it beside another recipe's or layout's node: only a holder's node can be asked to let go (a \
                          waiter is cancelled by its own process)"
                     )))
                 }
@@ -154,9 +154,23 @@ async fn native_holder(on: &SessionRef<'_>, path: &LockPath, node: &str) -> Resu
         Err(e) => return Err(e),
     };
     let queue = contenders(Layout::Native, &children);
-    Ok(match decide(Layout::Native, parsed.kind, &queue, node) {
-        Decision::Acquired => Some(true),
-        Decision::Wait { .. } => Some(false),
-        Decision::Missing => None,
-    })
+    match decide(Layout::Native, parsed.kind, &queue, node) {
+        Decision::Acquired => {}
+        Decision::Wait { .. } => return Ok(Some(false)),
+        Decision::Missing => return Ok(None),
+    }
+    // A live lock node of another recipe or layout on the path (ephemeral, by its own stat: a persistent one is a
+    // lock path nested here) makes the node's own acquire refuse and delete it: it never holds, and the node behind
+    // it must not be told otherwise.
+    for other in children
+        .iter()
+        .filter(|c| Family::of(c).is_some_and(|f| f != Family::NativeQueue))
+    {
+        if let Some((_, stat)) = on.get(&path.child(other)).await? {
+            if stat.ephemeral_owner != 0 {
+                return Ok(Some(false));
+            }
+        }
+    }
+    Ok(Some(true))
 }

@@ -135,6 +135,10 @@ fn random_walks_of_larger_configurations() {
 
 /// With each known bug switched back on, the checker finds it; its trace replays it exactly.
 #[test]
+#[cfg_attr(
+    not(recipes_mutants),
+    ignore = "switches mutants on: needs RUSTFLAGS=\"--cfg recipes_mutants\""
+)]
 fn the_checker_finds_every_known_bug() {
     for s in sensitivity() {
         for m in s.mutants {

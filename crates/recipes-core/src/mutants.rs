@@ -1,9 +1,14 @@
 //! Switches that re-introduce bugs this library once had, one at a time, so that the model checker and the tests
-//! can show that they find each of them. Compiled to nothing (every switch reads `false`) unless the `mutants`
-//! feature is on; even then every switch is off until a test turns it on for its own thread, or, for a child
-//! process (`zklock` in the fault campaign), names it in the environment variable `RECIPES_MUTANTS`.
+//! can show that they find each of them.
 //!
-//! Not part of the API: for the project's own tests.
+//! Compiled to nothing (every switch reads `false`, and nothing reads the environment) unless the compiler is given
+//! `--cfg recipes_mutants` (`RUSTFLAGS="--cfg recipes_mutants"`, as `scripts/test` sets it): no Cargo feature or
+//! profile turns them on, so no build of an application, a release or `zklock` contains them (decision 0053). Even
+//! then every switch is off until a test turns it on for its own thread, or, for a child process (`zklock` in the
+//! fault campaign), names it in the environment variable `RECIPES_MUTANTS`.
+//!
+//! Not part of the API: for the project's own tests. Without the cfg, [`set`] refuses to switch a mutant on, and
+//! [`counted_ids`] to count: a test that needs them fails with a message that says how to build them in.
 
 /// A bug that once was (or nearly was) in the library.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -85,7 +90,7 @@ impl Mutant {
     }
 }
 
-#[cfg(feature = "mutants")]
+#[cfg(recipes_mutants)]
 mod on {
     use std::cell::RefCell;
 
@@ -138,22 +143,46 @@ mod on {
     }
 }
 
-#[cfg(feature = "mutants")]
+#[cfg(recipes_mutants)]
 pub use on::{counted_ids, is_active, set};
 
 /// A fresh attempt id: random, or the next of this thread's counted ids (see `counted_ids`, with the `mutants`
 /// feature: a model checker's runs must repeat exactly, and ids order the waits on several nodes).
 pub(crate) fn attempt_id() -> uuid::Uuid {
-    #[cfg(feature = "mutants")]
+    #[cfg(recipes_mutants)]
     if let Some(id) = on::next_id() {
         return id;
     }
     uuid::Uuid::new_v4()
 }
 
-/// Whether `m` is switched on for this thread (never, without the `mutants` feature).
-#[cfg(not(feature = "mutants"))]
-#[inline(always)]
-pub fn is_active(_m: Mutant) -> bool {
-    false
+/// Whether the switches are compiled in (`--cfg recipes_mutants`).
+pub const COMPILED_IN: bool = cfg!(recipes_mutants);
+
+/// What a test that needs the switches says when they are not compiled in.
+pub const HOW_TO_BUILD: &str = "the mutant switches are compiled out: build with RUSTFLAGS=\"--cfg recipes_mutants\" \
+                                (scripts/test sets it)";
+
+#[cfg(not(recipes_mutants))]
+mod off {
+    use super::{Mutant, HOW_TO_BUILD};
+
+    /// Whether `m` is switched on for this thread (never, without `--cfg recipes_mutants`).
+    #[inline(always)]
+    pub fn is_active(_m: Mutant) -> bool {
+        false
+    }
+
+    /// Switches `m` on (or off) for this thread: without `--cfg recipes_mutants`, switching one on panics.
+    pub fn set(m: Mutant, on: bool) {
+        assert!(!on, "cannot switch {m:?} on: {HOW_TO_BUILD}");
+    }
+
+    /// Counted attempt ids: without `--cfg recipes_mutants`, asking for them panics.
+    pub fn counted_ids(start: Option<u128>) {
+        assert!(start.is_none(), "no counted attempt ids: {HOW_TO_BUILD}");
+    }
 }
+
+#[cfg(not(recipes_mutants))]
+pub use off::{counted_ids, is_active, set};

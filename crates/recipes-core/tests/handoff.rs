@@ -80,6 +80,10 @@ async fn a_release_hands_the_lock_to_a_task_of_the_same_session() {
 
 /// Without the handoff (the waiter ignores it), the next task holds only after the delete was applied and its watch
 /// event came back: the test above fails then.
+#[cfg_attr(
+    not(recipes_mutants),
+    ignore = "switches a mutant on: needs RUSTFLAGS=\"--cfg recipes_mutants\""
+)]
 #[tokio::test(start_paused = true)]
 async fn without_the_handoff_the_next_task_waits_a_round_trip() {
     mutants::set(Mutant::NoHandoff, true);

@@ -327,6 +327,10 @@ impl Backend for Shrinking {
 
 /// `lost()` notices a lease that moved back even when nothing wakes it: it reads the lease again at least every
 /// eighth of the session timeout, instead of sleeping until the end of the lease it last read.
+#[cfg_attr(
+    not(recipes_mutants),
+    ignore = "switches a mutant on: needs RUSTFLAGS=\"--cfg recipes_mutants\""
+)]
 #[tokio::test(start_paused = true)]
 async fn lost_notices_a_lease_that_moves_back_unannounced() {
     for mutant in [false, true] {

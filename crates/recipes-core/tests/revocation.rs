@@ -12,6 +12,10 @@ use recipes_mem::MemCluster;
 /// Readers R1 and R2 hold, a writer waits in line on R2. R2 is asked to let go, then releases: the writer must wait
 /// for R1 (found by review when revocation was added: the waiter took any data change of its blocker for the
 /// `first` mark, and came in beside R1). With the old rule switched back on, the writer gets in beside R1.
+#[cfg_attr(
+    not(recipes_mutants),
+    ignore = "switches a mutant on: needs RUSTFLAGS=\"--cfg recipes_mutants\""
+)]
 #[tokio::test(start_paused = true)]
 async fn a_revoked_reader_never_lets_the_writer_behind_it_in_beside_readers_ahead() {
     for old_rule in [false, true] {
@@ -169,6 +173,10 @@ async fn the_multi_lock_keeps_its_deadline_through_a_disconnection() {
 /// A request to let go that reaches a new holder's node before that holder marks itself `first` is not overwritten by
 /// the mark (found by review: the mark, written unconditionally right after the node came to hold, could wipe the
 /// request, and the holder never learned of it). The mark is written only over the node's data as made (version 0).
+#[cfg_attr(
+    not(recipes_mutants),
+    ignore = "switches a mutant on: needs RUSTFLAGS=\"--cfg recipes_mutants\""
+)]
 #[tokio::test(start_paused = true)]
 async fn the_first_mark_never_overwrites_a_request_to_let_go() {
     // Every waiter that comes to hold marks itself (in production: only behind 16 or more).

@@ -33,15 +33,15 @@
 //! # }).unwrap();
 //! ```
 //!
-//! Layering: [`Backend`] (layer 1) is all a backend implements; [`decide`](decide::decide) is the pure decision
-//! and one private driver runs create / list / decide / watch / wait for every recipe (layer 2); the recipe types
-//! and a generic reentrancy layer sit on top (layer 3).
+//! Layering: [`Backend`] (layer 1) is all a backend implements; a [`Protocol`](protocol::Protocol) is the pure
+//! decision (how a recipe in a layout names its node and judges the lock path) and one private driver runs
+//! create / list / judge / watch / wait around it for every recipe (layer 2); the recipe types and a generic
+//! reentrancy layer sit on top (layer 3).
 
 #![warn(missing_docs)]
 
 mod backend;
 mod blocking;
-pub mod decide;
 mod driver;
 mod error;
 mod guard;
@@ -57,6 +57,7 @@ mod owner;
 mod participants;
 mod path;
 mod patience;
+pub mod protocol;
 mod recipe;
 mod reentrant;
 mod resource;

@@ -140,6 +140,14 @@ pub trait Lock: Send + Sync + fmt::Debug {
     /// As [`acquire`](Lock::acquire).
     fn acquire_timeout(&self, timeout: Duration) -> LockFuture<'_, Option<LockGuard>>;
 
+    /// Not part of the API (the multi-lock's first tries): as [`try_acquire`](Lock::try_acquire), but makes the node
+    /// at once, without looking at the queue first, so that a set of free locks costs one round trip. The default is
+    /// `try_acquire`.
+    #[doc(hidden)]
+    fn __try_acquire_eagerly(&self) -> LockFuture<'_, Option<LockGuard>> {
+        self.try_acquire()
+    }
+
     /// This lock with a fixed owner, for the owned recipes (reentrant, read, write: holds of one owner nest); the same
     /// lock for the others, which have no owner.
     fn with_owner(&self, owner: Owner) -> Arc<dyn Lock>;
@@ -237,6 +245,9 @@ macro_rules! recipe_type {
             }
             fn acquire_timeout(&self, timeout: Duration) -> LockFuture<'_, Option<LockGuard>> {
                 Box::pin(<$ty>::acquire_timeout(self, timeout))
+            }
+            fn __try_acquire_eagerly(&self) -> LockFuture<'_, Option<LockGuard>> {
+                Box::pin(self.get(Patience::TryEagerly))
             }
             fn with_owner(&self, owner: Owner) -> Arc<dyn Lock> {
                 Arc::new(<$ty>::new(self.inner.with_owner(owner)))

@@ -143,7 +143,7 @@ impl MultiLock {
         };
         // Every member at once, within the deadline (a try alone is bounded by a few seconds, not by ours).
         // Each try makes its node at once, without listing first: a free set in one round trip.
-        let tries = crate::driver::EAGER_TRY.scope((), join_all(self.members.iter().map(|m| m.try_acquire())));
+        let tries = join_all(self.members.iter().map(|m| m.__try_acquire_eagerly()));
         let tried = match deadline {
             Some(d) => match tokio::time::timeout_at(d, tries).await {
                 Ok(t) => t,
@@ -167,7 +167,7 @@ impl MultiLock {
                 }
                 // A try gives up on a connection that does not answer within a few seconds; a waiting acquire waits
                 // for it, as one lock would.
-                Err(Error::ConnectionLoss) if patience != Patience::TryOnce => {
+                Err(Error::ConnectionLoss) if !patience.tries_once() => {
                     busy_from.get_or_insert(i);
                 }
                 Err(e) => {
@@ -189,7 +189,7 @@ impl MultiLock {
             return held.into_guard(deadline).await.map(Some);
         };
         // One by one, in order, under one deadline.
-        if patience == Patience::TryOnce {
+        if patience.tries_once() {
             held.release_all(deadline).await;
             return Ok(None);
         }

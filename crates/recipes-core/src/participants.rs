@@ -1,11 +1,11 @@
 //! Who holds a lock and who waits for it: Curator's `getParticipantNodes`, with each node's role.
 
 use crate::backend::{Backend, BackendExt};
-use crate::decide::{contenders, decide_permits, Decision};
 use crate::error::{Error, Result};
 use crate::info::NodeInfo;
 use crate::layout::{is_kazoo_lease, Layout, NodeKind, SortKey, CURATOR_SEMAPHORE_LEASES, EXCLUSIVE_NODE};
 use crate::path::LockPath;
+use crate::protocol::{contenders, decide, Decision};
 
 /// The lock nodes on a path, in the order the lock is granted (see [`Locks::participants`](crate::Locks::participants)).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,7 +120,7 @@ pub(crate) async fn participants(backend: &dyn Backend, layout: Layout, path: &L
         1
     };
     for c in &queue {
-        match decide_permits(layout, c.kind, &queue, &c.name, permits) {
+        match decide(layout, c.kind, &queue, &c.name, permits) {
             Decision::Acquired => roles.push((c.name.clone(), Some(c.kind), Role::Holder)),
             Decision::Wait { on } => roles.push((c.name.clone(), Some(c.kind), Role::Waiter { on })),
             Decision::Missing => unreachable!("every contender is in the queue it was parsed from"),

@@ -7,8 +7,12 @@ use tokio::time::Instant;
 /// How long an acquire may wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Patience {
-    /// Never queue: give up as soon as someone else holds the lock.
+    /// Never queue: give up as soon as someone else holds the lock (listing the path first, so that a busy lock
+    /// costs no write).
     TryOnce,
+    /// As `TryOnce`, but make the node at once, without listing the path first: a multi-lock's first, all-at-once
+    /// tries, so that a free set costs one round trip (a busy member's node is deleted again at once).
+    TryEagerly,
     /// Wait until this instant.
     Until(Instant),
     /// Wait as long as it takes.
@@ -16,6 +20,11 @@ pub(crate) enum Patience {
 }
 
 impl Patience {
+    /// Whether the acquire never queues.
+    pub fn tries_once(self) -> bool {
+        matches!(self, Patience::TryOnce | Patience::TryEagerly)
+    }
+
     /// A timeout as patience: zero never queues; a timeout too long to express as an instant (`Duration::MAX`) is no
     /// deadline at all.
     pub fn from_timeout(timeout: Duration) -> Self {

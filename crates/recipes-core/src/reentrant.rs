@@ -263,7 +263,7 @@ impl<N: Revocable> Reentrancy<N> {
                 Entry::WaitFor(rx) => rx,
             };
             match patience {
-                Patience::TryOnce => return Ok(None),
+                Patience::TryOnce | Patience::TryEagerly => return Ok(None),
                 Patience::Until(d) => {
                     if tokio::time::timeout_at(d, rx.changed()).await.is_err() {
                         return Ok(None);

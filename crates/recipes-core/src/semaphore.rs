@@ -18,7 +18,7 @@ use crate::recipe::Recipe;
 /// Each claim is one ephemeral sequential node `P/S-<id>-<seq>` (`P/S-<id>-<n>-<seq>` for `n` permits at once). The
 /// claims ahead of a node and its own add up to at most `permits`: it holds. Otherwise it watches only the few nodes
 /// right ahead of it whose deletion can let it in (at most `permits` of them: see
-/// [`permit_window`](crate::decide::permit_window)), never the whole queue. The permit count is stored once, as the
+/// [`permit_window`](crate::protocol::permit_window)), never the whole queue. The permit count is stored once, as the
 /// data of `P`, by the client that makes it; a client asking with another count gets
 /// [`Error::PermitsMismatch`](crate::Error::PermitsMismatch) instead of over-granting.
 ///
@@ -176,6 +176,9 @@ impl Lock for Semaphore {
     }
     fn acquire_timeout(&self, timeout: Duration) -> LockFuture<'_, Option<LockGuard>> {
         Box::pin(Semaphore::acquire_timeout(self, timeout))
+    }
+    fn __try_acquire_eagerly(&self) -> LockFuture<'_, Option<LockGuard>> {
+        Box::pin(self.get(1, Patience::TryEagerly))
     }
     fn with_owner(&self, _owner: Owner) -> Arc<dyn Lock> {
         Arc::new(self.clone())

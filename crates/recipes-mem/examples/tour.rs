@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::decide::contenders;
+use recipes_core::protocol::contenders;
 use recipes_core::{Layout, Locks, LostReason, OwnerToken, Recipe};
 use recipes_mem::MemCluster;
 use tokio::task::JoinSet;

@@ -11,19 +11,21 @@ use tracing::debug;
 use super::cleanup::{Cleanup, Identity, Pending};
 use super::{session, Claim, Ctx, HeldNode, CLEANUP_GRACE, TRY_BOUND};
 use crate::backend::{Backend, BackendExt, CreateAndList, CreateMode, SessionId};
-use crate::decide::Refusal;
 use crate::error::{Error, Result, RetryReason};
 use crate::info::NodeInfo;
-use crate::layout::{Family, NodeKind, EXCLUSIVE_NODE};
+use crate::layout::Family;
 use crate::metrics::{Count, Tags};
 use crate::path::LockPath;
 use crate::patience::Patience;
+use crate::protocol::{self, Protocol, Refusal};
 use crate::recipe::Recipe;
 
-/// A lease acquire's link to its semaphore: its path, and the session of the mutex it is made under.
+/// A lease acquire's link to its semaphore: its path, its permit count, and the session of the mutex it is made
+/// under.
 #[derive(Debug, Clone)]
 pub(crate) struct PeerLease {
     pub root: LockPath,
+    pub permits: u32,
     pub session: SessionId,
 }
 
@@ -47,12 +49,13 @@ pub(crate) type Step<T> = std::result::Result<T, Stop>;
 pub(crate) struct Attempt<'a> {
     pub ctx: &'a Arc<Ctx>,
     pub path: &'a LockPath,
+    /// The recipe, for the metrics' labels and the node's data.
     pub recipe: Recipe,
-    /// A semaphore's permit count (1 for the locks).
-    pub permits: u32,
-    /// The permits this acquire claims (1 for the locks).
-    pub weight: u32,
+    /// How the node is named and judged.
+    pub protocol: Box<dyn Protocol>,
     pub try_once: bool,
+    /// A try that makes its node without listing first (see [`Patience::TryEagerly`]).
+    pub eager: bool,
     deadline: Option<Instant>,
     failures: u32,
     pub cleanup: Cleanup,
@@ -72,21 +75,23 @@ impl<'a> Attempt<'a> {
     pub fn new(ctx: &'a Arc<Ctx>, path: &'a LockPath, claim: Claim, patience: Patience) -> Self {
         let recipe = claim.recipe;
         let tags = ctx.counters.tags(path, recipe);
+        let protocol = protocol::of(ctx.layout, recipe, claim.weight, claim.permits);
+        let fixed = protocol.fixed_name().is_some();
         Attempt {
             ctx,
             path,
             recipe,
-            permits: claim.permits,
-            weight: claim.weight,
-            try_once: patience == Patience::TryOnce,
+            protocol,
+            try_once: patience.tries_once(),
+            eager: patience == Patience::TryEagerly,
             deadline: match patience {
                 Patience::Until(d) => Some(d),
                 // A try must not wait, but its requests may sit in the client while it is disconnected: bound them.
-                Patience::TryOnce => Some(Instant::now() + TRY_BOUND),
+                Patience::TryOnce | Patience::TryEagerly => Some(Instant::now() + TRY_BOUND),
                 Patience::Forever => None,
             },
             failures: 0,
-            cleanup: Cleanup::new(ctx.clone(), path.clone(), recipe.node_kind().is_none(), tags.clone()),
+            cleanup: Cleanup::new(ctx.clone(), path.clone(), fixed, tags.clone()),
             tags,
             started: Instant::now(),
             handed: AtomicBool::new(false),
@@ -164,7 +169,8 @@ impl<'a> Attempt<'a> {
             czxid,
             id,
             self.tags.clone(),
-        );
+        )
+        .handing_over(self.protocol.hands_over());
         self.cleanup.disarm();
         let span = tracing::Span::current();
         span.record("node", held.node.as_str());
@@ -226,22 +232,22 @@ impl<'a> Attempt<'a> {
         self.cleanup.finish_within(grace).await;
     }
 
-    /// Sends the create of our node (a fresh attempt id, in the node's data, and in its name when `name` is a prefix
-    /// that takes it) with a list of the lock path behind it, in one round trip; the cleanup knows the create is in
-    /// flight before it is sent. `kind`: the queued node's kind, or `None` for the exclusive node.
-    pub async fn create_and_list(&mut self, sid: SessionId, kind: Option<NodeKind>) -> Step<(Identity, CreateAndList)> {
+    /// Sends the create of our node (a fresh attempt id, in the node's data, and in its name when the protocol's
+    /// prefix takes it) with a list of the lock path behind it, in one round trip; the cleanup knows the create is
+    /// in flight before it is sent.
+    pub async fn create_and_list(&mut self, sid: SessionId) -> Step<(Identity, CreateAndList)> {
         let attempt = crate::mutants::attempt_id();
+        let fixed = self.protocol.fixed_name();
         let id = Identity {
-            fixed: kind.is_none(),
+            fixed: fixed.is_some(),
             attempt,
             session: sid,
             czxid: None,
         };
-        let (node, mode) = match kind {
-            None => (self.path.child(EXCLUSIVE_NODE), CreateMode::Ephemeral),
-            Some(k) => (
-                self.path
-                    .child(&self.ctx.layout.weighted_prefix(k, attempt, self.weight)),
+        let (node, mode) = match fixed {
+            Some(name) => (self.path.child(name), CreateMode::Ephemeral),
+            None => (
+                self.path.child(&self.protocol.prefix(attempt)),
                 CreateMode::EphemeralSequential,
             ),
         };
@@ -254,19 +260,21 @@ impl<'a> Attempt<'a> {
         Ok((id, outcome))
     }
 
-    /// What a native semaphore's path stores: its permit count in decimal (as kazoo's semaphore does); empty for a
-    /// lock, and for the path of a peer semaphore's leases or mutex (its count is stored by `peer_count`).
+    /// What the lock path stores: a native semaphore's permit count in decimal (as kazoo's semaphore does); empty for
+    /// a lock, and for the path of a peer semaphore's leases or mutex (its count is stored by `peer_count`).
     fn permit_count_data(&self) -> Vec<u8> {
-        if self.recipe == Recipe::Semaphore && self.peer.is_none() {
-            crate::info::encode_permits(self.permits)
-        } else {
-            Vec::new()
-        }
+        self.protocol
+            .stored_count()
+            .map(crate::info::encode_permits)
+            .unwrap_or_default()
     }
 
     /// Checks that the semaphore path stores our permit count (a missing path passes: our create will make it with
     /// ours). Asked again after our node is made, when the path cannot go away under it any more.
     pub async fn check_permits(&self, sid: SessionId) -> Step<()> {
+        let Some(permits) = self.protocol.stored_count() else {
+            return Ok(());
+        };
         let data = loop {
             match self.call(self.backend().on(sid).get(self.path.as_str())).await {
                 Ok(d) => break d,
@@ -276,12 +284,12 @@ impl<'a> Attempt<'a> {
         };
         let Some((data, _)) = data else { return Ok(()) };
         let stored = crate::info::decode_permits(&data);
-        if stored == Some(self.permits) {
+        if stored == Some(permits) {
             return Ok(());
         }
         Err(Stop::Fail(Error::PermitsMismatch {
             path: self.path.to_string(),
-            asked: self.permits,
+            asked: permits,
             stored,
         }))
     }
@@ -293,10 +301,7 @@ impl<'a> Attempt<'a> {
 
     /// The family of the nodes this attempt makes.
     fn own_family(&self) -> Family {
-        match self.recipe.node_kind() {
-            None => Family::Exclusive,
-            Some(kind) => self.ctx.layout.family(kind),
-        }
+        self.protocol.family()
     }
 
     /// `children` of `parent` without the names that look like lock nodes but are not: the exclusive recipe's `lock`

@@ -19,10 +19,11 @@ use super::Ctx;
 use crate::backend::{BackendExt, SessionId, SessionState};
 use crate::error::{Error, Result, RetryReason};
 use crate::info::NodeInfo;
-use crate::layout::{Layout, EXCLUSIVE_NODE};
+use crate::layout::EXCLUSIVE_NODE;
 use crate::metrics::{Count, Tags};
 use crate::mutants::{is_active, Mutant};
 use crate::path::LockPath;
+use crate::protocol::made_by;
 
 /// How many times a delete is sent through connection losses before giving up.
 const DELETE_ATTEMPTS: u32 = 20;
@@ -183,13 +184,6 @@ async fn delete_node_after(ctx: &Ctx, node: &str, id: Identity, lost_reply: bool
         }
     })
     .await
-}
-
-/// Whether a child name is one an acquire with this attempt id made: a queued node carries the id in its name; a kazoo
-/// semaphore's lease is named by it alone.
-pub(crate) fn made_by(layout: Layout, name: &str, attempt: Uuid) -> bool {
-    layout.parse(name).is_some_and(|p| p.attempt == attempt)
-        || (layout == Layout::Kazoo && name == attempt.simple().encode_lower(&mut Uuid::encode_buffer()))
 }
 
 /// Deletes whatever node a create of this attempt, sent on `session`, may have made (its reply never arrived).

@@ -6,10 +6,10 @@ use super::attempt::{Attempt, Step, Stop};
 use super::cleanup::{is_ours, Pending};
 use super::HeldNode;
 use crate::backend::{BackendExt, CreateAndList, SessionId};
-use crate::decide::judge_exclusive;
 use crate::error::Error;
 use crate::layout::EXCLUSIVE_NODE;
 use crate::metrics::Count;
+use crate::protocol::Verdict;
 
 impl Attempt<'_> {
     /// The exclusive recipe: create `P/lock` (and list `P` in the same round trip, to refuse beside the nodes of
@@ -18,7 +18,7 @@ impl Attempt<'_> {
         let node = self.path.child(EXCLUSIVE_NODE);
         loop {
             let sid = self.connected().await?;
-            let (id, CreateAndList { created, listed }) = self.create_and_list(sid, None).await?;
+            let (id, CreateAndList { created, listed }) = self.create_and_list(sid).await?;
             let attempt = id.attempt;
             let (czxid, listed) = match created {
                 Ok(c) => {
@@ -30,7 +30,7 @@ impl Attempt<'_> {
                     self.cleanup.disarm();
                     if let Ok(c) = listed {
                         let c = self.screen(self.path.as_str(), c, sid).await?;
-                        if let Some(r) = judge_exclusive(&c) {
+                        if let Verdict::Refuse(r) = self.protocol.judge(&c, EXCLUSIVE_NODE) {
                             return self.refuse(r).await;
                         }
                     }
@@ -65,7 +65,7 @@ impl Attempt<'_> {
                 None => self.list(sid).await?,
             };
             let children = self.screen(self.path.as_str(), children, sid).await?;
-            if let Some(r) = judge_exclusive(&children) {
+            if let Verdict::Refuse(r) = self.protocol.judge(&children, EXCLUSIVE_NODE) {
                 return self.refuse(r).await;
             }
             return Ok(Some(self.held(node, czxid, id)));

@@ -4,7 +4,7 @@
 //! Its rooms: [`session`] (what is known of the session our nodes belong to), [`attempt`] (one acquire: its bounds
 //! and the requests it makes), [`exclusive`] and [`queue`] (making the node, for the fixed node and the queue),
 //! [`wait`] (waiting for a deletion), [`held`] (the held node: lease, loss, release) and [`cleanup`] (deleting what an
-//! acquire made). Every decision is made in [`decide`](crate::decide); the driver only does I/O around it.
+//! acquire made). Every decision is made by the attempt's [`Protocol`](crate::protocol::Protocol); the driver only does I/O around it.
 //!
 //! Every request names the session it belongs to (`backend.on(sid)`): a request of a session that has ended fails,
 //! and never runs on the session the backend opened after it.
@@ -37,13 +37,6 @@ use crate::recipe::Recipe;
 use attempt::{Attempt, Step, Stop};
 use cleanup::Pending;
 pub(crate) use held::HeldNode;
-
-tokio::task_local! {
-    /// Set by a multi-lock around its first, all-at-once tries: a try then makes its node without listing the path
-    /// first, so that a free set costs one round trip (a busy member's node is deleted again at once). Alone, a try
-    /// lists first and writes nothing when the lock is busy.
-    pub(crate) static EAGER_TRY: ();
-}
 
 /// Shared by every lock made from one [`Locks`](crate::Locks) value.
 #[derive(Debug)]
@@ -221,10 +214,10 @@ impl Attempt<'_> {
 
     /// The attempt, to its end: holding, gave up with nothing left behind, or failed.
     async fn run(&mut self) -> Result<Option<HeldNode>> {
-        let outcome = match (self.peer.clone(), self.recipe.node_kind()) {
+        let outcome = match (self.peer.clone(), self.protocol.fixed_name()) {
             (Some(p), _) => self.peer_lease(&p).await,
-            (None, None) => self.exclusive().await,
-            (None, Some(kind)) => self.queued(kind).await,
+            (None, Some(_)) => self.exclusive().await,
+            (None, None) => self.queued().await,
         };
         if matches!(outcome, Ok(Some(_))) {
             // A peer semaphore's lease holds: its mutex goes now, before the lease is confirmed (which may take a

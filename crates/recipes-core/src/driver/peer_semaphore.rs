@@ -29,15 +29,15 @@ use super::attempt::{Attempt, PeerLease, Step, Stop};
 use super::cleanup::{Identity, Pending};
 use super::{acquire_on, Claim, Ctx, HeldNode};
 use crate::backend::{BackendExt, CreateAndList, CreateMode, SessionId};
-use crate::decide::{foreign, Refusal};
 use crate::error::{Error, Result};
 use crate::info::NodeInfo;
 use crate::info::{decode_permits, encode_permits};
-use crate::layout::{Family, Layout, NodeKind, CURATOR_SEMAPHORE_LEASES, CURATOR_SEMAPHORE_MUTEX};
+use crate::layout::{Family, Layout, CURATOR_SEMAPHORE_LEASES, CURATOR_SEMAPHORE_MUTEX};
 use crate::metrics::Count;
 use crate::mutants::{is_active, Mutant};
 use crate::path::LockPath;
 use crate::patience::Patience;
+use crate::protocol::{foreign, Refusal};
 use crate::recipe::Recipe;
 
 /// How long a kazoo-layout wait beside children that are no kazoo leases goes before counting again.
@@ -84,7 +84,7 @@ pub(crate) async fn acquire(
     let (mutex_path, leases_path) = peer_paths(ctx.layout, root)?;
     // Before the mutex, whose path-making would make our path without the count.
     let first = Attempt::new(ctx, root, claim, patience);
-    match first.peer_count().await {
+    match first.peer_count(claim.permits).await {
         Ok(()) => {}
         Err(Stop::Deadline) if first.try_once => return Err(Error::ConnectionLoss),
         Err(Stop::Deadline) => return Ok(None),
@@ -102,13 +102,13 @@ pub(crate) async fn acquire(
         // On the mutex's session: once it is over, the mutex is gone, and a check on the next session could make the
         // path again, with a count that nothing would ever take back.
         let checked = match again.reconnected(mutex.session).await {
-            Ok(()) => again.peer_count().await,
+            Ok(()) => again.peer_count(claim.permits).await,
             Err(e) => Err(e),
         };
         drop(again);
         let failed = match checked {
             Ok(()) => None,
-            Err(Stop::Deadline) if patience == Patience::TryOnce => Some(Err(Error::ConnectionLoss)),
+            Err(Stop::Deadline) if patience.tries_once() => Some(Err(Error::ConnectionLoss)),
             Err(Stop::Deadline) => Some(Ok(None)),
             Err(Stop::Fail(e)) => Some(Err(e)),
         };
@@ -121,6 +121,7 @@ pub(crate) async fn acquire(
     }
     let lease = PeerLease {
         root: root.clone(),
+        permits: claim.permits,
         session: mutex.session,
     };
     // The attempt releases the mutex once the lease's create has an outcome: held (before the lease is confirmed),
@@ -132,7 +133,7 @@ impl Attempt<'_> {
     /// The semaphore's path: checked against our count when it stores one, or made with it (Curator's as a container,
     /// as Curator makes it; kazoo's persistent, as kazoo's `ensure_path` does: kazoo expects it to stay). Empty data as
     /// made gets our count; other data that is no count is accepted, as kazoo accepts it.
-    pub async fn peer_count(&self) -> Step<()> {
+    pub async fn peer_count(&self, permits: u32) -> Step<()> {
         let sid = self.connected().await?;
         let on = self.backend().on(sid);
         let mode = match self.ctx.layout {
@@ -147,15 +148,15 @@ impl Attempt<'_> {
                 // over that data only (version 0), and read back, so that two of our clients with different counts
                 // do not both go in there (found by review).
                 Ok(Some((data, _))) if data.is_empty() && !wrote => {
-                    on.set_data_unacked(self.path.as_str(), &encode_permits(self.permits), Some(0));
+                    on.set_data_unacked(self.path.as_str(), &encode_permits(permits), Some(0));
                     wrote = true;
                     continue;
                 }
                 Ok(Some((data, _))) => {
                     return match decode_permits(&data) {
-                        Some(stored) if stored != self.permits => Err(Stop::Fail(Error::PermitsMismatch {
+                        Some(stored) if stored != permits => Err(Stop::Fail(Error::PermitsMismatch {
                             path: self.path.to_string(),
-                            asked: self.permits,
+                            asked: permits,
                             stored: Some(stored),
                         })),
                         _ => Ok(()),
@@ -175,7 +176,7 @@ impl Attempt<'_> {
                 }
             }
             match self
-                .call(on.create(self.path.as_str(), &encode_permits(self.permits), mode))
+                .call(on.create(self.path.as_str(), &encode_permits(permits), mode))
                 .await
             {
                 Ok(_) => return Ok(()),
@@ -195,7 +196,7 @@ impl Attempt<'_> {
             self.reconnected(p.session).await?;
             let got = match self.ctx.layout {
                 Layout::Kazoo => self.kazoo_lease(p).await?,
-                _ => self.curator_lease(p.session).await?,
+                _ => self.curator_lease(p).await?,
             };
             match got {
                 Got::Held(h) => return Ok(Some(h)),
@@ -223,8 +224,9 @@ impl Attempt<'_> {
     }
 
     /// Curator: make our lease, then count the leases, ours among them.
-    async fn curator_lease(&mut self, sid: SessionId) -> Step<Got> {
-        let (id, CreateAndList { created, listed }) = self.create_and_list(sid, Some(NodeKind::Permit)).await?;
+    async fn curator_lease(&mut self, p: &PeerLease) -> Step<Got> {
+        let sid = p.session;
+        let (id, CreateAndList { created, listed }) = self.create_and_list(sid).await?;
         let (node, czxid, mut listed) = match created {
             Ok(c) => (c.path, c.czxid, listed.ok()),
             Err(Error::NoNode(_)) => {
@@ -248,7 +250,7 @@ impl Attempt<'_> {
         // The semaphore's own path, listed after our lease is made: another recipe's or layout's nodes there do not
         // count our leases, nor we theirs. (Our `leases` is there before our lease, and stays while it does: a
         // contender of another family that lists the path after its own create sees it.)
-        let root = self.peer.as_ref().map_or(self.path, |p| &p.root).clone();
+        let root = p.root.clone();
         let beside = self.list_at(root.as_str(), sid).await?;
         if let Some(r) = self
             .foreign_beside(Family::CuratorSemaphore, root.as_str(), &beside, sid)
@@ -269,7 +271,7 @@ impl Attempt<'_> {
                 self.vanished(&node).await?;
                 return Ok(Got::Again);
             }
-            if children.len() <= self.permits as usize {
+            if children.len() <= p.permits as usize {
                 return Ok(Got::Held(self.held(node, czxid, id)));
             }
             if self.try_once {
@@ -287,7 +289,7 @@ impl Attempt<'_> {
     async fn kazoo_lease(&mut self, p: &PeerLease) -> Step<Got> {
         let sid = p.session;
         let children = self.list(sid).await?;
-        if children.len() >= self.permits as usize {
+        if children.len() >= p.permits as usize {
             if let Some(r) = self
                 .foreign_beside(Family::KazooLease, self.path.as_str(), &children, sid)
                 .await?
@@ -325,7 +327,7 @@ impl Attempt<'_> {
             Err(Error::NoNode(_)) => {
                 self.cleanup.disarm();
                 self.failed()?;
-                self.peer_count().await?;
+                self.peer_count(p.permits).await?;
                 return Ok(Got::Again);
             }
             Err(Error::ConnectionLoss) => {
@@ -352,7 +354,7 @@ impl Attempt<'_> {
         {
             return self.refuse(r).await;
         }
-        if children.len() > self.permits as usize {
+        if children.len() > p.permits as usize {
             debug!(node = %node, "more leases than permits after ours was made: taking ours back");
             self.clean_up_now().await;
             if self.try_once {

@@ -5,16 +5,15 @@ use tracing::debug;
 use uuid::Uuid;
 
 use super::attempt::{Attempt, Step, Stop};
-use super::cleanup::{made_by, Identity, Pending};
+use super::cleanup::{Identity, Pending};
 use super::wait::InLine;
 use super::{session, HeldNode};
 use crate::backend::{BackendExt, CreateAndList, SessionId};
-use crate::decide::{judge, judge_newcomer, judge_newcomer_permits, judge_permit, Next};
 use crate::error::Error;
 use crate::info::NodeInfo;
-use crate::layout::NodeKind;
 use crate::metrics::Count;
 use crate::mutants::{is_active, Mutant};
+use crate::protocol::Verdict;
 
 /// Our node in the queue, just made.
 struct Queued {
@@ -32,28 +31,25 @@ impl Queued {
 }
 
 impl Attempt<'_> {
-    /// The queued recipes: create our node, then judge / wait until it holds.
-    pub async fn queued(&mut self, kind: NodeKind) -> Step<Option<HeldNode>> {
-        if self.try_once && super::EAGER_TRY.try_with(|()| ()).is_err() {
+    /// A queued node (fair, reentrant, read, write, the native semaphore): create it, then judge / wait until it
+    /// holds.
+    pub async fn queued(&mut self) -> Step<Option<HeldNode>> {
+        if self.try_once && !self.eager {
             // Give up before writing anything when the queue already says we would wait (or must refuse).
             let sid = self.connected().await?;
             let children = self.list(sid).await?;
             let children = self.screen(self.path.as_str(), children, sid).await?;
-            let verdict = match kind {
-                NodeKind::Permit => judge_newcomer_permits(self.ctx.layout, &children, self.weight, self.permits),
-                _ => judge_newcomer(self.ctx.layout, kind, &children),
-            };
+            let verdict = self.protocol.newcomer(&children);
             match verdict {
                 Err(r) => return self.refused(r),
-                Ok(_) if kind == NodeKind::Permit => self.check_permits(sid).await?,
-                Ok(_) => {}
+                Ok(_) => self.check_permits(sid).await?,
             }
             if matches!(verdict, Ok(true)) {
                 return Ok(None);
             }
         }
         loop {
-            let mut q = self.create_queued(kind).await?;
+            let mut q = self.create_queued().await?;
             let name = q.name().to_owned();
             let mut prefetched = q.children.take();
             // Whether we waited behind a long queue (then we mark ourselves first once we hold the lock).
@@ -61,7 +57,7 @@ impl Attempt<'_> {
             // A semaphore's count is checked once, after the first verdict's refusals (a lock's nodes on the path
             // say more than its missing count) and before any other: from our create on, the path, and the count it
             // stores, cannot go away while our node is there.
-            let mut count_checked = kind != NodeKind::Permit;
+            let mut count_checked = self.protocol.stored_count().is_none();
             loop {
                 let children = match prefetched.take() {
                     Some(c) => c,
@@ -72,11 +68,8 @@ impl Attempt<'_> {
                     self.cleanup.disarm();
                     return Err(Stop::Fail(Error::SessionExpired));
                 }
-                let next = match kind {
-                    NodeKind::Permit => judge_permit(self.ctx.layout, &children, &name, self.permits),
-                    _ => judge(self.ctx.layout, kind, &children, &name),
-                };
-                if !count_checked && !matches!(next, Next::Refuse(_)) {
+                let next = self.protocol.judge(&children, &name);
+                if !count_checked && !matches!(next, Verdict::Refuse(_)) {
                     if let Err(e) = self.check_permits(q.id.session).await {
                         if matches!(e, Stop::Fail(Error::PermitsMismatch { .. })) {
                             self.clean_up_now().await;
@@ -86,13 +79,13 @@ impl Attempt<'_> {
                     count_checked = true;
                 }
                 let wait = match next {
-                    Next::Refuse(r) => return self.refuse(r).await,
-                    Next::Acquired => return Ok(Some(self.won(q, mark))),
-                    Next::Missing => {
+                    Verdict::Refuse(r) => return self.refuse(r).await,
+                    Verdict::Acquired => return Ok(Some(self.won(q, mark))),
+                    Verdict::Missing => {
                         self.vanished(&q.node).await?;
                         break;
                     }
-                    Next::Wait(wait) => wait,
+                    Verdict::Wait(wait) => wait,
                 };
                 if self.try_once {
                     return Ok(None);
@@ -159,10 +152,10 @@ impl Attempt<'_> {
     }
 
     /// Creates our sequential node (protected: recognised by its attempt id after a lost reply).
-    async fn create_queued(&mut self, kind: NodeKind) -> Step<Queued> {
+    async fn create_queued(&mut self) -> Step<Queued> {
         loop {
             let sid = self.connected().await?;
-            let (id, CreateAndList { created, listed }) = self.create_and_list(sid, Some(kind)).await?;
+            let (id, CreateAndList { created, listed }) = self.create_and_list(sid).await?;
             let found = match created {
                 Ok(c) => Some((c.path, c.czxid, listed.ok())),
                 Err(Error::NoNode(_)) => {
@@ -231,7 +224,7 @@ impl Attempt<'_> {
             Err(e) => return Err(e),
         };
         for name in children {
-            if made_by(self.ctx.layout, &name, attempt) {
+            if self.protocol.made_by(&name, attempt) {
                 let node = self.path.child(&name);
                 if let Some((_, stat)) = self.call(on.get(&node)).await? {
                     if stat.ephemeral_owner == sid {

@@ -3,11 +3,11 @@
 
 use super::Locks;
 use crate::backend::{BackendExt, SessionRef};
-use crate::decide::{contenders, decide, Decision};
 use crate::error::{Error, Result};
 use crate::layout::{Family, Layout};
 use crate::participants::{self, Participants};
 use crate::path::LockPath;
+use crate::protocol::{contenders, decide, Decision};
 
 impl Locks {
     /// Who holds the lock at `path` and who waits, in the order the lock is granted, as this `Locks`' layout reads the
@@ -154,7 +154,7 @@ async fn native_holder(on: &SessionRef<'_>, path: &LockPath, node: &str) -> Resu
         Err(e) => return Err(e),
     };
     let queue = contenders(Layout::Native, &children);
-    match decide(Layout::Native, parsed.kind, &queue, node) {
+    match decide(Layout::Native, parsed.kind, &queue, node, 1) {
         Decision::Acquired => {}
         Decision::Wait { .. } => return Ok(Some(false)),
         Decision::Missing => return Ok(None),

@@ -38,6 +38,9 @@ pub(crate) struct HeldNode {
     known_loss: KnownLoss,
     /// The recipe that holds the node.
     recipe: Recipe,
+    /// Whether a release may hand the lock to tasks of this process waiting in line on the node (the protocol's
+    /// [`hands_over`](crate::protocol::Protocol::hands_over)).
+    hands_over: bool,
     /// The metrics labels of the lock.
     tags: Tags,
     /// When the lock came to be held.
@@ -75,12 +78,19 @@ impl HeldNode {
             released: AtomicBool::new(false),
             known_loss: KnownLoss::default(),
             recipe,
+            hands_over: false,
             tags,
             held_since: Instant::now(),
             span: tracing::Span::none(),
             loss_reported: AtomicBool::new(false),
             handed_out: false,
         }
+    }
+
+    /// Lets a release hand the lock to tasks of this process waiting in line on the node (the protocol says when).
+    pub fn handing_over(mut self, yes: bool) -> Self {
+        self.hands_over = yes;
+        self
     }
 
     /// Opens the hold's span, as a child of the caller's current span.

@@ -9,8 +9,6 @@ use super::super::session::reports_end;
 use super::super::Ctx;
 use crate::backend::{BackendExt, SessionId, SessionState};
 use crate::error::{Error, LostReason, NotHeldReason, Result, RetryReason};
-use crate::layout::{Layout, NodeKind};
-use crate::mutants::{is_active, Mutant};
 
 use super::HeldNode;
 
@@ -149,17 +147,12 @@ impl HeldNode {
     }
 
     /// Whether the release may hand the lock to tasks of this process waiting in line on this node (see
-    /// `handoff`): a node of the native queue that holds as the first contender (fair, reentrant, write). Not a
-    /// reader, which may hold beside readers ahead of it; not a semaphore's permit, held beside others and waited on
-    /// by nobody in line; not the fixed exclusive node (no node kind), on which nobody waits in line; not the peers'
-    /// layouts, whose waiters list again after every deletion.
+    /// `handoff`), as its protocol says: a node of the native queue that holds as the first contender (fair,
+    /// reentrant, write). Not a reader, which may hold beside readers ahead of it; not a semaphore's permit, held
+    /// beside others and waited on by nobody in line; not the fixed exclusive node, on which nobody waits in line;
+    /// not the peers' layouts, whose waiters list again after every deletion.
     pub(super) fn hands_over(&self) -> bool {
-        let first_contender = |kind| match kind {
-            NodeKind::Lock | NodeKind::Write => true,
-            NodeKind::Read => is_active(Mutant::ReadersHandOver),
-            NodeKind::Permit => false,
-        };
-        self.ctx.layout == Layout::Native && matches!(self.recipe.node_kind(), Some(kind) if first_contender(kind))
+        self.hands_over
     }
 
     pub(super) fn not_held(&self, why: NotHeldReason) -> Error {

@@ -1,6 +1,7 @@
 //! Table tests of the order and the decision.
 
 use super::*;
+use crate::layout::NodeKind;
 use uuid::Uuid;
 
 fn name(kind: NodeKind, seq: i32) -> String {
@@ -60,7 +61,7 @@ fn decision_table() {
         let names = queue(q);
         let ours_name = queue(ours).remove(0);
         let kind = Layout::Native.parse(&ours_name).unwrap().kind;
-        let got = decide(Layout::Native, kind, &contenders(Layout::Native, &names), &ours_name);
+        let got = decide(Layout::Native, kind, &contenders(Layout::Native, &names), &ours_name, 1);
         let want = match *want {
             "acq" => Decision::Acquired,
             "miss" => Decision::Missing,
@@ -75,7 +76,7 @@ fn reader_never_waits_on_a_later_writer() {
     let names = queue("R1 W2 W3 R4");
     let c = contenders(Layout::Native, &names);
     assert_eq!(
-        decide(Layout::Native, NodeKind::Read, &c, &names[0]),
+        decide(Layout::Native, NodeKind::Read, &c, &names[0], 1),
         Decision::Acquired
     );
 }
@@ -88,7 +89,7 @@ fn unknown_children_are_ignored() {
     let c = contenders(Layout::Native, &names);
     assert_eq!(c.len(), 2);
     assert_eq!(
-        decide(Layout::Native, NodeKind::Lock, &c, &names[0]),
+        decide(Layout::Native, NodeKind::Lock, &c, &names[0], 1),
         Decision::Acquired
     );
 }
@@ -141,19 +142,26 @@ fn curator_readers_watch_the_first_writer() {
     let w2 = format!("{}0000000002", c.prefix(NodeKind::Write, id(2)));
     let r3 = format!("{}0000000003", c.prefix(NodeKind::Read, id(3)));
     let cs = contenders(c, &[&w2, &r3, &w1]);
-    assert_eq!(decide(c, NodeKind::Read, &cs, &r3), Decision::Wait { on: w1.clone() });
-    assert_eq!(decide(c, NodeKind::Write, &cs, &w2), Decision::Wait { on: w1.clone() });
+    assert_eq!(
+        decide(c, NodeKind::Read, &cs, &r3, 1),
+        Decision::Wait { on: w1.clone() }
+    );
+    assert_eq!(
+        decide(c, NodeKind::Write, &cs, &w2, 1),
+        Decision::Wait { on: w1.clone() }
+    );
     let n = Layout::Native;
     let w1 = format!("{}0000000001", n.prefix(NodeKind::Write, id(1)));
     let w2 = format!("{}0000000002", n.prefix(NodeKind::Write, id(2)));
     let r3 = format!("{}0000000003", n.prefix(NodeKind::Read, id(3)));
     let cs = contenders(n, &[&w2, &r3, &w1]);
-    assert_eq!(decide(n, NodeKind::Read, &cs, &r3), Decision::Wait { on: w2 });
+    assert_eq!(decide(n, NodeKind::Read, &cs, &r3, 1), Decision::Wait { on: w2 });
 }
 
 #[test]
 fn would_wait_table() {
-    let c = |q: &str| contenders(Layout::Native, &queue(q));
+    let c = |q: &str| queue(q);
+    let would_wait = |kind, q: &Vec<String>| Queue::lock(Layout::Native, kind).newcomer(q).unwrap();
     assert!(!would_wait(NodeKind::Lock, &c("")));
     assert!(would_wait(NodeKind::Lock, &c("R1")));
     assert!(!would_wait(NodeKind::Read, &c("R1 R2")));
@@ -239,8 +247,30 @@ proptest::proptest! {
         let cs = contenders(Layout::Native, &q);
         let window: Vec<String> = permit_window(&cs[..ours], cs[ours].weight, permits).iter().map(|c| c.name.clone()).collect();
         let left: Vec<String> = q.iter().enumerate().filter(|(i, _)| *i == ours || !gone[*i]).map(|(_, n)| n.clone()).collect();
-        let holds_after = matches!(decide_permits(Layout::Native, NodeKind::Permit, &contenders(Layout::Native, &left), &q[ours], permits), Decision::Acquired);
+        let holds_after = matches!(decide(Layout::Native, NodeKind::Permit, &contenders(Layout::Native, &left), &q[ours], permits), Decision::Acquired);
         let window_touched = window.iter().any(|w| !left.contains(w));
         proptest::prop_assert!(window.is_empty() || !holds_after || window_touched);
     }
+}
+
+/// A lock's node is one permit whatever count the path stores: a report of the participants that sees a semaphore's
+/// passing node beside a lock's queue never calls a waiting lock node a holder.
+#[test]
+fn a_lock_node_ignores_the_paths_permit_count() {
+    let q = queue("L5 L6 W8");
+    let mut names = q.clone();
+    names.push(permit(7, 1));
+    let cs = contenders(Layout::Native, &names);
+    assert_eq!(
+        decide(Layout::Native, NodeKind::Lock, &cs, &q[1], 3),
+        Decision::Wait { on: q[0].clone() }
+    );
+    assert_eq!(
+        decide(Layout::Native, NodeKind::Write, &cs, &q[2], 3),
+        Decision::Wait { on: names[3].clone() }
+    );
+    assert_eq!(
+        decide(Layout::Native, NodeKind::Lock, &cs, &q[0], 3),
+        Decision::Acquired
+    );
 }

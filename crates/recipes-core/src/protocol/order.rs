@@ -1,17 +1,6 @@
-//! Layer 2, the pure half: who holds the lock, whom a waiter watches, and what the driver does next. No I/O.
-//!
-//! [`contenders`] and [`decide`] are the order and the decision; [`judge`] wraps them with everything else the
-//! driver decides from one listing of the lock path (refusals, how to wait, whether to mark), so that the I/O loop
-//! only sends requests and follows the verdict.
-
-mod judge;
+//! The order of a lock path's contenders, and the one decision on it: who holds, and whom a waiter watches. Pure.
 
 use crate::layout::{Family, Layout, NodeKind, SortKey};
-
-pub use judge::{
-    judge, judge_exclusive, judge_newcomer, judge_newcomer_permits, judge_permit, Next, Refusal, Wait,
-    MARK_FROM_QUEUE_LEN,
-};
 
 /// A queued lock node, parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,7 +116,8 @@ fn unwrap_sequences(cs: &mut [Contender]) {
     }
 }
 
-/// Decides whether the node `ours`, of kind `kind`, holds the lock among the sorted `contenders`.
+/// Decides whether the node `ours`, of kind `kind`, holds among the sorted `contenders`, in a queue of `permits`
+/// permits (1 for a lock: a lock is a semaphore of one permit, as Curator's `maxLeases`).
 ///
 /// # Contract
 /// - A [`NodeKind::Lock`] or [`NodeKind::Write`] node holds when it is first; otherwise it waits on its immediate
@@ -135,30 +125,47 @@ fn unwrap_sequences(cs: &mut [Contender]) {
 /// - A [`NodeKind::Read`] node holds when no `Lock` or `Write` node is ahead of it; otherwise it waits on the
 ///   nearest such node ahead of it (the first one, in the Curator layout, as Curator's readers do). A reader never
 ///   waits on a node behind it.
+/// - A [`NodeKind::Permit`] node holds when the permits claimed ahead of it and its own are at most `permits`;
+///   otherwise it waits on the nearest node ahead (see [`permit_window`] for all it watches).
 /// - `Missing` when `ours` is not among the contenders.
-pub fn decide(layout: Layout, kind: NodeKind, contenders: &[Contender], ours: &str) -> Decision {
-    decide_permits(layout, kind, contenders, ours, 1)
+pub fn decide(layout: Layout, kind: NodeKind, contenders: &[Contender], ours: &str, permits: u32) -> Decision {
+    let Some(index) = contenders.iter().position(|c| c.name == ours) else {
+        return Decision::Missing;
+    };
+    match blockers(layout, kind, &contenders[..index], contenders[index].weight, permits).last() {
+        None => Decision::Acquired,
+        Some(c) => Decision::Wait { on: c.name.clone() },
+    }
 }
 
-/// As [`decide`], for a queue that may hold a semaphore of `permits` permits: a [`NodeKind::Permit`] node holds when
-/// the permits claimed ahead of it and its own are at most `permits`; otherwise it waits on the nearest node ahead
-/// (see [`permit_window`] for all it watches).
-pub fn decide_permits(layout: Layout, kind: NodeKind, contenders: &[Contender], ours: &str, permits: u32) -> Decision {
-    match contenders.iter().position(|c| c.name == ours) {
-        None => Decision::Missing,
-        Some(index) if kind == NodeKind::Permit => {
-            match permit_window(&contenders[..index], contenders[index].weight, permits) {
-                [] => Decision::Acquired,
-                window => Decision::Wait {
-                    on: window[window.len() - 1].name.clone(),
-                },
-            }
-        }
-        Some(index) => match blocker(layout, kind, &contenders[..index]) {
-            None => Decision::Acquired,
-            Some(c) => Decision::Wait { on: c.name.clone() },
-        },
+/// The contenders `ahead` (in queue order) that a claim of `kind` on `weight` of `permits` permits waits for: empty
+/// when it holds. The last one is its blocker, the node it watches; the others (a semaphore's window) also wake it.
+///
+/// A reader waits only for the nodes that exclude readers, and watches one of them: the nearest (the first, in the
+/// Curator layout, as Curator's readers do). A semaphore's claim waits for the window of [`permit_window`]; a lock's
+/// node (one permit of one, whatever `permits` says) for its immediate predecessor.
+pub(crate) fn blockers(
+    layout: Layout,
+    kind: NodeKind,
+    ahead: &[Contender],
+    weight: u32,
+    permits: u32,
+) -> Vec<&Contender> {
+    match kind {
+        // A semaphore's claim: its weight of the permits.
+        NodeKind::Permit => return permit_window(ahead, weight, permits).iter().collect(),
+        // A lock is one permit, whatever count the path stores (a lock's node beside a semaphore's is refused, but
+        // a report of the path's participants may see both at once).
+        NodeKind::Lock | NodeKind::Write => return permit_window(ahead, 1, 1).iter().collect(),
+        NodeKind::Read => {}
     }
+    let mut writers = ahead.iter().filter(|c| c.kind.blocks_readers());
+    let watched = if layout.reader_watches_first_writer() {
+        writers.next()
+    } else {
+        writers.next_back()
+    };
+    watched.into_iter().collect()
 }
 
 /// The nodes a semaphore's permit node claiming `weight` of `permits` watches, among those `ahead` of it (in queue
@@ -194,30 +201,3 @@ pub fn permit_window(ahead: &[Contender], weight: u32, permits: u32) -> &[Conten
     }
     ahead
 }
-
-/// The contender a node of `kind` waits on, among those `ahead` of it (`None`: it holds the lock).
-fn blocker(layout: Layout, kind: NodeKind, ahead: &[Contender]) -> Option<&Contender> {
-    match kind {
-        NodeKind::Read if layout.reader_watches_first_writer() => ahead.iter().find(|c| c.kind.blocks_readers()),
-        NodeKind::Read => ahead.iter().rev().find(|c| c.kind.blocks_readers()),
-        NodeKind::Lock | NodeKind::Write | NodeKind::Permit => ahead.last(),
-    }
-}
-
-/// Whether a new node of `kind` would have to wait behind the existing `contenders` (used by `try_acquire` to
-/// give up before creating anything).
-pub fn would_wait(kind: NodeKind, contenders: &[Contender]) -> bool {
-    would_wait_permits(kind, contenders, 1, 1)
-}
-
-/// As [`would_wait`], for a node claiming `weight` of a semaphore's `permits`.
-pub fn would_wait_permits(kind: NodeKind, contenders: &[Contender], weight: u32, permits: u32) -> bool {
-    match kind {
-        NodeKind::Read => contenders.iter().any(|c| c.kind.blocks_readers()),
-        NodeKind::Lock | NodeKind::Write => !contenders.is_empty(),
-        NodeKind::Permit => !permit_window(contenders, weight, permits).is_empty(),
-    }
-}
-
-#[cfg(test)]
-mod tests;

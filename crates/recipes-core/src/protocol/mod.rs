@@ -1,0 +1,177 @@
+//! Layer 2, the pure half: what a recipe's node is called, which children count and in what order, and the verdict
+//! on one listing of the lock path (hold, wait on which node, refuse). No I/O.
+//!
+//! A [`Protocol`] is all the engine (the driver) asks of a recipe in a layout, in the manner of Curator's
+//! `LockInternalsDriver`: the loop around it only sends requests and follows the verdict. Two protocols cover every
+//! recipe today: [`Fixed`] (the exclusive recipe's one node) and [`Queue`] (a sequential node per contender: the
+//! fair, reentrant, read and write locks, and the semaphores' claims, a lock being a semaphore of one permit).
+//! [`contenders`] and [`decide`] are the order and the decision they share.
+
+mod order;
+mod queue;
+
+use std::fmt;
+
+use uuid::Uuid;
+
+use crate::layout::{Family, Layout, EXCLUSIVE_NODE};
+use crate::recipe::Recipe;
+
+pub use order::{contenders, decide, foreign, permit_window, wrapped, Contender, Decision};
+pub(crate) use queue::made_by;
+pub use queue::Queue;
+
+/// A waiter that comes to hold the lock marks itself `first` only when at least this many contenders were ahead of
+/// it: in a short queue the node behind it lists again more cheaply (a read) than the mark costs (a write). Marking is
+/// only an optimisation: without a mark the node behind lists again.
+pub const MARK_FROM_QUEUE_LEN: usize = 16;
+
+/// How a recipe's contender, in one layout, names its node and judges the lock path: everything the engine decides
+/// between two requests.
+///
+/// # Contract
+/// - Pure: no I/O, and the same answer for the same arguments.
+/// - [`judge`](Protocol::judge) and [`newcomer`](Protocol::newcomer) refuse beside a lock node of a
+///   [`family`](Protocol::family) other than the protocol's own: two recipes that ignored each other's nodes could
+///   both hold.
+/// - Of two contenders that each judge a listing made after their own create, at most one holds (for a queue: the
+///   one whose claim fits in the permits ahead of it, in the order every peer of the layout agrees on).
+pub trait Protocol: Send + Sync + fmt::Debug {
+    /// The family of the nodes this protocol makes.
+    fn family(&self) -> Family;
+
+    /// The node's fixed name (the exclusive recipe's `lock`), or `None` for a sequential node named by
+    /// [`prefix`](Protocol::prefix).
+    fn fixed_name(&self) -> Option<&'static str>;
+
+    /// The name prefix of a sequential node of the attempt `attempt` (the server appends the sequence).
+    fn prefix(&self, attempt: Uuid) -> String;
+
+    /// Whether the child `name` is the node an acquire with this attempt id made (found again after a lost reply).
+    fn made_by(&self, name: &str, attempt: Uuid) -> bool;
+
+    /// The count the lock path stores (a native semaphore's permits, made with the path and checked against it), or
+    /// `None`.
+    fn stored_count(&self) -> Option<u32> {
+        None
+    }
+
+    /// Before a try makes its node: `Ok(true)` when a new node would wait (the try gives up without a write),
+    /// `Ok(false)` when it would hold, `Err` when it must refuse.
+    fn newcomer(&self, children: &[String]) -> Result<bool, Refusal>;
+
+    /// What our node `ours` does next, judged from the children of the lock path listed after it was made.
+    fn judge(&self, children: &[String], ours: &str) -> Verdict;
+
+    /// Whether a release of a held node may hand the lock to tasks of this process waiting in line on it.
+    fn hands_over(&self) -> bool;
+}
+
+/// The protocol of `recipe` in `layout`, claiming `weight` of `permits` permits (1 of 1 for a lock).
+pub(crate) fn of(layout: Layout, recipe: Recipe, weight: u32, permits: u32) -> Box<dyn Protocol> {
+    match recipe.node_kind() {
+        None => Box::new(Fixed),
+        Some(crate::layout::NodeKind::Permit) => Box::new(Queue::permits(layout, weight, permits)),
+        Some(kind) => Box::new(Queue::lock(layout, kind)),
+    }
+}
+
+/// The exclusive recipe's protocol: one fixed ephemeral node `P/lock`; whoever makes it holds, unless a lock node of
+/// another family is on the path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Fixed;
+
+impl Protocol for Fixed {
+    fn family(&self) -> Family {
+        Family::Exclusive
+    }
+
+    fn fixed_name(&self) -> Option<&'static str> {
+        Some(EXCLUSIVE_NODE)
+    }
+
+    fn prefix(&self, _attempt: Uuid) -> String {
+        EXCLUSIVE_NODE.to_owned()
+    }
+
+    /// Never by its name alone: the fixed name is every attempt's, so the engine reads the node's data instead.
+    fn made_by(&self, _name: &str, _attempt: Uuid) -> bool {
+        false
+    }
+
+    fn newcomer(&self, children: &[String]) -> Result<bool, Refusal> {
+        match queue::foreign_refusal(Family::Exclusive, children) {
+            Some(r) => Err(r),
+            None => Ok(children.iter().any(|c| c == EXCLUSIVE_NODE)),
+        }
+    }
+
+    fn judge(&self, children: &[String], _ours: &str) -> Verdict {
+        match queue::foreign_refusal(Family::Exclusive, children) {
+            Some(r) => Verdict::Refuse(r),
+            None => Verdict::Acquired,
+        }
+    }
+
+    fn hands_over(&self) -> bool {
+        false
+    }
+}
+
+/// Why a contender refuses to hold the lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// A lock node of another recipe family or layout is on the path (see [`foreign`]).
+    Foreign {
+        /// Its child name.
+        node: String,
+        /// Its family.
+        family: Family,
+    },
+    /// A peer layout's sequence has wrapped (see [`wrapped`]).
+    Wrapped {
+        /// The child name of a node with a wrapped sequence.
+        node: String,
+    },
+}
+
+/// How a queued contender waits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wait {
+    /// The child name to watch.
+    pub on: String,
+    /// Further child names whose deletion also wakes the waiter (a semaphore's window: see [`permit_window`]); empty
+    /// for the locks.
+    pub also: Vec<String>,
+    /// Wait in line without listing again after the deletion (the native layout; see the driver's `wait_in_line`).
+    /// Otherwise list again on every wake-up, as the peers of the Curator and kazoo layouts do.
+    pub in_line: bool,
+    /// Nothing is ahead of the blocker: its deletion means we hold (only when `in_line`).
+    pub blocker_first: bool,
+    /// Once we hold the lock, mark our node `first` for the node behind us (only when `in_line`, never for readers,
+    /// and only behind at least [`MARK_FROM_QUEUE_LEN`] contenders).
+    pub mark: bool,
+    /// A change of the blocker's data means that it held the lock (only when `in_line`, and never when the blocker is
+    /// a reader, which holds beside the readers ahead of it). The data of a native node that is not a reader's is
+    /// written only once it holds: its own `first` mark, or a request to let go, which
+    /// [`Locks::revoke_node`](crate::Locks::revoke_node) writes only to a holder. So its deletion after such a change
+    /// means we hold, even when the node is gone before the new data could be read back.
+    pub change_means_held: bool,
+}
+
+/// What a contender does next, judged from one listing of the lock path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Refuse the lock (deleting our node).
+    Refuse(Refusal),
+    /// Our node holds the lock.
+    Acquired,
+    /// Our node is not in the queue (deleted by someone, or a name the layout does not read): delete it by its path
+    /// and queue again.
+    Missing,
+    /// Wait for the deletion of another node.
+    Wait(Wait),
+}
+
+#[cfg(test)]
+mod tests;

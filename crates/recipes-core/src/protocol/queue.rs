@@ -1,0 +1,288 @@
+//! The protocol of a queue (fair, reentrant, read, write, the native semaphore, a peer semaphore's leases): one
+//! sequential node per contender, in any layout.
+
+use uuid::Uuid;
+
+use super::order::{blockers, contenders, foreign, wrapped, Contender};
+use super::{Protocol, Refusal, Verdict, Wait, MARK_FROM_QUEUE_LEN};
+use crate::layout::{Family, Layout, NodeKind};
+use crate::mutants::{is_active, Mutant};
+
+/// The refusal for a contender of family `own` beside `children`, when one of them is a lock node of another family.
+pub(super) fn foreign_refusal<S: AsRef<str>>(own: Family, children: &[S]) -> Option<Refusal> {
+    if is_active(Mutant::NoForeignCheck) {
+        return None;
+    }
+    foreign(own, children).map(|(node, family)| Refusal::Foreign { node, family })
+}
+
+/// A queue's claim: a node of `kind` in `layout`, on `weight` of `permits` permits (1 of 1 for a lock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Queue {
+    layout: Layout,
+    kind: NodeKind,
+    weight: u32,
+    permits: u32,
+}
+
+impl Queue {
+    /// A lock's node of `kind` (one permit of one).
+    pub fn lock(layout: Layout, kind: NodeKind) -> Self {
+        Queue {
+            layout,
+            kind,
+            weight: 1,
+            permits: 1,
+        }
+    }
+
+    /// A semaphore's claim on `weight` of its `permits`.
+    pub fn permits(layout: Layout, weight: u32, permits: u32) -> Self {
+        Queue {
+            layout,
+            kind: NodeKind::Permit,
+            weight,
+            permits,
+        }
+    }
+
+    /// The refusal, if any, beside `children` (parsed into `cs`): a lock node of another family, or (peer layouts)
+    /// a wrapped sequence.
+    fn refusal<S: AsRef<str>>(&self, children: &[S], cs: &[Contender]) -> Option<Refusal> {
+        foreign_refusal(self.family(), children)
+            .or_else(|| wrapped(self.layout, cs).map(|c| Refusal::Wrapped { node: c.name.clone() }))
+    }
+}
+
+impl Protocol for Queue {
+    fn family(&self) -> Family {
+        self.layout.family(self.kind)
+    }
+
+    fn fixed_name(&self) -> Option<&'static str> {
+        None
+    }
+
+    fn prefix(&self, attempt: Uuid) -> String {
+        self.layout.weighted_prefix(self.kind, attempt, self.weight)
+    }
+
+    fn made_by(&self, name: &str, attempt: Uuid) -> bool {
+        made_by(self.layout, name, attempt)
+    }
+
+    fn stored_count(&self) -> Option<u32> {
+        (self.kind == NodeKind::Permit && self.layout == Layout::Native).then_some(self.permits)
+    }
+
+    /// # Contract
+    /// Before a `try_acquire` makes its node: `Ok(true)` when a new node would wait (so the try gives up with no
+    /// write), `Ok(false)` when it would hold, `Err` when it must refuse.
+    fn newcomer(&self, children: &[String]) -> Result<bool, Refusal> {
+        let cs = contenders(self.layout, children);
+        match self.refusal(children, &cs) {
+            Some(r) => Err(r),
+            None => Ok(!blockers(self.layout, self.kind, &cs, self.weight, self.permits).is_empty()),
+        }
+    }
+
+    /// # Contract
+    /// - Refusals come first: a foreign lock node anywhere on the path, or (peer layouts) a wrapped sequence.
+    /// - Otherwise the decision ([`decide`](super::decide)): `Acquired`, `Missing`, or a wait on the blocker (and,
+    ///   for a semaphore, the rest of its window: [`permit_window`](super::permit_window)).
+    /// - A lock's wait is in line (no list after the wake-up) only in the native layout, whose nodes carry the
+    ///   `first` mark; `blocker_first` says that the blocker is the first contender. A semaphore's is never in line:
+    ///   which node's deletion lets it in is not known in advance, so it lists again after each wake-up.
+    fn judge(&self, children: &[String], ours: &str) -> Verdict {
+        let cs = contenders(self.layout, children);
+        if let Some(r) = self.refusal(children, &cs) {
+            return Verdict::Refuse(r);
+        }
+        let Some(position) = cs.iter().position(|c| c.name == ours) else {
+            return Verdict::Missing;
+        };
+        let window = blockers(
+            self.layout,
+            self.kind,
+            &cs[..position],
+            cs[position].weight,
+            self.permits,
+        );
+        let Some((on, also)) = window.split_last() else {
+            return Verdict::Acquired;
+        };
+        let in_line = self.layout == Layout::Native && self.kind != NodeKind::Permit;
+        let long_queue = position >= MARK_FROM_QUEUE_LEN || is_active(Mutant::AlwaysMark);
+        Verdict::Wait(Wait {
+            on: on.name.clone(),
+            also: also.iter().map(|c| c.name.clone()).collect(),
+            in_line,
+            blocker_first: in_line && cs[0].name == on.name,
+            mark: in_line && self.kind != NodeKind::Read && long_queue,
+            change_means_held: in_line && on.kind != NodeKind::Read,
+        })
+    }
+
+    /// A lock's writer (or mutex) of the native layout hands over; a reader does not (other sessions' readers may
+    /// hold beside it), nor a semaphore's claim, nor the peers' layouts (their waiters list again anyway).
+    fn hands_over(&self) -> bool {
+        let kind_hands_over = match self.kind {
+            NodeKind::Lock | NodeKind::Write => true,
+            NodeKind::Read => is_active(Mutant::ReadersHandOver),
+            NodeKind::Permit => false,
+        };
+        self.layout == Layout::Native && kind_hands_over
+    }
+}
+
+/// Whether a child name is one an acquire with this attempt id made in `layout`: a queued node carries the id in its
+/// name; a kazoo semaphore's lease is named by it alone.
+pub(crate) fn made_by(layout: Layout, name: &str, attempt: Uuid) -> bool {
+    layout.parse(name).is_some_and(|p| p.attempt == attempt)
+        || (layout == Layout::Kazoo && name == attempt.simple().encode_lower(&mut Uuid::encode_buffer()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Fixed;
+    use super::*;
+    use uuid::Uuid;
+
+    type Next = Verdict;
+
+    fn owned<S: AsRef<str>>(q: &[S]) -> Vec<String> {
+        q.iter().map(|s| s.as_ref().to_owned()).collect()
+    }
+
+    fn judge<S: AsRef<str>>(layout: Layout, kind: NodeKind, q: &[S], ours: &str) -> Verdict {
+        Queue::lock(layout, kind).judge(&owned(q), ours)
+    }
+
+    fn judge_newcomer<S: AsRef<str>>(layout: Layout, kind: NodeKind, q: &[S]) -> Result<bool, Refusal> {
+        Queue::lock(layout, kind).newcomer(&owned(q))
+    }
+
+    fn judge_exclusive<S: AsRef<str>>(q: &[S]) -> Option<Refusal> {
+        match Fixed.judge(&owned(q), "lock") {
+            Verdict::Refuse(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    fn node(layout: Layout, kind: NodeKind, seq: u32) -> String {
+        let id = Uuid::from_u128(u128::from(seq) + 1);
+        format!("{}{seq:010}", layout.prefix(kind, id))
+    }
+
+    fn wait(on: &str, in_line: bool, blocker_first: bool, mark: bool) -> Next {
+        Next::Wait(Wait {
+            on: on.to_owned(),
+            also: Vec::new(),
+            in_line,
+            blocker_first,
+            mark,
+            change_means_held: in_line && !on.starts_with("R-"),
+        })
+    }
+
+    #[test]
+    fn native_waits_in_line_and_peers_list_again() {
+        for layout in Layout::ALL {
+            let a = node(layout, NodeKind::Lock, 1);
+            let b = node(layout, NodeKind::Lock, 2);
+            let c = node(layout, NodeKind::Lock, 3);
+            let native = layout == Layout::Native;
+            let q = [&c, &a, &b];
+            assert_eq!(judge(layout, NodeKind::Lock, &q, &a), Next::Acquired, "{layout}");
+            assert_eq!(
+                judge(layout, NodeKind::Lock, &q, &b),
+                wait(&a, native, native, false),
+                "{layout}"
+            );
+            assert_eq!(
+                judge(layout, NodeKind::Lock, &q, &c),
+                wait(&b, native, false, false),
+                "{layout}"
+            );
+            let gone = node(layout, NodeKind::Lock, 9);
+            assert_eq!(judge(layout, NodeKind::Lock, &q, &gone), Next::Missing, "{layout}");
+        }
+    }
+
+    #[test]
+    fn marks_only_behind_a_long_queue_and_never_as_a_reader() {
+        let l = Layout::Native;
+        let mut q: Vec<String> = (0..=MARK_FROM_QUEUE_LEN as u32)
+            .map(|i| node(l, NodeKind::Write, i))
+            .collect();
+        let last = q[MARK_FROM_QUEUE_LEN].clone();
+        let before = q[MARK_FROM_QUEUE_LEN - 1].clone();
+        assert_eq!(judge(l, NodeKind::Write, &q, &last), wait(&before, true, false, true));
+        let short = q[MARK_FROM_QUEUE_LEN - 1].clone();
+        let ahead = q[MARK_FROM_QUEUE_LEN - 2].clone();
+        assert_eq!(judge(l, NodeKind::Write, &q, &short), wait(&ahead, true, false, false));
+        let reader = node(l, NodeKind::Read, 99);
+        q.push(reader.clone());
+        assert_eq!(judge(l, NodeKind::Read, &q, &reader), wait(&last, true, false, false));
+    }
+
+    #[test]
+    fn only_a_change_of_a_writers_data_means_it_held() {
+        let l = Layout::Native;
+        let (r, w, ours) = (
+            node(l, NodeKind::Read, 1),
+            node(l, NodeKind::Write, 2),
+            node(l, NodeKind::Write, 3),
+        );
+        let behind = |q: &[&String]| match judge(l, NodeKind::Write, q, &ours) {
+            Next::Wait(w) => w.change_means_held,
+            n => panic!("{n:?}"),
+        };
+        assert!(!behind(&[&r, &ours]), "a reader holds beside the readers ahead of it");
+        assert!(behind(&[&r, &w, &ours]));
+        for peer in [Layout::Curator, Layout::Kazoo] {
+            let (a, b) = (node(peer, NodeKind::Lock, 1), node(peer, NodeKind::Lock, 2));
+            match judge(peer, NodeKind::Lock, &[&a, &b], &b) {
+                Next::Wait(w) => assert!(!w.change_means_held, "{peer}: peers list again"),
+                n => panic!("{n:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn refusals_come_first() {
+        let l = Layout::Native;
+        let ours = node(l, NodeKind::Lock, 1);
+        let q = [ours.clone(), "lock".to_owned()];
+        let foreign = Refusal::Foreign {
+            node: "lock".into(),
+            family: Family::Exclusive,
+        };
+        assert_eq!(judge(l, NodeKind::Lock, &q, &ours), Next::Refuse(foreign.clone()));
+        assert_eq!(judge_newcomer(l, NodeKind::Lock, &q), Err(foreign));
+        assert_eq!(judge_exclusive(&["lock"]), None);
+        assert!(matches!(
+            judge_exclusive(&["lock", &ours]),
+            Some(Refusal::Foreign { .. })
+        ));
+        let c = Layout::Curator;
+        let ours = node(c, NodeKind::Lock, 1);
+        let wrapped_name = format!("{}-2147483648", c.prefix(NodeKind::Lock, Uuid::from_u128(7)));
+        let q = [ours.clone(), wrapped_name.clone()];
+        let want = Refusal::Wrapped { node: wrapped_name };
+        assert_eq!(judge(c, NodeKind::Lock, &q, &ours), Next::Refuse(want.clone()));
+        assert_eq!(judge_newcomer(c, NodeKind::Lock, &q), Err(want));
+    }
+
+    #[test]
+    fn newcomer_waits_only_behind_a_blocker() {
+        let l = Layout::Native;
+        let r = node(l, NodeKind::Read, 1);
+        let w = node(l, NodeKind::Write, 2);
+        let none: [&str; 0] = [];
+        assert_eq!(judge_newcomer(l, NodeKind::Write, &none), Ok(false));
+        assert_eq!(judge_newcomer(l, NodeKind::Read, &[&r]), Ok(false));
+        assert_eq!(judge_newcomer(l, NodeKind::Write, &[&r]), Ok(true));
+        assert_eq!(judge_newcomer(l, NodeKind::Read, &[&r, &w]), Ok(true));
+    }
+}

@@ -307,11 +307,15 @@ pub async fn delete_all_is_all_or_none(h: &dyn Harness) {
     }
     let missing = format!("{parent}/missing");
     assert!(matches!(
-        on.delete_all(&[a.clone(), missing, b.clone()]).await,
+        on.delete_all(&[a.clone(), missing, b.clone()])
+            .await
+            .expect("the backend has transactions"),
         Err(Error::NoNode(_))
     ));
     assert!(matches!(
-        on.delete_all(&[a.clone(), a.clone()]).await,
+        on.delete_all(&[a.clone(), a.clone()])
+            .await
+            .expect("the backend has transactions"),
         Err(Error::NoNode(_))
     ));
     let nested = format!("{parent}/c");
@@ -320,7 +324,9 @@ pub async fn delete_all_is_all_or_none(h: &dyn Harness) {
         .await
         .unwrap();
     assert!(matches!(
-        on.delete_all(&[a.clone(), nested.clone()]).await,
+        on.delete_all(&[a.clone(), nested.clone()])
+            .await
+            .expect("the backend has transactions"),
         Err(Error::NotEmpty(_))
     ));
     let mut names = h.children(&parent).await;
@@ -329,6 +335,7 @@ pub async fn delete_all_is_all_or_none(h: &dyn Harness) {
     let (_, watch) = on.watch_deletion(&a).await.unwrap().expect("a is there");
     on.delete_all(&[b.clone(), a.clone(), format!("{nested}/x"), nested.clone()])
         .await
+        .expect("the backend has transactions")
         .unwrap();
     tokio::time::timeout(h.patience(), watch)
         .await

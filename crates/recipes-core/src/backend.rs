@@ -7,8 +7,10 @@ use tokio::sync::watch;
 
 use crate::error::Result;
 
+mod powers;
 mod types;
 
+pub use powers::{SendNow, Transactions};
 pub use types::*;
 
 /// One client session on a ZooKeeper-like coordination service: the primitives the lock recipes are built on.
@@ -117,23 +119,16 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// `NoNode`, `NotEmpty`, `ConnectionLoss`, `SessionExpired`.
     async fn delete(&self, session: SessionId, path: &str) -> Result<()>;
 
-    /// Deletes the nodes of `paths`, in that order, in one transaction (ZooKeeper's `multi`): all of them, or none
-    /// when any delete fails (its error is the transaction's: `NoNode`, `NotEmpty`). The server commits them as one
-    /// write. The default has no transaction and deletes nothing (`Refused`): callers then delete one by one.
-    ///
-    /// # Notable errors
-    /// As [`delete`](Backend::delete); after `ConnectionLoss` either all were deleted or none.
-    async fn delete_all(&self, session: SessionId, paths: &[String]) -> Result<()> {
-        let _ = (session, paths);
-        Err(crate::Error::Refused("this backend has no transactions".into()))
+    /// The backend's transactions (ZooKeeper's `multi`), or `None` (the default) when it has none: a multi-lock's
+    /// release then deletes its nodes one by one.
+    fn transactions(&self) -> Option<&dyn Transactions> {
+        None
     }
 
-    /// Sends a delete now, before returning, and returns the wait for its reply (as [`delete`](Backend::delete)'s):
-    /// the server applies it before every later request of this session. `None` when the backend cannot send
-    /// before returning (the default); then the recipes hand no lock over within the process on release, and every
-    /// waiter learns of the deletion from its watch (docs/algorithm.md, "same-session handoff").
-    fn delete_sent(&self, session: SessionId, path: &str) -> Option<ReplyFuture> {
-        let _ = (session, path);
+    /// The backend's sending before returning, or `None` (the default) when it cannot: then the recipes hand no lock
+    /// over within the process on release, and every waiter learns of the deletion from its watch (docs/algorithm.md,
+    /// "same-session handoff").
+    fn send_now(&self) -> Option<&dyn SendNow> {
         None
     }
 
@@ -278,13 +273,14 @@ impl SessionRef<'_> {
         self.backend.delete(self.id, path).await
     }
 
-    /// See [`Backend::delete_all`].
-    pub async fn delete_all(&self, paths: &[String]) -> Result<()> {
-        self.backend.delete_all(self.id, paths).await
+    /// See [`Transactions::delete_all`]; `None` when the backend has no transactions.
+    pub async fn delete_all(&self, paths: &[String]) -> Option<Result<()>> {
+        Some(self.backend.transactions()?.delete_all(self.id, paths).await)
     }
 
-    /// See [`Backend::delete_sent`].
+    /// See [`SendNow::delete_sent`]; `None` when nothing was sent (the backend cannot send before returning, or the
+    /// session is not the current live one).
     pub fn delete_sent(&self, path: &str) -> Option<ReplyFuture> {
-        self.backend.delete_sent(self.id, path)
+        self.backend.send_now()?.delete_sent(self.id, path)
     }
 }

@@ -65,7 +65,7 @@ mod semaphore;
 
 pub use backend::{
     parent_path, Backend, BackendExt, CreateAndList, CreateMode, Created, DeletionWatch, Lease, NodeEvent, NodeWatch,
-    ReplyFuture, SessionId, SessionRef, SessionState, SessionStatus, Stat,
+    ReplyFuture, SendNow, SessionId, SessionRef, SessionState, SessionStatus, Stat, Transactions,
 };
 pub use blocking::{BlockingGuard, BlockingLock};
 pub use error::{Error, LostReason, NotHeldReason, PathProblem, Result, RetryReason};

@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use recipes_core::{
     parent_path, Backend, CreateAndList, CreateMode, Created, DeletionWatch, Error, Lease, NodeEvent, NodeWatch,
-    ReplyFuture, Result, SessionId, SessionStatus, Stat,
+    ReplyFuture, Result, SendNow, SessionId, SessionStatus, Stat, Transactions,
 };
 use tokio::sync::{oneshot, watch};
 
@@ -203,18 +203,12 @@ impl Backend for MemClient {
         self.request(session, op).await.map(|r| r.done("delete"))
     }
 
-    async fn delete_all(&self, session: SessionId, paths: &[String]) -> Result<()> {
-        let op = Op::DeleteAll { paths: paths.to_vec() };
-        self.request(session, op).await.map(|r| r.done("delete all"))
+    fn transactions(&self) -> Option<&dyn Transactions> {
+        Some(self)
     }
 
-    fn delete_sent(&self, session: SessionId, path: &str) -> Option<ReplyFuture> {
-        // Sent now: the server applies it before every later request of the session. Refused at once (the session is
-        // over or disconnected): not sent, nothing to hand over.
-        let sent = self.send(session, Op::Delete { path: path.to_owned() }).ok()?;
-        Some(Box::pin(async move {
-            Self::reply(Ok(sent)).await.map(|r| r.done("delete"))
-        }))
+    fn send_now(&self) -> Option<&dyn SendNow> {
+        Some(self)
     }
 
     fn session_status(&self) -> SessionStatus {
@@ -239,5 +233,24 @@ impl Backend for MemClient {
             answered_send: st.sessions.get(&status.id).and_then(|rec| rec.answered_send(now)),
             session_timeout: st.sessions.get(&status.id).map_or(timeout, |rec| rec.timeout),
         })
+    }
+}
+
+#[async_trait]
+impl Transactions for MemClient {
+    async fn delete_all(&self, session: SessionId, paths: &[String]) -> Result<()> {
+        let op = Op::DeleteAll { paths: paths.to_vec() };
+        self.request(session, op).await.map(|r| r.done("delete all"))
+    }
+}
+
+impl SendNow for MemClient {
+    fn delete_sent(&self, session: SessionId, path: &str) -> Option<ReplyFuture> {
+        // Sent now: the server applies it before every later request of the session. Refused at once (the session is
+        // over or disconnected): not sent, nothing to hand over.
+        let sent = self.send(session, Op::Delete { path: path.to_owned() }).ok()?;
+        Some(Box::pin(async move {
+            Self::reply(Ok(sent)).await.map(|r| r.done("delete"))
+        }))
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use recipes_core::{
     parent_path, Backend, CreateAndList, CreateMode, Created, DeletionWatch, Error, Lease, NodeWatch, ReplyFuture,
-    Result, SessionId, SessionStatus, Stat,
+    Result, SendNow, SessionId, SessionStatus, Stat, Transactions,
 };
 use tokio::sync::watch;
 use tracing::info;
@@ -340,30 +340,12 @@ impl Backend for ZkBackend {
         .await
     }
 
-    async fn delete_all(&self, session: SessionId, paths: &[String]) -> Result<()> {
-        let first = paths.first().map_or("/", String::as_str);
-        self.request(session, first, Evidence::Leader, |c| async move {
-            let mut txn = c.new_multi_writer();
-            for p in paths {
-                txn.add_delete(p, None)?;
-            }
-            txn.commit().await.map(drop).map_err(zk::Error::from)
-        })
-        .await
+    fn transactions(&self) -> Option<&dyn Transactions> {
+        Some(self)
     }
 
-    fn delete_sent(&self, session: SessionId, path: &str) -> Option<ReplyFuture> {
-        // Not sent at all (the session is not the current one): nothing to hand over.
-        let client = self.inner.client_for(session).ok()?;
-        let sent = Stamp::now();
-        // zookeeper-client sends at call time: the server applies it before every later request of the session.
-        let reply = client.delete(path, None);
-        let inner = self.inner.clone();
-        let path = path.to_owned();
-        Some(Box::pin(async move {
-            let r = reply.await;
-            settle(&inner, session, sent, Evidence::Leader, r, &path, &client)
-        }))
+    fn send_now(&self) -> Option<&dyn SendNow> {
+        Some(self)
     }
 
     fn session_status(&self) -> SessionStatus {
@@ -389,5 +371,36 @@ impl Backend for ZkBackend {
 
     fn lease(&self) -> Lease {
         self.inner.lease()
+    }
+}
+
+#[async_trait]
+impl Transactions for ZkBackend {
+    async fn delete_all(&self, session: SessionId, paths: &[String]) -> Result<()> {
+        let first = paths.first().map_or("/", String::as_str);
+        self.request(session, first, Evidence::Leader, |c| async move {
+            let mut txn = c.new_multi_writer();
+            for p in paths {
+                txn.add_delete(p, None)?;
+            }
+            txn.commit().await.map(drop).map_err(zk::Error::from)
+        })
+        .await
+    }
+}
+
+impl SendNow for ZkBackend {
+    fn delete_sent(&self, session: SessionId, path: &str) -> Option<ReplyFuture> {
+        // Not sent at all (the session is not the current one): nothing to hand over.
+        let client = self.inner.client_for(session).ok()?;
+        let sent = Stamp::now();
+        // zookeeper-client sends at call time: the server applies it before every later request of the session.
+        let reply = client.delete(path, None);
+        let inner = self.inner.clone();
+        let path = path.to_owned();
+        Some(Box::pin(async move {
+            let r = reply.await;
+            settle(&inner, session, sent, Evidence::Leader, r, &path, &client)
+        }))
     }
 }

@@ -79,7 +79,7 @@ impl HeldNode {
         };
         let (ctx, sid) = (first.ctx.clone(), first.session);
         let status = ctx.backend.session_status();
-        let live = status.id == sid && status.state == SessionState::Connected;
+        let live = status.id == sid && status.state == SessionState::Connected && ctx.backend.transactions().is_some();
         let batched: Vec<bool> = nodes
             .iter()
             .map(|n| {
@@ -114,8 +114,9 @@ impl HeldNode {
         let paths: Vec<String> = nodes.iter().map(|n| n.node.clone()).collect();
         let on = ctx.backend.on(sid);
         let applied = match on.delete_all(&paths).await {
-            Ok(()) => true,
-            Err(Error::ConnectionLoss) => {
+            None => false,
+            Some(Ok(())) => true,
+            Some(Err(Error::ConnectionLoss)) => {
                 let why = RetryReason::ReleaseKeptFailing;
                 let any_left = on_session_through_losses(ctx, sid, &paths[0], why, true, |_| async {
                     on.sync(&paths[0]).await?;
@@ -129,7 +130,7 @@ impl HeldNode {
                 .await;
                 matches!(any_left, Ok(false))
             }
-            Err(e) => {
+            Some(Err(e)) => {
                 debug!(error = %e, "the release transaction failed; releasing one by one");
                 false
             }

@@ -1,0 +1,27 @@
+//! A backend's optional powers, found by type: [`Backend::transactions`](super::Backend::transactions) and
+//! [`Backend::send_now`](super::Backend::send_now) return them, or `None` when the backend has not got them. A recipe
+//! then takes the plain way (one delete after another, no handoff within the process), never a sentinel error.
+
+use async_trait::async_trait;
+
+use super::{ReplyFuture, SessionId};
+use crate::error::Result;
+
+/// Transactions: several writes committed as one (ZooKeeper's `multi`, etcd's `txn`).
+#[async_trait]
+pub trait Transactions: Send + Sync {
+    /// Deletes the nodes of `paths`, in that order, in one transaction: all of them, or none when any delete fails
+    /// (its error is the transaction's: `NoNode`, `NotEmpty`). The server commits them as one write.
+    ///
+    /// # Notable errors
+    /// As [`Backend::delete`](super::Backend::delete); after `ConnectionLoss` either all were deleted or none.
+    async fn delete_all(&self, session: SessionId, paths: &[String]) -> Result<()>;
+}
+
+/// Requests sent before the call returns: the server applies them before every later request of the session.
+pub trait SendNow: Send + Sync {
+    /// Sends a delete now, before returning, and returns the wait for its reply (as
+    /// [`Backend::delete`](super::Backend::delete)'s). `None` when nothing was sent (the session is not the current
+    /// live one).
+    fn delete_sent(&self, session: SessionId, path: &str) -> Option<ReplyFuture>;
+}

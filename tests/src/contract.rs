@@ -29,7 +29,7 @@ macro_rules! __for_each_contract {
 /// Expands the list of `__for_each_contract!` into [`CONTRACT_NAMES`].
 macro_rules! contract_names {
     ({$module:ident} $($name:ident)*) => {
-        /// The name of every check in the list of `__for_each_contract!`: `tests/tests/suite_complete.rs` compares it
+        /// The name of every check in the list of `__for_each_contract!`: `tests/tests/suite/suite_complete.rs` compares it
         /// with the checks written in this file.
         pub const CONTRACT_NAMES: &[&str] = &[$(stringify!($name)),*];
     };

@@ -45,7 +45,7 @@
 //! It takes the lock, prints `HOLDING token=T`, writes (`WRITE OK token=T`, or `WRITE REJECTED token=T store=S`),
 //! releases and exits 0. With `--hold-then-write` it waits for a line on stdin between the two, and then writes
 //! *without looking at its lease*: it plays a holder whose last check passed just before a pause, the worst case,
-//! which only the store can catch. `tests/tests/fencing_postgres.rs` runs it so: it stops a holder with SIGSTOP past
+//! which only the store can catch. `tests/tests/suite/fencing_postgres.rs` runs it so: it stops a holder with SIGSTOP past
 //! its session timeout, lets a second worker take the lock and write, resumes the first and checks that its write is
 //! rejected. Try it by hand: start a holder with `--hold-then-write --session-timeout-ms 2000`, `kill -STOP` it,
 //! run a second worker, `kill -CONT` the first and press Enter in its terminal.

@@ -105,7 +105,7 @@ macro_rules! __for_each_scenario {
 macro_rules! scenario_names {
     ({$module:ident} $($name:ident)*) => {
         /// The name of every scenario in the list of `__for_each_scenario!`, in its order:
-        /// `tests/tests/suite_complete.rs` compares it with the scenarios written in this folder.
+        /// `tests/tests/suite/suite_complete.rs` compares it with the scenarios written in this folder.
         pub const SCENARIO_NAMES: &[&str] = &[$(stringify!($name)),*];
     };
 }

@@ -1,7 +1,7 @@
 //! No scenario is left out: every scenario written in `src/scenarios/` is in the list of `__for_each_scenario!`, and
 //! the list names nothing else and nothing twice. `conformance_suite!` makes the tests of every backend from that one
-//! list (`tests/conformance.rs`), so every scenario written runs on every backend. The same holds for the checks of
-//! the backend contract (`src/contract.rs`, `__for_each_contract!`, `tests/contract.rs`).
+//! list (`tests/suite/conformance.rs`), so every scenario written runs on every backend. The same holds for the checks of
+//! the backend contract (`src/contract.rs`, `__for_each_contract!`, `tests/suite/contract.rs`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -251,7 +251,7 @@ async fn a_hung_server_beside_a_healthy_one_does_not_stop_the_connect() {
 /// Inputs the client crate would panic on, or wait out, are typed errors before any connection.
 #[tokio::test]
 async fn names_tls_cannot_verify_and_empty_sasl_users_are_refused_at_once() {
-    let tls = ZkTls::from_ca_pem(include_str!("../../crates/recipes-zk/tests/data/example-ca.pem")).unwrap();
+    let tls = ZkTls::from_ca_pem(include_str!("../../../crates/recipes-zk/tests/data/example-ca.pem")).unwrap();
     for servers in ["127.0.0.1:1,127.1:1", "2130706433:2281", "[fe80::1%eth0]:2281", "::1"] {
         let e = ZkBackend::connect(options(servers).tls(tls.clone())).await.unwrap_err();
         assert!(matches!(e, Error::InvalidArgument(_)), "{servers}: {e:?}");
@@ -274,7 +274,7 @@ fn bad_tls_files_are_typed_errors_naming_the_file() {
     let e = ZkTls::from_ca_file(&not_pem).unwrap_err();
     assert!(e.to_string().contains("no PEM certificate"), "{e}");
     std::fs::remove_file(&not_pem).unwrap();
-    let e = ZkTls::from_ca_pem(include_str!("../../crates/recipes-zk/tests/data/example-ca.pem"))
+    let e = ZkTls::from_ca_pem(include_str!("../../../crates/recipes-zk/tests/data/example-ca.pem"))
         .unwrap()
         .with_identity_pem("not a certificate", "not a key")
         .unwrap_err();

@@ -1,0 +1,13 @@
+//! The integration tests of `recipes-core` (on the in-memory backend), in one binary: each file is a module, and its
+//! tests are named `<file>::<test>`.
+
+mod handoff;
+mod lease;
+mod metrics;
+mod multi_release;
+mod path;
+mod peer_semaphore;
+mod recorder_panics;
+mod reentrancy;
+mod regressions;
+mod revocation;

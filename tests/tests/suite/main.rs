@@ -1,0 +1,14 @@
+//! Every test of the conformance package but the model checker's, in one binary (one build and one link instead of
+//! eleven): each file is a module, and its tests are named `<file>::<test>`.
+
+mod campaign;
+mod conformance;
+mod contract;
+mod fencing_postgres;
+mod interop;
+mod runtime_gone;
+mod suite_complete;
+mod zk_acl;
+mod zk_faults;
+mod zk_leftovers;
+mod zk_secure;

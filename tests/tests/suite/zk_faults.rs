@@ -332,8 +332,11 @@ fn clean_exit_round(zk: &PrivateZk, close: bool) {
     let ready = std::env::temp_dir().join(format!("clean-exit-{}-{close}", std::process::id()));
     let path = format!("/clean-exit/{close}");
     let _ = std::fs::remove_file(&ready);
+    // The test's own name, as the test binary knows it: its module path without the crate's name.
+    let module = module_path!().split_once("::").map_or("", |(_, m)| m);
+    let name = format!("{module}::a_clean_exit_lets_the_next_holder_in_at_once");
     let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-    cmd.args(["a_clean_exit_lets_the_next_holder_in_at_once", "--exact", "--nocapture"])
+    cmd.args([name.as_str(), "--exact", "--nocapture"])
         .env("CLEAN_EXIT_SERVERS", zk.connect())
         .env("CLEAN_EXIT_PATH", &path)
         .env("CLEAN_EXIT_READY", &ready)

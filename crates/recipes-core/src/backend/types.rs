@@ -135,5 +135,5 @@ pub type NodeWatch = Pin<Box<dyn Future<Output = Result<NodeEvent>> + Send + 'st
 /// the watch ends ([`Error::SessionExpired`](crate::Error::SessionExpired), [`Error::Closed`](crate::Error::Closed)).
 pub type DeletionWatch = Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>>;
 
-/// The reply to a request already sent (see [`Backend::delete_sent`](crate::Backend::delete_sent)).
+/// The reply to a request already sent (see [`SendNow::delete_sent`](crate::SendNow::delete_sent)).
 pub type ReplyFuture = Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>>;

@@ -58,7 +58,7 @@ pub struct Job {
     pub path: LockPath,
     /// The recipe (not reentrant).
     pub recipe: Recipe,
-    /// The semaphore's permit count (with [`Recipe::Semaphore`](recipes_core::Recipe::Semaphore) only).
+    /// The semaphore's permit count (with [`Recipe::Semaphore`] only).
     pub permits: Option<u32>,
     /// The signal sent to the command when another client asks this holder to let go (`None`: ignore requests).
     pub revoke_signal: Option<Signal>,

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use recipes_core::{
-    parent_path, Backend, CreateAndList, CreateMode, Created, DeletionWatch, Error, Lease, NodeWatch, ReplyFuture,
-    Result, SendNow, SessionId, SessionStatus, Stat, Transactions,
+    parent_path, Backend, CreateAndList, CreateMode, Created, DeletionWatch, Error, Lease, NodeWatch, Result, SendNow,
+    SessionId, SessionStatus, Stat, Transactions,
 };
 use tokio::sync::watch;
 use tracing::info;
@@ -20,6 +20,8 @@ use crate::options::ZkOptions;
 use crate::session::{heartbeat, monitor, probe_timeouts, session_id, Evidence, Inner};
 use crate::watches::{deletion_watch, node_watch};
 use crate::zk;
+
+mod powers;
 
 /// The backend's own runtime: every session's connection, heartbeat and monitor run here, whatever runtime (or none)
 /// the application calls from.
@@ -371,36 +373,5 @@ impl Backend for ZkBackend {
 
     fn lease(&self) -> Lease {
         self.inner.lease()
-    }
-}
-
-#[async_trait]
-impl Transactions for ZkBackend {
-    async fn delete_all(&self, session: SessionId, paths: &[String]) -> Result<()> {
-        let first = paths.first().map_or("/", String::as_str);
-        self.request(session, first, Evidence::Leader, |c| async move {
-            let mut txn = c.new_multi_writer();
-            for p in paths {
-                txn.add_delete(p, None)?;
-            }
-            txn.commit().await.map(drop).map_err(zk::Error::from)
-        })
-        .await
-    }
-}
-
-impl SendNow for ZkBackend {
-    fn delete_sent(&self, session: SessionId, path: &str) -> Option<ReplyFuture> {
-        // Not sent at all (the session is not the current one): nothing to hand over.
-        let client = self.inner.client_for(session).ok()?;
-        let sent = Stamp::now();
-        // zookeeper-client sends at call time: the server applies it before every later request of the session.
-        let reply = client.delete(path, None);
-        let inner = self.inner.clone();
-        let path = path.to_owned();
-        Some(Box::pin(async move {
-            let r = reply.await;
-            settle(&inner, session, sent, Evidence::Leader, r, &path, &client)
-        }))
     }
 }

@@ -80,7 +80,7 @@ impl ZkOptions {
 
     /// SASL DIGEST-MD5 authentication as `user` (a user of the servers' JAAS `Server` section); the session's
     /// identity is then `sasl:<user>`. Feature `sasl`. A wrong password fails the connect with
-    /// [`Error::AuthenticationFailed`].
+    /// [`Error::AuthenticationFailed`](recipes_core::Error::AuthenticationFailed).
     #[cfg(feature = "sasl")]
     pub fn sasl_digest(mut self, user: &str, password: &str) -> Self {
         self.sasl = Some((user.to_owned(), password.to_owned()));

@@ -54,13 +54,13 @@ pub enum Program {
         /// How long to wait.
         patience: Patience,
     },
-    /// A multi-lock of the configuration's path and a second path ([`PATH2`]), both fair: acquire the set, hold, ask
+    /// A multi-lock of the configuration's path and a second path (`PATH2`), both fair: acquire the set, hold, ask
     /// every member's `lost()`, release the set.
     Multi {
         /// How long to wait.
         patience: Patience,
     },
-    /// The program on the second path ([`PATH2`]) rather than the configuration's own.
+    /// The program on the second path (`PATH2`) rather than the configuration's own.
     Elsewhere(Box<Program>),
     /// A semaphore claim of `n` of `permits` whose future is dropped after this long (a caller's own timeout), then
     /// nothing.

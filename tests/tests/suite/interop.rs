@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
-use recipes_core::{Backend, Layout, Lock, Locks, Recipe};
+use recipes_core::{Backend, BackendExt, CreateMode, Layout, Lock, Locks, Recipe};
 use recipes_zk::{ZkBackend, ZkOptions};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -151,6 +151,28 @@ async fn contend_with(s: &Setup, layout: Layout, peers: &[(Peer, &str)], rust: &
         .unwrap()
         .as_nanos();
     let path = format!("/interop/{}-{nanos}/lock", std::process::id());
+    // kazoo's Lock makes its path once per Lock object and never again: a path made as a container (as this library
+    // and Curator make it) may be reaped while the queue is empty, and kazoo's next create then fails with
+    // NoNodeError, which kazoo does not retry (found by a CI run). So the path is made persistent first, as kazoo's own
+    // `ensure_path` makes it, and deleted at the end (docs/interop.md).
+    let keeper = if peers.iter().any(|(p, _)| matches!(p, Peer::Kazoo)) {
+        let keeper = ZkBackend::connect(ZkOptions::new(&s.zk)).await.unwrap();
+        let on = keeper.current();
+        let parent = path.rsplit_once('/').map_or("/", |(p, _)| p).to_owned();
+        for p in ["/interop", parent.as_str()] {
+            match on.create(p, b"", CreateMode::Container).await {
+                Ok(_) | Err(recipes_core::Error::NodeExists(_)) => {}
+                Err(e) => panic!("making {p}: {e}"),
+            }
+        }
+        // And the mutex path of kazoo's semaphore, whose Lock is made once too.
+        for p in [path.clone(), format!("{path}-__lock__")] {
+            on.create(&p, b"", CreateMode::Persistent).await.unwrap();
+        }
+        Some(keeper)
+    } else {
+        None
+    };
     let mut children = Vec::new();
     for (peer, role) in peers {
         let mut c = match peer {
@@ -286,6 +308,18 @@ async fn contend_with(s: &Setup, layout: Layout, peers: &[(Peer, &str)], rust: &
         .filter(|w| w[0].split('-').next() != w[1].split('-').next())
         .count();
     std::fs::remove_dir_all(&dir).unwrap();
+    if let Some(keeper) = keeper {
+        // Every contender has gone (its session closed or its process ended); its nodes went with it.
+        let on = keeper.current();
+        let t0 = Instant::now();
+        for p in [path.clone(), format!("{path}-__lock__")] {
+            while let Err(recipes_core::Error::NotEmpty(_)) = on.delete(&p).await {
+                assert!(t0.elapsed() < Duration::from_secs(30), "{p} never emptied");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        keeper.close().await;
+    }
     Report {
         per_side,
         overlaps,

@@ -156,11 +156,9 @@ pub(crate) fn attempt_id() -> uuid::Uuid {
     uuid::Uuid::new_v4()
 }
 
-/// Whether the switches are compiled in (`--cfg recipes_mutants`).
-pub const COMPILED_IN: bool = cfg!(recipes_mutants);
-
 /// What a test that needs the switches says when they are not compiled in.
-pub const HOW_TO_BUILD: &str = "the mutant switches are compiled out: build with RUSTFLAGS=\"--cfg recipes_mutants\" \
+#[cfg(not(recipes_mutants))]
+const HOW_TO_BUILD: &str = "the mutant switches are compiled out: build with RUSTFLAGS=\"--cfg recipes_mutants\" \
                                 (scripts/test sets it)";
 
 #[cfg(not(recipes_mutants))]

@@ -4,7 +4,7 @@
 use super::Locks;
 use crate::backend::{BackendExt, SessionRef};
 use crate::error::{Error, Result};
-use crate::layout::{Family, Layout};
+use crate::layout::{Family, Layout, NodeKind};
 use crate::participants::{self, Participants};
 use crate::path::LockPath;
 use crate::protocol::{contenders, decide, Decision};
@@ -120,7 +120,7 @@ impl Locks {
                 "the exclusive lock at {path} cannot be revoked: its node's data tells an acquire whose node it is"
             )));
         }
-        if family == Some(Family::NativeQueue) {
+        if matches!(family, Some(Family::NativeQueue | Family::NativeSemaphore)) {
             match native_holder(&on, &path, node).await? {
                 None => return Ok(false),
                 Some(true) => {}
@@ -154,7 +154,17 @@ async fn native_holder(on: &SessionRef<'_>, path: &LockPath, node: &str) -> Resu
         Err(e) => return Err(e),
     };
     let queue = contenders(Layout::Native, &children);
-    match decide(Layout::Native, parsed.kind, &queue, node, 1) {
+    // A semaphore's claim holds within the count its path stores (found by review: with one permit, a claim that held
+    // beside another was refused as waiting).
+    let permits = match parsed.kind {
+        NodeKind::Permit => on
+            .get(path.as_str())
+            .await?
+            .and_then(|(data, _)| crate::info::decode_permits(&data))
+            .unwrap_or(1),
+        _ => 1,
+    };
+    match decide(Layout::Native, parsed.kind, &queue, node, permits) {
         Decision::Acquired => {}
         Decision::Wait { .. } => return Ok(Some(false)),
         Decision::Missing => return Ok(None),
@@ -164,7 +174,7 @@ async fn native_holder(on: &SessionRef<'_>, path: &LockPath, node: &str) -> Resu
     // it must not be told otherwise.
     for other in children
         .iter()
-        .filter(|c| Family::of(c).is_some_and(|f| f != Family::NativeQueue))
+        .filter(|c| Family::of(c).is_some_and(|f| f != Layout::Native.family(parsed.kind)))
     {
         if let Some((_, stat)) = on.get(&path.child(other)).await? {
             if stat.ephemeral_owner != 0 {

@@ -260,3 +260,39 @@ async fn a_timed_multi_lock_gives_up_on_time_while_disconnected() {
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert!(holder.participants("/m/a").await.unwrap().nodes.is_empty());
 }
+
+/// A native semaphore of two permits with two holders: `revoke_node` asks the second holder too (found by review: it
+/// decided with one permit and refused the second holder as waiting), and still refuses a claim that waits.
+#[tokio::test(start_paused = true)]
+async fn revoke_node_asks_every_holder_of_a_semaphore() {
+    let cluster = MemCluster::new();
+    let (a, b, c) = (
+        Locks::new(cluster.client()),
+        Locks::new(cluster.client()),
+        Locks::new(cluster.client()),
+    );
+    let first = a.semaphore("/permits", 2).unwrap().acquire().await.unwrap();
+    let second = b.semaphore("/permits", 2).unwrap().acquire().await.unwrap();
+    let third = c.semaphore("/permits", 2).unwrap();
+    let waiting = tokio::spawn(async move { third.acquire().await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!waiting.is_finished());
+    let name = |node: &str| node.rsplit('/').next().unwrap().to_owned();
+    assert!(a.revoke_node("/permits", &name(second.node())).await.unwrap());
+    tokio::time::timeout(Duration::from_secs(1), second.revocation_requested())
+        .await
+        .expect("the request reaches the second holder")
+        .unwrap();
+    assert!(a.revoke_node("/permits", &name(first.node())).await.unwrap());
+    let children = a.participants("/permits").await.unwrap();
+    let waiter = children
+        .nodes
+        .iter()
+        .find(|p| p.node != name(first.node()) && p.node != name(second.node()))
+        .expect("the third claim waits")
+        .node
+        .clone();
+    assert!(a.revoke_node("/permits", &waiter).await.is_err());
+    drop((first, second));
+    let _ = waiting.await;
+}

@@ -1,9 +1,8 @@
 //! The explorer's choices: depth-first search with sleep sets, random walks, and replays.
 
-/// One enabled choice at a step, as the explorer sees it: an identity stable across runs, what it touches, and
-/// whether it is a fault.
+/// A choice in the search's sleep set: its identity, stable across runs, and what it touches.
 #[derive(Debug, Clone)]
-pub(crate) struct Candidate<C> {
+struct Candidate<C> {
     pub id: C,
     pub access: recipes_mem::Access,
 }
@@ -90,9 +89,15 @@ impl<C: Clone + PartialEq + std::fmt::Debug> Chooser<C> {
         z ^ (z >> 31)
     }
 
-    /// Chooses among `cands`, the first `ordinary` of which are not faults. `None`: every choice is asleep (its
-    /// outcomes are explored by another run), so this run stops here.
-    pub fn choose(&mut self, cands: &[Candidate<C>], ordinary: usize) -> Option<usize> {
+    /// Chooses among `cands`, the first `ordinary` of which are not faults; `access` says what a choice touches (asked
+    /// only by the search, and only of the choices its sleep set needs). `None`: every choice is asleep (its outcomes
+    /// are explored by another run), so this run stops here.
+    pub fn choose(
+        &mut self,
+        cands: &[C],
+        ordinary: usize,
+        access: impl Fn(&C) -> recipes_mem::Access,
+    ) -> Option<usize> {
         let pick = match &mut self.mode {
             Mode::Replay(choices) => choices.get(self.made.len()).copied().unwrap_or(0).min(cands.len() - 1),
             Mode::Random(state) => {
@@ -109,7 +114,7 @@ impl<C: Clone + PartialEq + std::fmt::Debug> Chooser<C> {
             }
             Mode::Search => {
                 let awake: Vec<usize> = (0..cands.len())
-                    .filter(|i| !self.sleep.iter().any(|s| s.id == cands[*i].id))
+                    .filter(|i| !self.sleep.iter().any(|s| s.id == cands[*i]))
                     .collect();
                 if awake.is_empty() {
                     return None;
@@ -117,7 +122,7 @@ impl<C: Clone + PartialEq + std::fmt::Debug> Chooser<C> {
                 let (local, before) = if awake.len() == 1 {
                     (0, Vec::new())
                 } else {
-                    let ids: Vec<C> = awake.iter().map(|i| cands[*i].id.clone()).collect();
+                    let ids: Vec<C> = awake.iter().map(|i| cands[*i].clone()).collect();
                     if self.depth < self.frames.len() {
                         if self.frames[self.depth].awake != ids {
                             eprintln!(
@@ -131,12 +136,21 @@ impl<C: Clone + PartialEq + std::fmt::Debug> Chooser<C> {
                     }
                     let local = self.frames[self.depth].next.min(awake.len() - 1);
                     self.depth += 1;
-                    (local, awake[..local].iter().map(|i| cands[*i].clone()).collect())
+                    let before: Vec<Candidate<C>> = awake[..local]
+                        .iter()
+                        .map(|i| Candidate {
+                            id: cands[*i].clone(),
+                            access: access(&cands[*i]),
+                        })
+                        .collect();
+                    (local, before)
                 };
-                let chosen = &cands[awake[local]];
                 let mut sleep = std::mem::take(&mut self.sleep);
                 sleep.extend(before);
-                sleep.retain(|s| s.access.independent(&chosen.access));
+                if !sleep.is_empty() {
+                    let chosen = access(&cands[awake[local]]);
+                    sleep.retain(|s| s.access.independent(&chosen));
+                }
                 self.sleep = sleep;
                 awake[local]
             }

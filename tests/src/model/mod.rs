@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 
 use recipes_core::{Layout, Recipe};
 
-use chooser::{Candidate, Chooser};
+use chooser::Chooser;
 pub use programs::{Patience, Program};
 
 /// A fault the explorer may inject.
@@ -256,7 +256,7 @@ pub fn explore_for(config: &Config, bounds: Bounds, wanted: impl Fn(&str) -> boo
     };
     loop {
         chooser.restart();
-        let outcome = run::run(config, &mut chooser);
+        let outcome = run::run(config, &mut chooser, false);
         report.schedules += 1;
         report.longest = report.longest.max(outcome.events);
         let message = if chooser.nondeterministic {
@@ -268,8 +268,8 @@ pub fn explore_for(config: &Config, bounds: Bounds, wanted: impl Fn(&str) -> boo
             report.violation = Some(Violation {
                 config: config.name,
                 message,
+                trace: replay(config, &chooser.made).0,
                 choices: chooser.made.clone(),
-                trace: outcome.trace,
                 seed: None,
             });
             break;
@@ -300,15 +300,15 @@ pub fn random_walks(config: &Config, seed: u64, runs: u64, time: Duration) -> Re
     };
     for s in seed..seed.saturating_add(runs) {
         let mut chooser = Chooser::random(s);
-        let outcome = run::run(config, &mut chooser);
+        let outcome = run::run(config, &mut chooser, false);
         report.schedules += 1;
         report.longest = report.longest.max(outcome.events);
         if let Some(message) = outcome.violation {
             report.violation = Some(Violation {
                 config: config.name,
                 message,
+                trace: replay(config, &chooser.made).0,
                 choices: chooser.made.clone(),
-                trace: outcome.trace,
                 seed: Some(s),
             });
             break;
@@ -325,6 +325,6 @@ pub fn random_walks(config: &Config, seed: u64, runs: u64, time: Duration) -> Re
 /// Replays one schedule from its choices: its trace, and its violation if any.
 pub fn replay(config: &Config, choices: &[usize]) -> (Vec<String>, Option<String>) {
     let mut chooser = Chooser::replay(choices.to_vec());
-    let outcome = run::run(config, &mut chooser);
+    let outcome = run::run(config, &mut chooser, true);
     (outcome.trace, outcome.violation)
 }

@@ -8,7 +8,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::programs::{self, Ctx, Oracle};
-use super::{Candidate, Chooser, Config, FaultKind};
+use super::{Chooser, Config, FaultKind};
 
 /// The lock path of every configuration.
 pub(crate) const PATH: &str = "/model/lock";
@@ -29,8 +29,10 @@ pub(crate) struct Outcome {
     pub events: usize,
 }
 
-/// Runs one schedule of `config` on a fresh current-thread runtime with a paused clock.
-pub(crate) fn run(config: &Config, chooser: &mut Chooser<Choice>) -> Outcome {
+/// Runs one schedule of `config` on a fresh current-thread runtime with a paused clock. Its trace is written only
+/// when `traced`: formatting every event costs more than a fifth of an untraced run, and a violation's schedule is
+/// replayed with its trace.
+pub(crate) fn run(config: &Config, chooser: &mut Chooser<Choice>, traced: bool) -> Outcome {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -39,7 +41,7 @@ pub(crate) fn run(config: &Config, chooser: &mut Chooser<Choice>) -> Outcome {
     // Attempt ids name nodes, and order the waits on several: the same schedule must make the same ones.
     recipes_core::mutants::counted_ids(Some(1));
     let outcome = rt.block_on(async {
-        let mut world = World::new(config).await;
+        let mut world = World::new(config, traced).await;
         world.run(chooser).await
     });
     // Tasks still running (of crashed clients, stuck ones) are dropped with the runtime.
@@ -72,6 +74,8 @@ struct World<'c> {
     clients: Vec<Client>,
     oracle: Arc<Mutex<Oracle>>,
     faults_left: u32,
+    /// Whether the events are written to `trace`.
+    traced: bool,
     trace: Vec<String>,
     events: usize,
     notes_seen: usize,
@@ -81,7 +85,7 @@ struct World<'c> {
 }
 
 impl<'c> World<'c> {
-    async fn new(config: &'c Config) -> World<'c> {
+    async fn new(config: &'c Config, traced: bool) -> World<'c> {
         let cluster = MemCluster::new();
         cluster.set_container_reap_delay(config.session_timeout);
         if let Some(setup) = config.setup {
@@ -116,11 +120,20 @@ impl<'c> World<'c> {
             clients,
             oracle,
             faults_left: config.faults,
+            traced,
             trace: Vec::new(),
             events: 0,
             notes_seen: 0,
             start: Instant::now(),
             quiet: false,
+        }
+    }
+
+    /// Writes a line of the trace, made only when the run is traced.
+    fn note(&mut self, line: impl FnOnce(&Self) -> String) {
+        if self.traced {
+            let line = line(self);
+            self.trace.push(line);
         }
     }
 
@@ -161,7 +174,9 @@ impl<'c> World<'c> {
             o.notes[self.notes_seen..].to_vec()
         };
         self.notes_seen += notes.len();
-        self.trace.extend(notes.into_iter().map(|n| format!("    {n}")));
+        if self.traced {
+            self.trace.extend(notes.into_iter().map(|n| format!("    {n}")));
+        }
     }
 
     fn unfinished(&self) -> bool {
@@ -170,7 +185,15 @@ impl<'c> World<'c> {
         finished + crashed < self.clients.len()
     }
 
-    fn choices(&self) -> (Vec<Candidate<Choice>>, usize) {
+    /// What a choice touches, for the search's sleep sets.
+    fn access(&self, choice: &Choice) -> Access {
+        match choice {
+            Choice::Net(e) => self.ctl.access(*e),
+            _ => Access::global(),
+        }
+    }
+
+    fn choices(&self) -> (Vec<Choice>, usize) {
         let net = self.ctl.events();
         let mut out: Vec<Choice> = match net.iter().find(|e| matches!(e, NetEvent::Deliver(_))) {
             // Deliveries commute with every other network event: make them first, one at a time.
@@ -218,17 +241,7 @@ impl<'c> World<'c> {
                 }
             }
         }
-        let cands = out
-            .into_iter()
-            .map(|id| {
-                let access = match &id {
-                    Choice::Net(e) => self.ctl.access(*e),
-                    _ => Access::global(),
-                };
-                Candidate { id, access }
-            })
-            .collect();
-        (cands, ordinary)
+        (out, ordinary)
     }
 
     async fn run(&mut self, chooser: &mut Chooser<Choice>) -> Outcome {
@@ -256,24 +269,23 @@ impl<'c> World<'c> {
             if choices.is_empty() {
                 return self.final_checks();
             }
-            let Some(i) = chooser.choose(&choices, ordinary) else {
+            let Some(i) = chooser.choose(&choices, ordinary, |c| self.access(c)) else {
                 // Every choice is asleep: what follows is explored by another schedule.
-                self.trace.push("(the rest is explored by another schedule)".into());
+                self.note(|_| "(the rest is explored by another schedule)".into());
                 return Ok(());
             };
             self.events += 1;
-            let choice = choices[i].id.clone();
+            let choice = choices[i].clone();
             self.apply(choice).await;
         }
         Err(format!("no end after {MAX_EVENTS} events (a livelock?)"))
     }
 
     async fn apply(&mut self, choice: Choice) {
-        let t = self.elapsed();
         self.quiet = false;
         match choice {
             Choice::Net(e) => {
-                self.trace.push(format!("{t} {}", self.ctl.describe(e)));
+                self.note(|w| format!("{} {}", w.elapsed(), w.ctl.describe(e)));
                 self.ctl.fire(e);
             }
             Choice::Tick => self.tick("tick").await,
@@ -290,7 +302,7 @@ impl<'c> World<'c> {
                     .map(|n| format!("{PATH}/{n}"))
                     .find(|p| self.cluster.stat(p).is_some_and(|s| s.czxid == czxid));
                 if let Some(node) = node {
-                    self.trace.push(format!("{t} FAULT an operator deletes {node}"));
+                    self.note(|w| format!("{} FAULT an operator deletes {node}", w.elapsed()));
                     if self.ctl.operator_delete(&node).is_ok() {
                         self.oracle().deleted.insert((node, czxid.max(0) as u64));
                     }
@@ -299,10 +311,9 @@ impl<'c> World<'c> {
             Choice::Fault(kind, i) => {
                 self.faults_left -= 1;
                 let timeout = self.config.session_timeout;
+                let sid = self.clients[i].mem.session_id();
+                self.note(|w| format!("{} FAULT {kind:?} of client {i} (session s{sid:x})", w.elapsed()));
                 let c = &mut self.clients[i];
-                let sid = c.mem.session_id();
-                self.trace
-                    .push(format!("{t} FAULT {kind:?} of client {i} (session s{sid:x})"));
                 match kind {
                     FaultKind::Kill => c.mem.expire_session(),
                     FaultKind::Partition => c.mem.disconnect_for(timeout * 3),
@@ -350,11 +361,7 @@ impl<'c> World<'c> {
         let now = Instant::now();
         let timer_due = self.ctl.next_timer().is_some_and(|t| t <= now);
         self.quiet = (self.marker() == before && !timer_due) || now >= horizon;
-        self.trace.push(format!(
-            "{} {what} +{:.3}s",
-            self.elapsed(),
-            now.duration_since(t0).as_secs_f64()
-        ));
+        self.note(|w| format!("{} {what} +{:.3}s", w.elapsed(), now.duration_since(t0).as_secs_f64()));
     }
 
     /// At the end: every live client finished, and no lock node of a live session is left.

@@ -213,22 +213,10 @@ struct Common {
     #[arg(long, env = "ZKLOCK_TLS_CA", value_name = "FILE", global = true)]
     tls_ca: Option<std::path::PathBuf>,
     /// Client certificate (PEM) for servers that require one (its subject becomes an x509 identity); needs --tls-key
-    #[arg(
-        long,
-        env = "ZKLOCK_TLS_CERT",
-        value_name = "FILE",
-        global = true,
-        requires = "tls_key"
-    )]
+    #[arg(long, env = "ZKLOCK_TLS_CERT", global = true, requires = "tls_key")]
     tls_cert: Option<std::path::PathBuf>,
     /// The client certificate's private key (PEM)
-    #[arg(
-        long,
-        env = "ZKLOCK_TLS_KEY",
-        value_name = "FILE",
-        global = true,
-        requires = "tls_cert"
-    )]
+    #[arg(long, env = "ZKLOCK_TLS_KEY", global = true, requires = "tls_cert")]
     tls_key: Option<std::path::PathBuf>,
     /// SASL DIGEST-MD5 credentials USER:PASSWORD (a user of the servers' JAAS Server section)
     #[arg(

@@ -231,7 +231,7 @@ impl Locks {
     /// [`Error::InvalidPath`]; [`Error::InvalidArgument`] with a layout other than native.
     pub fn exclusive(&self, path: impl AsRef<str>) -> Result<ExclusiveLock> {
         let path = LockPath::new(path)?;
-        if self.ctx.layout != Layout::Native {
+        if !crate::protocol::Fixed::in_layout(self.ctx.layout) {
             return Err(Error::InvalidArgument(format!(
                 "the exclusive recipe has no {} layout (its peers have no such lock): use fair, or the native layout",
                 self.ctx.layout

@@ -3,9 +3,9 @@
 use crate::backend::{Backend, BackendExt};
 use crate::error::{Error, Result};
 use crate::info::NodeInfo;
-use crate::layout::{is_kazoo_lease, Layout, NodeKind, SortKey, CURATOR_SEMAPHORE_LEASES, EXCLUSIVE_NODE};
+use crate::layout::{is_kazoo_lease, Layout, NodeKind, SortKey, EXCLUSIVE_NODE};
 use crate::path::LockPath;
-use crate::protocol::{contenders, decide, Decision};
+use crate::protocol::{contenders, decide, Decision, PeerSemaphore};
 
 /// The lock nodes on a path, in the order the lock is granted (see [`Locks::participants`](crate::Locks::participants)).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,29 +80,20 @@ pub(crate) async fn participants(backend: &dyn Backend, layout: Layout, path: &L
     // holder, whose lease waits while the leases are more than the permits). Curator's are below `leases`, named
     // `leases/<lease>` here.
     let mut leases: Vec<String> = Vec::new();
-    match layout {
-        Layout::Kazoo => leases.extend(children.iter().filter(|c| is_kazoo_lease(c)).cloned()),
-        Layout::Curator if children.iter().any(|c| c == CURATOR_SEMAPHORE_LEASES) => {
-            let under = path.child(CURATOR_SEMAPHORE_LEASES);
-            let mut found: Vec<(SortKey, String)> = match on.children(&under).await {
+    match PeerSemaphore::of(layout).map(|p| (p, p.leases_under())) {
+        Some((peer, None)) => leases.extend(children.iter().filter(|c| peer.is_lease(c)).cloned()),
+        Some((peer, Some(under))) if children.iter().any(|c| c == under) => {
+            let mut found: Vec<(SortKey, String)> = match on.children(&path.child(under)).await {
                 Ok(c) => c
                     .into_iter()
-                    .filter_map(|n| {
-                        Layout::Curator
-                            .parse(&n)
-                            .filter(|p| p.kind == NodeKind::Permit)
-                            .map(|p| (p.key, n))
-                    })
+                    .filter(|n| peer.is_lease(n))
+                    .filter_map(|n| layout.parse(&n).map(|p| (p.key, n)))
                     .collect(),
                 Err(Error::NoNode(_)) => Vec::new(),
                 Err(e) => return Err(e),
             };
             found.sort();
-            leases.extend(
-                found
-                    .into_iter()
-                    .map(|(_, n)| format!("{CURATOR_SEMAPHORE_LEASES}/{n}")),
-            );
+            leases.extend(found.into_iter().map(|(_, n)| format!("{under}/{n}")));
         }
         _ => {}
     }
@@ -155,7 +146,8 @@ pub(crate) async fn participants(backend: &dyn Backend, layout: Layout, path: &L
         .filter(|c| {
             nested.contains(c) || (c != EXCLUSIVE_NODE && !queue.iter().any(|q| &q.name == c) && !leases.contains(c))
         })
-        .filter(|c| !(layout == Layout::Curator && c == CURATOR_SEMAPHORE_LEASES && !leases.is_empty()))
+        // A Curator semaphore's `leases`, whose leases are listed.
+        .filter(|c| leases.is_empty() || PeerSemaphore::of(layout).and_then(|p| p.leases_under()) != Some(c.as_str()))
         .collect();
     Ok(Participants { nodes, other_children })
 }

@@ -78,12 +78,11 @@ impl FromStr for Recipe {
 impl FromStr for Layout {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self, Error> {
-        match s.to_ascii_lowercase().as_str() {
-            "native" => Ok(Layout::Native),
-            "curator" => Ok(Layout::Curator),
-            "kazoo" => Ok(Layout::Kazoo),
-            _ => Err(Error::UnknownLayout(s.to_owned())),
-        }
+        let lower = s.to_ascii_lowercase();
+        Layout::ALL
+            .into_iter()
+            .find(|l| l.to_string() == lower)
+            .ok_or_else(|| Error::UnknownLayout(s.to_owned()))
     }
 }
 

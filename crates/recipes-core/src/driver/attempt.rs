@@ -20,15 +20,6 @@ use crate::patience::Patience;
 use crate::protocol::{self, Protocol, Refusal};
 use crate::recipe::Recipe;
 
-/// A lease acquire's link to its semaphore: its path, its permit count, and the session of the mutex it is made
-/// under.
-#[derive(Debug, Clone)]
-pub(crate) struct PeerLease {
-    pub root: LockPath,
-    pub permits: u32,
-    pub session: SessionId,
-}
-
 /// Why an attempt stopped short of holding the lock.
 pub(crate) enum Stop {
     /// The deadline passed.
@@ -65,10 +56,9 @@ pub(crate) struct Attempt<'a> {
     pub started: Instant,
     /// Whether the lock came by a same-session handoff (counted once the guard is handed out).
     pub handed: AtomicBool,
-    /// A peer semaphore's lease: its semaphore, and the session of the mutex it is made under.
-    pub peer: Option<PeerLease>,
-    /// A peer semaphore's mutex, held while its lease is made and counted.
-    pub mutex: Option<HeldNode>,
+    /// The path the hold, and its refusals, are known by when our node is made under another path (a
+    /// [`Procedure`](super::Procedure)'s resource); `None`: `path`.
+    pub held_as: Option<LockPath>,
 }
 
 impl<'a> Attempt<'a> {
@@ -95,8 +85,7 @@ impl<'a> Attempt<'a> {
             tags,
             started: Instant::now(),
             handed: AtomicBool::new(false),
-            peer: None,
-            mutex: None,
+            held_as: None,
         }
     }
 
@@ -159,8 +148,7 @@ impl<'a> Attempt<'a> {
     /// Our node holds the lock: nothing is left to clean up.
     pub fn held(&mut self, node: String, czxid: i64, id: Identity) -> HeldNode {
         // The held node first: from here its drop deletes the node, whatever panics (a tracing layer, a recorder).
-        // A peer semaphore's lease is held as the semaphore's (its path, not the path of its leases).
-        let path = self.peer.as_ref().map_or(self.path, |p| &p.root);
+        let path = self.held_as.as_ref().unwrap_or(self.path);
         let held = HeldNode::new(
             self.ctx.clone(),
             path.clone(),
@@ -182,8 +170,7 @@ impl<'a> Attempt<'a> {
 
     /// The error for a refusal.
     fn refusal_error(&self, r: Refusal) -> Error {
-        // A peer semaphore's lease refuses as its semaphore (its path, not the path of its leases).
-        let path = self.peer.as_ref().map_or(self.path, |p| &p.root);
+        let path = self.held_as.as_ref().unwrap_or(self.path);
         match r {
             Refusal::Foreign { node, family } => {
                 let ours = self.own_family();
@@ -213,6 +200,11 @@ impl<'a> Attempt<'a> {
         debug!(error = %e, "refusing the lock");
         self.clean_up_now().await;
         Err(Stop::Fail(e))
+    }
+
+    /// The deadline of every request (a try's bound included); `None`: none.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
     }
 
     /// Until when a wait for a release sent now may go: the cleanup grace from now, and never past the deadline plus
@@ -261,7 +253,7 @@ impl<'a> Attempt<'a> {
     }
 
     /// What the lock path stores: a native semaphore's permit count in decimal (as kazoo's semaphore does); empty for
-    /// a lock, and for the path of a peer semaphore's leases or mutex (its count is stored by `peer_count`).
+    /// a lock, and for the path of a peer semaphore's leases or mutex (the peer semaphore stores its count itself).
     fn permit_count_data(&self) -> Vec<u8> {
         self.protocol
             .stored_count()

@@ -28,13 +28,14 @@ use tracing::Instrument;
 
 use crate::backend::{Backend, BackendExt};
 use crate::error::{Error, Result};
-use crate::layout::Layout;
 use crate::metrics::{Count, Counters};
 use crate::mutants::{is_active, Mutant};
 use crate::path::LockPath;
 use crate::patience::Patience;
+use crate::protocol::PeerSemaphore;
 use crate::recipe::Recipe;
-use attempt::{Attempt, Step, Stop};
+pub(crate) use attempt::Attempt;
+use attempt::{Step, Stop};
 use cleanup::Pending;
 pub(crate) use held::HeldNode;
 
@@ -42,7 +43,7 @@ pub(crate) use held::HeldNode;
 #[derive(Debug)]
 pub(crate) struct Ctx {
     pub backend: Arc<dyn Backend>,
-    pub layout: Layout,
+    pub layout: crate::layout::Layout,
     pub counters: Counters,
     /// Bound on creates per acquire (lost replies, vanished parents, vanished nodes).
     pub max_attempts: u32,
@@ -111,19 +112,37 @@ pub(crate) async fn acquire_claim(
     claim: Claim,
     patience: Patience,
 ) -> Result<Option<HeldNode>> {
-    if claim.recipe == Recipe::Semaphore && ctx.layout != Layout::Native {
-        return peer_semaphore::acquire(ctx, path, claim, patience).await;
+    if claim.recipe == Recipe::Semaphore {
+        if let Some(peer) = PeerSemaphore::of(ctx.layout) {
+            return peer_semaphore::acquire(ctx, peer, path, claim, patience).await;
+        }
     }
     acquire_on(ctx, path, claim, patience, None).await
 }
 
-/// As [`acquire_claim`]; `peer`: the claim is a peer semaphore's lease under `path`, made under its mutex.
+/// How an attempt comes to hold when not by its protocol's own node (the fixed node, or a place in the queue): a
+/// recipe with a procedure of its own brings it to the engine, which still bounds it (deadline, failure budget),
+/// cleans up what it made, and confirms the lease of what it holds. Today: a peer semaphore's lease, made and counted
+/// under its mutex.
+pub(crate) trait Procedure: Send {
+    /// The path the hold, and its refusals, are known by: the resource's, when the node is made under another path.
+    fn resource(&self) -> &LockPath;
+
+    /// Makes our node and runs until it holds (`Some`), a try finds no room (`None`), or the attempt stops.
+    #[allow(clippy::type_complexity)]
+    fn hold<'s, 'a: 's>(
+        &'s mut self,
+        attempt: &'s mut Attempt<'a>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Step<Option<HeldNode>>> + Send + 's>>;
+}
+
+/// As [`acquire_claim`]; `procedure`: how the attempt comes to hold, when not by its protocol's node.
 async fn acquire_on(
     ctx: &Arc<Ctx>,
     path: &LockPath,
     claim: Claim,
     patience: Patience,
-    peer: Option<(attempt::PeerLease, HeldNode)>,
+    procedure: Option<&mut dyn Procedure>,
 ) -> Result<Option<HeldNode>> {
     let recipe = claim.recipe;
     let span = tracing::debug_span!(
@@ -136,12 +155,9 @@ async fn acquire_on(
     );
     let mut held = async move {
         let mut attempt = Attempt::new(ctx, path, claim, patience);
-        if let Some((lease, mutex)) = peer {
-            attempt.peer = Some(lease);
-            attempt.mutex = Some(mutex);
-        }
+        attempt.held_as = procedure.as_ref().map(|p| p.resource().clone());
         let outcome = attempt
-            .run()
+            .run(procedure)
             .await
             .map_err(|e| session::closed_or(ctx.backend.as_ref(), e));
         match &outcome {
@@ -213,32 +229,13 @@ impl Attempt<'_> {
     }
 
     /// The attempt, to its end: holding, gave up with nothing left behind, or failed.
-    async fn run(&mut self) -> Result<Option<HeldNode>> {
-        let outcome = match (self.peer.clone(), self.protocol.fixed_name()) {
-            (Some(p), _) => self.peer_lease(&p).await,
-            (None, Some(_)) => self.exclusive().await,
-            (None, None) => self.queued().await,
+    async fn run(&mut self, procedure: Option<&mut dyn Procedure>) -> Result<Option<HeldNode>> {
+        let outcome = match procedure {
+            Some(p) => p.hold(self).await,
+            None if self.protocol.fixed_name().is_some() => self.exclusive().await,
+            None => self.queued().await,
         };
-        if matches!(outcome, Ok(Some(_))) {
-            // A peer semaphore's lease holds: its mutex goes now, before the lease is confirmed (which may take a
-            // while, and must be the last thing before the guard is handed out).
-            self.release_mutex().await;
-        }
-        let settled = self.settle(outcome).await;
-        // After the cleanup of a lease that did not hold, when the lease's create has its outcome.
-        self.release_mutex().await;
-        settled
-    }
-
-    /// Releases a peer semaphore's mutex, waiting at most the cleanup grace (past it, the release goes on in the
-    /// background: the mutex node's drop).
-    pub(crate) async fn release_mutex(&mut self) {
-        if let Some(mutex) = self.mutex.take() {
-            // Within the grace, and never past the deadline plus the grace (the lease's cleanup may have used it).
-            if let Ok(Err(e)) = tokio::time::timeout_at(self.release_by(), mutex.release()).await {
-                tracing::debug!(error = %e, "a semaphore's mutex was not released cleanly");
-            }
-        }
+        self.settle(outcome).await
     }
 
     /// The end of an attempt: a held node confirmed and handed out, or what it made cleaned up.

@@ -1,6 +1,8 @@
 //! The peers' semaphores, on the same paths as the peers: Curator's `InterProcessSemaphoreV2` and kazoo's
-//! `Semaphore`. Both take a mutex (a fair lock in the peer's layout) to make and count a lease, then hold the lease
-//! without it.
+//! `Semaphore`. Both take a mutex (a fair lock in the peer's layout, acquired as any fair lock is) to make and count a
+//! lease, then hold the lease without it. The lease is the engine's attempt with a [`Procedure`] of its own,
+//! [`LeaseUnderMutex`]: the layouts' answers (where the mutex and leases live, which order) are
+//! [`PeerSemaphore`]'s.
 //!
 //! - **Curator** (`P/locks`, `P/leases`): under the mutex, the lease `P/leases/_c_<id>-lease-<seq>` is made first,
 //!   then the leases are counted, ours among them. At most the permits: it holds. More: it waits, mutex held, for a
@@ -19,25 +21,28 @@
 //! A lease is one permit; the peers have no claim on several at once (Curator's `acquire(n)` takes n leases one by
 //! one, which deadlocks two clients that each got some), so `acquire_many(n > 1)` is refused in these layouts.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tracing::debug;
 use uuid::Uuid;
 
-use super::attempt::{Attempt, PeerLease, Step, Stop};
+use super::attempt::{Attempt, Step, Stop};
 use super::cleanup::{Identity, Pending};
-use super::{acquire_on, Claim, Ctx, HeldNode};
-use crate::backend::{BackendExt, CreateAndList, CreateMode, SessionId};
+use super::{acquire_on, Claim, Ctx, HeldNode, Procedure, CLEANUP_GRACE};
+use crate::backend::{BackendExt, CreateAndList, SessionId};
 use crate::error::{Error, Result};
 use crate::info::NodeInfo;
 use crate::info::{decode_permits, encode_permits};
-use crate::layout::{Family, Layout, CURATOR_SEMAPHORE_LEASES, CURATOR_SEMAPHORE_MUTEX};
+use crate::layout::Family;
 use crate::metrics::Count;
 use crate::mutants::{is_active, Mutant};
 use crate::path::LockPath;
 use crate::patience::Patience;
-use crate::protocol::{foreign, Refusal};
+use crate::protocol::{foreign, PeerSemaphore, Refusal};
 use crate::recipe::Recipe;
 
 /// How long a kazoo-layout wait beside children that are no kazoo leases goes before counting again.
@@ -52,39 +57,27 @@ enum Got {
     Again,
 }
 
-/// The mutex's path and the leases' path of the peer semaphore at `root`.
-fn peer_paths(layout: Layout, root: &LockPath) -> Result<(LockPath, LockPath)> {
-    match layout {
-        Layout::Curator => Ok((
-            LockPath::new(root.child(CURATOR_SEMAPHORE_MUTEX))?,
-            LockPath::new(root.child(CURATOR_SEMAPHORE_LEASES))?,
-        )),
-        Layout::Kazoo => Ok((LockPath::new(format!("{root}-__lock__"))?, root.clone())),
-        Layout::Native => Err(Error::InvalidArgument(format!(
-            "the semaphore at {root} has the native layout, which takes no mutex"
-        ))),
-    }
+/// Until when a release of the mutex sent now is waited for: the cleanup grace from now, and never past `deadline`
+/// plus the grace (as [`Attempt::release_by`]).
+fn release_by(deadline: Option<Instant>) -> Instant {
+    let grace = Instant::now() + CLEANUP_GRACE;
+    deadline.map_or(grace, |d| grace.min(d + CLEANUP_GRACE))
 }
 
-/// Acquires one lease of the peer semaphore at `root`: the count checked (or stored), the mutex, the lease, and the
-/// mutex released again whatever the lease's outcome.
+/// Acquires one lease of the peer semaphore `peer` at `root`: the count checked (or stored), the mutex, the lease,
+/// and the mutex released again whatever the lease's outcome.
 pub(crate) async fn acquire(
     ctx: &Arc<Ctx>,
+    peer: PeerSemaphore,
     root: &LockPath,
     claim: Claim,
     patience: Patience,
 ) -> Result<Option<HeldNode>> {
-    if claim.weight != 1 {
-        return Err(Error::InvalidArgument(format!(
-            "the {} layout's semaphore (at {root}) grants one permit per lease: acquire_many({}) needs the native \
-             layout",
-            ctx.layout, claim.weight
-        )));
-    }
-    let (mutex_path, leases_path) = peer_paths(ctx.layout, root)?;
+    peer.check_weight(root, claim.weight)?;
+    let (mutex_path, leases_path) = peer.paths(root)?;
     // Before the mutex, whose path-making would make our path without the count.
     let first = Attempt::new(ctx, root, claim, patience);
-    match first.peer_count(claim.permits).await {
+    match peer_count(&first, peer, claim.permits).await {
         Ok(()) => {}
         Err(Stop::Deadline) if first.try_once => return Err(Error::ConnectionLoss),
         Err(Stop::Deadline) => return Ok(None),
@@ -94,15 +87,25 @@ pub(crate) async fn acquire(
     let Some(mutex) = acquire_on(ctx, &mutex_path, Claim::lock(Recipe::Fair), patience, None).await? else {
         return Ok(None);
     };
-    // Curator's mutex lives under the semaphore's path: the container reaper may have removed the emptied path
-    // after the count was checked, and the mutex's path-making then made it again without one. Checked again now
-    // that the mutex's node keeps the path (and, after it, our lease does): a client of another count is refused.
-    if ctx.layout == Layout::Curator && !is_active(Mutant::CountCheckedBeforeMutex) {
+    let mut lease = LeaseUnderMutex {
+        peer,
+        root: root.clone(),
+        permits: claim.permits,
+        session: mutex.session,
+        mutex: Some(mutex),
+        deadline: match patience {
+            Patience::Until(d) => Some(d),
+            _ => None,
+        },
+    };
+    if peer.checks_count_under_mutex() && !is_active(Mutant::CountCheckedBeforeMutex) {
+        // Checked again now that the mutex's node keeps the path (and, after it, our lease does): a client of another
+        // count is refused.
         let again = Attempt::new(ctx, root, claim, patience);
         // On the mutex's session: once it is over, the mutex is gone, and a check on the next session could make the
         // path again, with a count that nothing would ever take back.
-        let checked = match again.reconnected(mutex.session).await {
-            Ok(()) => again.peer_count(claim.permits).await,
+        let checked = match again.reconnected(lease.session).await {
+            Ok(()) => peer_count(&again, peer, claim.permits).await,
             Err(e) => Err(e),
         };
         drop(again);
@@ -113,93 +116,132 @@ pub(crate) async fn acquire(
             Err(Stop::Fail(e)) => Some(Err(e)),
         };
         if let Some(out) = failed {
-            if let Ok(Err(e)) = tokio::time::timeout(super::CLEANUP_GRACE, mutex.release()).await {
-                debug!(path = %mutex_path, error = %e, "the mutex's release failed");
-            }
+            lease.release_mutex(Instant::now() + CLEANUP_GRACE).await;
             return out;
         }
     }
-    let lease = PeerLease {
-        root: root.clone(),
-        permits: claim.permits,
-        session: mutex.session,
-    };
-    // The attempt releases the mutex once the lease's create has an outcome: held (before the lease is confirmed),
-    // or cleaned up.
-    acquire_on(ctx, &leases_path, claim, patience, Some((lease, mutex))).await
+    // The lease releases the mutex once it holds, before it is confirmed; otherwise the mutex goes here, once the
+    // lease's create has its outcome and what it made is cleaned up.
+    let outcome = acquire_on(ctx, &leases_path, claim, patience, Some(&mut lease)).await;
+    lease.release_mutex(release_by(lease.deadline)).await;
+    outcome
 }
 
-impl Attempt<'_> {
-    /// The semaphore's path: checked against our count when it stores one, or made with it (Curator's as a container,
-    /// as Curator makes it; kazoo's persistent, as kazoo's `ensure_path` does: kazoo expects it to stay). Empty data as
-    /// made gets our count; other data that is no count is accepted, as kazoo accepts it.
-    pub async fn peer_count(&self, permits: u32) -> Step<()> {
-        let sid = self.connected().await?;
-        let on = self.backend().on(sid);
-        let mode = match self.ctx.layout {
-            Layout::Kazoo => CreateMode::Persistent,
-            _ => CreateMode::Container,
-        };
-        // Bounded: made, then reaped or deleted before it was read, a few times over.
-        let mut wrote = false;
-        for _ in 0..4 {
-            match self.call(on.get(self.path.as_str())).await {
-                // A path made by another recipe or by a peer without a count (its data as made): ours is written
-                // over that data only (version 0), and read back, so that two of our clients with different counts
-                // do not both go in there (found by review).
-                Ok(Some((data, _))) if data.is_empty() && !wrote => {
-                    on.set_data_unacked(self.path.as_str(), &encode_permits(permits), Some(0));
-                    wrote = true;
-                    continue;
-                }
-                Ok(Some((data, _))) => {
-                    return match decode_permits(&data) {
-                        Some(stored) if stored != permits => Err(Stop::Fail(Error::PermitsMismatch {
-                            path: self.path.to_string(),
-                            asked: permits,
-                            stored: Some(stored),
-                        })),
-                        _ => Ok(()),
-                    }
-                }
-                Ok(None) => {}
-                Err(Stop::Fail(Error::ConnectionLoss)) => {
-                    self.reconnected(sid).await?;
-                    continue;
-                }
-                Err(e) => return Err(e),
+/// The semaphore's path: checked against our count when it stores one, or made with it (as the peer makes it, see
+/// [`PeerSemaphore::path_mode`]). Empty data as made gets our count; other data that is no count is accepted, as
+/// kazoo accepts it.
+async fn peer_count(a: &Attempt<'_>, peer: PeerSemaphore, permits: u32) -> Step<()> {
+    let sid = a.connected().await?;
+    let on = a.backend().on(sid);
+    let path = a.path;
+    // Bounded: made, then reaped or deleted before it was read, a few times over.
+    let mut wrote = false;
+    for _ in 0..4 {
+        match a.call(on.get(path.as_str())).await {
+            // A path made by another recipe or by a peer without a count (its data as made): ours is written over
+            // that data only (version 0), and read back, so that two of our clients with different counts do not
+            // both go in there (found by review).
+            Ok(Some((data, _))) if data.is_empty() && !wrote => {
+                on.set_data_unacked(path.as_str(), &encode_permits(permits), Some(0));
+                wrote = true;
+                continue;
             }
-            for a in self.path.ancestors() {
-                match self.call(on.create(a, b"", CreateMode::Container)).await {
-                    Ok(_) | Err(Stop::Fail(Error::NodeExists(_) | Error::NoNode(_) | Error::ConnectionLoss)) => {}
-                    Err(e) => return Err(e),
+            Ok(Some((data, _))) => {
+                return match decode_permits(&data) {
+                    Some(stored) if stored != permits => Err(Stop::Fail(Error::PermitsMismatch {
+                        path: path.to_string(),
+                        asked: permits,
+                        stored: Some(stored),
+                    })),
+                    _ => Ok(()),
                 }
             }
-            match self
-                .call(on.create(self.path.as_str(), &encode_permits(permits), mode))
+            Ok(None) => {}
+            Err(Stop::Fail(Error::ConnectionLoss)) => {
+                a.reconnected(sid).await?;
+                continue;
+            }
+            Err(e) => return Err(e),
+        }
+        for ancestor in path.ancestors() {
+            match a
+                .call(on.create(ancestor, b"", crate::backend::CreateMode::Container))
                 .await
             {
-                Ok(_) => return Ok(()),
-                // Made by another meanwhile (read its count), or an ancestor went (make it again).
-                Err(Stop::Fail(Error::NodeExists(_) | Error::NoNode(_))) => {}
-                Err(Stop::Fail(Error::ConnectionLoss)) => self.reconnected(sid).await?,
+                Ok(_) | Err(Stop::Fail(Error::NodeExists(_) | Error::NoNode(_) | Error::ConnectionLoss)) => {}
                 Err(e) => return Err(e),
             }
         }
-        Ok(())
+        match a
+            .call(on.create(path.as_str(), &encode_permits(permits), peer.path_mode()))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            // Made by another meanwhile (read its count), or an ancestor went (make it again).
+            Err(Stop::Fail(Error::NodeExists(_) | Error::NoNode(_))) => {}
+            Err(Stop::Fail(Error::ConnectionLoss)) => a.reconnected(sid).await?,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// A peer semaphore's lease, made and counted under its mutex, on the mutex's session.
+pub(crate) struct LeaseUnderMutex {
+    peer: PeerSemaphore,
+    /// The semaphore's path: the lease holds, and refuses, as the semaphore's.
+    root: LockPath,
+    permits: u32,
+    /// The mutex's session: the lease must be made where the mutex is held.
+    session: SessionId,
+    /// The mutex, held while the lease is made and counted.
+    mutex: Option<HeldNode>,
+    /// The lease attempt's deadline (a try's too, once the attempt has begun): the mutex's release after the lease's
+    /// cleanup waits until it, plus the grace, at most.
+    deadline: Option<Instant>,
+}
+
+impl Procedure for LeaseUnderMutex {
+    fn resource(&self) -> &LockPath {
+        &self.root
     }
 
-    /// One lease of a peer semaphore, made under the mutex that `p` holds, on the mutex's session.
-    pub async fn peer_lease(&mut self, p: &PeerLease) -> Step<Option<HeldNode>> {
+    fn hold<'s, 'a: 's>(
+        &'s mut self,
+        a: &'s mut Attempt<'a>,
+    ) -> Pin<Box<dyn Future<Output = Step<Option<HeldNode>>> + Send + 's>> {
+        Box::pin(self.lease(a))
+    }
+}
+
+impl LeaseUnderMutex {
+    /// Releases the mutex, waiting until `by` at most (past it, the release goes on in the background: the mutex
+    /// node's drop).
+    async fn release_mutex(&mut self, by: Instant) {
+        if let Some(mutex) = self.mutex.take() {
+            if let Ok(Err(e)) = tokio::time::timeout_at(by, mutex.release()).await {
+                debug!(error = %e, "a semaphore's mutex was not released cleanly");
+            }
+        }
+    }
+
+    /// One lease, made under the mutex; once it holds, the mutex goes, before the lease is confirmed (which may take
+    /// a while, and must be the last thing before the guard is handed out).
+    async fn lease(&mut self, a: &mut Attempt<'_>) -> Step<Option<HeldNode>> {
+        self.deadline = a.deadline();
         loop {
             // The mutex's session, or the mutex is gone: the lease must be made where the mutex is held.
-            self.reconnected(p.session).await?;
-            let got = match self.ctx.layout {
-                Layout::Kazoo => self.kazoo_lease(p).await?,
-                _ => self.curator_lease(p).await?,
+            a.reconnected(self.session).await?;
+            let got = if self.peer.makes_before_counting() {
+                self.make_then_count(a).await?
+            } else {
+                self.count_then_make(a).await?
             };
             match got {
-                Got::Held(h) => return Ok(Some(h)),
+                Got::Held(h) => {
+                    self.release_mutex(a.release_by()).await;
+                    return Ok(Some(h));
+                }
                 Got::Busy => return Ok(None),
                 Got::Again => {}
             }
@@ -210,7 +252,7 @@ impl Attempt<'_> {
     /// another layout's semaphore, on this path). Called on a list made after our lease's create, so that of two
     /// racing contenders of different families at least one sees the other (see [`foreign`]).
     async fn foreign_beside(
-        &self,
+        a: &Attempt<'_>,
         own: Family,
         parent: &str,
         children: &[String],
@@ -219,92 +261,86 @@ impl Attempt<'_> {
         if foreign(own, children).is_none() {
             return Ok(None);
         }
-        let children = self.screen(parent, children.to_vec(), sid).await?;
+        let children = a.screen(parent, children.to_vec(), sid).await?;
         Ok(foreign(own, &children).map(|(node, family)| Refusal::Foreign { node, family }))
     }
 
     /// Curator: make our lease, then count the leases, ours among them.
-    async fn curator_lease(&mut self, p: &PeerLease) -> Step<Got> {
-        let sid = p.session;
-        let (id, CreateAndList { created, listed }) = self.create_and_list(sid).await?;
+    async fn make_then_count(&mut self, a: &mut Attempt<'_>) -> Step<Got> {
+        let sid = self.session;
+        let (id, CreateAndList { created, listed }) = a.create_and_list(sid).await?;
         let (node, czxid, mut listed) = match created {
             Ok(c) => (c.path, c.czxid, listed.ok()),
             Err(Error::NoNode(_)) => {
-                self.cleanup.disarm();
-                self.failed()?;
-                self.ensure_parents(sid).await?;
+                a.cleanup.disarm();
+                a.failed()?;
+                a.ensure_parents(sid).await?;
                 return Ok(Got::Again);
             }
             Err(Error::ConnectionLoss) => {
-                self.failed()?;
-                match self.recover_queued(id).await? {
+                a.failed()?;
+                match a.recover_queued(id).await? {
                     Some(found) => found,
                     None => return Ok(Got::Again),
                 }
             }
             Err(e) => return Err(e.into()),
         };
-        self.count(Count::Create);
-        self.cleanup.state = Pending::Created(node.clone(), id.attempt, sid, czxid);
+        a.count(Count::Create);
+        a.cleanup.state = Pending::Created(node.clone(), id.attempt, sid, czxid);
         let name = node.rsplit('/').next().unwrap_or_default().to_owned();
         // The semaphore's own path, listed after our lease is made: another recipe's or layout's nodes there do not
         // count our leases, nor we theirs. (Our `leases` is there before our lease, and stays while it does: a
         // contender of another family that lists the path after its own create sees it.)
-        let root = p.root.clone();
-        let beside = self.list_at(root.as_str(), sid).await?;
-        if let Some(r) = self
-            .foreign_beside(Family::CuratorSemaphore, root.as_str(), &beside, sid)
-            .await?
-        {
-            return self.refuse(r).await;
+        let root = self.root.as_str();
+        let beside = a.list_at(root, sid).await?;
+        if let Some(r) = Self::foreign_beside(a, Family::CuratorSemaphore, root, &beside, sid).await? {
+            return a.refuse(r).await;
         }
         loop {
             let children = match listed.take() {
                 Some(c) => c,
-                None => self.list(sid).await?,
+                None => a.list(sid).await?,
             };
             let own = Family::CuratorLease;
-            if let Some(r) = self.foreign_beside(own, self.path.as_str(), &children, sid).await? {
-                return self.refuse(r).await;
+            if let Some(r) = Self::foreign_beside(a, own, a.path.as_str(), &children, sid).await? {
+                return a.refuse(r).await;
             }
             if !children.contains(&name) {
-                self.vanished(&node).await?;
+                a.vanished(&node).await?;
                 return Ok(Got::Again);
             }
-            if children.len() <= p.permits as usize {
-                return Ok(Got::Held(self.held(node, czxid, id)));
+            if children.len() <= self.permits as usize {
+                return Ok(Got::Held(a.held(node, czxid, id)));
             }
-            if self.try_once {
+            if a.try_once {
                 return Ok(Got::Busy);
             }
             // Every lease, ours too (deleted by someone else, it is made again), as Curator watches them all.
-            let all: Vec<String> = children.iter().map(|c| self.path.child(c)).collect();
-            self.wait_any_deleted(&all, sid).await?;
+            let all: Vec<String> = children.iter().map(|c| a.path.child(c)).collect();
+            a.wait_any_deleted(&all, sid).await?;
         }
     }
 
     /// kazoo: count the leases; fewer than the permits, make ours, and list again in the same round trip: another
     /// recipe's or layout's node there refuses (it may have come between the count and the create), and more leases
     /// than permits (possible only when the mutex was broken from outside) take ours back.
-    async fn kazoo_lease(&mut self, p: &PeerLease) -> Step<Got> {
-        let sid = p.session;
-        let children = self.list(sid).await?;
-        if children.len() >= p.permits as usize {
-            if let Some(r) = self
-                .foreign_beside(Family::KazooLease, self.path.as_str(), &children, sid)
-                .await?
-            {
-                return self.refused(r);
+    async fn count_then_make(&mut self, a: &mut Attempt<'_>) -> Step<Got> {
+        let sid = self.session;
+        let children = a.list(sid).await?;
+        if children.len() >= self.permits as usize {
+            if let Some(r) = Self::foreign_beside(a, Family::KazooLease, a.path.as_str(), &children, sid).await? {
+                return a.refused(r);
             }
-            if self.try_once {
+            if a.try_once {
                 return Ok(Got::Busy);
             }
-            self.wait_for_room(&children, None, sid).await?;
+            wait_for_room(a, &children, None, sid).await?;
             return Ok(Got::Again);
         }
         let count_only = is_active(Mutant::KazooCountOnly);
         if count_only {
-            self.release_mutex().await;
+            self.release_mutex(a.release_by()).await;
         }
         let attempt = crate::mutants::attempt_id();
         let id = Identity {
@@ -313,76 +349,75 @@ impl Attempt<'_> {
             session: sid,
             czxid: None,
         };
-        let node = self
-            .path
-            .child(attempt.simple().encode_lower(&mut Uuid::encode_buffer()));
-        let data = NodeInfo::for_this_process(attempt, self.recipe.name()).encode();
-        self.cleanup.state = Pending::Sent(attempt, sid);
-        let on = self.backend().on(sid);
-        let made = self
-            .call(async { Ok(on.create_and_list(&node, &data, CreateMode::Ephemeral).await) })
+        let node = a.path.child(attempt.simple().encode_lower(&mut Uuid::encode_buffer()));
+        let data = NodeInfo::for_this_process(attempt, a.recipe.name()).encode();
+        a.cleanup.state = Pending::Sent(attempt, sid);
+        let on = a.backend().on(sid);
+        let made = a
+            .call(async {
+                Ok(on
+                    .create_and_list(&node, &data, crate::backend::CreateMode::Ephemeral)
+                    .await)
+            })
             .await?;
         let (czxid, listed) = match made.created {
             Ok(c) => (c.czxid, made.listed.ok()),
             Err(Error::NoNode(_)) => {
-                self.cleanup.disarm();
-                self.failed()?;
-                self.peer_count(p.permits).await?;
+                a.cleanup.disarm();
+                a.failed()?;
+                peer_count(a, self.peer, self.permits).await?;
                 return Ok(Got::Again);
             }
             Err(Error::ConnectionLoss) => {
-                self.failed()?;
-                match self.recover_queued(id).await? {
+                a.failed()?;
+                match a.recover_queued(id).await? {
                     Some((_, czxid, _)) => (czxid, None),
                     None => return Ok(Got::Again),
                 }
             }
             Err(e) => return Err(e.into()),
         };
-        self.count(Count::Create);
-        self.cleanup.state = Pending::Created(node.clone(), attempt, sid, czxid);
+        a.count(Count::Create);
+        a.cleanup.state = Pending::Created(node.clone(), attempt, sid, czxid);
         if count_only {
-            return Ok(Got::Held(self.held(node, czxid, id)));
+            return Ok(Got::Held(a.held(node, czxid, id)));
         }
         let children = match listed {
             Some(c) => c,
-            None => self.list(sid).await?,
+            None => a.list(sid).await?,
         };
-        if let Some(r) = self
-            .foreign_beside(Family::KazooLease, self.path.as_str(), &children, sid)
-            .await?
-        {
-            return self.refuse(r).await;
+        if let Some(r) = Self::foreign_beside(a, Family::KazooLease, a.path.as_str(), &children, sid).await? {
+            return a.refuse(r).await;
         }
-        if children.len() > p.permits as usize {
+        if children.len() > self.permits as usize {
             debug!(node = %node, "more leases than permits after ours was made: taking ours back");
-            self.clean_up_now().await;
-            if self.try_once {
+            a.clean_up_now().await;
+            if a.try_once {
                 return Ok(Got::Busy);
             }
             let mine = node.rsplit('/').next().unwrap_or_default();
-            self.wait_for_room(&children, Some(mine), sid).await?;
+            wait_for_room(a, &children, Some(mine), sid).await?;
             return Ok(Got::Again);
         }
-        Ok(Got::Held(self.held(node, czxid, id)))
+        Ok(Got::Held(a.held(node, czxid, id)))
     }
+}
 
-    /// kazoo: waits for one of `children` of the semaphore's path (but `mine`) to go, as kazoo waits for a change. A
-    /// child that is no kazoo lease (Curator's `locks` or `leases` left empty, a nested path) may never go, and may
-    /// come to hold another layout's semaphore without a deletion (a Curator lease made under `leases`): with such a
-    /// child the wait is bounded, and the caller counts (and screens) again.
-    async fn wait_for_room(&self, children: &[String], mine: Option<&str>, sid: SessionId) -> Step<()> {
-        let watched: Vec<String> = children
-            .iter()
-            .filter(|c| Some(c.as_str()) != mine)
-            .map(|c| self.path.child(c))
-            .collect();
-        if children.iter().all(|c| Family::of(c) == Some(Family::KazooLease)) {
-            return self.wait_any_deleted(&watched, sid).await;
-        }
-        match tokio::time::timeout(RECHECK, self.wait_any_deleted(&watched, sid)).await {
-            Ok(r) => r,
-            Err(_) => Ok(()),
-        }
+/// kazoo: waits for one of `children` of the semaphore's path (but `mine`) to go, as kazoo waits for a change. A
+/// child that is no kazoo lease (Curator's `locks` or `leases` left empty, a nested path) may never go, and may come
+/// to hold another layout's semaphore without a deletion (a Curator lease made under `leases`): with such a child the
+/// wait is bounded, and the caller counts (and screens) again.
+async fn wait_for_room(a: &Attempt<'_>, children: &[String], mine: Option<&str>, sid: SessionId) -> Step<()> {
+    let watched: Vec<String> = children
+        .iter()
+        .filter(|c| Some(c.as_str()) != mine)
+        .map(|c| a.path.child(c))
+        .collect();
+    if children.iter().all(|c| Family::of(c) == Some(Family::KazooLease)) {
+        return a.wait_any_deleted(&watched, sid).await;
+    }
+    match tokio::time::timeout(RECHECK, a.wait_any_deleted(&watched, sid)).await {
+        Ok(r) => r,
+        Err(_) => Ok(()),
     }
 }

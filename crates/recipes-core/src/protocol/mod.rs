@@ -5,9 +5,15 @@
 //! `LockInternalsDriver`: the loop around it only sends requests and follows the verdict. Two protocols cover every
 //! recipe today: [`Fixed`] (the exclusive recipe's one node) and [`Queue`] (a sequential node per contender: the
 //! fair, reentrant, read and write locks, and the semaphores' claims, a lock being a semaphore of one permit).
-//! [`contenders`] and [`decide`] are the order and the decision they share.
+//! [`contenders`] and [`decide`] are the order and the decision they share. The peers' semaphores, whose leases are
+//! counted under a mutex rather than queued, are [`PeerSemaphore`]'s.
+//!
+//! The layouts live here and only here: [`layout`] (how the native, Curator and kazoo nodes are named, parsed and
+//! ordered) is re-exported at the crate's root as `recipes_core::layout`.
 
+pub mod layout;
 mod order;
+mod peer;
 mod queue;
 
 use std::fmt;
@@ -18,6 +24,7 @@ use crate::layout::{Family, Layout, EXCLUSIVE_NODE};
 use crate::recipe::Recipe;
 
 pub use order::{contenders, decide, foreign, permit_window, wrapped, Contender, Decision};
+pub use peer::PeerSemaphore;
 pub(crate) use queue::made_by;
 pub use queue::Queue;
 
@@ -80,6 +87,13 @@ pub(crate) fn of(layout: Layout, recipe: Recipe, weight: u32, permits: u32) -> B
 /// another family is on the path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Fixed;
+
+impl Fixed {
+    /// Whether `layout` has the fixed node: only the native layout (the peers have no such lock).
+    pub fn in_layout(layout: Layout) -> bool {
+        layout == Layout::Native
+    }
+}
 
 impl Protocol for Fixed {
     fn family(&self) -> Family {

@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::owner::Owner;
 use crate::path::LockPath;
-use crate::patience::Patience;
+use crate::patience::{forever, Patience};
 use crate::recipe::Recipe;
 use crate::reentrant::{Reentrancy, Side};
 
@@ -153,14 +153,6 @@ pub trait Lock: Send + Sync + fmt::Debug {
     fn with_owner(&self, owner: Owner) -> Arc<dyn Lock>;
 }
 
-/// The guard of an acquire without deadline, which returns a guard or an error, never "gave up".
-fn forever(g: Option<LockGuard>) -> LockGuard {
-    match g {
-        Some(g) => g,
-        None => unreachable!("an acquire without deadline gives up only with an error"),
-    }
-}
-
 /// Declares a recipe type over `Plain` or `Owned`, with the shared acquire methods, inherent and for [`Lock`]; an
 /// owned recipe also gets `with_owner`.
 macro_rules! recipe_type {
@@ -209,7 +201,7 @@ macro_rules! recipe_type {
             /// Cancel safe: dropping the future at any await point leaves no lock node behind (it is deleted in
             /// the background, including a node whose create reply had not arrived yet).
             pub async fn acquire(&self) -> Result<LockGuard> {
-                Ok(forever(self.get(Patience::Forever).await?))
+                forever(self.get(Patience::Forever)).await
             }
 
             /// Takes the lock if it is free now; never queues. `None`: someone else holds it or is ahead.

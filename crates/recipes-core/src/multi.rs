@@ -11,7 +11,7 @@ use crate::error::{Error, LostReason, Result};
 use crate::guard::LockGuard;
 use crate::lock::Lock;
 use crate::mutants::{is_active, Mutant};
-use crate::patience::Patience;
+use crate::patience::{forever, Patience};
 use crate::recipe::Recipe;
 
 /// Several locks taken as one: [`acquire`](MultiLock::acquire) returns when every member is held, and on a timeout,
@@ -107,10 +107,7 @@ impl MultiLock {
     /// # Cancel safety
     /// Cancel safe: dropping the future releases every member held so far and leaves no node behind.
     pub async fn acquire(&self) -> Result<MultiGuard> {
-        match self.get(Patience::Forever).await? {
-            Some(g) => Ok(g),
-            None => unreachable!("an acquire without deadline gives up only with an error"),
-        }
+        forever(self.get(Patience::Forever)).await
     }
 
     /// Takes every member if each is free now; never queues. `None`: some member is busy (nothing is held).

@@ -1,8 +1,11 @@
 //! How long an acquire may wait.
 
+use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::error::Result;
 
 /// How long an acquire may wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,5 +38,15 @@ impl Patience {
                 .checked_add(timeout)
                 .map_or(Patience::Forever, Patience::Until)
         }
+    }
+}
+
+/// The outcome of an acquire made with [`Patience::Forever`]: the driver gives up (`None`) only when its deadline
+/// passes or a try finds the lock busy, and a forever-acquire has neither, so it ends holding or with an error. The
+/// one place every recipe's `acquire()` turns the driver's `Option` into its guard.
+pub(crate) async fn forever<T>(acquire: impl Future<Output = Result<Option<T>>>) -> Result<T> {
+    match acquire.await? {
+        Some(held) => Ok(held),
+        None => unreachable!("an acquire without deadline gives up only with an error"),
     }
 }

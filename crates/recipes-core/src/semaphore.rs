@@ -9,7 +9,7 @@ use crate::guard::LockGuard;
 use crate::lock::{Lock, LockFuture};
 use crate::owner::Owner;
 use crate::path::LockPath;
-use crate::patience::Patience;
+use crate::patience::{forever, Patience};
 use crate::recipe::Recipe;
 
 /// A counting semaphore: at most [`permits`](Semaphore::permits) permits held at once across every client, granted
@@ -131,10 +131,7 @@ impl Semaphore {
     /// # Cancel safety
     /// As [`acquire`](Semaphore::acquire).
     pub async fn acquire_many(&self, n: u32) -> Result<LockGuard> {
-        match self.get(n, Patience::Forever).await? {
-            Some(g) => Ok(g),
-            None => unreachable!("an acquire without deadline gives up only with an error"),
-        }
+        forever(self.get(n, Patience::Forever)).await
     }
 
     /// As [`acquire_many`](Semaphore::acquire_many), if the `n` permits are free now and nobody is queued ahead.

@@ -23,6 +23,7 @@ mod inspect;
 mod procs;
 mod run;
 mod settings;
+mod stop;
 mod watchdog;
 
 use settings::{conn, permits, recipe, revoke_signal};

@@ -5,19 +5,16 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use recipes_core::mutants::{is_active, Mutant};
-use recipes_core::{Backend, Error, LockGuard, LockPath, LostReason, Recipe};
+use recipes_core::{Backend, Error, LockGuard, LockPath, Recipe};
 use recipes_zk::ZkBackend;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 
 use crate::settings::{connect, Conn};
+use crate::stop::{kill_deadline, kill_own_descendants, stop_all, MAX_TERM_GRACE};
 use crate::watchdog::{Report, StartError, Watchdog};
 use crate::{status, Fail};
 
-/// The longest grace a command gets between SIGTERM and SIGKILL, when the session's margin allows it.
-const MAX_TERM_GRACE: Duration = Duration::from_secs(3);
-/// How long zklock waits for the last process to be gone after SIGKILL before it gives up waiting.
-const KILL_WAIT: Duration = Duration::from_secs(10);
 /// How long zklock waits, before it starts the command, for servers that have not said which session timeout they
 /// grant (the command is told the shortest in `ZKLOCK_SESSION_TIMEOUT_MS`).
 const PROBE_WAIT: Duration = Duration::from_secs(1);
@@ -90,276 +87,276 @@ fn display(command: &[OsString]) -> String {
         .unwrap_or_default()
 }
 
+/// The signals zklock handles itself, installed before the wait: a signal while waiting ends the wait; while the
+/// command runs, it is passed on (and Ctrl-Z refused: the lease would run out under a stopped zklock).
+struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    tstp: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Self, Fail> {
+        let on = |kind: SignalKind| signal(kind).map_err(|e| software(format!("signal handler: {e}")));
+        Ok(Signals {
+            int: on(SignalKind::interrupt())?,
+            term: on(SignalKind::terminate())?,
+            hup: on(SignalKind::hangup())?,
+            tstp: on(SignalKind::from_raw(Signal::SIGTSTP as i32))?,
+        })
+    }
+}
+
 async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> Result<u8, Fail> {
-    let Job {
-        path,
-        recipe,
-        permits,
-        revoke_signal,
-        wait,
-        term_grace,
-        command,
-        quiet,
-        verbose,
-    } = job;
-    let (recipe, wait, term_grace) = (*recipe, *wait, *term_grace);
     // Should the watchdog be killed, every process of the command comes back to zklock, which then kills them.
     #[cfg(target_os = "linux")]
     let _ = nix::sys::prctl::set_child_subreaper(true);
-    let timeout = backend.session_timeout();
     let margin = locks.lease_margin().get();
-    let grace = self::term_grace(term_grace, timeout, margin)?;
-    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| software(format!("signal handler: {e}")))?;
-    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| software(format!("signal handler: {e}")))?;
-    let mut sighup = signal(SignalKind::hangup()).map_err(|e| software(format!("signal handler: {e}")))?;
-    let mut sigtstp =
-        signal(SignalKind::from_raw(Signal::SIGTSTP as i32)).map_err(|e| software(format!("signal handler: {e}")))?;
-    let lock: std::sync::Arc<dyn recipes_core::Lock> = match permits {
-        Some(n) => std::sync::Arc::new(locks.semaphore(path, *n)?),
-        None => locks.lock(path, recipe)?,
+    let grace = self::term_grace(job.term_grace, backend.session_timeout(), margin)?;
+    let mut signals = Signals::install()?;
+    let lock: std::sync::Arc<dyn recipes_core::Lock> = match job.permits {
+        Some(n) => std::sync::Arc::new(locks.semaphore(&job.path, n)?),
+        None => locks.lock(&job.path, job.recipe)?,
     };
-
-    // Wait for the lock; a signal ends the wait (the acquire is dropped, which removes our node).
     let waiting_since = Instant::now();
+    let guard = wait_for(&*lock, job, &mut signals).await?;
+    if job.verbose {
+        eprintln!(
+            "zklock: holding the lock at {} as {} (fencing token {}) after waiting {:.3}s",
+            job.path,
+            guard.node(),
+            guard.fencing_token(),
+            waiting_since.elapsed().as_secs_f64()
+        );
+    }
+    let env = command_env(backend, &guard, job).await;
+    let holding = Holding {
+        backend,
+        job,
+        grace,
+        margin,
+        deadlines: !is_active(Mutant::NoKillDeadline),
+    };
+    let (guard, watchdog, deadline_sent) = holding.start(guard, &env).await?;
+    holding.supervise(guard, watchdog, deadline_sent, signals).await
+}
+
+/// Waits for the lock as the job asks; a signal ends the wait (the acquire is dropped, which removes our node).
+async fn wait_for(lock: &dyn recipes_core::Lock, job: &Job, signals: &mut Signals) -> Result<LockGuard, Fail> {
+    let (path, wait) = (&job.path, job.wait);
     let acquire = async {
         match wait {
             None => lock.acquire().await.map(Some),
             Some(d) => lock.acquire_timeout(d).await,
         }
     };
-    let guard = tokio::select! {
+    tokio::select! {
         r = acquire => match r {
-            Ok(Some(g)) => g,
+            Ok(Some(g)) => Ok(g),
             Ok(None) => {
                 let what = match wait {
                     Some(d) if d.is_zero() => "it is held (tried once)".to_string(),
                     Some(d) => format!("not acquired within {d:?}"),
                     None => "not acquired".to_string(),
                 };
-                return Err(Fail { status: status::TEMPFAIL, message: format!("lock at {path}: {what}") });
+                Err(Fail { status: status::TEMPFAIL, message: format!("lock at {path}: {what}") })
             }
-            Err(Error::ConnectionLoss) if wait.is_some_and(|d| d.is_zero()) => {
-                return Err(Fail {
-                    status: status::UNAVAILABLE,
-                    message: format!("lock at {path}: ZooKeeper did not answer the try"),
-                });
-            }
-            Err(e) => return Err(e.into()),
+            Err(Error::ConnectionLoss) if wait.is_some_and(|d| d.is_zero()) => Err(Fail {
+                status: status::UNAVAILABLE,
+                message: format!("lock at {path}: ZooKeeper did not answer the try"),
+            }),
+            Err(e) => Err(e.into()),
         },
-        _ = sigint.recv() => return Err(Fail { status: status::INTERRUPTED, message: format!("interrupted while waiting for the lock at {path}") }),
-        _ = sigterm.recv() => return Err(Fail { status: status::TERMINATED, message: format!("terminated while waiting for the lock at {path}") }),
-        _ = sighup.recv() => return Err(Fail { status: status::HANGUP, message: format!("hung up while waiting for the lock at {path}") }),
-    };
-
-    if *verbose {
-        eprintln!(
-            "zklock: holding the lock at {path} as {} (fencing token {}) after waiting {:.3}s",
-            guard.node(),
-            guard.fencing_token(),
-            waiting_since.elapsed().as_secs_f64()
-        );
+        _ = signals.int.recv() => Err(Fail { status: status::INTERRUPTED, message: format!("interrupted while waiting for the lock at {path}") }),
+        _ = signals.term.recv() => Err(Fail { status: status::TERMINATED, message: format!("terminated while waiting for the lock at {path}") }),
+        _ = signals.hup.recv() => Err(Fail { status: status::HANGUP, message: format!("hung up while waiting for the lock at {path}") }),
     }
-    // The command is told the shortest timeout any server grants: wait (briefly) for every server to have said.
+}
+
+/// The command's environment. It is told the shortest timeout any server grants: zklock waits (briefly) for every
+/// server to have said.
+async fn command_env(backend: &ZkBackend, guard: &LockGuard, job: &Job) -> [(&'static str, String); 4] {
     backend.timeouts_probed(PROBE_WAIT).await;
     let timeout = backend.session_timeout();
     let asked = backend.options().asked_session_timeout();
-    if timeout != asked && !*quiet {
+    if timeout != asked && !job.quiet {
         eprintln!(
             "zklock: warning: asked for a {asked:?} session, the servers grant {timeout:?} (their minSessionTimeout or \
              maxSessionTimeout): the lease and ZKLOCK_SESSION_TIMEOUT_MS use {timeout:?}"
         );
     }
-    let env = [
-        ("ZKLOCK_PATH", path.as_str().to_owned()),
+    [
+        ("ZKLOCK_PATH", job.path.as_str().to_owned()),
         ("ZKLOCK_NODE", guard.node().to_owned()),
         ("ZKLOCK_FENCING_TOKEN", guard.fencing_token().to_string()),
         ("ZKLOCK_SESSION_TIMEOUT_MS", timeout.as_millis().to_string()),
-    ];
-    // The grace may only shrink: the session timeout the lease assumes shrinks when a server grants less.
-    let grace_now = || grace.min(self::term_grace(None, backend.session_timeout(), margin).unwrap_or(grace));
-    // The watchdog kills everything by the kill deadline unless zklock moves it: a zklock stopped (SIGSTOP, a
-    // debugger) cannot leave the command running past the lease. In force from before the command starts.
-    let deadlines = !is_active(Mutant::NoKillDeadline);
-    let mut deadline_sent = kill_deadline(&guard, grace_now(), None);
-    // zklock may have been held up since the acquire (stopped, starved): never start the command on a lock that may
-    // be another's already.
-    if !guard.is_valid() {
-        drop(guard);
-        return Err(Fail {
-            status: status::SOFTWARE,
-            message: format!(
-                "lock at {path} lost before {} started (its lease ran out while zklock was held up); it was not started",
-                display(command)
-            ),
-        });
+    ]
+}
+
+/// The lock is held: the command is started and watched over until it ends or the lock is lost.
+struct Holding<'a> {
+    backend: &'a ZkBackend,
+    job: &'a Job,
+    /// The grace between SIGTERM and SIGKILL, as first computed.
+    grace: Duration,
+    margin: f64,
+    /// Whether the watchdog gets a kill deadline (always, but with a known bug switched back on).
+    deadlines: bool,
+}
+
+impl Holding<'_> {
+    /// The grace now. It may only shrink: the session timeout the lease assumes shrinks when a server grants less.
+    fn grace_now(&self) -> Duration {
+        let fits = self::term_grace(None, self.backend.session_timeout(), self.margin);
+        self.grace.min(fits.unwrap_or(self.grace))
     }
-    // The start is bounded by the kill deadline: a watchdog stopped before it reports cannot hold zklock up while
-    // the command it may have started runs on.
-    let started = tokio::select! {
-        biased;
-        started = Watchdog::start(command, &env, deadlines.then_some(deadline_sent)) => started,
-        () = tokio::time::sleep_until(deadline_sent) => Err(StartError::DeadlinePassed),
-    };
-    let mut watchdog = match started {
-        Ok(w) => w,
-        Err(e) => {
-            // Whatever the watchdog may have started dies before the lock goes.
-            kill_own_descendants();
-            let _ = guard.release().await;
-            return Err(match e {
-                StartError::DeadlinePassed => Fail {
-                    status: status::SOFTWARE,
-                    message: format!(
-                        "lock at {path} lost before {} started (zklock was held up past the lease); it \
-                         was not started",
-                        display(command)
-                    ),
-                },
-                StartError::NotFound(why) => Fail {
-                    status: status::NOT_FOUND,
-                    message: format!("cannot run {}: {why}", display(command)),
-                },
-                StartError::Exec(why) => Fail {
-                    status: status::CANNOT_EXECUTE,
-                    message: format!("cannot run {}: {why}", display(command)),
-                },
-                StartError::Watchdog(why) => software(format!("cannot start the watchdog: {why}")),
+
+    /// Starts the command under its watchdog, never on a lock that may be another's already. The watchdog kills
+    /// everything by the kill deadline unless zklock moves it: a zklock stopped (SIGSTOP, a debugger) cannot leave the
+    /// command running past the lease. Returns the guard, the watchdog and the deadline it was given.
+    async fn start(
+        &self,
+        guard: LockGuard,
+        env: &[(&'static str, String)],
+    ) -> Result<(LockGuard, Watchdog, Instant), Fail> {
+        let (path, command) = (&self.job.path, &self.job.command);
+        // In force from before the command starts.
+        let deadline_sent = kill_deadline(&guard, self.grace_now(), None);
+        // zklock may have been held up since the acquire (stopped, starved).
+        if !guard.is_valid() {
+            drop(guard);
+            return Err(Fail {
+                status: status::SOFTWARE,
+                message: format!(
+                    "lock at {path} lost before {} started (its lease ran out while zklock was held up); it was not \
+                     started",
+                    display(command)
+                ),
             });
         }
-    };
-
-    // A request to let go (zklock revoke, Curator's Revoker) is passed to the command as a signal; the lock goes when
-    // the command and everything it started have ended, as after any exit.
-    let mut revoked = Box::pin(guard.revocation_requested());
-    let mut revocable = revoke_signal.is_some();
-    loop {
-        let refresh = (backend.session_timeout() / DEADLINE_REFRESH_PER_TIMEOUT).max(DEADLINE_REFRESH_AT_MOST);
-        tokio::select! {
+        // The start is bounded by the kill deadline: a watchdog stopped before it reports cannot hold zklock up while
+        // the command it may have started runs on.
+        let started = tokio::select! {
             biased;
-            report = watchdog.next() => match report {
-                Report::Exited(code) => {
-                    drop(revoked);
-                    // The lock is held until everything the command started has ended, too.
-                    let grace = grace_now();
-                    let kill_at = kill_deadline(&guard, grace, None).min(Instant::now() + grace);
-                    if !stop_all(&mut watchdog, &guard, grace, kill_at).await {
-                        // The watchdog did not confirm (stopped, or processes that will not die): kill every
-                        // descendant, the watchdog included, before the lock goes.
-                        kill_own_descendants();
-                        drop(guard);
-                        return Err(software(format!("processes {} left behind would not die", display(command))));
-                    }
-                    watchdog.done().await;
-                    return finish(guard, path, command, code).await;
-                }
-                Report::Gone => continue,
-                Report::Died => {
-                    drop(revoked);
-                    kill_own_descendants();
-                    drop(guard);
-                    return Err(software("the watchdog was killed; every process of the command was killed".into()));
-                }
-            },
-            reason = guard.lost() => {
-                drop(revoked);
-                let grace = grace_now();
-                let kill_at = kill_deadline(&guard, grace, Some(reason));
-                if stop_all(&mut watchdog, &guard, grace, kill_at).await {
-                    watchdog.done().await;
-                } else {
-                    kill_own_descendants();
-                }
-                drop(guard);
-                return Err(Fail {
-                    status: status::SOFTWARE,
-                    message: format!("lock at {path} lost while {} ran ({reason}); the command was stopped", display(command)),
-                });
-            }
-            asked = &mut revoked, if revocable => {
-                revocable = false;
-                if let (Ok(()), Some(sig)) = (asked, *revoke_signal) {
-                    if !*quiet {
-                        eprintln!("zklock: asked to let go of the lock at {path}: sending {sig} to {}", display(command));
-                    }
-                    watchdog.order(&format!("signal {}", sig as i32)).await;
-                }
-            }
-            _ = sigint.recv() => watchdog.order(&format!("signal {}", Signal::SIGINT as i32)).await,
-            _ = sigterm.recv() => watchdog.order(&format!("signal {}", Signal::SIGTERM as i32)).await,
-            _ = sighup.recv() => watchdog.order(&format!("signal {}", Signal::SIGHUP as i32)).await,
-            // Ctrl-Z must not stop zklock while the command runs on: the lease would run out under it.
-            _ = sigtstp.recv() => eprintln!("zklock: not suspending while the command holds the lock at {path}"),
-            () = tokio::time::sleep(refresh) => {
-                let at = kill_deadline(&guard, grace_now(), None);
-                if at != deadline_sent && deadlines {
-                    deadline_sent = at;
-                    watchdog.deadline(at).await;
-                }
+            started = Watchdog::start(command, env, self.deadlines.then_some(deadline_sent)) => started,
+            () = tokio::time::sleep_until(deadline_sent) => Err(StartError::DeadlinePassed),
+        };
+        match started {
+            Ok(w) => Ok((guard, w, deadline_sent)),
+            Err(e) => {
+                // Whatever the watchdog may have started dies before the lock goes.
+                kill_own_descendants();
+                let _ = guard.release().await;
+                Err(match e {
+                    StartError::DeadlinePassed => Fail {
+                        status: status::SOFTWARE,
+                        message: format!(
+                            "lock at {path} lost before {} started (zklock was held up past the lease); it was not \
+                             started",
+                            display(command)
+                        ),
+                    },
+                    StartError::NotFound(why) => Fail {
+                        status: status::NOT_FOUND,
+                        message: format!("cannot run {}: {why}", display(command)),
+                    },
+                    StartError::Exec(why) => Fail {
+                        status: status::CANNOT_EXECUTE,
+                        message: format!("cannot run {}: {why}", display(command)),
+                    },
+                    StartError::Watchdog(why) => software(format!("cannot start the watchdog: {why}")),
+                })
             }
         }
     }
-}
 
-/// When everything the command started must be dead: `grace` after the lease ends, which leaves half the margin before
-/// the earliest moment the server may expire the session; at once when the lock is already lost to a deletion or an
-/// expiry (another client may hold it now), or when that moment has passed.
-fn kill_deadline(guard: &LockGuard, grace: Duration, reason: Option<LostReason>) -> Instant {
-    let now = Instant::now();
-    if is_active(Mutant::FixedTermGrace) {
-        return now + MAX_TERM_GRACE;
-    }
-    match reason {
-        Some(LostReason::NodeDeleted | LostReason::SessionExpired) => now,
-        _ => guard.valid_until().map_or(now, |t| t + grace),
-    }
-}
-
-/// Stops every process the command started: SIGTERM now, SIGKILL at `kill_at` (at once when that has passed), and
-/// waits until none is left. A loss of the lock meanwhile brings the SIGKILL forward to what the loss allows. Returns
-/// whether none is left.
-async fn stop_all(watchdog: &mut Watchdog, guard: &LockGuard, grace: Duration, mut kill_at: Instant) -> bool {
-    if Instant::now() < kill_at {
-        watchdog.order("term").await;
-        let mut watching_loss = true;
+    /// Watches over the running command: its exit, the lock's loss, a request to let go (zklock revoke, Curator's
+    /// Revoker: passed to the command as a signal), signals to pass on, and the kill deadline to move. The lock goes
+    /// when the command and everything it started have ended.
+    async fn supervise(
+        &self,
+        guard: LockGuard,
+        mut watchdog: Watchdog,
+        mut deadline_sent: Instant,
+        mut signals: Signals,
+    ) -> Result<u8, Fail> {
+        let Job {
+            path,
+            command,
+            revoke_signal,
+            quiet,
+            ..
+        } = self.job;
+        let mut revoked = Box::pin(guard.revocation_requested());
+        let mut revocable = revoke_signal.is_some();
         loop {
+            let refresh = (self.backend.session_timeout() / DEADLINE_REFRESH_PER_TIMEOUT).max(DEADLINE_REFRESH_AT_MOST);
             tokio::select! {
                 biased;
-                () = all_gone(watchdog) => return true,
-                reason = guard.lost(), if watching_loss => {
-                    watching_loss = false;
-                    kill_at = kill_at.min(kill_deadline(guard, grace, Some(reason)));
+                report = watchdog.next() => match report {
+                    Report::Exited(code) => {
+                        drop(revoked);
+                        // The lock is held until everything the command started has ended, too.
+                        let grace = self.grace_now();
+                        let kill_at = kill_deadline(&guard, grace, None).min(Instant::now() + grace);
+                        if !stop_all(&mut watchdog, &guard, grace, kill_at).await {
+                            // The watchdog did not confirm (stopped, or processes that will not die): kill every
+                            // descendant, the watchdog included, before the lock goes.
+                            kill_own_descendants();
+                            drop(guard);
+                            return Err(software(format!("processes {} left behind would not die", display(command))));
+                        }
+                        watchdog.done().await;
+                        return finish(guard, path, command, code).await;
+                    }
+                    Report::Gone => continue,
+                    Report::Died => {
+                        drop(revoked);
+                        kill_own_descendants();
+                        drop(guard);
+                        return Err(software("the watchdog was killed; every process of the command was killed".into()));
+                    }
+                },
+                reason = guard.lost() => {
+                    drop(revoked);
+                    let grace = self.grace_now();
+                    let kill_at = kill_deadline(&guard, grace, Some(reason));
+                    if stop_all(&mut watchdog, &guard, grace, kill_at).await {
+                        watchdog.done().await;
+                    } else {
+                        kill_own_descendants();
+                    }
+                    drop(guard);
+                    return Err(Fail {
+                        status: status::SOFTWARE,
+                        message: format!("lock at {path} lost while {} ran ({reason}); the command was stopped", display(command)),
+                    });
                 }
-                () = tokio::time::sleep_until(kill_at) => break,
+                asked = &mut revoked, if revocable => {
+                    revocable = false;
+                    if let (Ok(()), Some(sig)) = (asked, *revoke_signal) {
+                        if !*quiet {
+                            eprintln!("zklock: asked to let go of the lock at {path}: sending {sig} to {}", display(command));
+                        }
+                        watchdog.order(&format!("signal {}", sig as i32)).await;
+                    }
+                }
+                _ = signals.int.recv() => watchdog.order(&format!("signal {}", Signal::SIGINT as i32)).await,
+                _ = signals.term.recv() => watchdog.order(&format!("signal {}", Signal::SIGTERM as i32)).await,
+                _ = signals.hup.recv() => watchdog.order(&format!("signal {}", Signal::SIGHUP as i32)).await,
+                // Ctrl-Z must not stop zklock while the command runs on: the lease would run out under it.
+                _ = signals.tstp.recv() => eprintln!("zklock: not suspending while the command holds the lock at {path}"),
+                () = tokio::time::sleep(refresh) => {
+                    let at = kill_deadline(&guard, self.grace_now(), None);
+                    if at != deadline_sent && self.deadlines {
+                        deadline_sent = at;
+                        watchdog.deadline(at).await;
+                    }
+                }
             }
         }
     }
-    // Not only through the watchdog, which may be stopped: zklock kills the command's processes itself, first.
-    watchdog.kill_tree();
-    watchdog.order("kill").await;
-    tokio::time::timeout(KILL_WAIT, all_gone(watchdog)).await.is_ok()
-}
-
-/// Resolves when the watchdog reports that no process of the command is left (or dies, leaving its orphans to
-/// zklock, which kills them).
-///
-/// # Cancel safety
-/// Cancel safe as [`Watchdog::next`]: a report is consumed only when returned.
-async fn all_gone(watchdog: &mut Watchdog) {
-    loop {
-        match watchdog.next().await {
-            Report::Gone => return,
-            Report::Died => {
-                kill_own_descendants();
-                return;
-            }
-            Report::Exited(_) => {}
-        }
-    }
-}
-
-/// SIGKILL to every descendant of zklock (the watchdog's orphans, re-parented to zklock).
-fn kill_own_descendants() {
-    crate::procs::signal_all(std::process::id() as i32, Signal::SIGKILL);
 }
 
 /// Releases the lock after the command exited; a lock that turns out to have been lost is reported.

@@ -149,34 +149,46 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             Ok(s) => s,
             Err(_) => return ExitCode::from(crate::status::SOFTWARE),
         };
-        std::thread::spawn(move || {
-            for line in BufReader::new(sock).lines() {
-                let Ok(line) = line else { break };
-                let mut words = line.split_whitespace();
-                match (words.next(), words.next().and_then(|n| n.parse::<u64>().ok())) {
-                    (Some("done"), _) => return,
-                    (Some("term"), _) => {
-                        signal_all(me, Signal::SIGTERM);
-                        signal_all(me, Signal::SIGCONT);
-                    }
-                    (Some("kill"), _) => signal_all(me, Signal::SIGKILL),
-                    (Some("deadline"), Some(ms)) => deadline.store(ms.max(1), Ordering::Release),
-                    (Some("signal"), Some(n)) => {
-                        if let Some(sig) = i32::try_from(n).ok().and_then(|n| Signal::try_from(n).ok()) {
-                            let _ = kill(Pid::from_raw(-pid), sig);
-                            let _ = kill(Pid::from_raw(-pid), Signal::SIGCONT);
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            // zklock is gone without a word: nothing it started may work on.
-            signal_all(me, Signal::SIGKILL);
-            eprintln!("zkl-watchdog: zklock ended while its command ran; every process the command started was killed");
-        })
+        std::thread::spawn(move || obey(sock, me, pid, &deadline))
     };
 
-    // Reap every child (orphans of the command's tree come to us), report the command's end, then the last one's.
+    reap_all(pid, &say);
+    say("gone".into());
+    // Stay until zklock has read it (or is gone), so that its end of the socket sees `gone` before the close.
+    let _ = reader.join();
+    ExitCode::SUCCESS
+}
+
+/// Obeys zklock's orders on `sock` (`term`, `kill`, `deadline <ms>`, `signal <n>`, `done`) for the tree under `me`,
+/// whose command is `pid`'s process group. zklock gone without a word: nothing it started may work on.
+fn obey(sock: UnixStream, me: i32, pid: i32, deadline: &AtomicU64) {
+    for line in BufReader::new(sock).lines() {
+        let Ok(line) = line else { break };
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next().and_then(|n| n.parse::<u64>().ok())) {
+            (Some("done"), _) => return,
+            (Some("term"), _) => {
+                signal_all(me, Signal::SIGTERM);
+                signal_all(me, Signal::SIGCONT);
+            }
+            (Some("kill"), _) => signal_all(me, Signal::SIGKILL),
+            (Some("deadline"), Some(ms)) => deadline.store(ms.max(1), Ordering::Release),
+            (Some("signal"), Some(n)) => {
+                if let Some(sig) = i32::try_from(n).ok().and_then(|n| Signal::try_from(n).ok()) {
+                    let _ = kill(Pid::from_raw(-pid), sig);
+                    let _ = kill(Pid::from_raw(-pid), Signal::SIGCONT);
+                }
+            }
+            _ => {}
+        }
+    }
+    signal_all(me, Signal::SIGKILL);
+    eprintln!("zkl-watchdog: zklock ended while its command ran; every process the command started was killed");
+}
+
+/// Reaps every child (orphans of the command's tree come to us) until none is left, and reports through `say` the
+/// end of the command, `pid`.
+fn reap_all(pid: i32, say: &impl Fn(String)) {
     loop {
         match waitpid(None::<Pid>, None) {
             Ok(WaitStatus::Exited(p, code)) if p.as_raw() == pid => say(format!("exited {}", code.clamp(0, 255))),
@@ -188,10 +200,6 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             Err(_) => break, // ECHILD: nothing left
         }
     }
-    say("gone".into());
-    // Stay until zklock has read it (or is gone), so that its end of the socket sees `gone` before the close.
-    let _ = reader.join();
-    ExitCode::SUCCESS
 }
 
 /// Takes ownership of the socket's descriptor, passed open by zklock (std offers no safe way to adopt an inherited

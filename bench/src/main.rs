@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use recipes_core::{Backend, BackendExt, Lock, Locks, Recipe};
+use recipes_core::backend::BackendExt;
+use recipes_core::{Backend, Lock, Locks, Recipe};
 use recipes_zk::{ZkBackend, ZkOptions};
 
 /// The system allocator, counting the bytes allocated and not yet freed: the memory figure reports the heap each
@@ -273,10 +274,10 @@ fn main() {
                 // reaped inside the measurement.
                 let _ = b
                     .current()
-                    .create("/bench", b"", recipes_core::CreateMode::Persistent)
+                    .create("/bench", b"", recipes_core::backend::CreateMode::Persistent)
                     .await;
                 b.current()
-                    .create(&path, b"", recipes_core::CreateMode::Persistent)
+                    .create(&path, b"", recipes_core::backend::CreateMode::Persistent)
                     .await
                     .unwrap();
                 let lock = locks.lock(&path, recipe).unwrap();
@@ -358,11 +359,11 @@ fn main() {
                 // reaped inside the measurement.
                 let _ = b
                     .current()
-                    .create("/bench", b"", recipes_core::CreateMode::Persistent)
+                    .create("/bench", b"", recipes_core::backend::CreateMode::Persistent)
                     .await;
                 for p in std::iter::once(&base).chain(&paths) {
                     b.current()
-                        .create(p, b"", recipes_core::CreateMode::Persistent)
+                        .create(p, b"", recipes_core::backend::CreateMode::Persistent)
                         .await
                         .unwrap();
                 }
@@ -541,12 +542,12 @@ fn main() {
                 // takes about a minute): this measures the steady state, as the ZooKeeper figure does.
                 client
                     .current()
-                    .create("/bench", b"", recipes_core::CreateMode::Persistent)
+                    .create("/bench", b"", recipes_core::backend::CreateMode::Persistent)
                     .await
                     .unwrap();
                 client
                     .current()
-                    .create("/bench/mem", b"", recipes_core::CreateMode::Persistent)
+                    .create("/bench/mem", b"", recipes_core::backend::CreateMode::Persistent)
                     .await
                     .unwrap();
                 let lock = Locks::new(client).fair("/bench/mem").unwrap();

@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use recipes_core::{Backend, BackendExt, Error, Locks, Recipe};
+use recipes_core::backend::BackendExt;
+use recipes_core::{Backend, Error, Locks, Recipe};
 use tokio::time::Instant;
 
 use crate::history::{check, Event, Mode};

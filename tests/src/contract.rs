@@ -6,7 +6,8 @@ use std::future::Future;
 use std::task::Poll;
 use std::time::Duration;
 
-use recipes_core::{Backend, BackendExt, CreateMode, Error, SessionId, SessionRef, SessionState};
+use recipes_core::backend::{BackendExt, CreateMode, SessionId, SessionRef, SessionState};
+use recipes_core::{Backend, Error};
 
 use crate::harness::Harness;
 use crate::util::{bounded, eventually, skip};

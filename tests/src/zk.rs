@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use recipes_core::{Backend, BackendExt, Locks};
+use recipes_core::backend::BackendExt;
+use recipes_core::{Backend, Locks};
 use recipes_zk::{ZkBackend, ZkOptions};
 use tokio::sync::OnceCell;
 
@@ -137,7 +138,7 @@ impl Faults for ZkFaults {
         let seen = tokio::time::timeout(Duration::from_secs(20), async {
             loop {
                 let st = *rx.borrow_and_update();
-                if st.id != old || st.state == recipes_core::SessionState::Expired {
+                if st.id != old || st.state == recipes_core::backend::SessionState::Expired {
                     return;
                 }
                 if rx.changed().await.is_err() {

@@ -326,7 +326,7 @@ fn sigkill_campaign() {
         let b = ZkBackend::connect(ZkOptions::new(connect.clone())).await.unwrap();
         let mut n = 0;
         for p in ["/campaign/sigkill/fair", "/campaign/sigkill/rw"] {
-            match recipes_core::BackendExt::current(&*b).children(p).await {
+            match recipes_core::backend::BackendExt::current(&*b).children(p).await {
                 Ok(c) => n += c.len(),
                 Err(Error::NoNode(_)) => {}
                 Err(e) => panic!("listing {p}: {e}"),

@@ -480,7 +480,10 @@ fn lost_lock_stops_the_command_and_exits_70() {
         let b = recipes_zk::ZkBackend::connect(recipes_zk::ZkOptions::new(zk.clone()))
             .await
             .unwrap();
-        recipes_core::BackendExt::current(&*b).delete(&node).await.unwrap();
+        recipes_core::backend::BackendExt::current(&*b)
+            .delete(&node)
+            .await
+            .unwrap();
         b.shutdown(Duration::from_secs(2)).await;
     });
     let t0 = Instant::now();
@@ -644,7 +647,7 @@ fn inspect_escapes_what_other_clients_wrote() {
         .build()
         .unwrap();
     let b = rt.block_on(recipes_conformance::zkserver::connect(&zk, Duration::from_secs(10)));
-    let on = recipes_core::BackendExt::current(&*b);
+    let on = recipes_core::backend::BackendExt::current(&*b);
     let data = format!(
         "recipes-lock 1\nattempt=0123456789abcdef0123456789abcdef\nrecipe=fair\u{1b}[2J\nhost=h\u{1b}]0;pwned\u{7}\rX\npid=1\n{}",
         "A".repeat(1_000_000)
@@ -654,12 +657,12 @@ fn inspect_escapes_what_other_clients_wrote() {
         for part in path.split('/').filter(|p| !p.is_empty()) {
             at.push('/');
             at.push_str(part);
-            let _ = on.create(&at, b"", recipes_core::CreateMode::Container).await;
+            let _ = on.create(&at, b"", recipes_core::backend::CreateMode::Container).await;
         }
         on.create(
             &format!("{path}/L-0123456789abcdef0123456789abcdef-"),
             data.as_bytes(),
-            recipes_core::CreateMode::EphemeralSequential,
+            recipes_core::backend::CreateMode::EphemeralSequential,
         )
         .await
         .unwrap();

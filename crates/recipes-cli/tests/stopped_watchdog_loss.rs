@@ -105,7 +105,7 @@ fn stopped_watchdog_then_loss() {
         .unwrap();
     rt.block_on(async {
         let zk = ZkBackend::connect(ZkOptions::new(connect.clone())).await.unwrap();
-        recipes_core::BackendExt::current(&*zk)
+        recipes_core::backend::BackendExt::current(&*zk)
             .delete(&format!("{path}/{holder}"))
             .await
             .unwrap();

@@ -1,4 +1,9 @@
-//! Layer 1: the coordination primitives every recipe needs, in ZooKeeper's data model.
+//! Layer 1: the coordination primitives every recipe needs, in ZooKeeper's data model: what a backend implements
+//! (the [`Backend`] trait, its value types, its optional powers [`Transactions`] and [`SendNow`]) and the session-bound
+//! view every request goes through ([`BackendExt::on`]).
+//!
+//! An application needs only [`Backend`] (re-exported at the crate's root), to hold the backend it chose as
+//! `Arc<dyn Backend>`; the rest of this module is for those who write a backend, or look at a session's state.
 
 use std::fmt;
 

@@ -40,7 +40,7 @@
 
 #![warn(missing_docs)]
 
-mod backend;
+pub mod backend;
 mod blocking;
 mod driver;
 mod error;
@@ -63,10 +63,7 @@ mod reentrant;
 mod resource;
 mod semaphore;
 
-pub use backend::{
-    parent_path, Backend, BackendExt, CreateAndList, CreateMode, Created, DeletionWatch, Lease, NodeEvent, NodeWatch,
-    ReplyFuture, SendNow, SessionId, SessionRef, SessionState, SessionStatus, Stat, Transactions,
-};
+pub use backend::Backend;
 pub use blocking::{BlockingGuard, BlockingLock};
 pub use error::{Error, LostReason, NotHeldReason, PathProblem, Result, RetryReason};
 pub use guard::{GuardedError, LockGuard};

@@ -4,10 +4,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use recipes_core::{
-    parent_path, Backend, CreateAndList, CreateMode, Created, DeletionWatch, Error, Lease, NodeEvent, NodeWatch,
-    ReplyFuture, Result, SendNow, SessionId, SessionStatus, Stat, Transactions,
+use recipes_core::backend::{
+    parent_path, CreateAndList, CreateMode, Created, DeletionWatch, Lease, NodeEvent, NodeWatch, ReplyFuture, SendNow,
+    SessionId, SessionStatus, Stat, Transactions,
 };
+use recipes_core::{Backend, Error, Result};
 use tokio::sync::{oneshot, watch};
 
 use crate::server::{ClientShared, Op, Reply};
@@ -28,7 +29,7 @@ impl MemClient {
     pub(crate) fn new(cluster: MemCluster, timeout: Duration) -> Arc<MemClient> {
         let (status, _) = watch::channel(SessionStatus {
             id: 0,
-            state: recipes_core::SessionState::Suspended,
+            state: recipes_core::backend::SessionState::Suspended,
         });
         let shared = Arc::new(ClientShared { status, timeout });
         cluster.with(|st, now| st.open_session(shared.clone(), now));

@@ -49,7 +49,8 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard};
-use recipes_core::{Result, SessionId, Stat};
+use recipes_core::backend::{SessionId, Stat};
+use recipes_core::Result;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 

@@ -3,7 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use recipes_core::{CreateMode, Created, Error, Result, SessionId, Stat};
+use recipes_core::backend::{CreateMode, Created, SessionId, Stat};
+use recipes_core::{Error, Result};
 use tokio::time::Instant;
 
 #[derive(Debug)]

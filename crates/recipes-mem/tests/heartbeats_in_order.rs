@@ -7,7 +7,8 @@
 
 use std::time::Duration;
 
-use recipes_core::{Backend, BackendExt};
+use recipes_core::backend::BackendExt;
+use recipes_core::Backend;
 use recipes_mem::MemCluster;
 use tokio::time::Instant;
 

@@ -7,7 +7,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use recipes_core::{BackendExt, Locks, LostReason};
+use recipes_core::backend::BackendExt;
+use recipes_core::{Locks, LostReason};
 use recipes_mem::MemCluster;
 
 /// One write: the token it carried, and who wrote.

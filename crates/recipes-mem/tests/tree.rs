@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use recipes_core::{Backend, BackendExt, CreateMode, Error, SessionState};
+use recipes_core::backend::{BackendExt, CreateMode, SessionState};
+use recipes_core::{Backend, Error};
 use recipes_mem::MemCluster;
 
 #[tokio::test]

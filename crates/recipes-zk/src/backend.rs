@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use recipes_core::{
-    parent_path, Backend, CreateAndList, CreateMode, Created, DeletionWatch, Error, Lease, NodeWatch, Result, SendNow,
-    SessionId, SessionStatus, Stat, Transactions,
+use recipes_core::backend::{
+    parent_path, CreateAndList, CreateMode, Created, DeletionWatch, Lease, NodeWatch, SendNow, SessionId,
+    SessionStatus, Stat, Transactions,
 };
+use recipes_core::{Backend, Error, Result};
 use tokio::sync::watch;
 use tracing::info;
 

@@ -1,7 +1,8 @@
 //! Between zookeeper-client and the backend layer: create modes, what a create made, stats, and a request's answer
 //! (recorded for the lease, its error mapped).
 
-use recipes_core::{CreateMode, Created, Error, Result, SessionId, Stat};
+use recipes_core::backend::{CreateMode, Created, SessionId, Stat};
+use recipes_core::{Error, Result};
 
 use crate::errors::map_err;
 use crate::lease::Stamp;

@@ -23,7 +23,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use recipes_core::{Lease, SessionId};
+use recipes_core::backend::{Lease, SessionId};
 use tokio::time::Instant;
 
 /// A moment on both clocks: the monotonic one (timers) and the one that counts suspended time.

@@ -8,8 +8,9 @@ use std::time::Duration;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 
 use futures::StreamExt;
+use recipes_core::backend::{Lease, SessionId, SessionState, SessionStatus};
 use recipes_core::mutants::{is_active, Mutant};
-use recipes_core::{Error, Lease, Result, SessionId, SessionState, SessionStatus};
+use recipes_core::{Error, Result};
 use tokio::sync::{watch, Notify};
 use tracing::{debug, info, warn};
 

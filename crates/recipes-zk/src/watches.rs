@@ -3,7 +3,8 @@
 
 use std::sync::{Arc, Weak};
 
-use recipes_core::{DeletionWatch, Error, NodeEvent, NodeWatch, SessionId};
+use recipes_core::backend::{DeletionWatch, NodeEvent, NodeWatch, SessionId};
+use recipes_core::Error;
 
 use crate::errors::session_event_error;
 use crate::session::Inner;

@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
+use recipes_core::backend::{BackendExt, CreateMode};
 use recipes_core::mutants::Mutant;
-use recipes_core::{BackendExt, CreateMode, Layout, Recipe};
+use recipes_core::{Layout, Recipe};
 
 use super::run::PATH;
 use super::{plain, Config, FaultKind, Patience, Program, ALL_FAULTS};

@@ -454,7 +454,7 @@ trait StatExt {
     fn is_none_or_changed(&self, token: u64) -> bool;
 }
 
-impl StatExt for Option<recipes_core::Stat> {
+impl StatExt for Option<recipes_core::backend::Stat> {
     fn is_none_or_changed(&self, token: u64) -> bool {
         self.map_or(true, |s| s.czxid.max(0) as u64 != token)
     }

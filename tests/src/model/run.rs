@@ -2,7 +2,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use recipes_core::{Backend, Locks, SessionState};
+use recipes_core::backend::SessionState;
+use recipes_core::{Backend, Locks};
 use recipes_mem::{Access, Controller, MemClient, MemCluster, NetEvent};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use recipes_core::{BackendExt, BlockingLock, Error, Recipe};
+use recipes_core::backend::BackendExt;
+use recipes_core::{BlockingLock, Error, Recipe};
 use tokio::task::JoinSet;
 
 use super::{contend_exclusive, HOLD};
@@ -245,7 +246,7 @@ pub async fn unknown_children_ignored(h: &dyn Harness) {
     let foreign = format!("{path}/not-a-lock-0000000001");
     backend
         .current()
-        .create(&foreign, b"", recipes_core::CreateMode::Ephemeral)
+        .create(&foreign, b"", recipes_core::backend::CreateMode::Ephemeral)
         .await
         .unwrap();
     g.release().await.unwrap();

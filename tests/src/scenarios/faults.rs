@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use recipes_core::{BackendExt, Error, LostReason, Recipe};
+use recipes_core::backend::BackendExt;
+use recipes_core::{Error, LostReason, Recipe};
 
 use super::{contend_exclusive, granted_then_released};
 use crate::harness::Harness;

@@ -1,7 +1,8 @@
 //! The multi-lock: all or none, no deadlock between overlapping sets listed in opposite orders, mixed recipes, and
 //! nothing left behind by a timeout, a cancellation or a failed release.
 
-use recipes_core::{BackendExt, Error, Recipe};
+use recipes_core::backend::BackendExt;
+use recipes_core::{Error, Recipe};
 use tokio::task::JoinSet;
 
 use super::HOLD;

@@ -5,7 +5,8 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use recipes_core::{BackendExt, Error, Layout, Locks};
+use recipes_core::backend::BackendExt;
+use recipes_core::{Error, Layout, Locks};
 use tokio::task::JoinSet;
 
 use super::HOLD;

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::{BackendExt, CreateMode, Error, Layout, Lock, Locks, LostReason, OwnerToken, Recipe};
+use recipes_core::backend::{BackendExt, CreateMode};
+use recipes_core::{Error, Layout, Lock, Locks, LostReason, OwnerToken, Recipe};
 use tokio::task::JoinSet;
 
 use crate::harness::Harness;

@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::{BackendExt, CreateMode, Error, Semaphore};
+use recipes_core::backend::{BackendExt, CreateMode};
+use recipes_core::{Error, Semaphore};
 use tokio::task::JoinSet;
 
 use super::HOLD;

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use tokio_postgres::types::ToSql;
 
 use recipes_conformance::zk::{server_or_skip, unique_path, ROOT};
-use recipes_core::BackendExt;
+use recipes_core::backend::BackendExt;
 use recipes_zk::{ZkBackend, ZkOptions};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fencing-postgres");

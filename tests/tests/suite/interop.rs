@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
-use recipes_core::{Backend, BackendExt, CreateMode, Layout, Lock, Locks, Recipe};
+use recipes_core::backend::{BackendExt, CreateMode};
+use recipes_core::{Backend, Layout, Lock, Locks, Recipe};
 use recipes_zk::{ZkBackend, ZkOptions};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -568,7 +569,7 @@ async fn curator_revocation_both_ways() {
 /// Rust reader shares with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curator_5_5_downgraded_reader_keeps_writers_out() {
-    use recipes_core::{BackendExt, CreateMode};
+    use recipes_core::backend::{BackendExt, CreateMode};
     let Some(s) = setup() else { return };
     let path = unique_path("downgrade55");
     let backend = ZkBackend::connect(ZkOptions::new(&s.zk)).await.unwrap();

@@ -7,7 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::{Backend, BackendExt, Error, Locks};
+use recipes_core::backend::BackendExt;
+use recipes_core::{Backend, Error, Locks};
 use recipes_zk::{NodeAcl, ZkBackend, ZkOptions};
 
 use recipes_conformance::zk::server_or_skip as servers;

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use recipes_conformance::proxy::Proxy;
 use recipes_conformance::require_private_zk;
 use recipes_conformance::zkserver::{connect, PrivateZk};
-use recipes_core::{Backend, BackendExt, Error, Locks, LostReason};
+use recipes_core::backend::BackendExt;
+use recipes_core::{Backend, Error, Locks, LostReason};
 use recipes_zk::{ZkBackend, ZkOptions};
 
 async fn within<T>(limit: Duration, what: &str, f: impl std::future::Future<Output = T>) -> T {
@@ -190,7 +191,7 @@ async fn multi_host_connect_string_with_chroot() {
     let zk = PrivateZk::start(1);
     let root = connect(zk.connect(), Duration::from_secs(8)).await;
     root.current()
-        .create("/tenant-a", b"", recipes_core::CreateMode::Persistent)
+        .create("/tenant-a", b"", recipes_core::backend::CreateMode::Persistent)
         .await
         .unwrap();
     let dead = {

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use recipes_conformance::zk::{server, ROOT};
-use recipes_core::BackendExt;
+use recipes_core::backend::BackendExt;
 use recipes_zk::{ZkBackend, ZkOptions};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use recipes_conformance::require_private_zk;
 use recipes_conformance::secure::{SecureZk, SASL_USERS};
-use recipes_core::{Backend, BackendExt, Error, Locks, Recipe};
+use recipes_core::backend::BackendExt;
+use recipes_core::{Backend, Error, Locks, Recipe};
 use recipes_zk::{NodeAcl, ZkBackend, ZkOptions, ZkTls};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);

@@ -91,8 +91,8 @@ pub struct CreateAndList {
 /// The parent of a node's path: `/a/b` for `/a/b/c`, `/` for `/a`.
 ///
 /// ```
-/// assert_eq!(recipes_core::parent_path("/locks/job/lock"), "/locks/job");
-/// assert_eq!(recipes_core::parent_path("/locks"), "/");
+/// assert_eq!(recipes_core::backend::parent_path("/locks/job/lock"), "/locks/job");
+/// assert_eq!(recipes_core::backend::parent_path("/locks"), "/");
 /// ```
 pub fn parent_path(path: &str) -> &str {
     match path.rsplit_once('/') {
@@ -135,5 +135,5 @@ pub type NodeWatch = Pin<Box<dyn Future<Output = Result<NodeEvent>> + Send + 'st
 /// the watch ends ([`Error::SessionExpired`](crate::Error::SessionExpired), [`Error::Closed`](crate::Error::Closed)).
 pub type DeletionWatch = Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>>;
 
-/// The reply to a request already sent (see [`SendNow::delete_sent`](crate::SendNow::delete_sent)).
+/// The reply to a request already sent (see [`SendNow::delete_sent`](crate::backend::SendNow::delete_sent)).
 pub type ReplyFuture = Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>>;

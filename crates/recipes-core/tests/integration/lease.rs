@@ -6,10 +6,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::{
-    Backend, CreateMode, Created, DeletionWatch, GuardedError, Lease, LeaseMargin, Locks, LostReason, NodeWatch,
-    Result, SessionId, SessionStatus, Stat,
-};
+use recipes_core::backend::{CreateMode, Created, DeletionWatch, Lease, NodeWatch, SessionId, SessionStatus, Stat};
+use recipes_core::{Backend, GuardedError, LeaseMargin, Locks, LostReason, Result};
 use recipes_mem::MemCluster;
 use tokio::time::Instant;
 
@@ -254,7 +252,7 @@ async fn every_lost_reason() {
     let admin = cluster.client();
     // Node deleted by someone else.
     let g = locks.fair("/lease/reasons").unwrap().acquire().await.unwrap();
-    recipes_core::BackendExt::current(&*admin)
+    recipes_core::backend::BackendExt::current(&*admin)
         .delete(g.node())
         .await
         .unwrap();

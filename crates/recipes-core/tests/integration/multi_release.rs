@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use recipes_core::{BackendExt, Error, Locks, Recipe};
+use recipes_core::backend::BackendExt;
+use recipes_core::{Error, Locks, Recipe};
 use recipes_mem::MemCluster;
 
 const LATENCY: Duration = Duration::from_millis(50);

@@ -42,8 +42,8 @@ async fn sequence_wrap_keeps_exclusion_and_fifo() {
     use std::time::Duration;
     let cluster = MemCluster::new();
     let admin = cluster.client();
-    recipes_core::BackendExt::current(&*admin)
-        .create("/wrap", b"", recipes_core::CreateMode::Persistent)
+    recipes_core::backend::BackendExt::current(&*admin)
+        .create("/wrap", b"", recipes_core::backend::CreateMode::Persistent)
         .await
         .unwrap();
     cluster.set_next_sequence("/wrap", i32::MAX - 1).unwrap();

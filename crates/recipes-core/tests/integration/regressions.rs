@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use recipes_core::{BackendExt, CreateMode, Locks, Recipe};
+use recipes_core::backend::{BackendExt, CreateMode};
+use recipes_core::{Locks, Recipe};
 use recipes_mem::MemCluster;
 
 /// The container reaper deletes a parent between two creates of `ensure_parents` (found by a two-fault run: a long

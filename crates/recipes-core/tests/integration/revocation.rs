@@ -106,7 +106,7 @@ async fn every_holder_and_only_holders_are_asked() {
 /// ended, locking everyone out). `revoke_node` refuses names that are no lock node's.
 #[tokio::test(start_paused = true)]
 async fn a_foreign_request_on_the_exclusive_node_does_not_keep_it() {
-    use recipes_core::BackendExt;
+    use recipes_core::backend::BackendExt;
     let cluster = MemCluster::new();
     let a = Locks::new(cluster.client());
     let raw = cluster.client();
@@ -212,7 +212,7 @@ async fn the_first_mark_never_overwrites_a_request_to_let_go() {
 /// must not reach a node below the path (found by review of the family check).
 #[tokio::test(start_paused = true)]
 async fn revoke_node_never_writes_below_the_path() {
-    use recipes_core::{BackendExt, CreateMode};
+    use recipes_core::backend::{BackendExt, CreateMode};
     let cluster = MemCluster::new();
     let raw = cluster.client();
     let on = raw.current();

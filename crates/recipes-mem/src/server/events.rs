@@ -2,7 +2,7 @@
 //! controlled mode ([`NetEvent`]) and what each touches ([`Access`]), listing, firing and describing them, and the
 //! automatic mode's schedule (`next_due`, `run_due`).
 
-use recipes_core::SessionId;
+use recipes_core::backend::SessionId;
 use tokio::time::Instant;
 
 use super::{Inbound, Reply, Session, State};

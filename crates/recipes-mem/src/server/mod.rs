@@ -23,8 +23,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use recipes_core::backend::{NodeEvent, SessionId, SessionState};
 use recipes_core::mutants::{is_active, Mutant};
-use recipes_core::{Error, NodeEvent, Result, SessionId, SessionState};
+use recipes_core::{Error, Result};
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 

@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use recipes_core::{CreateMode, Created, NodeEvent, Result, SessionId, Stat};
+use recipes_core::backend::{CreateMode, Created, NodeEvent, SessionId, Stat};
+use recipes_core::Result;
 use tokio::time::Instant;
 
 use super::{Access, State, WatchTx};

@@ -6,8 +6,9 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use recipes_core::backend::{NodeEvent, SessionId, SessionState, SessionStatus};
 use recipes_core::mutants::{is_active, Mutant};
-use recipes_core::{Error, NodeEvent, SessionId, SessionState, SessionStatus};
+use recipes_core::Error;
 use tokio::sync::watch;
 use tokio::time::Instant;
 

@@ -1,7 +1,8 @@
 //! The ZooKeeper backend's optional powers: transactions (`multi`) and requests sent before the call returns.
 
 use async_trait::async_trait;
-use recipes_core::{ReplyFuture, Result, SendNow, SessionId, Transactions};
+use recipes_core::backend::{ReplyFuture, SendNow, SessionId, Transactions};
+use recipes_core::Result;
 
 use super::ZkBackend;
 use crate::convert::settle;

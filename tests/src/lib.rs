@@ -14,7 +14,6 @@ pub mod contract;
 pub mod harness;
 pub mod history;
 pub mod mem;
-pub mod model;
 pub mod proxy;
 pub mod scenarios;
 pub mod secure;

@@ -9,8 +9,8 @@
 
 use std::time::Duration;
 
-use recipes_conformance::model::configs::{exhaustive, random, sensitivity, switched};
-use recipes_conformance::model::{explore, explore_for, random_walks, replay, Bounds, Config};
+use recipes_model::configs::{exhaustive, random, sensitivity, switched};
+use recipes_model::{explore, explore_for, random_walks, replay, Bounds, Config};
 use recipes_core::mutants;
 
 fn deep() -> bool {

@@ -9,9 +9,9 @@
 
 use std::time::Duration;
 
+use recipes_core::mutants;
 use recipes_model::configs::{exhaustive, random, sensitivity, switched};
 use recipes_model::{explore, explore_for, random_walks, replay, Bounds, Config};
-use recipes_core::mutants;
 
 fn deep() -> bool {
     std::env::var_os("MODEL_DEEP").is_some()

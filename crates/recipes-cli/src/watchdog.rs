@@ -139,7 +139,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         }
     };
     let pid = child.id() as i32;
-    // The std handle is not used to wait: the loop below reaps every child, this one included.
+    // The std handle is not used to wait: `reap_all` reaps every child, this one included.
     std::mem::forget(child);
     say(format!("started {pid}"));
 

@@ -173,7 +173,8 @@ pub trait Backend: Send + Sync + fmt::Debug {
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-/// use recipes_core::{Backend, BackendExt, CreateMode};
+/// use recipes_core::backend::{BackendExt, CreateMode};
+/// use recipes_core::Backend;
 /// let client: std::sync::Arc<dyn Backend> = recipes_mem::MemCluster::new().client();
 /// let now = client.current();
 /// now.create("/config", b"v1", CreateMode::Persistent).await?;

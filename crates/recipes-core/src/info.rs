@@ -67,6 +67,30 @@ fn host_name() -> &'static str {
     })
 }
 
+/// This process's id (a system call each time it is asked, so asked once).
+fn process_id() -> u32 {
+    static PID: OnceLock<u32> = OnceLock::new();
+    *PID.get_or_init(std::process::id)
+}
+
+/// The end of the data after the recipe: `\nhost=…\npid=…\n`.
+fn push_tail(out: &mut String, host: &str, pid: u32) {
+    use std::fmt::Write;
+    out.push_str("\nhost=");
+    out.push_str(&host.replace('\n', " "));
+    let _ = write!(out, "\npid={pid}\n");
+}
+
+/// [`push_tail`] of this process, made once.
+fn own_tail() -> &'static str {
+    static TAIL: OnceLock<String> = OnceLock::new();
+    TAIL.get_or_init(|| {
+        let mut s = String::new();
+        push_tail(&mut s, host_name(), process_id());
+        s
+    })
+}
+
 impl NodeInfo {
     /// The info for an attempt made by this process.
     pub fn for_this_process(attempt: Uuid, recipe: &str) -> Self {
@@ -74,24 +98,29 @@ impl NodeInfo {
             attempt,
             recipe: recipe.to_owned(),
             host: host_name().to_owned(),
-            pid: std::process::id(),
+            pid: process_id(),
             first: false,
         }
     }
 
     /// Encodes the info as node data.
     pub fn encode(&self) -> Vec<u8> {
-        let mut s = format!(
-            "{MAGIC}\nattempt={}\nrecipe={}\nhost={}\npid={}\n",
-            self.attempt.simple(),
-            self.recipe,
-            self.host.replace('\n', " "),
-            self.pid
-        );
-        if self.first {
-            s.push_str("first=1\n");
+        let mut out = String::with_capacity(MAGIC.len() + 96 + self.recipe.len() + self.host.len());
+        out.push_str(MAGIC);
+        out.push_str("\nattempt=");
+        out.push_str(self.attempt.simple().encode_lower(&mut Uuid::encode_buffer()));
+        out.push_str("\nrecipe=");
+        out.push_str(&self.recipe);
+        if self.host == host_name() && self.pid == process_id() {
+            // This process's own line, made once: every node this process makes carries it.
+            out.push_str(own_tail());
+        } else {
+            push_tail(&mut out, &self.host, self.pid);
         }
-        s.into_bytes()
+        if self.first {
+            out.push_str("first=1\n");
+        }
+        out.into_bytes()
     }
 
     /// Decodes node data; `None` when it was not written by this library.
@@ -128,6 +157,32 @@ impl NodeInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_encoding_is_the_documented_text() {
+        let attempt = Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
+        let other = NodeInfo {
+            attempt,
+            recipe: "fair".into(),
+            host: "a\nhost".into(),
+            pid: 42,
+            first: true,
+        };
+        assert_eq!(
+            String::from_utf8(other.encode()).unwrap(),
+            "recipes-lock 1\nattempt=0123456789abcdef0123456789abcdef\nrecipe=fair\nhost=a host\npid=42\nfirst=1\n"
+        );
+        // This process's own line, made once, reads the same as any other's.
+        let own = NodeInfo::for_this_process(attempt, "read");
+        assert_eq!(
+            String::from_utf8(own.encode()).unwrap(),
+            format!(
+                "recipes-lock 1\nattempt=0123456789abcdef0123456789abcdef\nrecipe=read\nhost={}\npid={}\n",
+                own.host.replace('\n', " "),
+                std::process::id()
+            )
+        );
+    }
 
     #[test]
     fn round_trip() {

@@ -1,6 +1,6 @@
 //! Who holds a lock and who waits for it: Curator's `getParticipantNodes`, with each node's role.
 
-use crate::backend::{Backend, BackendExt};
+use crate::backend::{Backend, BackendExt, SessionRef};
 use crate::error::{Error, Result};
 use crate::info::NodeInfo;
 use crate::layout::{is_kazoo_lease, Layout, NodeKind, SortKey, EXCLUSIVE_NODE};
@@ -64,6 +64,15 @@ pub enum Role {
 /// The most of a node's data decoded (lock nodes carry a few lines; another client may have written much more).
 const DATA_READ: usize = 4096;
 
+/// The permit count a native semaphore's path stores (1 when it stores none, or is gone).
+pub(crate) async fn stored_permits(on: &SessionRef<'_>, path: &LockPath) -> Result<u32> {
+    Ok(on
+        .get(path.as_str())
+        .await?
+        .and_then(|(data, _)| crate::info::decode_permits(&data))
+        .unwrap_or(1))
+}
+
 /// Reads the participants of `path` with `layout`'s rules, on the backend's current session.
 pub(crate) async fn participants(backend: &dyn Backend, layout: Layout, path: &LockPath) -> Result<Participants> {
     let on = backend.current();
@@ -82,12 +91,14 @@ pub(crate) async fn participants(backend: &dyn Backend, layout: Layout, path: &L
     let mut leases: Vec<String> = Vec::new();
     match PeerSemaphore::of(layout).map(|p| (p, p.leases_under())) {
         Some((peer, None)) => leases.extend(children.iter().filter(|c| peer.is_lease(c)).cloned()),
-        Some((peer, Some(under))) if children.iter().any(|c| c == under) => {
+        Some((_, Some(under))) if children.iter().any(|c| c == under) => {
             let mut found: Vec<(SortKey, String)> = match on.children(&path.child(under)).await {
                 Ok(c) => c
                     .into_iter()
-                    .filter(|n| peer.is_lease(n))
-                    .filter_map(|n| layout.parse(&n).map(|p| (p.key, n)))
+                    .filter_map(|n| {
+                        let lease = layout.parse(&n).filter(|p| p.kind == NodeKind::Permit)?;
+                        Some((lease.key, n))
+                    })
                     .collect(),
                 Err(Error::NoNode(_)) => Vec::new(),
                 Err(e) => return Err(e),
@@ -103,10 +114,7 @@ pub(crate) async fn participants(backend: &dyn Backend, layout: Layout, path: &L
     let queue = contenders(layout, &children);
     // A semaphore's permit count is the path's data.
     let permits = if queue.iter().any(|c| c.kind == NodeKind::Permit) {
-        on.get(path.as_str())
-            .await?
-            .and_then(|(data, _)| crate::info::decode_permits(&data))
-            .unwrap_or(1)
+        stored_permits(&on, path).await?
     } else {
         1
     };

@@ -226,6 +226,33 @@ impl fmt::Display for Report {
     }
 }
 
+impl Violation {
+    /// A violation found by the schedule of `choices`, replayed for its trace (runs are untraced).
+    fn found(config: &Config, message: String, choices: &[usize], seed: Option<u64>) -> Violation {
+        Violation {
+            config: config.name,
+            message,
+            trace: replay(config, choices).0,
+            choices: choices.to_vec(),
+            seed,
+        }
+    }
+}
+
+impl Report {
+    /// Nothing explored yet.
+    fn new(config: &Config) -> Report {
+        Report {
+            config: config.name,
+            schedules: 0,
+            complete: false,
+            longest: 0,
+            violation: None,
+            elapsed: Duration::ZERO,
+        }
+    }
+}
+
 /// Bounds of an exhaustive exploration.
 #[derive(Debug, Clone, Copy)]
 pub struct Bounds {
@@ -246,14 +273,7 @@ pub fn explore(config: &Config, bounds: Bounds) -> Report {
 pub fn explore_for(config: &Config, bounds: Bounds, wanted: impl Fn(&str) -> bool) -> Report {
     let start = Instant::now();
     let mut chooser = Chooser::search();
-    let mut report = Report {
-        config: config.name,
-        schedules: 0,
-        complete: false,
-        longest: 0,
-        violation: None,
-        elapsed: Duration::ZERO,
-    };
+    let mut report = Report::new(config);
     loop {
         chooser.restart();
         let outcome = run::run(config, &mut chooser, false);
@@ -265,13 +285,7 @@ pub fn explore_for(config: &Config, bounds: Bounds, wanted: impl Fn(&str) -> boo
             outcome.violation.filter(|m| wanted(m))
         };
         if let Some(message) = message {
-            report.violation = Some(Violation {
-                config: config.name,
-                message,
-                trace: replay(config, &chooser.made).0,
-                choices: chooser.made.clone(),
-                seed: None,
-            });
+            report.violation = Some(Violation::found(config, message, &chooser.made, None));
             break;
         }
         if !chooser.advance() {
@@ -290,27 +304,14 @@ pub fn explore_for(config: &Config, bounds: Bounds, wanted: impl Fn(&str) -> boo
 /// violation.
 pub fn random_walks(config: &Config, seed: u64, runs: u64, time: Duration) -> Report {
     let start = Instant::now();
-    let mut report = Report {
-        config: config.name,
-        schedules: 0,
-        complete: false,
-        longest: 0,
-        violation: None,
-        elapsed: Duration::ZERO,
-    };
+    let mut report = Report::new(config);
     for s in seed..seed.saturating_add(runs) {
         let mut chooser = Chooser::random(s);
         let outcome = run::run(config, &mut chooser, false);
         report.schedules += 1;
         report.longest = report.longest.max(outcome.events);
         if let Some(message) = outcome.violation {
-            report.violation = Some(Violation {
-                config: config.name,
-                message,
-                trace: replay(config, &chooser.made).0,
-                choices: chooser.made.clone(),
-                seed: Some(s),
-            });
+            report.violation = Some(Violation::found(config, message, &chooser.made, Some(s)));
             break;
         }
         if start.elapsed() >= time {

@@ -210,8 +210,7 @@ impl<'a> Attempt<'a> {
     /// Until when a wait for a release sent now may go: the cleanup grace from now, and never past the deadline plus
     /// the grace.
     pub fn release_by(&self) -> Instant {
-        let grace = Instant::now() + CLEANUP_GRACE;
-        self.deadline.map_or(grace, |d| grace.min(d + CLEANUP_GRACE))
+        super::release_by(self.deadline)
     }
 
     /// Runs the cleanup of what this acquire made so far, waiting for it at most until the deadline (and at most the

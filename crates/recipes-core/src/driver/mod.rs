@@ -28,14 +28,14 @@ use tracing::Instrument;
 
 use crate::backend::{Backend, BackendExt};
 use crate::error::{Error, Result};
+use crate::layout::Layout;
 use crate::metrics::{Count, Counters};
 use crate::mutants::{is_active, Mutant};
 use crate::path::LockPath;
 use crate::patience::Patience;
 use crate::protocol::PeerSemaphore;
 use crate::recipe::Recipe;
-pub(crate) use attempt::Attempt;
-use attempt::{Step, Stop};
+use attempt::{Attempt, Step, Stop};
 use cleanup::Pending;
 pub(crate) use held::HeldNode;
 
@@ -43,7 +43,7 @@ pub(crate) use held::HeldNode;
 #[derive(Debug)]
 pub(crate) struct Ctx {
     pub backend: Arc<dyn Backend>,
-    pub layout: crate::layout::Layout,
+    pub layout: Layout,
     pub counters: Counters,
     /// Bound on creates per acquire (lost replies, vanished parents, vanished nodes).
     pub max_attempts: u32,
@@ -57,6 +57,13 @@ pub(crate) struct Ctx {
 const TRY_BOUND: Duration = Duration::from_secs(5);
 /// How long an acquire that gives up waits for its cleanup before leaving it to the background.
 const CLEANUP_GRACE: Duration = Duration::from_millis(500);
+
+/// Until when a wait for a release sent now may go: the cleanup grace from now, and never past `deadline` plus the
+/// grace.
+fn release_by(deadline: Option<Instant>) -> Instant {
+    let grace = Instant::now() + CLEANUP_GRACE;
+    deadline.map_or(grace, |d| grace.min(d + CLEANUP_GRACE))
+}
 
 /// Acquires the lock of `recipe` under `path`. `Ok(None)`: gave up (try-once found it held, or the deadline passed),
 /// with our node deleted (or, when the server cannot be reached within a short grace, being deleted in the

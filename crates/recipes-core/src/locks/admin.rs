@@ -157,11 +157,7 @@ async fn native_holder(on: &SessionRef<'_>, path: &LockPath, node: &str) -> Resu
     // A semaphore's claim holds within the count its path stores (found by review: with one permit, a claim that held
     // beside another was refused as waiting).
     let permits = match parsed.kind {
-        NodeKind::Permit => on
-            .get(path.as_str())
-            .await?
-            .and_then(|(data, _)| crate::info::decode_permits(&data))
-            .unwrap_or(1),
+        NodeKind::Permit => participants::stored_permits(on, path).await?,
         _ => 1,
     };
     match decide(Layout::Native, parsed.kind, &queue, node, permits) {

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::attempt::{Attempt, Stop};
-use super::{acquire_on, Claim, Ctx, HeldNode, CLEANUP_GRACE};
+use super::{acquire_on, release_by, Claim, Ctx, HeldNode, CLEANUP_GRACE};
 use crate::error::{Error, Result};
 use crate::mutants::{is_active, Mutant};
 use crate::path::LockPath;
@@ -37,12 +37,6 @@ use crate::protocol::PeerSemaphore;
 use crate::recipe::Recipe;
 use lease::{peer_count, LeaseUnderMutex};
 
-/// Until when a release of the mutex sent now is waited for: the cleanup grace from now, and never past `deadline`
-/// plus the grace (as [`Attempt::release_by`]).
-fn release_by(deadline: Option<Instant>) -> Instant {
-    let grace = Instant::now() + CLEANUP_GRACE;
-    deadline.map_or(grace, |d| grace.min(d + CLEANUP_GRACE))
-}
 /// Acquires one lease of the peer semaphore `peer` at `root`: the count checked (or stored), the mutex, the lease,
 /// and the mutex released again whatever the lease's outcome.
 pub(crate) async fn acquire(
@@ -72,10 +66,8 @@ pub(crate) async fn acquire(
         permits: claim.permits,
         session: mutex.session,
         mutex: Some(mutex),
-        deadline: match patience {
-            Patience::Until(d) => Some(d),
-            _ => None,
-        },
+        // Set when the lease's attempt begins (a try's bound is counted from there).
+        deadline: None,
     };
     if peer.checks_count_under_mutex() && !is_active(Mutant::CountCheckedBeforeMutex) {
         // Checked again now that the mutex's node keeps the path (and, after it, our lease does): a client of another

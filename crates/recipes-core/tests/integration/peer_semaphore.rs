@@ -233,3 +233,69 @@ async fn a_kazoo_semaphore_writes_its_count_into_a_path_made_without_one() {
         c.children("/p")
     );
 }
+
+/// A peer semaphore's acquire dropped at every await point in turn (the count, the mutex's create and wait, the
+/// lease's create and count, the mutex's release, the lease's confirmation), with a holder of the one permit behind
+/// it or none: no mutex or lease node of the live session is left, and the permit is free again (the adversarial read
+/// of the `Procedure` change asked where the mutex could be left between the lease's outcome and its release).
+#[tokio::test(start_paused = true)]
+async fn a_peer_semaphore_acquire_dropped_at_any_point_leaves_no_node() {
+    for layout in [Layout::Curator, Layout::Kazoo] {
+        for busy in [false, true] {
+            let mut completed = false;
+            // Bounded: past the number of polls a whole acquire takes, every drop point has been tried.
+            for polls in 1..200 {
+                let c = MemCluster::new();
+                let other = locks(&c, layout);
+                let held = if busy {
+                    Some(other.semaphore("/p", 1).unwrap().acquire().await.unwrap())
+                } else {
+                    None
+                };
+                let ours = locks(&c, layout);
+                let sem = ours.semaphore("/p", 1).unwrap();
+                let mut acquire = Box::pin(sem.acquire());
+                let mut got = None;
+                for _ in 0..polls {
+                    match futures::poll!(&mut acquire) {
+                        std::task::Poll::Ready(r) => {
+                            got = Some(r.unwrap());
+                            break;
+                        }
+                        std::task::Poll::Pending => tokio::task::yield_now().await,
+                    }
+                }
+                let whole = got.is_some();
+                drop(acquire);
+                drop(got);
+                // The background deletes run; a session's own nodes are gone once they have.
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                let mine: Vec<String> = c
+                    .ephemerals()
+                    .into_iter()
+                    .filter(|(_, owner)| *owner == ours.backend().session_status().id)
+                    .map(|(p, _)| p)
+                    .collect();
+                assert!(
+                    mine.is_empty(),
+                    "{layout}, busy {busy}, dropped after {polls} polls: left {mine:?}"
+                );
+                drop(held);
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                let free = sem.try_acquire().await.unwrap();
+                assert!(
+                    free.is_some(),
+                    "{layout}, busy {busy}, dropped after {polls} polls: the permit stays taken"
+                );
+                if whole {
+                    completed = true;
+                    break;
+                }
+            }
+            assert!(
+                completed || busy,
+                "{layout}: a free acquire never completed within the polls tried"
+            );
+        }
+    }
+}

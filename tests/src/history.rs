@@ -27,7 +27,7 @@ pub enum Event {
         /// Who.
         client: usize,
         /// The fencing token of the hold.
-        token: u64,
+        token: u128,
         /// Exclusive or shared.
         mode: Mode,
     },
@@ -65,9 +65,9 @@ pub enum Violation {
         /// When.
         at: u64,
         /// The token.
-        token: u64,
+        token: u128,
         /// The highest token granted before.
-        before: u64,
+        before: u128,
     },
     /// A client released without holding, or acquired twice without releasing.
     Malformed {
@@ -98,7 +98,7 @@ pub fn check(events: &[Event], clients: &[usize]) -> Vec<Violation> {
     events.sort_by_key(Event::at);
     let mut holding: BTreeMap<usize, Mode> = BTreeMap::new();
     let mut acquired: BTreeMap<usize, usize> = BTreeMap::new();
-    let mut highest: Option<u64> = None;
+    let mut highest: Option<u128> = None;
     let mut out = Vec::new();
     for instant in events.chunk_by(|a, b| a.at() == b.at()) {
         let begins_now = |c: usize| {
@@ -131,7 +131,7 @@ fn apply(
     e: &Event,
     holding: &mut BTreeMap<usize, Mode>,
     acquired: &mut BTreeMap<usize, usize>,
-    highest: &mut Option<u64>,
+    highest: &mut Option<u128>,
     out: &mut Vec<Violation>,
 ) {
     match *e {
@@ -181,7 +181,7 @@ mod tests {
         let mut t = 0;
         let mut out = Vec::new();
         for (i, &(client, mode, len)) in spec.iter().enumerate() {
-            let token = i as u64 + 1;
+            let token = i as u128 + 1;
             t += 1;
             out.push(Event::Acquired {
                 at: t,
@@ -285,7 +285,7 @@ mod tests {
         assert_eq!(check(&malformed, &[]), vec![Violation::Malformed { at: 1, client: 1 }]);
     }
 
-    fn x(at: u64, client: usize, token: u64) -> Event {
+    fn x(at: u64, client: usize, token: u128) -> Event {
         Event::Acquired {
             at,
             client,

@@ -64,7 +64,7 @@ pub struct Occupancy {
     violations: AtomicU64,
     entries: AtomicU64,
     max_shared: AtomicU64,
-    tokens: Mutex<Vec<u64>>,
+    tokens: Mutex<Vec<u128>>,
 }
 
 impl Occupancy {
@@ -74,7 +74,7 @@ impl Occupancy {
     }
 
     /// Enters exclusively, recording the fencing token in entry order.
-    pub fn enter_exclusive(&self, token: u64) {
+    pub fn enter_exclusive(&self, token: u128) {
         let mut s = self.state.lock().unwrap();
         if s.0 != 0 || s.1 != 0 {
             self.violations.fetch_add(1, Ordering::SeqCst);
@@ -121,7 +121,7 @@ impl Occupancy {
     }
 
     /// Fencing tokens of exclusive entries, in entry order.
-    pub fn tokens(&self) -> Vec<u64> {
+    pub fn tokens(&self) -> Vec<u128> {
         self.tokens.lock().unwrap().clone()
     }
 }
@@ -135,7 +135,7 @@ pub async fn hold_exclusive(occ: &Occupancy, guard: LockGuard, hold: Duration) {
 }
 
 /// Asserts that tokens strictly increase.
-pub fn assert_increasing(tokens: &[u64]) {
+pub fn assert_increasing(tokens: &[u128]) {
     for w in tokens.windows(2) {
         assert!(w[0] < w[1], "fencing tokens must strictly increase: {tokens:?}");
     }

@@ -11,8 +11,8 @@
 //! The store is two tables in a schema of their own (created when missing):
 //!
 //! ```sql
-//! CREATE TABLE fence  (resource text PRIMARY KEY, token bigint NOT NULL);   -- the highest token accepted
-//! CREATE TABLE ledger (id bigserial PRIMARY KEY, resource text NOT NULL, token bigint NOT NULL,
+//! CREATE TABLE fence  (resource text PRIMARY KEY, token numeric(39) NOT NULL);   -- the highest token accepted
+//! CREATE TABLE ledger (id bigserial PRIMARY KEY, resource text NOT NULL, token numeric(39) NOT NULL,
 //!                      worker text NOT NULL, written_at timestamptz NOT NULL DEFAULT now());  -- the writes
 //! ```
 //!
@@ -167,7 +167,7 @@ impl From<tokio_postgres::Error> for Failure {
 #[derive(Debug)]
 enum WriteError {
     /// The fence holds a newer token: a newer holder has written. The transaction was rolled back.
-    Rejected { token: i64, store: i64 },
+    Rejected { token: u128, store: u128 },
     /// PostgreSQL failed.
     Db(tokio_postgres::Error),
 }
@@ -377,11 +377,11 @@ impl Store {
                  CREATE SCHEMA IF NOT EXISTS {schema};
                  CREATE TABLE IF NOT EXISTS {schema}.fence (
                      resource text PRIMARY KEY,
-                     token bigint NOT NULL);
+                     token numeric(39) NOT NULL);
                  CREATE TABLE IF NOT EXISTS {schema}.ledger (
                      id bigserial PRIMARY KEY,
                      resource text NOT NULL,
-                     token bigint NOT NULL,
+                     token numeric(39) NOT NULL,
                      worker text NOT NULL,
                      written_at timestamptz NOT NULL DEFAULT now());
                  COMMIT;"
@@ -404,39 +404,41 @@ impl Store {
     /// The `INSERT ... ON CONFLICT DO UPDATE` locks the fence row until the transaction ends, whether the `WHERE`
     /// accepted the token or not: two writers of one resource are serialised there, and between our check and our
     /// commit nobody can raise the fence. So no write with an older token commits after a newer one.
-    async fn begin_write(&mut self, resource: &str, token: u64, worker: &str) -> Result<Transaction<'_>, WriteError> {
-        let token = i64::try_from(token).unwrap_or(i64::MAX); // ZooKeeper's zxids are positive i64s
+    async fn begin_write(&mut self, resource: &str, token: u128, worker: &str) -> Result<Transaction<'_>, WriteError> {
+        // A token is a u128 (a creation id above 32 bits of pass): numeric(39) holds it, sent and read as text.
+        let text = token.to_string();
         let tx = self.client.transaction().await?;
         let accepted = tx
             .query_opt(
                 &format!(
-                    "INSERT INTO {s}.fence (resource, token) VALUES ($1, $2)
+                    "INSERT INTO {s}.fence (resource, token) VALUES ($1, $2::text::numeric)
                      ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token
                         WHERE fence.token <= EXCLUDED.token
                      RETURNING token",
                     s = self.schema
                 ),
-                &[&resource, &token],
+                &[&resource, &text],
             )
             .await?;
         if accepted.is_none() {
             // The row is locked by the INSERT above, so this reads the value that refused us.
-            let store: i64 = tx
+            let store: String = tx
                 .query_one(
-                    &format!("SELECT token FROM {}.fence WHERE resource = $1", self.schema),
+                    &format!("SELECT token::text FROM {}.fence WHERE resource = $1", self.schema),
                     &[&resource],
                 )
                 .await?
                 .try_get(0)?;
+            let store = store.parse().unwrap_or(u128::MAX);
             tx.rollback().await?;
             return Err(WriteError::Rejected { token, store });
         }
         tx.execute(
             &format!(
-                "INSERT INTO {}.ledger (resource, token, worker) VALUES ($1, $2, $3)",
+                "INSERT INTO {}.ledger (resource, token, worker) VALUES ($1, $2::text::numeric, $3)",
                 self.schema
             ),
-            &[&resource, &token, &worker],
+            &[&resource, &text, &worker],
         )
         .await?;
         Ok(tx)
@@ -444,7 +446,7 @@ impl Store {
 
     /// One write, committed if the fence accepts it, with no look at any lease: what a holder does when its check of
     /// the lease passed just before it was paused.
-    async fn write(&mut self, resource: &str, token: u64, worker: &str) -> Result<(), WriteError> {
+    async fn write(&mut self, resource: &str, token: u128, worker: &str) -> Result<(), WriteError> {
         let tx = self.begin_write(resource, token, worker).await?;
         tx.commit().await?;
         Ok(())
@@ -472,14 +474,14 @@ impl Store {
     }
 
     /// The ledger's rows for `resource` with a token of at least `from`, in the order they were written.
-    async fn ledger(&self, resource: &str, from: u64) -> Result<Vec<(i64, String, String)>, tokio_postgres::Error> {
-        let from = i64::try_from(from).unwrap_or(i64::MAX);
+    async fn ledger(&self, resource: &str, from: u128) -> Result<Vec<(String, String, String)>, tokio_postgres::Error> {
+        let from = from.to_string();
         let rows = self
             .client
             .query(
                 &format!(
-                    "SELECT token, worker, to_char(written_at, 'HH24:MI:SS.MS') FROM {}.ledger
-                      WHERE resource = $1 AND token >= $2 ORDER BY id",
+                    "SELECT token::text, worker, to_char(written_at, 'HH24:MI:SS.MS') FROM {}.ledger
+                      WHERE resource = $1 AND token >= $2::text::numeric ORDER BY id",
                     self.schema
                 ),
                 &[&resource, &from],
@@ -491,8 +493,8 @@ impl Store {
     }
 
     /// The fence's token for `resource`.
-    async fn fence(&self, resource: &str) -> Result<Option<i64>, tokio_postgres::Error> {
-        let sql = format!("SELECT token FROM {}.fence WHERE resource = $1", self.schema);
+    async fn fence(&self, resource: &str) -> Result<Option<String>, tokio_postgres::Error> {
+        let sql = format!("SELECT token::text FROM {}.fence WHERE resource = $1", self.schema);
         match self.client.query_opt(&sql, &[&resource]).await? {
             Some(row) => Ok(Some(row.try_get(0)?)),
             None => Ok(None),
@@ -651,7 +653,7 @@ async fn demo(common: &Common, workers: u32) -> Result<(), Failure> {
 }
 
 /// One demo worker: its own ZooKeeper session and PostgreSQL connection; the lock, two writes, the release.
-async fn demo_worker(common: &Common, name: &str) -> Result<(u64, String), Failure> {
+async fn demo_worker(common: &Common, name: &str) -> Result<(u128, String), Failure> {
     let mut store = Store::open(&common.pg, &common.schema).await?;
     let locks = connect_locks(&common.zk, Duration::from_secs(10)).await?;
     let result = async {

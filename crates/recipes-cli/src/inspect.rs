@@ -119,7 +119,8 @@ fn as_json(c: &Conn, path: &LockPath, p: &Participants) -> String {
                 "recipe": recipe_of(n),
                 "host": n.info.as_ref().map(|i| i.host.as_str()),
                 "pid": n.info.as_ref().map(|i| i.pid),
-                "fencing_token": n.czxid,
+                // A string: a token is a u128, beyond what JSON readers take as a number.
+                "fencing_token": n.fencing_token().to_string(),
                 "age_ms": age_ms(n),
                 "revocation_requested": n.revocation_requested,
             })

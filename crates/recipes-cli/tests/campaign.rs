@@ -79,7 +79,7 @@ struct Run {
 struct Hold {
     slot: usize,
     path_rw: bool,
-    token: u64,
+    token: u128,
     mode: Option<Mode>,
     first: u64,
     last: u64,
@@ -384,7 +384,7 @@ struct FencedStore {
 #[derive(Debug, Clone)]
 struct StoreWrite {
     who: String,
-    token: u64,
+    token: u128,
     at: Instant,
     accepted: bool,
 }
@@ -396,7 +396,7 @@ impl FencedStore {
         let port = listener.local_addr().unwrap().port();
         let writes: Arc<Mutex<Vec<StoreWrite>>> = Arc::default();
         let reports: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
-        let highest = Arc::new(AtomicU64::new(0));
+        let highest = Arc::new(Mutex::new(0u128));
         let (w, r) = (writes.clone(), reports.clone());
         std::thread::spawn(move || {
             for conn in listener.incoming().flatten() {
@@ -410,12 +410,17 @@ impl FencedStore {
                             }
                             continue;
                         }
-                        let (Some(who), Some(token)) = (f.get(1), f.get(2).and_then(|t| t.parse::<u64>().ok())) else {
+                        let (Some(who), Some(token)) = (f.get(1), f.get(2).and_then(|t| t.parse::<u128>().ok())) else {
                             continue;
                         };
                         // Accept only a token at least as high as any seen: one check-and-set, as a store's
                         // conditional write would do.
-                        let accepted = highest.fetch_max(token, Ordering::SeqCst) <= token;
+                        let accepted = {
+                            let mut highest = highest.lock().unwrap();
+                            let ok = *highest <= token;
+                            *highest = (*highest).max(token);
+                            ok
+                        };
                         w.lock().unwrap().push(StoreWrite {
                             who: who.to_string(),
                             token,

@@ -143,12 +143,12 @@ fn child_environment_and_exit_status() {
     let parts: Vec<&str> = line.split('|').collect();
     assert_eq!(parts[0], path);
     assert!(parts[1].starts_with(&format!("{path}/L-")), "{line}");
-    assert!(parts[2].parse::<u64>().unwrap() > 0, "{line}");
+    assert!(parts[2].parse::<u128>().unwrap() > 0, "{line}");
     // A second run gets a higher token.
     let o2 = run(zklock(&zk, &[&path, "--", "sh", "-c", "echo $ZKLOCK_FENCING_TOKEN"]));
     assert!(o2.status.success());
-    let t2: u64 = String::from_utf8_lossy(&o2.stdout).trim().parse().unwrap();
-    assert!(t2 > parts[2].parse::<u64>().unwrap());
+    let t2: u128 = String::from_utf8_lossy(&o2.stdout).trim().parse().unwrap();
+    assert!(t2 > parts[2].parse::<u128>().unwrap());
     // A command killed by a signal: 128 + the signal, as shells report it.
     let o3 = run(zklock(&zk, &[&path, "--", "sh", "-c", "kill -9 $$"]));
     assert_eq!(o3.status.code(), Some(137));
@@ -596,10 +596,7 @@ fn inspect_lists_holders_and_waiters() {
         "{j}"
     );
     assert_eq!(w["waits_on"], h["node"], "{j}");
-    assert!(
-        h["fencing_token"].as_i64().unwrap() < w["fencing_token"].as_i64().unwrap(),
-        "{j}"
-    );
+    assert!(token(&h["fencing_token"]) < token(&w["fencing_token"]), "{j}");
     for mut c in [holder, waiter] {
         let _ = c.kill();
         let _ = c.wait();
@@ -1163,4 +1160,11 @@ fn kill_and_wait(mut child: std::process::Child) {
         assert!(t0.elapsed() < Duration::from_secs(30), "zklock did not stop");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A fencing token as `inspect --json` prints it: a string of digits.
+fn token(v: &serde_json::Value) -> u128 {
+    v.as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not a token: {v}"))
 }

@@ -49,7 +49,7 @@ impl BlockingGuard {
     }
 
     /// See [`LockGuard::fencing_token`].
-    pub fn fencing_token(&self) -> u64 {
+    pub fn fencing_token(&self) -> u128 {
         self.guard.fencing_token()
     }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::SessionId;
+use crate::cohort::CohortHold;
 use crate::driver::HeldNode;
 use crate::error::{LostReason, Result};
 use crate::owner::Owner;
@@ -40,22 +41,55 @@ impl Revocable for HeldNode {
 #[clippy::has_significant_drop]
 pub struct LockGuard {
     node: Arc<HeldNode>,
+    share: Share,
+}
+
+/// How a guard shares its node.
+#[derive(Debug)]
+enum Share {
+    /// The node is this guard's alone.
+    Alone,
     /// For the owned recipes (reentrant, read/write), the hold this guard counts; it counts itself out when dropped.
-    hold: Option<Hold<HeldNode>>,
+    Counted(Hold<HeldNode>),
+    /// One local hold of a cohort's node; when dropped, it passes the node to the next task of the cohort or lets it
+    /// go.
+    Cohort(CohortHold),
 }
 
 impl LockGuard {
     pub(crate) fn plain(node: HeldNode) -> Self {
         LockGuard {
             node: Arc::new(node),
-            hold: None,
+            share: Share::Alone,
         }
     }
 
     pub(crate) fn counted(hold: Hold<HeldNode>) -> Self {
         LockGuard {
             node: hold.node().clone(),
-            hold: Some(hold),
+            share: Share::Counted(hold),
+        }
+    }
+
+    pub(crate) fn in_cohort(node: Arc<HeldNode>, hold: CohortHold) -> Self {
+        LockGuard {
+            node,
+            share: Share::Cohort(hold),
+        }
+    }
+
+    /// The hold's pass of its node: 0 but for the second and later holds of a cohort's node.
+    fn pass(&self) -> u32 {
+        match &self.share {
+            Share::Cohort(c) => c.pass(),
+            _ => 0,
+        }
+    }
+
+    fn counted_hold(&self) -> Option<&Hold<HeldNode>> {
+        match &self.share {
+            Share::Counted(h) => Some(h),
+            _ => None,
         }
     }
 
@@ -73,7 +107,9 @@ impl LockGuard {
         &self.held().node
     }
 
-    /// A number that strictly increases across successive holders of this path (the node's creation id).
+    /// A number that strictly increases across successive holders of this path: the node's creation id times 2³²,
+    /// plus the hold's pass of the node (0, but for the second and later holds of a
+    /// [cohort](crate::LocksBuilder::cohorts)'s node, which the tasks of one process pass among themselves).
     ///
     /// Pass it to every downstream store the lock protects and have the store reject any write carrying a token
     /// lower than the highest it has seen: that stops a holder that was paused past its lease from doing damage.
@@ -95,8 +131,8 @@ impl LockGuard {
     /// #     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
     /// # }
     /// ```
-    pub fn fencing_token(&self) -> u64 {
-        self.held().czxid.max(0) as u64
+    pub fn fencing_token(&self) -> u128 {
+        token(self.held().czxid, self.pass())
     }
 
     /// The session the lock node belongs to.
@@ -106,12 +142,12 @@ impl LockGuard {
 
     /// The owner of this hold (`None` for the non-reentrant recipes).
     pub fn owner(&self) -> Option<Owner> {
-        self.hold.as_ref().map(Hold::owner)
+        self.counted_hold().map(Hold::owner)
     }
 
     /// How many holds this guard's owner has on this side of the lock (1 for the non-reentrant recipes).
     pub fn hold_count(&self) -> u32 {
-        self.hold.as_ref().map_or(1, Hold::count)
+        self.counted_hold().map_or(1, Hold::count)
     }
 
     /// Until when the lock is known valid: the send time of the last request of its session that the server
@@ -262,7 +298,12 @@ impl LockGuard {
     /// # Cancel safety
     /// Cancel safe: dropping the future only drops a watch registration.
     pub async fn revocation_requested(&self) -> Result<()> {
-        self.held().revocation_requested().await
+        let asked = self.held().revocation_requested().await;
+        if let (Ok(()), Share::Cohort(c)) = (&asked, &self.share) {
+            // The node is let go after this hold, not passed on.
+            c.revoked();
+        }
+        asked
     }
 
     /// Releases this hold and, when it is the last hold on the lock node, deletes the node.
@@ -301,8 +342,8 @@ impl LockGuard {
     /// Counts this guard's hold out, and returns its node when nothing else holds it (no other hold or downgraded
     /// side shares it): the node to delete.
     pub(crate) fn into_node(self) -> Option<HeldNode> {
-        let LockGuard { node, hold } = self;
-        drop(hold);
+        let LockGuard { node, share } = self;
+        drop(share);
         Arc::into_inner(node)
     }
 }
@@ -311,10 +352,15 @@ impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
             .field("node", &self.node.node)
-            .field("fencing_token", &self.node.czxid)
+            .field("fencing_token", &self.fencing_token())
             .field("owner", &self.owner())
             .finish()
     }
+}
+
+/// The fencing token of the `pass`-th hold of a node made at `czxid`: the creation id above 32 bits of pass.
+pub(crate) fn token(czxid: i64, pass: u32) -> u128 {
+    (u128::from(czxid.max(0).unsigned_abs()) << 32) | u128::from(pass)
 }
 
 /// Why a guarded operation did not complete under the lock.

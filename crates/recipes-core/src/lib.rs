@@ -42,6 +42,7 @@
 
 pub mod backend;
 mod blocking;
+mod cohort;
 mod driver;
 mod error;
 mod guard;
@@ -69,7 +70,7 @@ pub use error::{Error, LostReason, NotHeldReason, PathProblem, Result, RetryReas
 pub use guard::{GuardedError, LockGuard};
 pub use layout::{Layout, NodeKind};
 pub use lock::{ExclusiveLock, FairLock, Lock, LockFuture, ReadLock, ReadWriteLock, ReentrantLock, WriteLock};
-pub use locks::{LeaseMargin, Locks, LocksBuilder};
+pub use locks::{LeaseMargin, Locks, LocksBuilder, DEFAULT_COHORT_HOLDS};
 pub use metrics::{describe_metrics, Metrics};
 pub use multi::{MultiGuard, MultiLock};
 pub use owner::{Owner, OwnerToken};

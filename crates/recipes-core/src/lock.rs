@@ -10,6 +10,7 @@ use std::time::Duration;
 use std::future::Future;
 use std::pin::Pin;
 
+use crate::cohort::Cohort;
 use crate::driver::{self, Ctx, HeldNode};
 use crate::error::Result;
 use crate::guard::LockGuard;
@@ -22,16 +23,31 @@ use crate::reentrant::{Reentrancy, Side};
 /// The hold counts of one owned lock path.
 pub(crate) type Holds = Reentrancy<HeldNode>;
 
-/// What a plain (not owned) recipe needs: the driver's context and the path.
+/// What a plain (not owned) recipe needs: the driver's context and the path, and the path's cohort when the tasks
+/// of this process share their place in line.
 #[derive(Debug, Clone)]
 pub(crate) struct Plain {
     ctx: Arc<Ctx>,
     path: LockPath,
+    cohort: Option<Arc<Cohort>>,
 }
 
 impl Plain {
     pub fn new(ctx: Arc<Ctx>, path: LockPath) -> Self {
-        Plain { ctx, path }
+        Plain {
+            ctx,
+            path,
+            cohort: None,
+        }
+    }
+
+    /// The fair lock of a cohort: its acquires go through the cohort.
+    pub fn in_cohort(ctx: Arc<Ctx>, cohort: Arc<Cohort>) -> Self {
+        Plain {
+            ctx,
+            path: cohort.path().clone(),
+            cohort: Some(cohort),
+        }
     }
 
     fn path(&self) -> &LockPath {
@@ -39,6 +55,9 @@ impl Plain {
     }
 
     async fn get(&self, recipe: Recipe, p: Patience) -> Result<Option<LockGuard>> {
+        if let Some(cohort) = &self.cohort {
+            return cohort.acquire(&self.ctx, p).await;
+        }
         let held = driver::acquire(&self.ctx, &self.path, recipe, p).await?;
         Ok(held.map(LockGuard::plain))
     }

@@ -134,10 +134,7 @@ impl MultiLock {
     }
 
     async fn get(&self, patience: Patience) -> Result<Option<MultiGuard>> {
-        let deadline = match patience {
-            Patience::Until(d) => Some(d),
-            _ => None,
-        };
+        let deadline = patience.deadline();
         // Every member at once, within the deadline (a try alone is bounded by a few seconds, not by ours).
         // Each try makes its node at once, without listing first: a free set in one round trip.
         let tries = join_all(self.members.iter().map(|m| m.__try_acquire_eagerly()));

@@ -78,6 +78,9 @@ pub enum Mutant {
     /// Not a bug: no same-session handoff (a waiter ignores the release of a task of its own session and waits for
     /// the deletion's watch event), so that a test can show what the handoff changes.
     NoHandoff,
+    /// A cohort passes its node to the next local task however many holds the node has had: a waiter of another
+    /// session queued behind the node waits for as long as the process's tasks keep asking (it starves).
+    CohortUnbounded,
     /// Not a bug: every waiter that came to hold the lock marks itself `first`, not only one behind a long queue,
     /// so that the model checker explores the marking optimisation with a few clients.
     AlwaysMark,

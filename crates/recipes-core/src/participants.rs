@@ -49,6 +49,14 @@ pub struct Participant {
     pub revocation_requested: bool,
 }
 
+impl Participant {
+    /// The fencing token of the node's first hold ([`LockGuard::fencing_token`](crate::LockGuard::fencing_token)
+    /// of its holder; a cohort's later holds of the node carry their pass above it).
+    pub fn fencing_token(&self) -> u128 {
+        crate::guard::token(self.czxid, 0)
+    }
+}
+
 /// A participant's role.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Role {

@@ -28,6 +28,14 @@ impl Patience {
         matches!(self, Patience::TryOnce | Patience::TryEagerly)
     }
 
+    /// The instant it gives up waiting at, if any.
+    pub fn deadline(self) -> Option<Instant> {
+        match self {
+            Patience::Until(d) => Some(d),
+            _ => None,
+        }
+    }
+
     /// A timeout as patience: zero never queues; a timeout too long to express as an instant (`Duration::MAX`) is no
     /// deadline at all.
     pub fn from_timeout(timeout: Duration) -> Self {

@@ -6,8 +6,8 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, missing_docs)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use recipes_core::protocol::contenders;
@@ -18,13 +18,14 @@ use tokio::task::JoinSet;
 /// A downstream store that accepts a write only with a fencing token at least as high as any it has seen.
 #[derive(Default)]
 struct FencedStore {
-    highest: AtomicU64,
+    highest: Mutex<u128>,
 }
 
 impl FencedStore {
-    fn write(&self, token: u64, what: &str) -> bool {
-        let prev = self.highest.fetch_max(token, Ordering::SeqCst);
-        let ok = token >= prev;
+    fn write(&self, token: u128, what: &str) -> bool {
+        let mut highest = self.highest.lock().unwrap();
+        let ok = token >= *highest;
+        *highest = (*highest).max(token);
         println!(
             "    store: write {what:?} with token {token} -> {}",
             if ok { "accepted" } else { "REJECTED (stale token)" }

@@ -12,14 +12,14 @@ use recipes_core::{Locks, LostReason};
 use recipes_mem::MemCluster;
 
 /// One write: the token it carried, and who wrote.
-type Write = (u64, &'static str);
+type Write = (u128, &'static str);
 
 /// The application's store: it keeps the highest fencing token it has seen and refuses writes below it.
 #[derive(Default, Clone)]
-struct Store(Arc<Mutex<(u64, Vec<Write>)>>);
+struct Store(Arc<Mutex<(u128, Vec<Write>)>>);
 
 impl Store {
-    fn write(&self, token: u64, what: &'static str) -> bool {
+    fn write(&self, token: u128, what: &'static str) -> bool {
         let mut s = self.0.lock().unwrap();
         if token < s.0 {
             return false;

@@ -115,7 +115,7 @@ struct Hold {
     /// The lock path (the oracles hold per path).
     path: String,
     node: String,
-    token: u64,
+    token: u128,
     /// The guard while held (taken out to release it).
     guard: Option<Arc<Guard>>,
 }
@@ -127,7 +127,7 @@ pub(crate) struct Oracle {
     /// Notes for the trace (acquired, released, errors).
     pub notes: Vec<String>,
     /// Per lock path: the highest token of an exclusive hold, and of any hold.
-    max_tokens: std::collections::HashMap<String, (u64, u64)>,
+    max_tokens: std::collections::HashMap<String, (u128, u128)>,
     pub finished: usize,
     pub crashed: HashSet<usize>,
     /// Nodes an operator deleted: (path, czxid). Once a lock node is deleted behind the library's back, the lease no
@@ -299,7 +299,7 @@ impl Oracle {
                 }
             }
             match cluster.stat(&h.node) {
-                Some(st) if st.czxid.max(0) as u64 == h.token => {}
+                Some(st) if st.czxid.max(0) as u64 == creation_id(h.token) => {}
                 _ => problems.push(format!(
                     "client {}'s guard is valid but its node {} (token {}) is gone",
                     h.client,
@@ -450,13 +450,18 @@ fn is_expected(e: &Error) -> bool {
     }
 }
 
+/// The creation id of the node a fencing token was handed out on (its pass below 32 bits).
+fn creation_id(token: u128) -> u64 {
+    (token >> 32) as u64
+}
+
 trait StatExt {
-    fn is_none_or_changed(&self, token: u64) -> bool;
+    fn is_none_or_changed(&self, token: u128) -> bool;
 }
 
 impl StatExt for Option<recipes_core::backend::Stat> {
-    fn is_none_or_changed(&self, token: u64) -> bool {
-        self.map_or(true, |s| s.czxid.max(0) as u64 != token)
+    fn is_none_or_changed(&self, token: u128) -> bool {
+        self.map_or(true, |s| s.czxid.max(0) as u64 != creation_id(token))
     }
 }
 

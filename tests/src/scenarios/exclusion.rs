@@ -371,7 +371,7 @@ pub async fn participants_list_holders_and_waiters(h: &dyn Harness) {
     let holders: Vec<_> = p.holders().collect();
     assert_eq!(holders.len(), 2, "{p:?}");
     assert_eq!(holders[0].node, name(&r1));
-    assert_eq!(holders[0].czxid as u64, r1.fencing_token());
+    assert_eq!(u128::from(holders[0].czxid as u64) << 32, r1.fencing_token());
     assert_eq!(holders[1].node, name(&r2));
     assert!(holders.iter().all(|n| n.kind == Some(NodeKind::Read)));
     let waiters: Vec<_> = p.waiters().collect();
@@ -392,7 +392,7 @@ pub async fn participants_list_holders_and_waiters(h: &dyn Harness) {
     let p = b.locks.participants(&path).await.unwrap();
     assert_eq!(p.nodes.len(), 1);
     assert_eq!((p.nodes[0].kind, &p.nodes[0].role), (None, &Role::Holder));
-    assert_eq!(p.nodes[0].czxid as u64, g.fencing_token());
+    assert_eq!(u128::from(p.nodes[0].czxid as u64) << 32, g.fencing_token());
     g.release().await.unwrap();
     wait_children(h, &path, 0).await;
 }

@@ -13,6 +13,7 @@
 //! - [`semaphore`]: the semaphore's bound, order, permit count and cleanup.
 //! - [`peer_semaphore`]: the semaphore in the Curator and kazoo layouts: bound, cleanup, refusals.
 //! - [`multi`]: the multi-lock: all or none, no deadlock, mixed recipes, cleanup.
+//! - [`cohort`]: the fair lock's cohorts: passes within a process, the bound, losses and cancellations.
 //!
 //! `__for_each_scenario!` below lists every scenario by name; [`conformance_suite!`](crate::conformance_suite) makes
 //! each one a test on a backend. A new scenario goes into its theme's file and into that list;
@@ -30,6 +31,7 @@ use crate::harness::Harness;
 use crate::util::{bounded, hold_exclusive, wait_children, Occupancy};
 
 pub mod cancellation;
+pub mod cohort;
 pub mod exclusion;
 pub mod faults;
 pub mod multi;
@@ -42,6 +44,7 @@ pub mod semaphore;
 pub mod sessions;
 
 pub use cancellation::*;
+pub use cohort::*;
 pub use exclusion::*;
 pub use faults::*;
 pub use multi::*;
@@ -97,6 +100,9 @@ macro_rules! __for_each_scenario {
             revoke_node_writes_only_lock_nodes multi_lock_ends_with_its_session
             a_node_named_like_a_lock_node_never_says_it_held revoke_node_refuses_a_waiting_node
             revoke_node_refuses_a_native_node_beside_another_layouts_holder
+            cohort_passes_keep_exclusion_and_token_order cohort_bound_lets_a_waiting_session_in
+            cohort_session_expiry_reaches_every_task cohort_cancellations_leave_no_node
+            cohort_revocation_ends_the_passes
         );
     };
 }

@@ -25,7 +25,7 @@ impl Locks {
     /// # for _ in 0..100 { if a.participants("/reports").await.unwrap().nodes.len() == 2 { break } tokio::task::yield_now().await; }
     /// let p = a.participants("/reports").await.unwrap();
     /// assert_eq!(p.holders().count(), 1);
-    /// assert_eq!(p.nodes[0].czxid as u64, held.fencing_token());
+    /// assert_eq!(u128::from(p.nodes[0].czxid as u64) << 32, held.fencing_token());
     /// assert!(matches!(p.nodes[1].role, Role::Waiter { .. }));
     /// # drop(held); waiting.await.unwrap().unwrap();
     /// # });

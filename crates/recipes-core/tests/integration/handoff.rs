@@ -41,7 +41,9 @@ async fn release_to(
         let release = tokio::spawn(async move { a.release().await.unwrap() });
         let (g, at): (LockGuard, Instant) = b.await.unwrap();
         // A's node, not another of its name (the fixed exclusive node is made again by the next holder).
-        let existed = cluster.stat(&a_node).is_some_and(|s| s.czxid.max(0) as u64 == a_token);
+        let existed = cluster
+            .stat(&a_node)
+            .is_some_and(|s| u128::from(s.czxid.max(0) as u64) << 32 == a_token);
         release.await.unwrap();
         assert!(g.fencing_token() > 0);
         g.release().await.unwrap();

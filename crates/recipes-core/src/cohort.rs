@@ -1,0 +1,294 @@
+//! Cohorts: the tasks of one process that wait for one fair lock through one [`Locks`](crate::Locks) share one
+//! place in the lock's queue (lock cohorting, Dice, Marathe and Shavit, PPoPP 2012, across processes instead of NUMA
+//! nodes). docs/algorithm.md, "Cohorts", gives the safety argument and the fairness bound.
+//!
+//! One task of the cohort at a time (the *leader*) runs the fair lock's acquire and makes the cohort's node; the
+//! others wait in a local FIFO queue. A release passes the lock to the next local task without a request to the
+//! store while the node stays first in the global queue, up to `bound` holds of one node in a row; then (or when the
+//! node is lost, asked to let go, or nobody local waits) the node is released and the next local task leads again,
+//! with a new node at the back of the global queue.
+//!
+//! # Contract
+//! - At most one local hold of the cohort's node at a time; the node is held by the distributed lock whenever a
+//!   local hold exists (a pass is made only while the node's lease is valid).
+//! - A node is held at most `bound` times: another session's waiter queued behind it waits for at most `bound` local
+//!   holds.
+//! - Local tasks are served in the order they asked (FIFO), and the leader is the oldest waiting task.
+//! - Each hold's pass number (0 for the node's first hold) goes into its fencing token below the node's creation id,
+//!   so tokens strictly increase across local passes too.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+
+use crate::backend::SessionId;
+use crate::driver::session;
+use crate::driver::{self, Ctx, HeldNode};
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::mutants::{is_active, Mutant};
+use crate::path::LockPath;
+use crate::patience::Patience;
+use crate::recipe::Recipe;
+
+/// How a queued local task's turn comes.
+#[derive(Debug)]
+enum Turn {
+    /// It holds the cohort's node, as this pass of it.
+    Hold(Arc<HeldNode>, u32),
+    /// It leads: it runs the acquire that makes the cohort's next node.
+    Lead,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// The node that a local task holds now; `None` between holders of different nodes.
+    node: Option<Arc<HeldNode>>,
+    /// How many holds `node` has had (its first included).
+    holds: u32,
+    /// Whether a local holder of `node` learned that someone asked it to let go: no more passes.
+    revoked: bool,
+    /// Whether a local task is running the acquire of the cohort's next node.
+    leading: bool,
+    next_id: u64,
+    /// The local tasks waiting for their turn, oldest first.
+    queue: VecDeque<(u64, oneshot::Sender<Turn>)>,
+}
+
+impl State {
+    /// Hands `turn` to the oldest waiting task. `Err` gives it back when nobody waits.
+    fn hand(&mut self, mut turn: Turn) -> std::result::Result<(), Turn> {
+        // Bounded by the queue's length: a queued task's receiver lives until it has removed itself, under the lock.
+        while let Some((_, tx)) = self.queue.pop_front() {
+            match tx.send(turn) {
+                Ok(()) => return Ok(()),
+                Err(back) => turn = back,
+            }
+        }
+        Err(turn)
+    }
+
+    /// Nobody leads any more: the oldest waiting task does.
+    fn lead_next(&mut self) {
+        self.leading = self.hand(Turn::Lead).is_ok();
+    }
+}
+
+/// The cohort of one fair lock path, shared by every handle on the path made from one [`Locks`](crate::Locks).
+#[derive(Debug)]
+pub(crate) struct Cohort {
+    path: LockPath,
+    bound: u32,
+    state: Mutex<State>,
+}
+
+/// One local hold of the cohort's node: counted out (passing the lock on, or letting the node go) when dropped.
+#[derive(Debug)]
+pub(crate) struct CohortHold {
+    cohort: Arc<Cohort>,
+    node: Arc<HeldNode>,
+    pass: u32,
+}
+
+impl CohortHold {
+    /// This hold's pass of its node (0 for the node's first hold).
+    pub fn pass(&self) -> u32 {
+        self.pass
+    }
+
+    /// Someone asked this hold's node to let go: the node is released after this hold, not passed on.
+    pub fn revoked(&self) {
+        let mut s = self.cohort.state.lock();
+        if s.node.as_ref().is_some_and(|n| Arc::ptr_eq(n, &self.node)) {
+            s.revoked = true;
+        }
+    }
+}
+
+impl Drop for CohortHold {
+    fn drop(&mut self) {
+        self.cohort.let_go(&self.node);
+    }
+}
+
+/// A leader's acquire in flight: when it ends without a hold (a try or a deadline that found the lock taken, an
+/// error, a dropped future), the oldest waiting task leads.
+struct Leading<'a>(Option<&'a Cohort>);
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.0 {
+            c.state.lock().lead_next();
+        }
+    }
+}
+
+/// A queued task's place: removed when dropped; a turn that was handed to it meanwhile is handed on.
+struct Queued<'a> {
+    cohort: &'a Cohort,
+    id: u64,
+    rx: oneshot::Receiver<Turn>,
+    done: bool,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut s = self.cohort.state.lock();
+        if let Some(i) = s.queue.iter().position(|(id, _)| *id == self.id) {
+            s.queue.remove(i);
+            return;
+        }
+        // Not queued any more: a turn was sent to us (under the lock, so it is in the channel now).
+        match self.rx.try_recv() {
+            Ok(Turn::Hold(node, _)) => {
+                drop(s);
+                self.cohort.let_go(&node);
+            }
+            Ok(Turn::Lead) => s.lead_next(),
+            Err(_) => {}
+        }
+    }
+}
+
+impl Cohort {
+    pub fn new(path: LockPath, bound: u32) -> Self {
+        Cohort {
+            path,
+            bound: bound.max(1),
+            state: Mutex::default(),
+        }
+    }
+
+    /// The lock path.
+    pub fn path(&self) -> &LockPath {
+        &self.path
+    }
+
+    /// A local hold of `node` ends: passes the node to the oldest waiting task when it may, else lets it go (the
+    /// caller's reference is then the last but the guard's, which releases it) and the oldest waiting task leads.
+    fn let_go(&self, node: &Arc<HeldNode>) {
+        let mut s = self.state.lock();
+        if !s.node.as_ref().is_some_and(|n| Arc::ptr_eq(n, node)) {
+            return;
+        }
+        let bounded = s.holds < self.bound || is_active(Mutant::CohortUnbounded);
+        if bounded && !s.revoked && !s.queue.is_empty() && node.lost_now().is_none() {
+            let pass = s.holds;
+            if s.hand(Turn::Hold(node.clone(), pass)).is_ok() {
+                s.holds += 1;
+                return;
+            }
+        }
+        s.node = None;
+        s.holds = 0;
+        s.revoked = false;
+        s.lead_next();
+    }
+
+    fn hold(self: &Arc<Self>, node: Arc<HeldNode>, pass: u32) -> LockGuard {
+        let hold = CohortHold {
+            cohort: self.clone(),
+            node: node.clone(),
+            pass,
+        };
+        LockGuard::in_cohort(node, hold)
+    }
+
+    /// Acquires the fair lock for this task: leads when the cohort is idle, else waits for its turn in the local
+    /// queue (a try does not wait).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped leader's acquire cleans up its node (the driver's rule) and the next task leads; a
+    /// dropped waiter leaves the queue, and a turn already handed to it is handed on.
+    pub async fn acquire(self: &Arc<Self>, ctx: &Arc<Ctx>, patience: Patience) -> Result<Option<LockGuard>> {
+        let queued = {
+            let mut s = self.state.lock();
+            if s.node.is_none() && !s.leading && s.queue.is_empty() {
+                s.leading = true;
+                None
+            } else if patience.tries_once() {
+                return Ok(None);
+            } else {
+                let id = s.next_id;
+                s.next_id += 1;
+                let (tx, rx) = oneshot::channel();
+                s.queue.push_back((id, tx));
+                let queued = Queued {
+                    cohort: self,
+                    id,
+                    rx,
+                    done: false,
+                };
+                // The session of the node held now: when it ends, we fail as a waiter in line on it would.
+                Some((queued, s.node.as_ref().map(|n| n.session)))
+            }
+        };
+        if let Some((mut queued, pinned)) = queued {
+            let Some(turn) = self.turn(ctx, &mut queued.rx, pinned, patience).await? else {
+                return Ok(None);
+            };
+            queued.done = true;
+            if let Turn::Hold(node, pass) = turn {
+                return Ok(Some(self.hold(node, pass)));
+            }
+        }
+        let mut leading = Leading(Some(self));
+        let Some(node) = driver::acquire(ctx, &self.path, Recipe::Fair, patience).await? else {
+            return Ok(None);
+        };
+        let node = Arc::new(node);
+        {
+            let mut s = self.state.lock();
+            s.leading = false;
+            s.node = Some(node.clone());
+            s.holds = 1;
+            s.revoked = false;
+        }
+        leading.0 = None;
+        Ok(Some(self.hold(node, 0)))
+    }
+
+    /// Waits for a queued task's turn. `Ok(None)`: the deadline passed first.
+    ///
+    /// # Notable errors
+    /// [`Error::SessionExpired`] (or [`Error::Closed`]) when the session of the node held when we queued ends.
+    async fn turn(
+        &self,
+        ctx: &Ctx,
+        rx: &mut oneshot::Receiver<Turn>,
+        pinned: Option<SessionId>,
+        patience: Patience,
+    ) -> Result<Option<Turn>> {
+        let wait = async {
+            let mut status = ctx.backend.session();
+            let over = async {
+                match pinned {
+                    Some(id) => session::over(&mut status, id).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                turn = rx => turn.map_err(|_| self.vanished()),
+                () = over => Err(session::closed_or(ctx.backend.as_ref(), Error::SessionExpired)),
+            }
+        };
+        match patience.deadline() {
+            Some(d) => match tokio::time::timeout_at(d, wait).await {
+                Ok(turn) => turn.map(Some),
+                Err(_) => Ok(None),
+            },
+            None => wait.await.map(Some),
+        }
+    }
+
+    /// A queued task's sender went without a turn. It cannot: senders live in the queue until they send, and the
+    /// queue lives as long as the waiter's `Arc` of the cohort; but never wait on nothing, nor panic.
+    fn vanished(&self) -> Error {
+        Error::InvalidArgument(format!("the cohort of {} dropped a waiting task's turn", self.path))
+    }
+}

@@ -88,6 +88,11 @@ enum Figure {
         /// Sessions the clients share (task i uses session i mod S); 0: one session per client
         #[arg(long, default_value_t = 0)]
         sessions: usize,
+        /// Cohorts of at most K holds of one node (`LocksBuilder::cohorts`); 0: off. Prints the handoffs that stayed
+        /// within a session and those that went through the server, and with several sessions the longest run of
+        /// one session's holds and the handoffs between sessions per second
+        #[arg(long, default_value_t = 0)]
+        cohorts: u32,
     },
     /// Grants per second of a semaphore of P permits with C contenders, each on its own session, each looping
     /// acquire + release (no hold), and server requests per grant
@@ -299,6 +304,7 @@ fn main() {
                 clients,
                 seconds,
                 sessions,
+                cohorts,
             } => {
                 let path = unique(&format!("contended-{clients}"));
                 let run = Contenders::default();
@@ -308,14 +314,21 @@ fn main() {
                 for _ in 0..sessions {
                     let b = zk(&servers).await;
                     backends.push(b.clone());
-                    shared.push(Locks::new(b));
+                    let mut locks = Locks::builder(b);
+                    if cohorts > 0 {
+                        locks = locks.cohorts(cohorts);
+                    }
+                    shared.push(locks.build());
                 }
+                let history = Arc::new(std::sync::Mutex::new(Vec::new()));
                 let mut tasks = Vec::new();
                 for i in 0..clients {
-                    tasks.push(run.spawn(Arc::new(shared[i % sessions].fair(&path).unwrap())));
+                    let lock = Arc::new(shared[i % sessions].fair(&path).unwrap());
+                    tasks.push(run.spawn_recorded(lock, i % sessions, history.clone()));
                 }
                 let (n, elapsed, _) = run.measure(tasks, seconds, || 0).await;
                 println!("handoffs_per_s={:.1}", n as f64 / elapsed);
+                print_history(&history.lock().unwrap(), elapsed);
                 for b in backends {
                     b.shutdown(Duration::from_secs(2)).await;
                 }
@@ -615,6 +628,37 @@ fn main() {
 }
 
 /// Contenders that acquire and release until stopped, counting their grants while measuring.
+/// One measured hold of a contended run.
+struct Held {
+    /// The session (index) that held.
+    session: usize,
+    /// The creation id of the node that held.
+    node: u128,
+    /// Whether the hold was passed within a cohort (no server on its way).
+    passed: bool,
+}
+
+/// Prints what a contended run's history says: the handoffs that stayed within a session (a cohort's passes) and
+/// those through the server; the longest run of holds of one node (a cohort's bound) and of one session; and the
+/// handoffs between sessions per second.
+fn print_history(history: &[Held], elapsed: f64) {
+    let local = history.iter().filter(|h| h.passed).count();
+    println!("local_handoffs={local}");
+    println!("server_handoffs={}", history.len() - local);
+    let longest = |same: &dyn Fn(&Held, &Held) -> bool| {
+        let (mut longest, mut run) = (0, 0);
+        for (i, h) in history.iter().enumerate() {
+            run = if i > 0 && same(&history[i - 1], h) { run + 1 } else { 1 };
+            longest = longest.max(run);
+        }
+        longest
+    };
+    println!("longest_run_of_one_node={}", longest(&|a, b| a.node == b.node));
+    println!("longest_run_of_one_session={}", longest(&|a, b| a.session == b.session));
+    let between = history.windows(2).filter(|w| w[0].session != w[1].session).count();
+    println!("cross_session_handoffs_per_s={:.1}", between as f64 / elapsed);
+}
+
 #[derive(Default)]
 struct Contenders {
     count: Arc<AtomicU64>,
@@ -631,6 +675,33 @@ impl Contenders {
                 let g = lock.acquire().await.unwrap();
                 if measuring.load(Ordering::Relaxed) {
                     count.fetch_add(1, Ordering::Relaxed);
+                }
+                g.release().await.unwrap();
+            }
+        })
+    }
+
+    /// A contender on `lock`, of session `session`, that records each measured hold in `history`: its session, and
+    /// whether it was passed within the session (a cohort's pass, which went through no server).
+    fn spawn_recorded(
+        &self,
+        lock: Arc<dyn Lock>,
+        session: usize,
+        history: Arc<std::sync::Mutex<Vec<Held>>>,
+    ) -> tokio::task::JoinHandle<()> {
+        let (count, stop, measuring) = (self.count.clone(), self.stop.clone(), self.measuring.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let g = lock.acquire().await.unwrap();
+                if measuring.load(Ordering::Relaxed) {
+                    count.fetch_add(1, Ordering::Relaxed);
+                    // The token is the node's creation id above its pass (above 0 for a cohort's local pass).
+                    let token = g.fencing_token();
+                    history.lock().unwrap().push(Held {
+                        session,
+                        node: token >> 32,
+                        passed: token & u128::from(u32::MAX) > 0,
+                    });
                 }
                 g.release().await.unwrap();
             }

@@ -80,6 +80,20 @@ pub fn exhaustive() -> Vec<Config> {
     ]
 }
 
+/// Three tasks of one process in a cohort of at most two holds of a node, and another session queued between them:
+/// passes, the bound, and faults in the middle of a cohort.
+fn cohort() -> Config {
+    Config::new(
+        "cohort-fair",
+        vec![
+            Program::Tasks(vec![plain(Recipe::Fair), plain(Recipe::Fair), plain(Recipe::Fair)]),
+            plain(Recipe::Fair),
+        ],
+    )
+    .with_cohorts(2)
+    .with_faults(2, ALL_FAULTS)
+}
+
 /// A multi-lock of two paths, the second held (or about to be) by another client: its first tries may take the
 /// first member and find the second busy, then wait for it; a fault at any point (an expiry while a try cleans up
 /// among them) must never let the set be handed out with a member lost.
@@ -221,6 +235,30 @@ pub fn random() -> Vec<Config> {
                 plain(Recipe::Fair),
             ],
         )
+        .with_faults(2, ALL_FAULTS),
+        cohort(),
+        Config::new(
+            "cohort-timed",
+            vec![
+                Program::Tasks(vec![
+                    plain(Recipe::Fair),
+                    Program::Plain {
+                        recipe: Recipe::Fair,
+                        patience: Patience::Timeout(Duration::from_secs(1)),
+                    },
+                    Program::Plain {
+                        recipe: Recipe::Fair,
+                        patience: Patience::Try,
+                    },
+                    Program::Abandon {
+                        recipe: Recipe::Fair,
+                        after: Duration::from_millis(200),
+                    },
+                ]),
+                plain(Recipe::Fair),
+            ],
+        )
+        .with_cohorts(2)
         .with_faults(2, ALL_FAULTS),
         Config::new(
             "one-session-read-write",
@@ -532,6 +570,14 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             config: counts_beside_the_reaper(),
             shows_as: "too many permits",
             by_walks: false,
+        },
+        Sensitivity {
+            problem: "26 (a plausible slip): a cohort passes its node on however many holds it has had, and another \
+                      session's waiter queued behind it starves",
+            mutants: &[Mutant::CohortUnbounded],
+            config: cohort().with_faults(0, &[]),
+            shows_as: "starves",
+            by_walks: true,
         },
         Sensitivity {
             problem: "6: recipes ignore each other's nodes on one path",

@@ -97,6 +97,9 @@ pub struct Config {
     pub session_timeout: Duration,
     /// Run before the clients start (e.g. to set the sequence counter).
     pub setup: Option<Setup>,
+    /// Cohorts of at most this many holds of one node for every client's fair locks
+    /// ([`LocksBuilder::cohorts`](recipes_core::LocksBuilder::cohorts)), checked by the oracle of the bound.
+    pub cohorts: Option<u32>,
 }
 
 impl fmt::Debug for Config {
@@ -107,6 +110,7 @@ impl fmt::Debug for Config {
             .field("clients", &self.clients)
             .field("faults", &self.faults)
             .field("fault_kinds", &self.fault_kinds)
+            .field("cohorts", &self.cohorts)
             .finish()
     }
 }
@@ -128,6 +132,7 @@ impl Config {
             ],
             session_timeout: Duration::from_secs(4),
             setup: None,
+            cohorts: None,
         }
     }
 
@@ -141,6 +146,12 @@ impl Config {
     /// This configuration in another layout.
     pub fn with_layout(mut self, layout: Layout) -> Self {
         self.layout = layout;
+        self
+    }
+
+    /// This configuration with cohorts of at most `k` holds of one node.
+    pub fn with_cohorts(mut self, k: u32) -> Self {
+        self.cohorts = Some(k);
         self
     }
 

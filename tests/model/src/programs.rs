@@ -136,10 +136,12 @@ pub(crate) struct Oracle {
     pub deleted: HashSet<(String, u64)>,
     pub activity: u64,
     notify: Arc<Notify>,
+    /// The cohorts' bound: no node may be held more times in a row.
+    cohort_bound: Option<u32>,
 }
 
 impl Oracle {
-    pub fn new(notify: Arc<Notify>) -> Self {
+    pub fn new(notify: Arc<Notify>, cohort_bound: Option<u32>) -> Self {
         Oracle {
             holds: Vec::new(),
             violations: Vec::new(),
@@ -150,6 +152,7 @@ impl Oracle {
             deleted: HashSet::new(),
             activity: 0,
             notify,
+            cohort_bound,
         }
     }
 
@@ -190,6 +193,18 @@ impl Oracle {
                 "client {client}: an acquire returned a guard that is not valid ({})",
                 short(&node)
             ));
+        }
+        if let Some(k) = self.cohort_bound {
+            // The hold's pass of its node, below the creation id (`LockGuard::fencing_token`).
+            let pass = (token & u128::from(u32::MAX)) as u32;
+            if pass >= k {
+                self.violate(format!(
+                    "client {client}: a waiter of another session starves: the cohort's node {} is held {} times in \
+                     a row, beyond the bound of {k}",
+                    short(&node),
+                    pass + 1
+                ));
+            }
         }
         if !reentry && self.deleted.is_empty() {
             let (max_exclusive_token, max_token) = self.max_tokens.get(&path).copied().unwrap_or_default();

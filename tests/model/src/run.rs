@@ -93,11 +93,15 @@ impl<'c> World<'c> {
             setup(&cluster).await;
         }
         let ctl = cluster.controlled();
-        let oracle = Arc::new(Mutex::new(Oracle::new(ctl.activity_notify())));
+        let oracle = Arc::new(Mutex::new(Oracle::new(ctl.activity_notify(), config.cohorts)));
         let mut clients = Vec::new();
         for (id, program) in config.clients.iter().enumerate() {
             let mem = cluster.client_with_timeout(config.session_timeout);
-            let locks = Locks::builder(mem.clone()).layout(config.layout).build();
+            let mut builder = Locks::builder(mem.clone()).layout(config.layout);
+            if let Some(k) = config.cohorts {
+                builder = builder.cohorts(k);
+            }
+            let locks = builder.build();
             let ctx = Ctx {
                 id,
                 task: 0,

@@ -131,6 +131,10 @@ enum Figure {
         servers: String,
         #[arg(long)]
         waiters: usize,
+        /// The waiters in a cohort of at most K holds of one node (they wait in this process, without a node each);
+        /// 0: off
+        #[arg(long, default_value_t = 0)]
+        cohorts: u32,
     },
     /// The floor of an uncontended acquire + release, on the raw ZooKeeper client: create and delete an ephemeral
     /// sequential node (two committed writes)
@@ -459,13 +463,23 @@ fn main() {
                 }
                 holder.shutdown(Duration::from_secs(2)).await;
             }
-            Figure::Memory { servers, waiters } => {
+            Figure::Memory {
+                servers,
+                waiters,
+                cohorts,
+            } => {
                 COUNTING.store(true, Ordering::Relaxed);
                 let path = unique(&format!("memory-{waiters}"));
                 let holder = zk(&servers).await;
                 let g = Locks::new(holder.clone()).fair(&path).unwrap().acquire().await.unwrap();
                 let b = zk(&servers).await;
-                let locks = Locks::new(b.clone());
+                let mut builder = Locks::builder(b.clone());
+                if cohorts > 0 {
+                    builder = builder.cohorts(cohorts);
+                }
+                let locks = builder.build();
+                // A cohort's waiters make no node of their own: only its leader's is there.
+                let nodes = |n: usize| if cohorts > 0 { 2 } else { n + 1 };
                 // Warm up the allocator and the client with a few waiters first.
                 let mut tasks = Vec::new();
                 for _ in 0..10 {
@@ -474,7 +488,7 @@ fn main() {
                         lock.acquire().await.unwrap().release().await.unwrap()
                     }));
                 }
-                wait_children(&*holder, &path, 11).await;
+                wait_children(&*holder, &path, nodes(10)).await;
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 let before = rss_bytes();
                 let live_before = LIVE.load(Ordering::Relaxed);
@@ -487,7 +501,11 @@ fn main() {
                             lock.acquire().await.unwrap().release().await.unwrap()
                         }));
                     }
-                    wait_children(&*holder, &path, batch * 100 + n + 11).await;
+                    wait_children(&*holder, &path, nodes(batch * 100 + n + 10)).await;
+                    if cohorts > 0 {
+                        // They queue in the cohort at their first poll, without a request.
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
                 }
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 let after = rss_bytes();

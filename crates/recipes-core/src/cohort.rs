@@ -238,7 +238,8 @@ impl Cohort {
             }
         }
         let mut leading = Leading(Some(self));
-        let Some(node) = driver::acquire(ctx, &self.path, Recipe::Fair, patience).await? else {
+        // Boxed: a leader runs the driver's acquire once per node, while every task waiting in the cohort would carry it.
+        let Some(node) = Box::pin(driver::acquire(ctx, &self.path, Recipe::Fair, patience)).await? else {
             return Ok(None);
         };
         let node = Arc::new(node);

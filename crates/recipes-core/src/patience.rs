@@ -52,9 +52,11 @@ impl Patience {
 /// The outcome of an acquire made with [`Patience::Forever`]: the driver gives up (`None`) only when its deadline
 /// passes or a try finds the lock busy, and a forever-acquire has neither, so it ends holding or with an error. The
 /// one place every recipe's `acquire()` turns the driver's `Option` into its guard.
-pub(crate) async fn forever<T>(acquire: impl Future<Output = Result<Option<T>>>) -> Result<T> {
-    match acquire.await? {
+pub(crate) fn forever<T>(acquire: impl Future<Output = Result<Option<T>>>) -> impl Future<Output = Result<T>> {
+    // Not an `async fn`: one would keep the acquire future twice, as its argument and as its local (the waiting
+    // state of every acquire would double).
+    futures::FutureExt::map(acquire, |outcome| match outcome? {
         Some(held) => Ok(held),
         None => unreachable!("an acquire without deadline gives up only with an error"),
-    }
+    })
 }

@@ -17,8 +17,8 @@ fn cohort_locks(c: &TestClient, bound: u32) -> Locks {
 }
 
 /// Lets the tasks just spawned reach their first await (a cohort queues them without a request).
-async fn settle(h: &dyn Harness) {
-    tokio::time::sleep(h.tick()).await;
+async fn settle(tick: Duration) {
+    tokio::time::sleep(tick).await;
 }
 
 /// Tasks of a cohort and another session contend: never two holders, tokens strictly increase across local passes
@@ -94,7 +94,7 @@ pub async fn cohort_bound_lets_a_waiting_session_in(h: &dyn Harness) {
             tokio::time::sleep(Duration::from_millis(1)).await;
             g.release().await.expect("release");
         });
-        settle(h).await;
+        settle(h.tick()).await;
     }
     let (lb, o) = (b.locks.fair(&path).unwrap(), order.clone());
     let mut other = tokio::spawn(async move {
@@ -132,7 +132,7 @@ pub async fn cohort_session_expiry_reaches_every_task(h: &dyn Harness) {
             tokio::spawn(async move { lock.acquire().await })
         })
         .collect();
-    settle(h).await;
+    settle(h.tick()).await;
     a.faults.expire_session().await;
     assert_eq!(bounded(h, "lost", g.lost()).await, LostReason::SessionExpired);
     for w in waiters {
@@ -164,7 +164,7 @@ pub async fn cohort_cancellations_leave_no_node(h: &dyn Harness) {
         let lock = lock.clone();
         tokio::spawn(async move { lock.acquire_timeout(short).await })
     };
-    settle(h).await;
+    settle(h.tick()).await;
     // A local waiter that gives up too, and one that waits as long as it takes.
     let quitter = {
         let lock = lock.clone();
@@ -179,7 +179,7 @@ pub async fn cohort_cancellations_leave_no_node(h: &dyn Harness) {
         let lock = lock.clone();
         tokio::spawn(async move { lock.acquire().await })
     };
-    settle(h).await;
+    settle(h.tick()).await;
     dropped.abort();
     assert!(bounded(h, "leader times out", leader).await.unwrap().unwrap().is_none());
     assert!(bounded(h, "local waiter times out", quitter)
@@ -205,7 +205,7 @@ pub async fn cohort_cancellations_leave_no_node(h: &dyn Harness) {
             drop(g);
         })
     };
-    settle(h).await;
+    settle(h.tick()).await;
     g.release().await.unwrap();
     bounded(h, "the pass", holding).await.unwrap();
     assert_pending(h, "the other session behind the cohort's node", &mut next).await;
@@ -244,7 +244,7 @@ pub async fn cohort_revocation_ends_the_passes(h: &dyn Harness) {
         let lock = lock.clone();
         tokio::spawn(async move { lock.acquire().await })
     };
-    settle(h).await;
+    settle(h.tick()).await;
     let asked = b.locks.revoke(&path).await.unwrap();
     assert!(asked.len() == 1 && node.ends_with(&asked[0]), "{asked:?} for {node}");
     bounded(h, "revocation reaches the holder", g.revocation_requested())

@@ -94,13 +94,19 @@ impl<'a> Attempt<'a> {
     }
 
     /// Runs one request, bounded by the deadline.
-    pub async fn call<T>(&self, f: impl Future<Output = Result<T>>) -> Step<T> {
+    ///
+    /// Not an `async fn`: one would keep the request's future twice (as its argument and its local), in every wait.
+    pub fn call<T, F>(&self, f: F) -> impl Future<Output = Step<T>> + use<T, F>
+    where
+        F: Future<Output = Result<T>>,
+    {
+        use futures::future::{Either, FutureExt};
         match self.deadline {
-            Some(d) => match tokio::time::timeout_at(d, f).await {
+            Some(d) => Either::Left(tokio::time::timeout_at(d, f).map(|r| match r {
                 Ok(r) => Ok(r?),
                 Err(_) => Err(Stop::Deadline),
-            },
-            None => Ok(f.await?),
+            })),
+            None => Either::Right(f.map(|r| Ok(r?))),
         }
     }
 

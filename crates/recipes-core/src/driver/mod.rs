@@ -121,7 +121,8 @@ pub(crate) async fn acquire_claim(
 ) -> Result<Option<HeldNode>> {
     if claim.recipe == Recipe::Semaphore {
         if let Some(peer) = PeerSemaphore::of(ctx.layout) {
-            return peer_semaphore::acquire(ctx, peer, path, claim, patience).await;
+            // Boxed: its mutex and lease make it the largest acquire, which every other acquire would carry.
+            return Box::pin(peer_semaphore::acquire(ctx, peer, path, claim, patience)).await;
         }
     }
     acquire_on(ctx, path, claim, patience, None).await
@@ -293,5 +294,32 @@ impl Attempt<'_> {
                 Err(e)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod future_sizes {
+    use super::*;
+
+    /// The size of the future `f` would return, without calling it.
+    fn size<A, Fut>(_f: impl FnOnce(A) -> Fut) -> usize {
+        std::mem::size_of::<Fut>()
+    }
+
+    /// A waiting acquire keeps its whole future (the largest of its states) for as long as it waits: the sizes that
+    /// every waiter pays stay within bounds (issue 26: each waiter's live heap). They caught a fair lock's acquire
+    /// that carried its cohort's future beside the driver's (7.5 KB) and an `async fn` wrapper that kept its
+    /// argument future twice.
+    #[test]
+    fn waiting_futures_stay_small() {
+        let acquire =
+            size(|(c, p): (&'static Arc<Ctx>, &'static LockPath)| acquire(c, p, Recipe::Fair, Patience::Forever));
+        let fair = size(|l: &'static crate::FairLock| l.acquire());
+        let cohort =
+            size(|(c, x): (&'static Arc<crate::cohort::Cohort>, &'static Arc<Ctx>)| c.acquire(x, Patience::Forever));
+        let sizes = format!("driver acquire {acquire}, FairLock::acquire {fair}, Cohort::acquire {cohort}");
+        assert!(acquire <= 2300, "{sizes}");
+        assert!(fair <= acquire + 200, "{sizes}");
+        assert!(cohort <= 800, "{sizes}");
     }
 }

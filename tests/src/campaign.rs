@@ -73,6 +73,8 @@ pub struct Tally {
     pub lost_midway: u64,
     /// Acquires that timed out.
     pub timeouts: u64,
+    /// Holds passed within a cohort (a fencing token's pass above 0).
+    pub cohort_passes: u64,
     /// Acquires or releases that failed, by error.
     pub errors: BTreeMap<String, u64>,
 }
@@ -190,7 +192,22 @@ impl Record {
 /// One round: lock one of [`LOCKS`] at random (waiting up to `patience`), work a few steps while the lease holds,
 /// release. Errors are counted, never fatal: faults make them expected.
 pub async fn round(client: usize, locks: &Locks, rec: &Record, rng: &mut Rng, patience: Duration) {
-    let (name, recipes) = LOCKS[rng.below(LOCKS.len() as u64) as usize];
+    round_among(&LOCKS, client, locks, rec, rng, patience).await;
+}
+
+/// The fair lock of [`LOCKS`] alone: what the tasks of a cohort contend for.
+pub const FAIR_ONLY: [(&str, &[Recipe]); 1] = [LOCKS[0]];
+
+/// As [`round`], among `among` (a part of [`LOCKS`]).
+pub async fn round_among(
+    among: &[(&'static str, &[Recipe])],
+    client: usize,
+    locks: &Locks,
+    rec: &Record,
+    rng: &mut Rng,
+    patience: Duration,
+) {
+    let (name, recipes) = among[rng.below(among.len() as u64) as usize];
     let recipe = recipes[rng.below(recipes.len() as u64) as usize];
     let mode = if recipe == Recipe::Read {
         Mode::Shared
@@ -220,7 +237,11 @@ pub async fn round(client: usize, locks: &Locks, rec: &Record, rng: &mut Rng, pa
                 mode,
             },
         );
-        rec.tally.lock().unwrap().holds += 1;
+        {
+            let mut tally = rec.tally.lock().unwrap();
+            tally.holds += 1;
+            tally.cohort_passes += u64::from(guard.fencing_token() & u128::from(u32::MAX) > 0);
+        }
         rec.holding.lock().unwrap().insert(client);
         let mut last = start;
         if recipe == Recipe::Reentrant {
@@ -260,9 +281,21 @@ pub async fn round(client: usize, locks: &Locks, rec: &Record, rng: &mut Rng, pa
 }
 
 /// Runs rounds until [`Record::stop`].
-pub async fn client_loop(client: usize, locks: Locks, rec: Arc<Record>, mut rng: Rng, patience: Duration) {
+pub async fn client_loop(client: usize, locks: Locks, rec: Arc<Record>, rng: Rng, patience: Duration) {
+    client_loop_among(&LOCKS, client, locks, rec, rng, patience).await;
+}
+
+/// As [`client_loop`], among `among` (a part of [`LOCKS`]).
+pub async fn client_loop_among(
+    among: &'static [(&'static str, &'static [Recipe])],
+    client: usize,
+    locks: Locks,
+    rec: Arc<Record>,
+    mut rng: Rng,
+    patience: Duration,
+) {
     while !rec.stop.load(Ordering::SeqCst) {
-        round(client, &locks, &rec, &mut rng, patience).await;
+        round_among(among, client, &locks, &rec, &mut rng, patience).await;
     }
 }
 

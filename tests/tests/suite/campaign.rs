@@ -16,12 +16,17 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use recipes_conformance::campaign::{client_loop, every_lock_once, join_clients, orphans, seed, Record, Rng};
+use recipes_conformance::campaign::{
+    client_loop, client_loop_among, every_lock_once, join_clients, orphans, seed, Record, Rng, FAIR_ONLY, LOCKS,
+};
 use recipes_conformance::proxy::Proxy;
 use recipes_conformance::require_private_zk;
 use recipes_conformance::zkserver::{connect, PrivateZk};
 use recipes_core::Locks;
 use recipes_zk::ZkBackend;
+
+/// The proxy campaign's clients (sessions).
+const CLIENTS: usize = 6;
 
 fn secs(var: &str, default: u64) -> Duration {
     Duration::from_secs(std::env::var(var).ok().and_then(|s| s.parse().ok()).unwrap_or(default))
@@ -40,18 +45,34 @@ async fn proxy_campaign() {
     let mut proxies = Vec::new();
     let mut backends = Vec::new();
     let mut tasks = Vec::new();
-    for c in 0..6 {
+    for c in 0..CLIENTS {
         let p = Proxy::start(zk.addr(1)).await.unwrap();
         let b = connect(&p.addr().to_string(), session).await;
-        let locks = Locks::new(b.clone());
-        let rng = Rng(seed ^ (c as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        tasks.push(tokio::spawn(client_loop(
-            c,
-            locks,
-            rec.clone(),
-            rng,
-            Duration::from_secs(3),
-        )));
+        // The last two clients are processes of three tasks each, in cohorts of at most 3 holds of a fair lock's
+        // node: one task takes every lock at random, two only the fair one (their ids: the client's plus CLIENTS,
+        // plus twice CLIENTS). Passes under faults, in the same history.
+        let cohort = c >= CLIENTS - 2;
+        let locks = if cohort {
+            Locks::builder(b.clone()).cohorts(3).build()
+        } else {
+            Locks::new(b.clone())
+        };
+        let tasks_of: &[(usize, &'static [_])] = if cohort {
+            &[(c, &LOCKS), (c + CLIENTS, &FAIR_ONLY), (c + 2 * CLIENTS, &FAIR_ONLY)]
+        } else {
+            &[(c, &LOCKS)]
+        };
+        for &(id, among) in tasks_of {
+            let rng = Rng(seed ^ (id as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            tasks.push(tokio::spawn(client_loop_among(
+                among,
+                id,
+                locks.clone(),
+                rec.clone(),
+                rng,
+                Duration::from_secs(3),
+            )));
+        }
         proxies.push(p);
         backends.push(b);
     }
@@ -65,7 +86,8 @@ async fn proxy_campaign() {
         // Half the faults are aimed at a client holding a lock, the rest at anyone.
         let holders = rec.holders();
         let target = if !holders.is_empty() && rng.below(2) == 0 {
-            holders[rng.below(holders.len() as u64) as usize]
+            // A task of a cohort client (id + CLIENTS) is aimed at through its client's proxy.
+            holders[rng.below(holders.len() as u64) as usize] % CLIENTS
         } else {
             rng.below(proxies.len() as u64) as usize
         };
@@ -104,11 +126,12 @@ async fn proxy_campaign() {
 
     let tally = rec.tally();
     println!(
-        "CAMPAIGN proxy: {:.0} s, 6 clients, seed {seed}: holds {}, lost midway {}, timeouts {}, errors {:?}; \
+        "CAMPAIGN proxy: {:.0} s, 6 clients (two of them three tasks in a cohort), seed {seed}: holds {} ({} passed within a cohort), lost midway {}, timeouts {}, errors {:?}; \
          faults: {drops} drops, {refusals} refused reconnects, {partitions} partitions ({long_partitions} past the \
          session timeout), {lost_replies} lost create replies; overlaps and token errors {}, orphans {}, deadlocks {}",
         length.as_secs_f64(),
         tally.holds,
+        tally.cohort_passes,
         tally.lost_midway,
         tally.timeouts,
         tally.errors,

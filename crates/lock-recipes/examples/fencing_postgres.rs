@@ -75,6 +75,7 @@ use tokio_postgres::{Client, NoTls, Transaction};
 
 const USAGE: &str = "\
 usage: fencing_postgres <zk connect> <pg connect> [demo] [--workers N] [OPTIONS]
+       fencing_postgres <zk connect> <pg connect> cohort [--workers N] [OPTIONS]
        fencing_postgres <zk connect> <pg connect> worker [--worker-name W] [--session-timeout-ms N] [--wait-ms N]
                         [--writes N] [--hold-then-write] [OPTIONS]
 OPTIONS: [--resource R] [--schema S] [--lock-root P]
@@ -84,7 +85,7 @@ OPTIONS: [--resource R] [--schema S] [--lock-root P]
   --resource R          the store's key, and the lock path's last component (default invoice-17)
   --schema S            the schema of the fence and ledger tables, made when missing (default fencing_example)
   --lock-root P         the lock path is P/R (default /fencing-example)
-  --workers N           demo: how many workers contend (default 3)
+  --workers N           demo: how many workers contend (default 3); cohort: how many tasks of this process
   --worker-name W       worker: the name written to the ledger (default worker-<pid>)
   --session-timeout-ms  worker: the ZooKeeper session timeout asked for (default 10000)
   --wait-ms N           worker: how long to wait for the lock (default 30000; then exit 75)
@@ -219,6 +220,7 @@ struct Worker {
 enum Mode {
     Help,
     Demo { workers: u32 },
+    Cohort { tasks: u32 },
     Worker(Worker),
 }
 
@@ -243,11 +245,12 @@ fn parse(args: &[String]) -> Result<(Common, Mode), Failure> {
             _ => return Err(Failure::Usage(format!("missing {what}"))),
         }
     }
+    let cohort_mode = it.peek().is_some_and(|a| a.as_str() == "cohort");
     let worker_mode = match it.peek().map(|a| a.as_str()) {
         Some("worker") => true,
-        Some("demo") | None => false,
+        Some("demo" | "cohort") | None => false,
         Some(a) if a.starts_with("--") => false, // no mode word: the demo
-        Some(a) => return Err(Failure::Usage(format!("unknown mode {a:?} (demo or worker)"))),
+        Some(a) => return Err(Failure::Usage(format!("unknown mode {a:?} (demo, cohort or worker)"))),
     };
     if it.peek().is_some_and(|a| !a.starts_with("--")) {
         it.next();
@@ -310,6 +313,8 @@ fn parse(args: &[String]) -> Result<(Common, Mode), Failure> {
     lock_recipes::LockPath::new(common.lock_path())?; // InvalidPath: a usage error (64)
     let mode = if worker_mode {
         Mode::Worker(worker)
+    } else if cohort_mode {
+        Mode::Cohort { tasks: workers as u32 }
     } else {
         Mode::Demo {
             workers: workers as u32,
@@ -652,6 +657,59 @@ async fn demo(common: &Common, workers: u32) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The `cohort` mode: `tasks` tasks of this process share one ZooKeeper session and a cohort of the fair lock
+/// (`LocksBuilder::cohorts`): they pass the lock among themselves without a request, each hold with a token of its
+/// own (the node's creation id × 2³² + the pass), and each writes under it. Then the first hold's token comes back,
+/// as a task paused before its write would: the fence, raised by the later passes of the same node, refuses it.
+///
+/// Prints `COHORT HOLD task=I token=T`, `WRITE OK token=T` (or `WRITE NOT DONE ...`) per hold, then
+/// `STALE WRITE REJECTED token=T store=S` (or `STALE WRITE ACCEPTED token=T`, which would be a bug).
+async fn cohort(common: &Common, tasks: u32) -> Result<(), Failure> {
+    let backend = ZkBackend::connect(ZkOptions::new(&common.zk).session_timeout(Duration::from_secs(10))).await?;
+    let locks = Locks::builder(backend).cohorts(tasks).build();
+    let lock = locks.fair(common.lock_path())?;
+    // The first task holds before the others ask, so that they queue in the cohort behind it.
+    let first = lock.acquire().await?;
+    let mut set = tokio::task::JoinSet::new();
+    for i in 1..tasks {
+        let (lock, common) = (lock.clone(), common.clone());
+        set.spawn(async move {
+            let mut store = Store::open(&common.pg, &common.schema).await?;
+            let guard = lock.acquire().await?;
+            cohort_write(&mut store, &guard, &common.resource, i).await?;
+            release(guard, &format!("task {i}")).await;
+            Ok::<_, Failure>(())
+        });
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut store = Store::open(&common.pg, &common.schema).await?;
+    let stale = first.fencing_token();
+    cohort_write(&mut store, &first, &common.resource, 0).await?;
+    release(first, "task 0").await;
+    while let Some(done) = set.join_next().await {
+        done.map_err(|e| Failure::Internal(format!("a task failed: {e}")))??;
+    }
+    match store.write(&common.resource, stale, "task 0 (stale)").await {
+        Ok(()) => say(&format!("STALE WRITE ACCEPTED token={stale}")),
+        Err(WriteError::Rejected { token, store }) => say(&format!("STALE WRITE REJECTED token={token} store={store}")),
+        Err(WriteError::Db(e)) => return Err(Failure::Store(e)),
+    }
+    locks.close().await;
+    Ok(())
+}
+
+/// One write of a task of the cohort, under its hold's token.
+async fn cohort_write(store: &mut Store, guard: &LockGuard, resource: &str, task: u32) -> Result<(), Failure> {
+    let token = guard.fencing_token();
+    say(&format!("COHORT HOLD task={task} token={token}"));
+    match store.write_guarded(guard, resource, &format!("task {task}")).await {
+        Ok(()) => say(&format!("WRITE OK token={token}")),
+        Err(GuardedError::Failed(WriteError::Db(e))) => return Err(Failure::Store(e)),
+        Err(e) => say(&format!("WRITE NOT DONE token={token} ({e})")),
+    }
+    Ok(())
+}
+
 /// One demo worker: its own ZooKeeper session and PostgreSQL connection; the lock, two writes, the release.
 async fn demo_worker(common: &Common, name: &str) -> Result<(u128, String), Failure> {
     let mut store = Store::open(&common.pg, &common.schema).await?;
@@ -683,6 +741,7 @@ async fn main() -> ExitCode {
             Ok(())
         }
         Ok((common, Mode::Demo { workers })) => demo(&common, workers).await,
+        Ok((common, Mode::Cohort { tasks })) => cohort(&common, tasks).await,
         Ok((common, Mode::Worker(w))) => worker(&common, &w).await,
         Err(e) => Err(e),
     };

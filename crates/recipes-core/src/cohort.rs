@@ -10,7 +10,10 @@
 //!
 //! # Contract
 //! - At most one local hold of the cohort's node at a time; the node is held by the distributed lock whenever a
-//!   local hold exists (a pass is made only while the node's lease is valid).
+//!   local hold exists (a pass is made only while the node's lease is valid, and its taker checks the lease again
+//!   before it hands out a guard: never a guard known lost).
+//! - A task waiting in the cohort fails with `SessionExpired` when the session of the node the cohort holds ends, as
+//!   a waiter in line on that session would (whenever it queued).
 //! - A node is held at most `bound` times: another session's waiter queued behind it waits for at most `bound` local
 //!   holds.
 //! - Local tasks are served in the order they asked (FIFO), and the leader is the oldest waiting task.
@@ -21,9 +24,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 
-use crate::backend::SessionId;
 use crate::driver::session;
 use crate::driver::{self, Ctx, HeldNode};
 use crate::error::{Error, Result};
@@ -82,6 +84,8 @@ pub(crate) struct Cohort {
     path: LockPath,
     bound: u32,
     state: Mutex<State>,
+    /// Woken when a leader's node becomes the cohort's: the waiting tasks watch its session.
+    node_set: Notify,
 }
 
 /// One local hold of the cohort's node: counted out (passing the lock on, or letting the node go) when dropped.
@@ -161,6 +165,7 @@ impl Cohort {
             path,
             bound: bound.max(1),
             state: Mutex::default(),
+            node_set: Notify::new(),
         }
     }
 
@@ -218,23 +223,38 @@ impl Cohort {
                 s.next_id += 1;
                 let (tx, rx) = oneshot::channel();
                 s.queue.push_back((id, tx));
-                let queued = Queued {
+                Some(Queued {
                     cohort: self,
                     id,
                     rx,
                     done: false,
-                };
-                // The session of the node held now: when it ends, we fail as a waiter in line on it would.
-                Some((queued, s.node.as_ref().map(|n| n.session)))
+                })
             }
         };
-        if let Some((mut queued, pinned)) = queued {
-            let Some(turn) = self.turn(ctx, &mut queued.rx, pinned, patience).await? else {
+        if let Some(mut queued) = queued {
+            let Some(turn) = self.turn(ctx, &mut queued.rx, patience).await? else {
                 return Ok(None);
             };
             queued.done = true;
             if let Turn::Hold(node, pass) = turn {
-                return Ok(Some(self.hold(node, pass)));
+                if node.lost_now().is_none() || is_active(Mutant::CohortPassUnchecked) {
+                    return Ok(Some(self.hold(node, pass)));
+                }
+                // Passed while its lease was valid, lost before we took it: never hand out a guard known lost. The
+                // node is ours now; the cohort forgets it (our reference, the last, deletes it in the background).
+                let mut s = self.state.lock();
+                if s.node.as_ref().is_some_and(|n| Arc::ptr_eq(n, &node)) {
+                    s.node = None;
+                    s.holds = 0;
+                    s.revoked = false;
+                }
+                if session::is_over(ctx.backend.session_status(), node.session) {
+                    // As a waiter in line on that session would: it fails, and the next task leads.
+                    s.lead_next();
+                    return Err(node.session_end());
+                }
+                // The session lives (the lease ran out, or it was deleted): we lead, with a node of our own.
+                s.leading = true;
             }
         }
         let mut leading = Leading(Some(self));
@@ -250,6 +270,7 @@ impl Cohort {
             s.holds = 1;
             s.revoked = false;
         }
+        self.node_set.notify_waiters();
         leading.0 = None;
         Ok(Some(self.hold(node, 0)))
     }
@@ -257,23 +278,34 @@ impl Cohort {
     /// Waits for a queued task's turn. `Ok(None)`: the deadline passed first.
     ///
     /// # Notable errors
-    /// [`Error::SessionExpired`] (or [`Error::Closed`]) when the session of the node held when we queued ends.
-    async fn turn(
-        &self,
-        ctx: &Ctx,
-        rx: &mut oneshot::Receiver<Turn>,
-        pinned: Option<SessionId>,
-        patience: Patience,
-    ) -> Result<Option<Turn>> {
-        let wait = async {
+    /// [`Error::SessionExpired`] (or [`Error::Closed`]) when the session of the node the cohort holds ends while we
+    /// wait (whichever node it holds by then: a task that queued while a leader was acquiring learns it too).
+    async fn turn(&self, ctx: &Ctx, rx: &mut oneshot::Receiver<Turn>, patience: Patience) -> Result<Option<Turn>> {
+        let over = async {
             let mut status = ctx.backend.session();
-            let over = async {
-                match pinned {
-                    Some(id) => session::over(&mut status, id).await,
-                    None => std::future::pending().await,
+            // Bounded: each turn follows a change of the session's status or of the cohort's node.
+            loop {
+                let node_set = self.node_set.notified();
+                tokio::pin!(node_set);
+                node_set.as_mut().enable();
+                let now = *status.borrow_and_update();
+                let held = self.state.lock().node.as_ref().map(|n| n.session);
+                if held.is_some_and(|id| session::is_over(now, id)) {
+                    return;
                 }
-            };
+                tokio::select! {
+                    changed = status.changed() => {
+                        if changed.is_err() {
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                    () = node_set => {}
+                }
+            }
+        };
+        let wait = async {
             tokio::select! {
+                biased;
                 turn = rx => turn.map_err(|_| self.vanished()),
                 () = over => Err(session::closed_or(ctx.backend.as_ref(), Error::SessionExpired)),
             }

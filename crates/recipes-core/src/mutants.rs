@@ -81,6 +81,9 @@ pub enum Mutant {
     /// A cohort passes its node to the next local task however many holds the node has had: a waiter of another
     /// session queued behind the node waits for as long as the process's tasks keep asking (it starves).
     CohortUnbounded,
+    /// A task of a cohort takes a pass of the node without looking at its lease again: the session may have ended
+    /// between the pass and the taker's turn (found by review: the acquire returned a guard known lost).
+    CohortPassUnchecked,
     /// Not a bug: every waiter that came to hold the lock marks itself `first`, not only one behind a long queue,
     /// so that the model checker explores the marking optimisation with a few clients.
     AlwaysMark,

@@ -93,22 +93,22 @@ impl Scene {
     }
 
     /// The ledger's rows for the resource, in the order written: (token, worker).
-    fn ledger(&self) -> Vec<(i64, String)> {
+    fn ledger(&self) -> Vec<(u128, String)> {
         let sql = format!(
-            "SELECT token, worker FROM {}.ledger WHERE resource = $1 ORDER BY id",
+            "SELECT token::text, worker FROM {}.ledger WHERE resource = $1 ORDER BY id",
             self.schema
         );
         self.db
             .query(&sql, &[&RESOURCE])
             .iter()
-            .map(|r| (r.get(0), r.get(1)))
+            .map(|r| (number(r.get(0)), r.get(1)))
             .collect()
     }
 
     /// The fence's token for the resource.
-    fn fence(&self) -> Option<i64> {
-        let sql = format!("SELECT token FROM {}.fence WHERE resource = $1", self.schema);
-        self.db.query(&sql, &[&RESOURCE]).first().map(|r| r.get(0))
+    fn fence(&self) -> Option<u128> {
+        let sql = format!("SELECT token::text FROM {}.fence WHERE resource = $1", self.schema);
+        self.db.query(&sql, &[&RESOURCE]).first().map(|r| number(r.get(0)))
     }
 
     /// Checks (for up to 10 s: a worker's close may still be on its way) that no lock node is left under our root.
@@ -319,7 +319,7 @@ impl Worker {
     }
 
     /// The token of a line `... token=T ...`.
-    fn token(line: &str) -> i64 {
+    fn token(line: &str) -> u128 {
         field(line, "token")
     }
 
@@ -383,8 +383,13 @@ impl Drop for Worker {
     }
 }
 
+/// A token as PostgreSQL's `numeric(39)` prints it.
+fn number(text: String) -> u128 {
+    text.parse().unwrap_or_else(|_| panic!("not a token: {text:?}"))
+}
+
 /// The value of `name=V` in `line`.
-fn field(line: &str, name: &str) -> i64 {
+fn field(line: &str, name: &str) -> u128 {
     line.split_whitespace()
         .find_map(|w| w.strip_prefix(&format!("{name}=")))
         .and_then(|v| v.parse().ok())
@@ -440,6 +445,54 @@ fn paused_holder_is_fenced_off_and_the_new_holder_writes() {
     eprintln!("done in {:?}", t0.elapsed());
 }
 
+/// Tasks of one process in a cohort pass the lock among themselves: each hold has a token of its own, above the last
+/// (several of one node, by their pass), each writes under it, and the first hold's token, replayed after the later
+/// passes wrote, is refused by the fence.
+#[test]
+fn cohort_passes_write_under_rising_tokens_and_a_stale_pass_is_refused() {
+    let Some(scene) = Scene::new(
+        "cohort_passes_write_under_rising_tokens_and_a_stale_pass_is_refused",
+        "cohort",
+    ) else {
+        return;
+    };
+    let args = [
+        scene.zk.as_str(),
+        &scene.pg,
+        "cohort",
+        "--workers",
+        "4",
+        "--resource",
+        RESOURCE,
+        "--schema",
+        &scene.schema,
+        "--lock-root",
+        &scene.lock_root,
+    ];
+    let mut cohort = Worker::start("cohort", &args);
+    let mut tokens = Vec::new();
+    for _ in 0..4 {
+        let t = Worker::token(&cohort.expect_line("COHORT HOLD "));
+        assert_eq!(cohort.expect_line("WRITE "), format!("WRITE OK token={t}"));
+        tokens.push(t);
+    }
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "tokens {tokens:?}");
+    assert!(
+        tokens.windows(2).any(|w| w[0] >> 32 == w[1] >> 32),
+        "no hold was passed within the cohort (one node each): {tokens:?}"
+    );
+    let last = tokens[3];
+    assert_eq!(
+        cohort.expect_line("STALE "),
+        format!("STALE WRITE REJECTED token={} store={last}", tokens[0])
+    );
+    cohort.expect_success();
+    let ledger: Vec<u128> = scene.ledger().into_iter().map(|(t, _)| t).collect();
+    assert_eq!(ledger, tokens, "every pass wrote once, in token order");
+    assert_eq!(scene.fence(), Some(last));
+    scene.assert_no_lock_nodes();
+}
+
 #[test]
 fn uncontended_holders_write() {
     let t0 = Instant::now();
@@ -476,7 +529,7 @@ fn uncontended_holders_write() {
 }
 
 /// A token above any the lock hands out in these tests, and so above the worker's.
-const HIGH: i64 = 1 << 62;
+const HIGH: u128 = 1 << 100;
 /// How long the worker's write may take to reach the fence row's lock and wait there: well under the example's
 /// `lock_timeout` (10 s), after which it would give up waiting.
 const REACH_THE_LOCK: Duration = Duration::from_secs(5);

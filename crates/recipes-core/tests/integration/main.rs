@@ -1,6 +1,7 @@
 //! The integration tests of `recipes-core` (on the in-memory backend), in one binary: each file is a module, and its
 //! tests are named `<file>::<test>`.
 
+mod cohort;
 mod handoff;
 mod lease;
 mod metrics;

@@ -87,6 +87,36 @@ async fn main() -> Result<(), recipes_core::Error> {
     let fair = wakeups(&procs) - before;
     println!("  wake-ups for 5 handoffs: {fair} (one per release, no herd; the exclusive lock took {herd})");
 
+    println!("\n== cohorts: the tasks of one process share their place in line (fair lock, at most K holds)");
+    let cohort = Locks::builder(cluster.client()).cohorts(3).build();
+    let first = cohort.fair("/tour/cohort")?.acquire().await?;
+    let mut set = JoinSet::new();
+    for i in 1..=4 {
+        let lock = cohort.fair("/tour/cohort")?;
+        set.spawn(async move {
+            let g = lock.acquire().await.unwrap();
+            println!("  task {i} holds {} (token {})", g.node(), g.fencing_token());
+            g.release().await.unwrap();
+        });
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let other = procs[1].fair("/tour/cohort")?;
+    let other = tokio::spawn(async move {
+        let g = other.acquire().await.unwrap();
+        println!("  another process holds {} (token {})", g.node(), g.fencing_token());
+        g.release().await.unwrap();
+    });
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    println!(
+        "  task 0 holds {} (token {}); tasks 1-4 wait in the process",
+        first.node(),
+        first.fencing_token()
+    );
+    first.release().await?;
+    while set.join_next().await.is_some() {}
+    other.await.expect("the other process");
+    println!("  one node held 3 times (2 passes, no request), then the other process, then the cohort's next node");
+
     println!("\n== reentrant: holds nest per owner (task, thread or explicit token)");
     let lock = procs[0]
         .reentrant("/tour/reentrant")?

@@ -25,7 +25,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
 
+use crate::backend::SessionStatus;
 use crate::driver::session;
 use crate::driver::{self, Ctx, HeldNode};
 use crate::error::{Error, Result};
@@ -75,6 +77,21 @@ impl State {
     /// Nobody leads any more: the oldest waiting task does.
     fn lead_next(&mut self) {
         self.leading = self.hand(Turn::Lead).is_ok();
+    }
+
+    /// Forgets the node when its session is over (its ephemeral node went with it): a holder that keeps its lost
+    /// guard must not keep the cohort's other tasks from the lock, which may be free. The holder's later release
+    /// finds another node, or none, and does nothing; its reference deletes nothing. The oldest waiting task leads.
+    /// (Not for a lease that ran out on a live session: the node may still be first in the queue at the server.)
+    fn forget_if_over(&mut self, status: SessionStatus) {
+        if self.node.as_ref().is_some_and(|n| session::is_over(status, n.session)) {
+            self.node = None;
+            self.holds = 0;
+            self.revoked = false;
+            if !self.leading {
+                self.lead_next();
+            }
+        }
     }
 }
 
@@ -159,6 +176,12 @@ impl Drop for Queued<'_> {
     }
 }
 
+/// Whether `node`'s lease is valid now, read without counting or logging a loss (which calls the metrics recorder:
+/// it runs under the cohort's mutex, where a recorder that panics must not leave the state half changed).
+fn valid_now(node: &HeldNode) -> bool {
+    node.valid_until().is_some_and(|until| Instant::now() < until)
+}
+
 impl Cohort {
     pub fn new(path: LockPath, bound: u32) -> Self {
         Cohort {
@@ -182,7 +205,7 @@ impl Cohort {
             return;
         }
         let bounded = s.holds < self.bound || is_active(Mutant::CohortUnbounded);
-        if bounded && !s.revoked && !s.queue.is_empty() && node.lost_now().is_none() {
+        if bounded && !s.revoked && !s.queue.is_empty() && valid_now(node) {
             let pass = s.holds;
             if s.hand(Turn::Hold(node.clone(), pass)).is_ok() {
                 s.holds += 1;
@@ -213,6 +236,7 @@ impl Cohort {
     pub async fn acquire(self: &Arc<Self>, ctx: &Arc<Ctx>, patience: Patience) -> Result<Option<LockGuard>> {
         let queued = {
             let mut s = self.state.lock();
+            s.forget_if_over(ctx.backend.session_status());
             if s.node.is_none() && !s.leading && s.queue.is_empty() {
                 s.leading = true;
                 None
@@ -237,7 +261,7 @@ impl Cohort {
             };
             queued.done = true;
             if let Turn::Hold(node, pass) = turn {
-                if node.lost_now().is_none() || is_active(Mutant::CohortPassUnchecked) {
+                if valid_now(&node) || is_active(Mutant::CohortPassUnchecked) {
                     return Ok(Some(self.hold(node, pass)));
                 }
                 // Passed while its lease was valid, lost before we took it: never hand out a guard known lost. The
@@ -289,8 +313,13 @@ impl Cohort {
                 tokio::pin!(node_set);
                 node_set.as_mut().enable();
                 let now = *status.borrow_and_update();
-                let held = self.state.lock().node.as_ref().map(|n| n.session);
-                if held.is_some_and(|id| session::is_over(now, id)) {
+                let over = {
+                    let mut s = self.state.lock();
+                    let over = s.node.as_ref().is_some_and(|n| session::is_over(now, n.session));
+                    s.forget_if_over(now);
+                    over
+                };
+                if over {
                     return;
                 }
                 tokio::select! {

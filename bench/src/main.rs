@@ -152,6 +152,17 @@ enum Figure {
         #[arg(long, default_value_t = 300)]
         iters: usize,
     },
+    /// The floor of contended handoffs: C clients, each on its own session of the raw ZooKeeper client, running the fair
+    /// lock's protocol with nothing else (create an ephemeral sequential node, list once, watch the predecessor,
+    /// hold when it is gone, delete), handoffs per second
+    FloorContended {
+        #[arg(long)]
+        servers: String,
+        #[arg(long)]
+        clients: usize,
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+    },
     /// In-memory backend: uncontended acquire + release, against tokio::sync::Mutex as the floor
     MemUncontended {
         #[arg(long, default_value_t = 20000)]
@@ -199,6 +210,24 @@ async fn raw_queue(c: &zookeeper_client::Client, path: &str) -> (String, zookeep
     }
     let mode = zookeeper_client::CreateMode::EphemeralSequential.with_acls(zookeeper_client::Acls::anyone_all());
     (format!("{path}/n-"), mode)
+}
+
+/// One hold of the fair lock's protocol on the raw client, and its release: create, list once, wait for the
+/// predecessor's deletion (nobody leaves the queue early here, so its deletion means we hold), delete.
+async fn raw_hold(c: &zookeeper_client::Client, path: &str, prefix: &str, mode: &zookeeper_client::CreateOptions<'_>) {
+    let (_, seq) = c.create(prefix, b"", mode).await.unwrap();
+    let node = format!("{prefix}{seq}");
+    let name = node.rsplit('/').next().unwrap_or_default().to_owned();
+    let (mut children, _) = c.get_children(path).await.unwrap();
+    children.sort();
+    let at = children.iter().position(|n| *n == name).expect("our node is listed");
+    if at > 0 {
+        let pred = format!("{path}/{}", children[at - 1]);
+        if let (Some(_), watcher) = c.check_and_watch_stat(&pred).await.unwrap() {
+            watcher.changed().await;
+        }
+    }
+    c.delete(&node, None).await.unwrap();
 }
 
 fn print_latencies(mut us: Vec<f64>) {
@@ -538,6 +567,35 @@ fn main() {
                 }
                 print_latencies(us);
                 c.delete(&path, None).await.unwrap();
+            }
+            Figure::FloorContended {
+                servers,
+                clients,
+                seconds,
+            } => {
+                let path = unique(&format!("floor-contended-{clients}"));
+                let mut sessions = Vec::new();
+                for _ in 0..clients {
+                    sessions.push(Arc::new(raw(&servers).await));
+                }
+                let (prefix, mode) = raw_queue(&sessions[0], &path).await;
+                let run = Contenders::default();
+                let mut tasks = Vec::new();
+                for c in sessions.iter().cloned() {
+                    let (count, stop, measuring) = (run.count.clone(), run.stop.clone(), run.measuring.clone());
+                    let (path, prefix, mode) = (path.clone(), prefix.clone(), mode.clone());
+                    tasks.push(tokio::spawn(async move {
+                        while !stop.load(Ordering::Relaxed) {
+                            raw_hold(&c, &path, &prefix, &mode).await;
+                            if measuring.load(Ordering::Relaxed) {
+                                count.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }));
+                }
+                let (n, elapsed, _) = run.measure(tasks, seconds, || 0).await;
+                println!("handoffs_per_s={:.1}", n as f64 / elapsed);
+                sessions[0].delete(&path, None).await.ok();
             }
             Figure::FloorHandoff { servers, iters } => {
                 let a = raw(&servers).await;

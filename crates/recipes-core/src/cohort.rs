@@ -57,6 +57,8 @@ struct State {
     /// Whether a local task is running the acquire of the cohort's next node.
     leading: bool,
     next_id: u64,
+    /// How many nodes were forgotten because their session ended: a task that queued before fails.
+    expiries: u64,
     /// The local tasks waiting for their turn, oldest first.
     queue: VecDeque<(u64, oneshot::Sender<Turn>)>,
 }
@@ -81,16 +83,22 @@ impl State {
 
     /// Forgets the node when its session is over (its ephemeral node went with it): a holder that keeps its lost
     /// guard must not keep the cohort's other tasks from the lock, which may be free. The holder's later release
-    /// finds another node, or none, and does nothing; its reference deletes nothing. The oldest waiting task leads.
+    /// finds another node, or none, and does nothing; its reference deletes nothing. The tasks waiting then fail as
+    /// waiters in line on that session would (`expiries` tells them); a task that asks later leads.
     /// (Not for a lease that ran out on a live session: the node may still be first in the queue at the server.)
     fn forget_if_over(&mut self, status: SessionStatus) {
         if self.node.as_ref().is_some_and(|n| session::is_over(status, n.session)) {
             self.node = None;
             self.holds = 0;
             self.revoked = false;
-            if !self.leading {
-                self.lead_next();
-            }
+            self.expiries += 1;
+        }
+    }
+
+    /// Nobody holds or leads while tasks wait (the waiting tasks of a forgotten node left, say): the oldest leads.
+    fn unstick(&mut self) {
+        if self.node.is_none() && !self.leading {
+            self.lead_next();
         }
     }
 }
@@ -162,6 +170,7 @@ impl Drop for Queued<'_> {
         let mut s = self.cohort.state.lock();
         if let Some(i) = s.queue.iter().position(|(id, _)| *id == self.id) {
             s.queue.remove(i);
+            s.unstick();
             return;
         }
         // Not queued any more: a turn was sent to us (under the lock, so it is in the channel now).
@@ -247,19 +256,31 @@ impl Cohort {
                 s.next_id += 1;
                 let (tx, rx) = oneshot::channel();
                 s.queue.push_back((id, tx));
-                Some(Queued {
-                    cohort: self,
-                    id,
-                    rx,
-                    done: false,
-                })
+                Some((
+                    Queued {
+                        cohort: self,
+                        id,
+                        rx,
+                        done: false,
+                    },
+                    s.expiries,
+                ))
             }
         };
-        if let Some(mut queued) = queued {
-            let Some(turn) = self.turn(ctx, &mut queued.rx, patience).await? else {
+        if let Some((mut queued, expiries)) = queued {
+            let Some(turn) = self.turn(ctx, &mut queued.rx, expiries, patience).await? else {
                 return Ok(None);
             };
             queued.done = true;
+            if self.state.lock().expiries != expiries {
+                // A node the cohort held since we queued went with its session: we fail as a waiter in line on that
+                // session would, and hand the turn on.
+                match turn {
+                    Turn::Hold(node, _) => self.let_go(&node),
+                    Turn::Lead => self.state.lock().lead_next(),
+                }
+                return Err(session::closed_or(ctx.backend.as_ref(), Error::SessionExpired));
+            }
             if let Turn::Hold(node, pass) = turn {
                 if valid_now(&node) || is_active(Mutant::CohortPassUnchecked) {
                     return Ok(Some(self.hold(node, pass)));
@@ -271,10 +292,13 @@ impl Cohort {
                     s.node = None;
                     s.holds = 0;
                     s.revoked = false;
+                    if session::is_over(ctx.backend.session_status(), node.session) {
+                        // The tasks still waiting fail too (they see `expiries`), as waiters in line would.
+                        s.expiries += 1;
+                    }
                 }
                 if session::is_over(ctx.backend.session_status(), node.session) {
-                    // As a waiter in line on that session would: it fails, and the next task leads.
-                    s.lead_next();
+                    s.unstick();
                     return Err(node.session_end());
                 }
                 // The session lives (the lease ran out, or it was deleted): we lead, with a node of our own.
@@ -304,7 +328,13 @@ impl Cohort {
     /// # Notable errors
     /// [`Error::SessionExpired`] (or [`Error::Closed`]) when the session of the node the cohort holds ends while we
     /// wait (whichever node it holds by then: a task that queued while a leader was acquiring learns it too).
-    async fn turn(&self, ctx: &Ctx, rx: &mut oneshot::Receiver<Turn>, patience: Patience) -> Result<Option<Turn>> {
+    async fn turn(
+        &self,
+        ctx: &Ctx,
+        rx: &mut oneshot::Receiver<Turn>,
+        expiries: u64,
+        patience: Patience,
+    ) -> Result<Option<Turn>> {
         let over = async {
             let mut status = ctx.backend.session();
             // Bounded: each turn follows a change of the session's status or of the cohort's node.
@@ -315,9 +345,9 @@ impl Cohort {
                 let now = *status.borrow_and_update();
                 let over = {
                     let mut s = self.state.lock();
-                    let over = s.node.as_ref().is_some_and(|n| session::is_over(now, n.session));
                     s.forget_if_over(now);
-                    over
+                    // A node the cohort held since we queued went with its session.
+                    s.expiries != expiries
                 };
                 if over {
                     return;

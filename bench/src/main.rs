@@ -79,12 +79,8 @@ enum Figure {
     },
     /// Handoffs per second with C clients (tasks) on one fair lock, spread over S sessions (default: one each)
     Contended {
-        #[arg(long)]
-        servers: String,
-        #[arg(long)]
-        clients: usize,
-        #[arg(long, default_value_t = 3.0)]
-        seconds: f64,
+        #[command(flatten)]
+        load: Load,
         /// Sessions the clients share (task i uses session i mod S); 0: one session per client
         #[arg(long, default_value_t = 0)]
         sessions: usize,
@@ -156,12 +152,8 @@ enum Figure {
     /// lock's protocol with nothing else (create an ephemeral sequential node, list once, watch the predecessor,
     /// hold when it is gone, delete), handoffs per second
     FloorContended {
-        #[arg(long)]
-        servers: String,
-        #[arg(long)]
-        clients: usize,
-        #[arg(long, default_value_t = 3.0)]
-        seconds: f64,
+        #[command(flatten)]
+        load: Load,
     },
     /// In-memory backend: uncontended acquire + release, against tokio::sync::Mutex as the floor
     MemUncontended {
@@ -173,6 +165,17 @@ enum Figure {
         #[arg(long, default_value_t = 1000)]
         waiters: usize,
     },
+}
+
+/// A contended figure's load: C clients on the servers, counted for a number of seconds.
+#[derive(clap::Args, Debug)]
+struct Load {
+    #[arg(long)]
+    servers: String,
+    #[arg(long)]
+    clients: usize,
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -333,9 +336,12 @@ fn main() {
                 b.shutdown(Duration::from_secs(2)).await;
             }
             Figure::Contended {
-                servers,
-                clients,
-                seconds,
+                load:
+                    Load {
+                        servers,
+                        clients,
+                        seconds,
+                    },
                 sessions,
                 cohorts,
             } => {
@@ -569,9 +575,12 @@ fn main() {
                 c.delete(&path, None).await.unwrap();
             }
             Figure::FloorContended {
-                servers,
-                clients,
-                seconds,
+                load:
+                    Load {
+                        servers,
+                        clients,
+                        seconds,
+                    },
             } => {
                 let path = unique(&format!("floor-contended-{clients}"));
                 let mut sessions = Vec::new();
@@ -581,7 +590,8 @@ fn main() {
                 let (prefix, mode) = raw_queue(&sessions[0], &path).await;
                 let run = Contenders::default();
                 let mut tasks = Vec::new();
-                for c in sessions.iter().cloned() {
+                for c in &sessions {
+                    let c = c.clone();
                     let (count, stop, measuring) = (run.count.clone(), run.stop.clone(), run.measuring.clone());
                     let (path, prefix, mode) = (path.clone(), prefix.clone(), mode.clone());
                     tasks.push(tokio::spawn(async move {

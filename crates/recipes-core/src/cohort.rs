@@ -30,7 +30,7 @@ use tokio::time::Instant;
 use crate::backend::SessionStatus;
 use crate::driver::session;
 use crate::driver::{self, Ctx, HeldNode};
-use crate::error::{Error, Result};
+use crate::error::{Error, LostReason, Result};
 use crate::guard::LockGuard;
 use crate::mutants::{is_active, Mutant};
 use crate::path::LockPath;
@@ -224,6 +224,10 @@ impl Cohort {
         s.node = None;
         s.holds = 0;
         s.revoked = false;
+        if matches!(node.loss_known(), Some(LostReason::SessionExpired)) {
+            // Its session is over: the waiting tasks fail, as `forget_if_over` has them (whichever sees it first).
+            s.expiries += 1;
+        }
         s.lead_next();
     }
 
@@ -342,10 +346,12 @@ impl Cohort {
                 let node_set = self.node_set.notified();
                 tokio::pin!(node_set);
                 node_set.as_mut().enable();
-                let now = *status.borrow_and_update();
+                status.borrow_and_update();
                 let over = {
                     let mut s = self.state.lock();
-                    s.forget_if_over(now);
+                    // Read under the lock, never older than the node: a status read before it, stale by the time
+                    // the lock is ours, would forget a live node of a new session.
+                    s.forget_if_over(ctx.backend.session_status());
                     // A node the cohort held since we queued went with its session.
                     s.expiries != expiries
                 };

@@ -13,6 +13,18 @@ use recipes_mem::MemCluster;
 
 const P: &str = "/cohort/res";
 
+/// A cluster, a client of it and the fair lock of a cohort of 8 on that client.
+fn one_cohort() -> (
+    MemCluster,
+    std::sync::Arc<recipes_mem::MemClient>,
+    recipes_core::FairLock,
+) {
+    let cluster = MemCluster::new();
+    let ca = cluster.client();
+    let lock = Locks::builder(ca.clone()).cohorts(8).build().fair(P).expect("path");
+    (cluster, ca, lock)
+}
+
 /// A cohort (of 8) whose leader waits in the global queue behind another session's holder: the cluster, the cohort's
 /// client, its fair lock, the other holder's guard and the leader's acquire.
 async fn leading() -> (
@@ -120,9 +132,7 @@ async fn a_waiter_queued_during_the_lead_learns_the_sessions_end() {
 /// failed with `SessionExpired`, for as long as the lost guard lived; found by review, helper 13).
 #[tokio::test(start_paused = true)]
 async fn a_lost_guard_kept_does_not_keep_the_cohort_from_a_free_lock() {
-    let cluster = MemCluster::new();
-    let ca = cluster.client();
-    let lock = Locks::builder(ca.clone()).cohorts(8).build().fair(P).unwrap();
+    let (cluster, ca, lock) = one_cohort();
     let kept = lock.acquire().await.unwrap();
     ca.expire_session();
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -136,6 +146,26 @@ async fn a_lost_guard_kept_does_not_keep_the_cohort_from_a_free_lock() {
     drop(kept);
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(cluster.children(P).is_empty(), "left {:?}", cluster.children(P));
+}
+
+/// A holder that lets go right after its session expired, before the waiting task sees the end: the waiter still
+/// fails as a waiter in line on that session would (it led on the new session instead; found by review, helper 14).
+#[tokio::test(start_paused = true)]
+async fn a_release_after_the_sessions_end_fails_the_waiter_as_its_watch_would() {
+    let (cluster, ca, lock) = one_cohort();
+    let held = lock.acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let l = lock.clone();
+        async move { l.acquire().await.map(|g| g.is_valid()) }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    ca.expire_session();
+    drop(held); // before the waiter runs
+    assert_eq!(waiter.await.unwrap(), Err(Error::SessionExpired));
+    let again = lock.acquire().await.unwrap();
+    assert!(again.is_valid());
+    drop(again);
+    no_node_left(&cluster, 0).await;
 }
 
 /// Churn with session expiries and disconnections: no guard known lost is handed out, every task ends, and no node is

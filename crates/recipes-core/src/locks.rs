@@ -56,6 +56,14 @@ fn shared<K: std::hash::Hash + Eq, V>(map: &Mutex<HashMap<K, Weak<V>>>, key: K, 
 }
 
 /// How many holds in a row a cohort's node may have by default (see [`LocksBuilder::cohorts`]).
+///
+/// ```
+/// use recipes_core::{Locks, DEFAULT_COHORT_HOLDS};
+/// let locks = Locks::builder(recipes_mem::MemCluster::new().client())
+///     .cohorts(DEFAULT_COHORT_HOLDS)
+///     .build();
+/// assert_eq!(locks.cohorts(), Some(32));
+/// ```
 pub const DEFAULT_COHORT_HOLDS: u32 = 32;
 
 /// The share of the session timeout a lease does not count on (default 0.2): a lock is trusted until
@@ -323,6 +331,13 @@ impl Locks {
     }
 
     /// The most holds in a row of a cohort's node, when cohorts are on ([`LocksBuilder::cohorts`]).
+    ///
+    /// ```
+    /// use recipes_core::Locks;
+    /// let cluster = recipes_mem::MemCluster::new();
+    /// assert_eq!(Locks::new(cluster.client()).cohorts(), None); // off by default
+    /// assert_eq!(Locks::builder(cluster.client()).cohorts(0).build().cohorts(), Some(1)); // at least 1
+    /// ```
     pub fn cohorts(&self) -> Option<u32> {
         self.cohorts
     }

@@ -52,6 +52,18 @@ pub struct Participant {
 impl Participant {
     /// The fencing token of the node's first hold ([`LockGuard::fencing_token`](crate::LockGuard::fencing_token)
     /// of its holder; a cohort's later holds of the node carry their pass above it).
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use recipes_core::Locks;
+    /// let locks = Locks::new(recipes_mem::MemCluster::new().client());
+    /// let guard = locks.fair("/reports/daily")?.acquire().await?;
+    /// let seen = locks.participants("/reports/daily").await?;
+    /// assert_eq!(seen.nodes[0].fencing_token(), guard.fencing_token());
+    /// # drop(guard);
+    /// # Ok::<(), recipes_core::Error>(())
+    /// # }).unwrap();
+    /// ```
     pub fn fencing_token(&self) -> u128 {
         crate::guard::token(self.czxid, 0)
     }

@@ -88,11 +88,16 @@ impl State {
     /// (Not for a lease that ran out on a live session: the node may still be first in the queue at the server.)
     fn forget_if_over(&mut self, status: SessionStatus) {
         if self.node.as_ref().is_some_and(|n| session::is_over(status, n.session)) {
-            self.node = None;
-            self.holds = 0;
-            self.revoked = false;
+            self.forget();
             self.expiries += 1;
         }
+    }
+
+    /// The cohort holds no node any more (its last holder's reference releases it).
+    fn forget(&mut self) {
+        self.node = None;
+        self.holds = 0;
+        self.revoked = false;
     }
 
     /// Nobody holds or leads while tasks wait (the waiting tasks of a forgotten node left, say): the oldest leads.
@@ -174,13 +179,9 @@ impl Drop for Queued<'_> {
             return;
         }
         // Not queued any more: a turn was sent to us (under the lock, so it is in the channel now).
-        match self.rx.try_recv() {
-            Ok(Turn::Hold(node, _)) => {
-                drop(s);
-                self.cohort.let_go(&node);
-            }
-            Ok(Turn::Lead) => s.lead_next(),
-            Err(_) => {}
+        drop(s);
+        if let Ok(turn) = self.rx.try_recv() {
+            self.cohort.hand_on(turn);
         }
     }
 }
@@ -206,6 +207,14 @@ impl Cohort {
         &self.path
     }
 
+    /// A turn handed to a task that will not take it goes on: a pass ends as a hold would, a lead goes to the next.
+    fn hand_on(&self, turn: Turn) {
+        match turn {
+            Turn::Hold(node, _) => self.let_go(&node),
+            Turn::Lead => self.state.lock().lead_next(),
+        }
+    }
+
     /// A local hold of `node` ends: passes the node to the oldest waiting task when it may, else lets it go (the
     /// caller's reference is then the last but the guard's, which releases it) and the oldest waiting task leads.
     fn let_go(&self, node: &Arc<HeldNode>) {
@@ -221,9 +230,7 @@ impl Cohort {
                 return;
             }
         }
-        s.node = None;
-        s.holds = 0;
-        s.revoked = false;
+        s.forget();
         if matches!(node.loss_known(), Some(LostReason::SessionExpired)) {
             // Its session is over: the waiting tasks fail, as `forget_if_over` has them (whichever sees it first).
             s.expiries += 1;
@@ -279,10 +286,7 @@ impl Cohort {
             if self.state.lock().expiries != expiries {
                 // A node the cohort held since we queued went with its session: we fail as a waiter in line on that
                 // session would, and hand the turn on.
-                match turn {
-                    Turn::Hold(node, _) => self.let_go(&node),
-                    Turn::Lead => self.state.lock().lead_next(),
-                }
+                self.hand_on(turn);
                 return Err(session::closed_or(ctx.backend.as_ref(), Error::SessionExpired));
             }
             if let Turn::Hold(node, pass) = turn {
@@ -293,9 +297,7 @@ impl Cohort {
                 // node is ours now; the cohort forgets it (our reference, the last, deletes it in the background).
                 let mut s = self.state.lock();
                 if s.node.as_ref().is_some_and(|n| Arc::ptr_eq(n, &node)) {
-                    s.node = None;
-                    s.holds = 0;
-                    s.revoked = false;
+                    s.forget();
                     if session::is_over(ctx.backend.session_status(), node.session) {
                         // The tasks still waiting fail too (they see `expiries`), as waiters in line would.
                         s.expiries += 1;

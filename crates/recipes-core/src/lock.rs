@@ -10,106 +10,18 @@ use std::time::Duration;
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::cohort::Cohort;
-use crate::driver::{self, Ctx, HeldNode};
+use crate::driver::Ctx;
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::owner::Owner;
 use crate::path::LockPath;
 use crate::patience::{forever, Patience};
 use crate::recipe::Recipe;
-use crate::reentrant::{Reentrancy, Side};
+use crate::reentrant::Side;
 
-/// The hold counts of one owned lock path.
-pub(crate) type Holds = Reentrancy<HeldNode>;
+mod inner;
 
-/// What a plain (not owned) recipe needs: the driver's context and the path, and the path's cohort when the tasks
-/// of this process share their place in line.
-#[derive(Debug, Clone)]
-pub(crate) struct Plain {
-    ctx: Arc<Ctx>,
-    path: LockPath,
-    cohort: Option<Arc<Cohort>>,
-}
-
-impl Plain {
-    pub fn new(ctx: Arc<Ctx>, path: LockPath) -> Self {
-        Plain {
-            ctx,
-            path,
-            cohort: None,
-        }
-    }
-
-    /// The fair lock of a cohort: its acquires go through the cohort.
-    pub fn in_cohort(ctx: Arc<Ctx>, cohort: Arc<Cohort>) -> Self {
-        Plain {
-            ctx,
-            path: cohort.path().clone(),
-            cohort: Some(cohort),
-        }
-    }
-
-    fn path(&self) -> &LockPath {
-        &self.path
-    }
-
-    async fn get(&self, recipe: Recipe, p: Patience) -> Result<Option<LockGuard>> {
-        if let Some(cohort) = &self.cohort {
-            return cohort.acquire(&self.ctx, p).await;
-        }
-        let held = driver::acquire(&self.ctx, &self.path, recipe, p).await?;
-        Ok(held.map(LockGuard::plain))
-    }
-
-    /// A plain recipe has no owner: the same lock.
-    fn with_owner(&self, _owner: Owner) -> Self {
-        self.clone()
-    }
-}
-
-/// An owned recipe's handle: the path's hold counts, and the owner it acquires for (`None`: the current task or
-/// thread at each acquire).
-#[derive(Debug, Clone)]
-pub(crate) struct Owned {
-    ctx: Arc<Ctx>,
-    holds: Arc<Holds>,
-    owner: Option<Owner>,
-}
-
-impl Owned {
-    pub fn new(ctx: Arc<Ctx>, holds: Arc<Holds>) -> Self {
-        Owned {
-            ctx,
-            holds,
-            owner: None,
-        }
-    }
-
-    fn path(&self) -> &LockPath {
-        self.holds.path()
-    }
-
-    async fn get(&self, recipe: Recipe, p: Patience) -> Result<Option<LockGuard>> {
-        let side = if recipe == Recipe::Read {
-            Side::Shared
-        } else {
-            Side::Exclusive
-        };
-        let owner = self.owner.unwrap_or_else(Owner::current);
-        let (ctx, path) = (&self.ctx, self.holds.path());
-        let first = || driver::acquire(ctx, path, recipe, p);
-        let hold = self.holds.acquire(side, owner, p, first).await?;
-        Ok(hold.map(LockGuard::counted))
-    }
-
-    fn with_owner(&self, owner: Owner) -> Self {
-        Owned {
-            owner: Some(owner),
-            ..self.clone()
-        }
-    }
-}
+pub(crate) use inner::{Holds, Owned, Plain};
 
 /// The future a [`Lock`] method returns: boxed, so that the trait stays object safe (`Arc<dyn Lock>`).
 pub type LockFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;

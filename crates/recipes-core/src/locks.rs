@@ -1,17 +1,13 @@
-//! The entry point: [`Locks`], its builder and settings, and the registry that makes every handle on one owned path
-//! share its hold counts.
+//! The entry point: [`Locks`], its builder and settings. What every handle on one path shares (an owned path's hold
+//! counts, a fair path's cohort) is in `registry`.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Weak};
-
-use parking_lot::Mutex;
+use std::sync::Arc;
 
 use crate::backend::Backend;
-use crate::cohort::Cohort;
 use crate::driver::Ctx;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use crate::lock::{ExclusiveLock, FairLock, Holds, Lock, Owned, Plain, ReadWriteLock, ReentrantLock};
+use crate::lock::{ExclusiveLock, FairLock, Lock, Owned, Plain, ReadWriteLock, ReentrantLock};
 use crate::metrics::{Counters, Metrics};
 use crate::multi::MultiLock;
 use crate::path::LockPath;
@@ -20,41 +16,12 @@ use crate::resource::{LockKind, Resource};
 use crate::semaphore::Semaphore;
 
 mod admin;
+mod registry;
+
+use registry::{OwnedPath, Registry};
 
 /// How many creates one acquire may make by default before giving up (see [`LocksBuilder::max_attempts`]).
 const DEFAULT_MAX_ATTEMPTS: u32 = 10;
-/// The registry is swept of paths no handle uses any more once it holds this many.
-const REGISTRY_SWEEP_FROM: usize = 64;
-
-/// Which owned recipe a registry entry is for: one path has separate hold counts per recipe.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum OwnedPath {
-    Reentrant(LockPath),
-    ReadWrite(LockPath),
-}
-
-/// What every handle on a path made from one `Locks` shares, by path: an owned path's hold counts, a fair path's
-/// cohort.
-#[derive(Debug, Default)]
-struct Registry {
-    holds: Mutex<HashMap<OwnedPath, Weak<Holds>>>,
-    cohorts: Mutex<HashMap<LockPath, Weak<Cohort>>>,
-}
-
-/// The value under `key`, made by `make` if no handle uses one now (swept of unused entries as the map grows).
-fn shared<K: std::hash::Hash + Eq, V>(map: &Mutex<HashMap<K, Weak<V>>>, key: K, make: impl FnOnce(&K) -> V) -> Arc<V> {
-    let mut map = map.lock();
-    if let Some(v) = map.get(&key).and_then(Weak::upgrade) {
-        return v;
-    }
-    if map.len() >= REGISTRY_SWEEP_FROM {
-        map.retain(|_, w| w.strong_count() > 0);
-    }
-    let v = Arc::new(make(&key));
-    map.insert(key, Arc::downgrade(&v));
-    v
-}
-
 /// How many holds in a row a cohort's node may have by default (see [`LocksBuilder::cohorts`]).
 ///
 /// ```
@@ -183,7 +150,9 @@ impl LocksBuilder {
     /// What changes: the fair lock's order is FIFO among the tasks of the cohort and among processes, but a process
     /// waiting behind a cohort's node now waits for up to `max_holds` holds of that process's tasks instead of one;
     /// the [fencing token](crate::LockGuard::fencing_token) of a passed hold carries its pass, so tokens still
-    /// strictly increase. Every other recipe (exclusive, reentrant, read/write, semaphore) is unchanged. Worth it when
+    /// strictly increase. Every other recipe (exclusive, reentrant, read/write, semaphore) is unchanged. A request to
+    /// let go ([`Locks::revoke`](crate::Locks::revoke)) ends the passes once a holder of the node has learned of it
+    /// ([`LockGuard::revocation_requested`](crate::LockGuard::revocation_requested)); until then, at most the bound. Worth it when
     /// many tasks of one process contend for one path: a local pass costs no round trip (docs/performance.md).
     ///
     /// ```
@@ -322,7 +291,7 @@ impl Locks {
         let path = LockPath::new(path)?;
         let plain = match self.cohorts {
             Some(bound) => {
-                let cohort = shared(&self.registry.cohorts, path, |p| Cohort::new(p.clone(), bound));
+                let cohort = self.registry.cohort(path, bound);
                 Plain::in_cohort(self.ctx.clone(), cohort)
             }
             None => Plain::new(self.ctx.clone(), path),
@@ -347,7 +316,7 @@ impl Locks {
     /// # Notable errors
     /// [`Error::InvalidPath`].
     pub fn reentrant(&self, path: impl AsRef<str>) -> Result<ReentrantLock> {
-        let holds = self.holds(OwnedPath::Reentrant(LockPath::new(path)?));
+        let holds = self.registry.holds(OwnedPath::Reentrant(LockPath::new(path)?));
         Ok(ReentrantLock::new(Owned::new(self.ctx.clone(), holds)))
     }
 
@@ -356,7 +325,7 @@ impl Locks {
     /// # Notable errors
     /// [`Error::InvalidPath`].
     pub fn read_write(&self, path: impl AsRef<str>) -> Result<ReadWriteLock> {
-        let holds = self.holds(OwnedPath::ReadWrite(LockPath::new(path)?));
+        let holds = self.registry.holds(OwnedPath::ReadWrite(LockPath::new(path)?));
         Ok(ReadWriteLock::new(self.ctx.clone(), holds))
     }
 
@@ -420,13 +389,6 @@ impl Locks {
         Ok(match kind {
             LockKind::Recipe(r) => Resource::one(self.lock(path, r)?),
             LockKind::ReadWrite => Resource::read_write(self.read_write(path)?),
-        })
-    }
-
-    /// The hold counts of an owned path, shared with every other handle on it.
-    fn holds(&self, key: OwnedPath) -> Arc<Holds> {
-        shared(&self.registry.holds, key, |key| match key {
-            OwnedPath::Reentrant(p) | OwnedPath::ReadWrite(p) => Holds::new(p.clone()),
         })
     }
 }

@@ -755,25 +755,33 @@ struct Contenders {
 impl Contenders {
     /// A contender on `lock`.
     fn spawn(&self, lock: Arc<dyn Lock>) -> tokio::task::JoinHandle<()> {
-        let (count, stop, measuring) = (self.count.clone(), self.stop.clone(), self.measuring.clone());
-        tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                let g = lock.acquire().await.unwrap();
-                if measuring.load(Ordering::Relaxed) {
-                    count.fetch_add(1, Ordering::Relaxed);
-                }
-                g.release().await.unwrap();
-            }
-        })
+        self.spawn_with(lock, |_| {})
     }
 
-    /// A contender on `lock`, of session `session`, that records each measured hold in `history`: its session, and
-    /// whether it was passed within the session (a cohort's pass, which went through no server).
+    /// A contender on `lock`, of session `session`, that records each measured hold in `history`: its session, its
+    /// node, and whether it was passed within the session (a cohort's pass, which went through no server).
     fn spawn_recorded(
         &self,
         lock: Arc<dyn Lock>,
         session: usize,
         history: Arc<std::sync::Mutex<Vec<Held>>>,
+    ) -> tokio::task::JoinHandle<()> {
+        self.spawn_with(lock, move |g| {
+            // The token is the node's creation id above its pass (above 0 for a cohort's local pass).
+            let token = g.fencing_token();
+            history.lock().unwrap().push(Held {
+                session,
+                node: token >> 32,
+                passed: token & u128::from(u32::MAX) > 0,
+            });
+        })
+    }
+
+    /// A contender on `lock` that calls `measured` with each hold counted.
+    fn spawn_with(
+        &self,
+        lock: Arc<dyn Lock>,
+        measured: impl Fn(&recipes_core::LockGuard) + Send + 'static,
     ) -> tokio::task::JoinHandle<()> {
         let (count, stop, measuring) = (self.count.clone(), self.stop.clone(), self.measuring.clone());
         tokio::spawn(async move {
@@ -781,13 +789,7 @@ impl Contenders {
                 let g = lock.acquire().await.unwrap();
                 if measuring.load(Ordering::Relaxed) {
                     count.fetch_add(1, Ordering::Relaxed);
-                    // The token is the node's creation id above its pass (above 0 for a cohort's local pass).
-                    let token = g.fencing_token();
-                    history.lock().unwrap().push(Held {
-                        session,
-                        node: token >> 32,
-                        passed: token & u128::from(u32::MAX) > 0,
-                    });
+                    measured(&g);
                 }
                 g.release().await.unwrap();
             }

@@ -168,6 +168,40 @@ async fn a_release_after_the_sessions_end_fails_the_waiter_as_its_watch_would() 
     no_node_left(&cluster, 0).await;
 }
 
+/// An operator deletes a cohort's node behind the library's back (exclusion is promised nowhere after that; a pass
+/// asks the store nothing): once a local holder's `lost()` has seen the deletion, the node is not passed on, and the
+/// next local task waits behind the other session's holder (helper 15; docs/algorithm.md, Cohorts point 5).
+#[tokio::test(start_paused = true)]
+async fn a_node_whose_deletion_lost_saw_is_not_passed_on() {
+    let (cluster, _ca, lock) = one_cohort();
+    let held = lock.acquire().await.unwrap();
+    let mut next = tokio::spawn({
+        let l = lock.clone();
+        async move { l.acquire().await }
+    });
+    let other = Locks::new(cluster.client());
+    let mut theirs = tokio::spawn({
+        let l = other.fair(P).unwrap();
+        async move { l.acquire().await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    recipes_core::backend::BackendExt::current(&*cluster.client())
+        .delete(held.node())
+        .await
+        .unwrap();
+    assert_eq!(held.lost().await, recipes_core::LostReason::NodeDeleted);
+    let theirs = (&mut theirs).await.unwrap().unwrap();
+    drop(held);
+    let waited = tokio::time::timeout(Duration::from_millis(200), &mut next).await;
+    assert!(
+        waited.is_err(),
+        "the deleted node was passed on beside the other session's holder"
+    );
+    drop(theirs);
+    let g = next.await.unwrap().unwrap();
+    assert!(g.is_valid());
+}
+
 /// Churn with session expiries and disconnections: no guard known lost is handed out, every task ends, and no node is
 /// left (helper 13's churn).
 #[tokio::test(start_paused = true)]

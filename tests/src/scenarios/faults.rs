@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use recipes_core::backend::BackendExt;
-use recipes_core::{Error, LostReason, Recipe};
+use recipes_core::{Error, LockGuard, LostReason, Recipe};
 
 use super::{contend_exclusive, granted_then_released};
-use crate::harness::Harness;
+use crate::harness::{Harness, TestClient};
 use crate::util::{assert_pending, bounded, eventually, skip, wait_children};
 
 /// Releasing a lock whose node someone else deleted reports NotHeld and deletes nothing else.
@@ -79,32 +79,112 @@ pub async fn waiter_node_deleted_never_holds_without_node(h: &dyn Harness) {
         let lb = b.locks.lock(&path, recipe).unwrap();
         let waiter = tokio::spawn(async move { lb.acquire().await.unwrap() });
         wait_children(h, &path, 2).await;
+        delete_waiter_then_release(h, &admin, &path, g, waiter, &recipe.to_string()).await;
+    }
+}
+
+/// A waiter whose blocker, not first, is cancelled lists again and waits on with the watch on its own node it armed
+/// first (no new registration). A deletion of its node while it waits that second time is still seen before the
+/// holder's release: it never holds without its node.
+pub async fn kept_own_watch_still_guards_the_waiter(h: &dyn Harness) {
+    let path = h.path("kept-own-watch");
+    let (a, b, c, admin) = (h.client().await, h.client().await, h.client().await, h.client().await);
+    let g = a.locks.fair(&path).unwrap().acquire().await.unwrap();
+    let lc = c.locks.fair(&path).unwrap();
+    let cancelled = tokio::spawn(async move { lc.acquire().await });
+    wait_children(h, &path, 2).await;
+    let lb = b.locks.fair(&path).unwrap();
+    let waiter = tokio::spawn(async move { lb.acquire().await.unwrap() });
+    wait_children(h, &path, 3).await;
+    // c goes; b lists again and waits on a's node, its own node's watch kept from its first wait.
+    cancelled.abort();
+    let _ = cancelled.await;
+    wait_children(h, &path, 2).await;
+    delete_waiter_then_release(h, &admin, &path, g, waiter, "after a relist").await;
+}
+
+/// The end of the two scenarios above: with `g` held and one waiter queued behind it (`waiter`, the only other node
+/// on `path`), deletes the waiter's node and releases `g` at once. The waiter must see its own node gone first: it
+/// queues again and holds with a new node, the only one on the path.
+async fn delete_waiter_then_release(
+    h: &dyn Harness,
+    admin: &TestClient,
+    path: &str,
+    g: LockGuard,
+    waiter: tokio::task::JoinHandle<LockGuard>,
+    case: &str,
+) {
+    tokio::time::sleep(h.tick() * 2).await;
+    let held_name = g.node().rsplit('/').next().unwrap().to_owned();
+    let b_node = h
+        .children(path)
+        .await
+        .into_iter()
+        .find(|c| *c != held_name)
+        .expect("the waiter's node");
+    admin
+        .locks
+        .backend()
+        .current()
+        .delete(&format!("{path}/{b_node}"))
+        .await
+        .unwrap();
+    g.release().await.unwrap();
+    let gb = bounded(h, "the waiter after re-queueing", waiter).await.unwrap();
+    let name = gb.node().rsplit('/').next().unwrap().to_owned();
+    assert_ne!(
+        name, b_node,
+        "{case}: the waiter claimed the lock with its deleted node"
+    );
+    assert_eq!(
+        h.children(path).await,
+        vec![name],
+        "{case}: the waiter holds without its node"
+    );
+    gb.release().await.unwrap();
+    wait_children(h, path, 0).await;
+}
+
+/// A holder that came to hold after waiting in line (its node's watch from the wait kept until its end, also after a
+/// relist) learns of its node's deletion from `lost()`, also when a first `lost()` was dropped midway.
+pub async fn holder_after_waiting_sees_its_node_deleted(h: &dyn Harness) {
+    let path = h.path("waited-then-deleted");
+    let (a, b, c, admin) = (h.client().await, h.client().await, h.client().await, h.client().await);
+    for (relist, drop_first) in [(false, false), (true, false), (true, true)] {
+        let g = a.locks.fair(&path).unwrap().acquire().await.unwrap();
+        let mut cancelled = None;
+        if relist {
+            let lc = c.locks.fair(&path).unwrap();
+            cancelled = Some(tokio::spawn(async move { lc.acquire().await }));
+            wait_children(h, &path, 2).await;
+        }
+        let lb = b.locks.fair(&path).unwrap();
+        let waiter = tokio::spawn(async move { lb.acquire().await.unwrap() });
+        wait_children(h, &path, if relist { 3 } else { 2 }).await;
+        if let Some(t) = cancelled {
+            t.abort();
+            let _ = t.await;
+            wait_children(h, &path, 2).await;
+        }
         tokio::time::sleep(h.tick() * 2).await;
-        let held_name = g.node().rsplit('/').next().unwrap().to_owned();
-        let b_node = h
-            .children(&path)
-            .await
-            .into_iter()
-            .find(|c| *c != held_name)
-            .expect("b's node");
-        // Delete b's node, then release at once: b must see its own node gone first.
-        admin
-            .locks
-            .backend()
-            .current()
-            .delete(&format!("{path}/{b_node}"))
-            .await
-            .unwrap();
         g.release().await.unwrap();
-        let gb = bounded(h, "b after re-queueing", waiter).await.unwrap();
-        let name = gb.node().rsplit('/').next().unwrap().to_owned();
-        assert_ne!(name, b_node, "{recipe}: b claimed the lock with its deleted node");
+        let gb = bounded(h, "b", waiter).await.unwrap();
+        // A first lost() dropped before anything happened takes the kept watch with it; the next arms its own.
+        if drop_first {
+            let mut first = Box::pin(gb.lost());
+            assert_pending(h, "lost before deletion", &mut first).await;
+        }
+        let mut lost = Box::pin(gb.lost());
+        assert_pending(h, "lost before deletion", &mut lost).await;
+        admin.locks.backend().current().delete(gb.node()).await.unwrap();
         assert_eq!(
-            h.children(&path).await,
-            vec![name],
-            "{recipe}: b holds without its node"
+            bounded(h, "lost", lost).await,
+            LostReason::NodeDeleted,
+            "relist: {relist}, drop_first: {drop_first}"
         );
-        gb.release().await.unwrap();
+        assert!(!gb.is_valid(), "relist: {relist}: a deleted node is not valid");
+        let r = gb.release().await;
+        assert!(matches!(r, Err(Error::NotHeld { .. })), "relist: {relist}: {r:?}");
         wait_children(h, &path, 0).await;
     }
 }

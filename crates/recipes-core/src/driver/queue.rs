@@ -8,7 +8,7 @@ use super::attempt::{Attempt, Step, Stop};
 use super::cleanup::{Identity, Pending};
 use super::wait::InLine;
 use super::{session, HeldNode};
-use crate::backend::{BackendExt, CreateAndList, SessionId};
+use crate::backend::{BackendExt, CreateAndList, DeletionWatch, SessionId};
 use crate::error::Error;
 use crate::info::NodeInfo;
 use crate::metrics::Count;
@@ -58,6 +58,8 @@ impl Attempt<'_> {
             // say more than its missing count) and before any other: from our create on, the path, and the count it
             // stores, cannot go away while our node is there.
             let mut count_checked = self.protocol.stored_count().is_none();
+            // The watch on our node, armed by the first wait in line and kept until it holds (see `wait_in_line`).
+            let mut own = None;
             loop {
                 let children = match prefetched.take() {
                     Some(c) => c,
@@ -80,7 +82,7 @@ impl Attempt<'_> {
                 }
                 let wait = match next {
                     Verdict::Refuse(r) => return self.refuse(r).await,
-                    Verdict::Acquired => return Ok(Some(self.won(q, mark))),
+                    Verdict::Acquired => return Ok(Some(self.won(q, mark, own))),
                     Verdict::Missing => {
                         self.vanished(&q.node).await?;
                         break;
@@ -102,6 +104,8 @@ impl Attempt<'_> {
                 match self
                     .wait_in_line(
                         &name,
+                        q.czxid,
+                        &mut own,
                         &wait.on,
                         wait.blocker_first,
                         wait.change_means_held,
@@ -109,7 +113,7 @@ impl Attempt<'_> {
                     )
                     .await?
                 {
-                    InLine::Acquired => return Ok(Some(self.won(q, mark))),
+                    InLine::Acquired => return Ok(Some(self.won(q, mark, own))),
                     InLine::Missing => {
                         self.vanished(&q.node).await?;
                         break;
@@ -120,12 +124,13 @@ impl Attempt<'_> {
         }
     }
 
-    /// Our queued node holds the lock: keep it, and mark it first when the node behind may need to know.
-    fn won(&mut self, q: Queued, mark: bool) -> HeldNode {
+    /// Our queued node holds the lock: keep it (with the watch on it armed while it waited, if any), and mark it
+    /// first when the node behind may need to know.
+    fn won(&mut self, q: Queued, mark: bool, own: Option<DeletionWatch>) -> HeldNode {
         if mark {
             self.mark_first(&q.node, q.id);
         }
-        self.held(q.node, q.czxid, q.id)
+        self.held(q.node, q.czxid, q.id).watched_by(own)
     }
 
     /// Tells the node behind us that nothing is ahead of us any more (see `wait_in_line`). Not awaited: the

@@ -5,7 +5,7 @@ use std::task::Poll;
 
 use super::attempt::{Attempt, Step, Stop};
 use super::session;
-use crate::backend::{BackendExt, DeletionWatch, NodeEvent, SessionId};
+use crate::backend::{BackendExt, DeletionWatch, NodeEvent, NodeWatch, SessionId};
 use crate::error::Error;
 use crate::info::NodeInfo;
 use crate::metrics::Count;
@@ -98,13 +98,20 @@ impl Attempt<'_> {
     ///   of the queue. A change is trusted so only if the blocker's data as first read is ours (its
     ///   [`NodeInfo`], or a request to let go): a persistent node named like a lock node is someone else's to
     ///   write. Otherwise only data read back as the mark counts.
-    /// - Our own node is watched as well, registered in the same round trip as the blocker's watch. ZooKeeper
-    ///   delivers one session's watch events in the order of the changes, and the own-node watch is polled first,
-    ///   so if our node was deleted (by someone else) before the blocker went, we never claim the lock.
+    /// - Our own node is watched as well, registered in the same round trip as the blocker's watch (or earlier: the
+    ///   watch armed in an earlier wait of this attempt is kept in `own` while it has not fired, so that a relist
+    ///   costs no new registration and no request to remove the old one). ZooKeeper delivers one session's watch
+    ///   events in the order of the changes, and the own-node watch is polled first, so if our node was deleted (by
+    ///   someone else) before the blocker went, we never claim the lock.
+    /// - `own` keeps the watch on our node when the wait ends in `Acquired` (the hold keeps it until its end) or in
+    ///   `Relist`, unless it fired or was armed on a node of our name with another creation id than `czxid`.
     /// - `Relist` hands back to the listing path.
+    #[allow(clippy::too_many_arguments)]
     pub async fn wait_in_line(
         &self,
         ours: &str,
+        czxid: i64,
+        own: &mut Option<DeletionWatch>,
         blocker: &str,
         blocker_first: bool,
         change_means_held: bool,
@@ -113,43 +120,88 @@ impl Attempt<'_> {
         let on = self.backend().on(pinned);
         let own_path = self.path.child(ours);
         let blocker_path = self.path.child(blocker);
-        // Both watches in one round trip.
-        let (own, watched) = tokio::join!(
-            self.call(on.watch_deletion(&own_path)),
+        let kept = own.take();
+        // Both watches in one round trip (the blocker's alone when ours is still armed).
+        let (armed, watched) = tokio::join!(
+            async {
+                match kept {
+                    Some(w) => Ok(Some((true, w))),
+                    None => Ok(self
+                        .call(on.watch_deletion(&own_path))
+                        .await?
+                        .map(|(stat, w)| (stat.czxid == czxid, w))),
+                }
+            },
             self.call(on.get_and_watch(&blocker_path))
         );
-        let mut own = match own {
-            Ok(Some((_, w))) => w,
+        let (is_ours, mut watch_own) = match armed {
+            Ok(Some(armed)) => armed,
             Ok(None) => return Ok(InLine::Missing),
             Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
             Err(e) => return Err(e),
         };
+        let mut fired = false;
+        // Boxed: a waiter keeps this state for the whole wait, and the acquire's own future stays the size of its
+        // other steps (see `future_sizes`).
+        let out = Box::pin(self.wait_on_blocker(
+            &mut watch_own,
+            &mut fired,
+            &blocker_path,
+            watched,
+            blocker_first,
+            change_means_held,
+            pinned,
+        ))
+        .await;
+        if is_ours && !fired && matches!(out, Ok(InLine::Acquired | InLine::Relist)) {
+            *own = Some(watch_own);
+        }
+        out
+    }
+
+    /// The rest of `wait_in_line`, once both watches are armed: `fired` is set when the watch on our node resolved
+    /// (it may not be polled again).
+    #[allow(clippy::too_many_arguments)]
+    async fn wait_on_blocker(
+        &self,
+        own: &mut DeletionWatch,
+        fired: &mut bool,
+        blocker_path: &str,
+        watched: Step<Option<(Vec<u8>, NodeWatch)>>,
+        blocker_first: bool,
+        change_means_held: bool,
+        pinned: SessionId,
+    ) -> Step<InLine> {
+        let on = self.backend().on(pinned);
         let mut known_first = blocker_first;
         let (mut watch, trust_change) = match watched {
             Ok(Some((data, w))) => {
                 known_first |= marked_first(&data);
                 (w, change_means_held && written_by_us(&data))
             }
-            Ok(None) => return blocker_gone(known_first, &mut own).await,
+            Ok(None) => return blocker_gone(known_first, own, fired).await,
             Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
             Err(e) => return Err(e),
         };
         let mut rx = self.backend().session();
         // A release of the blocker by a task of this process on this session may hand the lock over at once.
-        let mut waiting = self.ctx.handoffs.wait(pinned, &blocker_path);
+        let mut waiting = self.ctx.handoffs.wait(pinned, blocker_path);
         let mut handing = true;
         loop {
             tokio::select! {
                 biased;
-                r = &mut own => return match r {
-                    Ok(()) => Ok(InLine::Missing),
-                    Err(Error::ConnectionLoss) => Ok(InLine::Relist),
-                    Err(e) => Err(e.into()),
+                r = &mut *own => {
+                    *fired = true;
+                    return match r {
+                        Ok(()) => Ok(InLine::Missing),
+                        Err(Error::ConnectionLoss) => Ok(InLine::Relist),
+                        Err(e) => Err(e.into()),
+                    };
                 },
                 r = &mut waiting.handed, if handing => match r {
                     Ok(()) if !is_active(Mutant::NoHandoff) => {
                         // The blocker held the lock, so nothing was ahead of it, and its delete is sent.
-                        let next = blocker_gone(true, &mut own).await;
+                        let next = blocker_gone(true, own, fired).await;
                         if matches!(next, Ok(InLine::Acquired)) {
                             // Counted once the acquire hands the guard out (its lease confirmed).
                             self.handed.store(true, Ordering::Relaxed);
@@ -162,14 +214,14 @@ impl Attempt<'_> {
                 r = &mut watch => match r {
                     Ok(NodeEvent::Deleted) => {
                         self.count(Count::Wakeup);
-                        return blocker_gone(known_first, &mut own).await;
+                        return blocker_gone(known_first, own, fired).await;
                     }
                     Ok(_) => {
                         // The blocker's data changed: its `first` mark, or a request to let go. When the blocker
                         // is a native node of ours that is not a reader's, either says it held (see the contract);
                         // otherwise only the data read back tells. Watch on.
                         known_first |= trust_change;
-                        match self.call(on.get_and_watch(&blocker_path)).await {
+                        match self.call(on.get_and_watch(blocker_path)).await {
                             Ok(Some((data, w))) => {
                                 known_first |= marked_first(&data) || is_active(Mutant::AnyDataChangeIsMark);
                                 watch = w;
@@ -177,7 +229,7 @@ impl Attempt<'_> {
                             Ok(None) => {
                                 self.count(Count::Wakeup);
                                 let trusted = known_first || is_active(Mutant::AnyDataChangeIsMark);
-                                return blocker_gone(trusted, &mut own).await;
+                                return blocker_gone(trusted, own, fired).await;
                             }
                             Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
                             Err(e) => return Err(e),
@@ -194,11 +246,12 @@ impl Attempt<'_> {
 }
 
 /// Our blocker is gone: with nothing known ahead of it we hold the lock, unless our own node went first.
-async fn blocker_gone(known_first: bool, own: &mut DeletionWatch) -> Step<InLine> {
+async fn blocker_gone(known_first: bool, own: &mut DeletionWatch, fired: &mut bool) -> Step<InLine> {
     if !known_first {
         return Ok(InLine::Relist);
     }
     let own_gone = std::future::poll_fn(|cx| Poll::Ready(own.as_mut().poll(cx))).await;
+    *fired = own_gone.is_ready();
     match own_gone {
         Poll::Pending => Ok(InLine::Acquired),
         Poll::Ready(Ok(())) => Ok(InLine::Missing),

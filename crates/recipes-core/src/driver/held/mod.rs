@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use super::cleanup::{delete_node, spawn_cleanup, Deleted, Identity};
 use super::Ctx;
-use crate::backend::SessionId;
+use crate::backend::{DeletionWatch, SessionId};
 use crate::metrics::Tags;
 use crate::path::LockPath;
 use crate::recipe::Recipe;
@@ -51,6 +51,22 @@ pub(crate) struct HeldNode {
     loss_reported: AtomicBool,
     /// Whether the acquire handed the node out (counted as acquired): only then is its end counted as a release.
     handed_out: bool,
+    /// A deletion watch on the node, armed while it waited in line, kept only so that it ends with the node's
+    /// delete: a watch dropped unfired costs the session a request to remove it. `lost()` arms a watch of its own:
+    /// one armed long before may have an event on its way that heartbeats answered since do not show (see
+    /// docs/algorithm.md, the own-node watch).
+    own_watch: OwnWatch,
+}
+
+/// The deletion watch a held node keeps (see `HeldNode::own_watch`).
+#[derive(Default)]
+struct OwnWatch(std::sync::Mutex<Option<DeletionWatch>>);
+
+impl std::fmt::Debug for OwnWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let armed = self.0.lock().is_ok_and(|w| w.is_some());
+        f.debug_struct("OwnWatch").field("armed", &armed).finish()
+    }
 }
 
 impl HeldNode {
@@ -84,7 +100,19 @@ impl HeldNode {
             span: tracing::Span::none(),
             loss_reported: AtomicBool::new(false),
             handed_out: false,
+            own_watch: OwnWatch::default(),
         }
+    }
+
+    /// Keeps `watch`, a deletion watch on this very node (armed on the node this attempt made), until the node's end.
+    pub fn watched_by(self, watch: Option<DeletionWatch>) -> Self {
+        *self.own_watch.0.lock().unwrap_or_else(|e| e.into_inner()) = watch;
+        self
+    }
+
+    /// The deletion watch kept by `watched_by`, once.
+    fn take_own_watch(&self) -> Option<DeletionWatch> {
+        self.own_watch.0.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     /// Lets a release hand the lock to tasks of this process waiting in line on the node (the protocol says when).
@@ -135,7 +163,10 @@ impl Drop for HeldNode {
         let ctx = self.ctx.clone();
         let node = self.node.clone();
         let id = self.identity();
+        // The watch on the node ends with the delete (see `own_watch`).
+        let watch = self.take_own_watch();
         spawn_cleanup(self.handle.as_ref(), &node.clone(), async move {
+            let _watch = watch;
             match delete_node(&ctx, &node, id).await {
                 Ok(Deleted::Ours) => {}
                 Ok(found) => debug!(%node, ?found, "release on drop found the lock already gone"),

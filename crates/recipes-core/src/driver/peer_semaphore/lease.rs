@@ -26,7 +26,7 @@ const RECHECK: Duration = Duration::from_secs(1);
 
 /// How one try at a lease ended.
 enum Got {
-    Held(HeldNode),
+    Held(Box<HeldNode>),
     /// Full, and a try-once does not wait.
     Busy,
     /// Our lease vanished, or its create failed: make it again (bounded).
@@ -142,7 +142,7 @@ impl LeaseUnderMutex {
             match got {
                 Got::Held(h) => {
                     self.release_mutex(a.release_by()).await;
-                    return Ok(Some(h));
+                    return Ok(Some(*h));
                 }
                 Got::Busy => return Ok(None),
                 Got::Again => {}
@@ -213,7 +213,7 @@ impl LeaseUnderMutex {
                 return Ok(Got::Again);
             }
             if children.len() <= self.permits as usize {
-                return Ok(Got::Held(a.held(node, czxid, id)));
+                return Ok(Got::Held(Box::new(a.held(node, czxid, id))));
             }
             if a.try_once {
                 return Ok(Got::Busy);
@@ -278,7 +278,7 @@ impl LeaseUnderMutex {
         a.count(Count::Create);
         a.cleanup.state = Pending::Created(node.clone(), attempt, sid, czxid);
         if count_only {
-            return Ok(Got::Held(a.held(node, czxid, id)));
+            return Ok(Got::Held(Box::new(a.held(node, czxid, id))));
         }
         let children = match listed {
             Some(c) => c,
@@ -297,7 +297,7 @@ impl LeaseUnderMutex {
             wait_for_room(a, &children, Some(mine), sid).await?;
             return Ok(Got::Again);
         }
-        Ok(Got::Held(a.held(node, czxid, id)))
+        Ok(Got::Held(Box::new(a.held(node, czxid, id))))
     }
 }
 

@@ -365,8 +365,9 @@ fn main() {
                     let lock = Arc::new(shared[i % sessions].fair(&path).unwrap());
                     tasks.push(run.spawn_recorded(lock, i % sessions, history.clone()));
                 }
-                let (n, elapsed, _) = run.measure(tasks, seconds, || 0).await;
+                let (n, elapsed, requests) = run.measure(tasks, seconds, || packets_received(&servers)).await;
                 println!("handoffs_per_s={:.1}", n as f64 / elapsed);
+                println!("requests_per_handoff={:.2}", requests as f64 / n.max(1) as f64);
                 print_history(&history.lock().unwrap(), elapsed);
                 for b in backends {
                     b.shutdown(Duration::from_secs(2)).await;
@@ -603,8 +604,9 @@ fn main() {
                         }
                     }));
                 }
-                let (n, elapsed, _) = run.measure(tasks, seconds, || 0).await;
+                let (n, elapsed, requests) = run.measure(tasks, seconds, || packets_received(&servers)).await;
                 println!("handoffs_per_s={:.1}", n as f64 / elapsed);
+                println!("requests_per_handoff={:.2}", requests as f64 / n.max(1) as f64);
                 sessions[0].delete(&path, None).await.ok();
             }
             Figure::FloorHandoff { servers, iters } => {

@@ -117,23 +117,25 @@ impl Attempt<'_> {
         change_means_held: bool,
         pinned: SessionId,
     ) -> Step<InLine> {
-        let on = self.backend().on(pinned);
-        let own_path = self.path.child(ours);
         let blocker_path = self.path.child(blocker);
         let kept = own.take();
         // Both watches in one round trip (the blocker's alone when ours is still armed).
-        let (armed, watched) = tokio::join!(
-            async {
-                match kept {
-                    Some(w) => Ok(Some((true, w))),
-                    None => Ok(self
-                        .call(on.watch_deletion(&own_path))
-                        .await?
-                        .map(|(stat, w)| (stat.czxid == czxid, w))),
-                }
-            },
-            self.call(on.get_and_watch(&blocker_path))
-        );
+        let (armed, watched) = {
+            let on = self.backend().on(pinned);
+            let own_path = self.path.child(ours);
+            tokio::join!(
+                async {
+                    match kept {
+                        Some(w) => Ok(Some((true, w))),
+                        None => Ok(self
+                            .call(on.watch_deletion(&own_path))
+                            .await?
+                            .map(|(stat, w)| (stat.czxid == czxid, w))),
+                    }
+                },
+                self.call(on.get_and_watch(&blocker_path))
+            )
+        };
         let (is_ours, mut watch_own) = match armed {
             Ok(Some(armed)) => armed,
             Ok(None) => return Ok(InLine::Missing),
@@ -141,48 +143,47 @@ impl Attempt<'_> {
             Err(e) => return Err(e),
         };
         let mut fired = false;
-        // Boxed: a waiter keeps this state for the whole wait, and the acquire's own future stays the size of its
-        // other steps (see `future_sizes`).
-        let out = Box::pin(self.wait_on_blocker(
-            &mut watch_own,
-            &mut fired,
-            &blocker_path,
-            watched,
-            blocker_first,
-            change_means_held,
-            pinned,
-        ))
-        .await;
+        let out = match watched {
+            Ok(Some((data, watch))) => {
+                let known_first = blocker_first || marked_first(&data);
+                let trust_change = change_means_held && written_by_us(&data);
+                drop(data);
+                self.wait_on_blocker(
+                    &mut watch_own,
+                    &mut fired,
+                    &blocker_path,
+                    watch,
+                    known_first,
+                    trust_change,
+                    pinned,
+                )
+                .await
+            }
+            Ok(None) => blocker_gone(blocker_first, &mut watch_own, &mut fired).await,
+            Err(Stop::Fail(Error::ConnectionLoss)) => Ok(InLine::Relist),
+            Err(e) => Err(e),
+        };
         if is_ours && !fired && matches!(out, Ok(InLine::Acquired | InLine::Relist)) {
             *own = Some(watch_own);
         }
         out
     }
 
-    /// The rest of `wait_in_line`, once both watches are armed: `fired` is set when the watch on our node resolved
-    /// (it may not be polled again).
+    /// The rest of `wait_in_line`, once both watches are armed and the blocker's data read (`known_first`, and
+    /// whether a change of its data says it held): `fired` is set when the watch on our node resolved (it may not
+    /// be polled again).
     #[allow(clippy::too_many_arguments)]
     async fn wait_on_blocker(
         &self,
         own: &mut DeletionWatch,
         fired: &mut bool,
         blocker_path: &str,
-        watched: Step<Option<(Vec<u8>, NodeWatch)>>,
-        blocker_first: bool,
-        change_means_held: bool,
+        mut watch: NodeWatch,
+        mut known_first: bool,
+        trust_change: bool,
         pinned: SessionId,
     ) -> Step<InLine> {
         let on = self.backend().on(pinned);
-        let mut known_first = blocker_first;
-        let (mut watch, trust_change) = match watched {
-            Ok(Some((data, w))) => {
-                known_first |= marked_first(&data);
-                (w, change_means_held && written_by_us(&data))
-            }
-            Ok(None) => return blocker_gone(known_first, own, fired).await,
-            Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
-            Err(e) => return Err(e),
-        };
         let mut rx = self.backend().session();
         // A release of the blocker by a task of this process on this session may hand the lock over at once.
         let mut waiting = self.ctx.handoffs.wait(pinned, blocker_path);

@@ -103,6 +103,45 @@ pub async fn kept_own_watch_still_guards_the_waiter(h: &dyn Harness) {
     delete_waiter_then_release(h, &admin, &path, g, waiter, "after a relist").await;
 }
 
+/// A waiter whose node someone changes, then deletes, just before the holder releases (each step right after the
+/// other) never holds without its node: a change of a waiting node's data makes it look at the queue again.
+pub async fn changed_then_deleted_waiter_never_holds_without_node(h: &dyn Harness) {
+    let path = h.path("changed-then-deleted");
+    let (a, b, admin) = (h.client().await, h.client().await, h.client().await);
+    for round in 0..3 {
+        let g = a.locks.fair(&path).unwrap().acquire().await.unwrap();
+        let lb = b.locks.fair(&path).unwrap();
+        let waiter = tokio::spawn(async move { lb.acquire().await.unwrap() });
+        wait_children(h, &path, 2).await;
+        tokio::time::sleep(h.tick() * 2).await;
+        let held_name = g.node().rsplit('/').next().unwrap().to_owned();
+        let b_node = h
+            .children(&path)
+            .await
+            .into_iter()
+            .find(|c| *c != held_name)
+            .expect("the waiter's node");
+        let on = admin.locks.backend().current();
+        let b_path = format!("{path}/{b_node}");
+        on.set_data(&b_path, b"changed by an operator").await.unwrap();
+        on.delete(&b_path).await.unwrap();
+        g.release().await.unwrap();
+        let gb = bounded(h, "the waiter after re-queueing", waiter).await.unwrap();
+        let name = gb.node().rsplit('/').next().unwrap().to_owned();
+        assert_ne!(
+            name, b_node,
+            "round {round}: the waiter claimed the lock with its deleted node"
+        );
+        assert_eq!(
+            h.children(&path).await,
+            vec![name],
+            "round {round}: the waiter holds without its node"
+        );
+        gb.release().await.unwrap();
+        wait_children(h, &path, 0).await;
+    }
+}
+
 /// The end of the two scenarios above: with `g` held and one waiter queued behind it (`waiter`, the only other node
 /// on `path`), deletes the waiter's node and releases `g` at once. The waiter must see its own node gone first: it
 /// queues again and holds with a new node, the only one on the path.

@@ -8,7 +8,7 @@ use super::attempt::{Attempt, Step, Stop};
 use super::cleanup::{Identity, Pending};
 use super::wait::InLine;
 use super::{session, HeldNode};
-use crate::backend::{BackendExt, CreateAndList, DeletionWatch, SessionId};
+use crate::backend::{BackendExt, CreateAndList, NodeWatch, SessionId};
 use crate::error::Error;
 use crate::info::NodeInfo;
 use crate::metrics::Count;
@@ -104,7 +104,7 @@ impl Attempt<'_> {
                 match self
                     .wait_in_line(
                         &name,
-                        q.czxid,
+                        q.id.attempt,
                         &mut own,
                         &wait.on,
                         wait.blocker_first,
@@ -126,7 +126,7 @@ impl Attempt<'_> {
 
     /// Our queued node holds the lock: keep it (with the watch on it armed while it waited, if any), and mark it
     /// first when the node behind may need to know.
-    fn won(&mut self, q: Queued, mark: bool, own: Option<DeletionWatch>) -> HeldNode {
+    fn won(&mut self, q: Queued, mark: bool, own: Option<NodeWatch>) -> HeldNode {
         if mark {
             self.mark_first(&q.node, q.id);
         }

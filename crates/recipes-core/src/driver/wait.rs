@@ -5,7 +5,9 @@ use std::task::Poll;
 
 use super::attempt::{Attempt, Step, Stop};
 use super::session;
-use crate::backend::{BackendExt, DeletionWatch, NodeEvent, NodeWatch, SessionId};
+use uuid::Uuid;
+
+use crate::backend::{BackendExt, NodeEvent, NodeWatch, SessionId};
 use crate::error::Error;
 use crate::info::NodeInfo;
 use crate::metrics::Count;
@@ -104,14 +106,18 @@ impl Attempt<'_> {
     ///   events in the order of the changes, and the own-node watch is polled first, so if our node was deleted (by
     ///   someone else) before the blocker went, we never claim the lock.
     /// - `own` keeps the watch on our node when the wait ends in `Acquired` (the hold keeps it until its end) or in
-    ///   `Relist`, unless it fired or was armed on a node of our name with another creation id than `czxid`.
+    ///   `Relist`, unless it fired or was armed on a node of our name whose data is not ours (`attempt`). It is a
+    ///   watch on our node's data and deletion, with no hidden re-arm: a change of a waiting node's data (which this
+    ///   library never writes; an operator might) fires it, and the waiter lists again. A deletion-only watch that
+    ///   re-arms itself on a data change, when polled, could sit unpolled through a relist, then answer `Pending`
+    ///   with its re-arm only just sent (found by review).
     /// - `Relist` hands back to the listing path.
     #[allow(clippy::too_many_arguments)]
     pub async fn wait_in_line(
         &self,
         ours: &str,
-        czxid: i64,
-        own: &mut Option<DeletionWatch>,
+        attempt: Uuid,
+        own: &mut Option<NodeWatch>,
         blocker: &str,
         blocker_first: bool,
         change_means_held: bool,
@@ -128,9 +134,9 @@ impl Attempt<'_> {
                     match kept {
                         Some(w) => Ok(Some((true, w))),
                         None => Ok(self
-                            .call(on.watch_deletion(&own_path))
+                            .call(on.get_and_watch(&own_path))
                             .await?
-                            .map(|(stat, w)| (stat.czxid == czxid, w))),
+                            .map(|(data, w)| (NodeInfo::decode(&data).is_some_and(|i| i.attempt == attempt), w))),
                     }
                 },
                 self.call(on.get_and_watch(&blocker_path))
@@ -175,7 +181,7 @@ impl Attempt<'_> {
     #[allow(clippy::too_many_arguments)]
     async fn wait_on_blocker(
         &self,
-        own: &mut DeletionWatch,
+        own: &mut NodeWatch,
         fired: &mut bool,
         blocker_path: &str,
         mut watch: NodeWatch,
@@ -193,11 +199,7 @@ impl Attempt<'_> {
                 biased;
                 r = &mut *own => {
                     *fired = true;
-                    return match r {
-                        Ok(()) => Ok(InLine::Missing),
-                        Err(Error::ConnectionLoss) => Ok(InLine::Relist),
-                        Err(e) => Err(e.into()),
-                    };
+                    return own_event(r);
                 },
                 r = &mut waiting.handed, if handing => match r {
                     Ok(()) if !is_active(Mutant::NoHandoff) => {
@@ -247,16 +249,27 @@ impl Attempt<'_> {
 }
 
 /// Our blocker is gone: with nothing known ahead of it we hold the lock, unless our own node went first.
-async fn blocker_gone(known_first: bool, own: &mut DeletionWatch, fired: &mut bool) -> Step<InLine> {
+async fn blocker_gone(known_first: bool, own: &mut NodeWatch, fired: &mut bool) -> Step<InLine> {
     if !known_first {
         return Ok(InLine::Relist);
     }
-    let own_gone = std::future::poll_fn(|cx| Poll::Ready(own.as_mut().poll(cx))).await;
-    *fired = own_gone.is_ready();
-    match own_gone {
+    let own_event_now = std::future::poll_fn(|cx| Poll::Ready(own.as_mut().poll(cx))).await;
+    match own_event_now {
         Poll::Pending => Ok(InLine::Acquired),
-        Poll::Ready(Ok(())) => Ok(InLine::Missing),
-        Poll::Ready(Err(Error::ConnectionLoss)) => Ok(InLine::Relist),
-        Poll::Ready(Err(e)) => Err(e.into()),
+        Poll::Ready(r) => {
+            *fired = true;
+            own_event(r)
+        }
+    }
+}
+
+/// What an event of the watch on our own node says: deleted (by someone else), or changed (by someone else: this
+/// library writes a waiting node's data only at its creation), or the connection was lost. Only its deletion is
+/// certain; the others list again, which looks at the queue as it is now.
+fn own_event(r: crate::Result<NodeEvent>) -> Step<InLine> {
+    match r {
+        Ok(NodeEvent::Deleted) => Ok(InLine::Missing),
+        Ok(_) | Err(Error::ConnectionLoss) => Ok(InLine::Relist),
+        Err(e) => Err(e.into()),
     }
 }

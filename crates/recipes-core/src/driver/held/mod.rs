@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use super::cleanup::{delete_node, spawn_cleanup, Deleted, Identity};
 use super::Ctx;
-use crate::backend::{DeletionWatch, SessionId};
+use crate::backend::{NodeWatch, SessionId};
 use crate::metrics::Tags;
 use crate::path::LockPath;
 use crate::recipe::Recipe;
@@ -60,7 +60,7 @@ pub(crate) struct HeldNode {
 
 /// The deletion watch a held node keeps (see `HeldNode::own_watch`).
 #[derive(Default)]
-struct OwnWatch(std::sync::Mutex<Option<DeletionWatch>>);
+struct OwnWatch(std::sync::Mutex<Option<NodeWatch>>);
 
 impl std::fmt::Debug for OwnWatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -105,13 +105,13 @@ impl HeldNode {
     }
 
     /// Keeps `watch`, a deletion watch on this very node (armed on the node this attempt made), until the node's end.
-    pub fn watched_by(self, watch: Option<DeletionWatch>) -> Self {
+    pub fn watched_by(self, watch: Option<NodeWatch>) -> Self {
         *self.own_watch.0.lock().unwrap_or_else(|e| e.into_inner()) = watch;
         self
     }
 
     /// The deletion watch kept by `watched_by`, once.
-    fn take_own_watch(&self) -> Option<DeletionWatch> {
+    fn take_own_watch(&self) -> Option<NodeWatch> {
         self.own_watch.0.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 

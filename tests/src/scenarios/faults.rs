@@ -104,14 +104,22 @@ pub async fn kept_own_watch_still_guards_the_waiter(h: &dyn Harness) {
 }
 
 /// A waiter whose node someone changes, then deletes, just before the holder releases (each step right after the
-/// other) never holds without its node: a change of a waiting node's data makes it look at the queue again.
+/// other) never holds without its node: a change of a waiting node's data makes it look at the queue again. The
+/// waiter first lists again (a cancelled waiter ahead), so that it waits with the watch on its node kept from its
+/// first wait.
 pub async fn changed_then_deleted_waiter_never_holds_without_node(h: &dyn Harness) {
     let path = h.path("changed-then-deleted");
-    let (a, b, admin) = (h.client().await, h.client().await, h.client().await);
+    let (a, b, c, admin) = (h.client().await, h.client().await, h.client().await, h.client().await);
     for round in 0..3 {
         let g = a.locks.fair(&path).unwrap().acquire().await.unwrap();
+        let lc = c.locks.fair(&path).unwrap();
+        let cancelled = tokio::spawn(async move { lc.acquire().await });
+        wait_children(h, &path, 2).await;
         let lb = b.locks.fair(&path).unwrap();
         let waiter = tokio::spawn(async move { lb.acquire().await.unwrap() });
+        wait_children(h, &path, 3).await;
+        cancelled.abort();
+        let _ = cancelled.await;
         wait_children(h, &path, 2).await;
         tokio::time::sleep(h.tick() * 2).await;
         let held_name = g.node().rsplit('/').next().unwrap().to_owned();

@@ -30,8 +30,9 @@ pub use queue::Queue;
 
 /// A waiter that comes to hold the lock marks itself `first` only when at least this many contenders were ahead of
 /// it: in a short queue the node behind it lists again more cheaply (a read) than the mark costs (a write). Marking is
-/// only an optimisation: without a mark the node behind lists again.
-pub const MARK_FROM_QUEUE_LEN: usize = 16;
+/// only an optimisation: without a mark the node behind lists again. 64, not 16 as first set: a list of fewer names is
+/// cheaper than a committed write per handoff (docs/decisions/0059-marking-from-64-waiters.md).
+pub const MARK_FROM_QUEUE_LEN: usize = 64;
 
 /// How a recipe's contender, in one layout, names its node and judges the lock path: everything the engine decides
 /// between two requests.

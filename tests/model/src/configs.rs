@@ -177,7 +177,7 @@ fn semaphore_many() -> Config {
 /// Configurations run with a switch on: (switch, configuration).
 pub fn switched() -> Vec<(Mutant, Config)> {
     vec![(
-        // The `first` mark is written only behind 16 or more waiters in production; this makes every waiter that
+        // The `first` mark is written only behind 64 or more waiters in production; this makes every waiter that
         // came to hold the lock write it, so that three clients exercise it (and the waiter that trusts it).
         Mutant::AlwaysMark,
         Config::new(

@@ -179,7 +179,7 @@ async fn the_multi_lock_keeps_its_deadline_through_a_disconnection() {
 )]
 #[tokio::test(start_paused = true)]
 async fn the_first_mark_never_overwrites_a_request_to_let_go() {
-    // Every waiter that comes to hold marks itself (in production: only behind 16 or more).
+    // Every waiter that comes to hold marks itself (in production: only behind 64 or more).
     mutants::set(Mutant::AlwaysMark, true);
     let cluster = MemCluster::new();
     cluster.set_latency(Duration::from_millis(5));

@@ -89,17 +89,7 @@ pub async fn waiter_node_deleted_never_holds_without_node(h: &dyn Harness) {
 pub async fn kept_own_watch_still_guards_the_waiter(h: &dyn Harness) {
     let path = h.path("kept-own-watch");
     let (a, b, c, admin) = (h.client().await, h.client().await, h.client().await, h.client().await);
-    let g = a.locks.fair(&path).unwrap().acquire().await.unwrap();
-    let lc = c.locks.fair(&path).unwrap();
-    let cancelled = tokio::spawn(async move { lc.acquire().await });
-    wait_children(h, &path, 2).await;
-    let lb = b.locks.fair(&path).unwrap();
-    let waiter = tokio::spawn(async move { lb.acquire().await.unwrap() });
-    wait_children(h, &path, 3).await;
-    // c goes; b lists again and waits on a's node, its own node's watch kept from its first wait.
-    cancelled.abort();
-    let _ = cancelled.await;
-    wait_children(h, &path, 2).await;
+    let (g, waiter) = behind_a_cancelled_waiter(h, &path, (&a, &b, &c)).await;
     delete_waiter_then_release(h, &admin, &path, g, waiter, "after a relist").await;
 }
 
@@ -111,16 +101,7 @@ pub async fn changed_then_deleted_waiter_never_holds_without_node(h: &dyn Harnes
     let path = h.path("changed-then-deleted");
     let (a, b, c, admin) = (h.client().await, h.client().await, h.client().await, h.client().await);
     for round in 0..3 {
-        let g = a.locks.fair(&path).unwrap().acquire().await.unwrap();
-        let lc = c.locks.fair(&path).unwrap();
-        let cancelled = tokio::spawn(async move { lc.acquire().await });
-        wait_children(h, &path, 2).await;
-        let lb = b.locks.fair(&path).unwrap();
-        let waiter = tokio::spawn(async move { lb.acquire().await.unwrap() });
-        wait_children(h, &path, 3).await;
-        cancelled.abort();
-        let _ = cancelled.await;
-        wait_children(h, &path, 2).await;
+        let (g, waiter) = behind_a_cancelled_waiter(h, &path, (&a, &b, &c)).await;
         tokio::time::sleep(h.tick() * 2).await;
         let held_name = g.node().rsplit('/').next().unwrap().to_owned();
         let b_node = h
@@ -150,7 +131,27 @@ pub async fn changed_then_deleted_waiter_never_holds_without_node(h: &dyn Harnes
     }
 }
 
-/// The end of the two scenarios above: with `g` held and one waiter queued behind it (`waiter`, the only other node
+/// `a` holds a fair lock on `path`; `c` queues behind it and is cancelled once `b` queued behind `c`, so that `b` lists
+/// again and waits on `a` with the watch on its own node kept from its first wait. Returns `a`'s guard and `b`'s acquire.
+async fn behind_a_cancelled_waiter(
+    h: &dyn Harness,
+    path: &str,
+    (a, b, c): (&TestClient, &TestClient, &TestClient),
+) -> (LockGuard, tokio::task::JoinHandle<LockGuard>) {
+    let g = a.locks.fair(path).unwrap().acquire().await.unwrap();
+    let lc = c.locks.fair(path).unwrap();
+    let cancelled = tokio::spawn(async move { lc.acquire().await });
+    wait_children(h, path, 2).await;
+    let lb = b.locks.fair(path).unwrap();
+    let waiter = tokio::spawn(async move { lb.acquire().await.unwrap() });
+    wait_children(h, path, 3).await;
+    cancelled.abort();
+    let _ = cancelled.await;
+    wait_children(h, path, 2).await;
+    (g, waiter)
+}
+
+/// The end of `waiter_node_deleted_never_holds_without_node` and `kept_own_watch_still_guards_the_waiter`: with `g` held and one waiter queued behind it (`waiter`, the only other node
 /// on `path`), deletes the waiter's node and releases `g` at once. The waiter must see its own node gone first: it
 /// queues again and holds with a new node, the only one on the path.
 async fn delete_waiter_then_release(
@@ -198,21 +199,15 @@ pub async fn holder_after_waiting_sees_its_node_deleted(h: &dyn Harness) {
     let path = h.path("waited-then-deleted");
     let (a, b, c, admin) = (h.client().await, h.client().await, h.client().await, h.client().await);
     for (relist, drop_first) in [(false, false), (true, false), (true, true)] {
-        let g = a.locks.fair(&path).unwrap().acquire().await.unwrap();
-        let mut cancelled = None;
-        if relist {
-            let lc = c.locks.fair(&path).unwrap();
-            cancelled = Some(tokio::spawn(async move { lc.acquire().await }));
+        let (g, waiter) = if relist {
+            behind_a_cancelled_waiter(h, &path, (&a, &b, &c)).await
+        } else {
+            let g = a.locks.fair(&path).unwrap().acquire().await.unwrap();
+            let lb = b.locks.fair(&path).unwrap();
+            let waiter = tokio::spawn(async move { lb.acquire().await.unwrap() });
             wait_children(h, &path, 2).await;
-        }
-        let lb = b.locks.fair(&path).unwrap();
-        let waiter = tokio::spawn(async move { lb.acquire().await.unwrap() });
-        wait_children(h, &path, if relist { 3 } else { 2 }).await;
-        if let Some(t) = cancelled {
-            t.abort();
-            let _ = t.await;
-            wait_children(h, &path, 2).await;
-        }
+            (g, waiter)
+        };
         tokio::time::sleep(h.tick() * 2).await;
         g.release().await.unwrap();
         let gb = bounded(h, "b", waiter).await.unwrap();

@@ -51,20 +51,21 @@ pub(crate) struct HeldNode {
     loss_reported: AtomicBool,
     /// Whether the acquire handed the node out (counted as acquired): only then is its end counted as a release.
     handed_out: bool,
-    /// A deletion watch on the node, armed while it waited in line, kept only so that it ends with the node's
+    /// The watch on the node armed while it waited in line, kept only so that it ends with the node's
     /// delete: a watch dropped unfired costs the session a request to remove it. `lost()` arms a watch of its own:
     /// one armed long before may have an event on its way that heartbeats answered since do not show (see
     /// docs/algorithm.md, the own-node watch).
     own_watch: OwnWatch,
 }
 
-/// The deletion watch a held node keeps (see `HeldNode::own_watch`).
+/// The watch a held node keeps (see `HeldNode::own_watch`): set when the node is made, taken when it is dropped,
+/// never shared (the mutex only makes the node `Sync`; it is never locked).
 #[derive(Default)]
 struct OwnWatch(std::sync::Mutex<Option<NodeWatch>>);
 
 impl std::fmt::Debug for OwnWatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let armed = self.0.lock().is_ok_and(|w| w.is_some());
+        let armed = self.0.try_lock().is_ok_and(|w| w.is_some());
         f.debug_struct("OwnWatch").field("armed", &armed).finish()
     }
 }
@@ -105,14 +106,9 @@ impl HeldNode {
     }
 
     /// Keeps `watch`, a deletion watch on this very node (armed on the node this attempt made), until the node's end.
-    pub fn watched_by(self, watch: Option<NodeWatch>) -> Self {
-        *self.own_watch.0.lock().unwrap_or_else(|e| e.into_inner()) = watch;
+    pub fn watched_by(mut self, watch: Option<NodeWatch>) -> Self {
+        self.own_watch = OwnWatch(std::sync::Mutex::new(watch));
         self
-    }
-
-    /// The deletion watch kept by `watched_by`, once.
-    fn take_own_watch(&self) -> Option<NodeWatch> {
-        self.own_watch.0.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     /// Lets a release hand the lock to tasks of this process waiting in line on the node (the protocol says when).
@@ -164,7 +160,7 @@ impl Drop for HeldNode {
         let node = self.node.clone();
         let id = self.identity();
         // The watch on the node ends with the delete (see `own_watch`).
-        let watch = self.take_own_watch();
+        let watch = self.own_watch.0.get_mut().map_or(None, Option::take);
         spawn_cleanup(self.handle.as_ref(), &node.clone(), async move {
             let _watch = watch;
             match delete_node(&ctx, &node, id).await {

@@ -131,6 +131,36 @@ pub async fn changed_then_deleted_waiter_never_holds_without_node(h: &dyn Harnes
     }
 }
 
+/// A waiter whose node an operator changes (its own-node watch fires: it lists again) still comes to hold when a task
+/// of its own session releases the lock ahead of it (the in-process handoff), as the only holder, and nothing is left.
+pub async fn changed_waiter_still_takes_a_same_session_handoff(h: &dyn Harness) {
+    let path = h.path("changed-waiter-handoff");
+    let (a, admin) = (h.client().await, h.client().await);
+    let g = a.locks.fair(&path).unwrap().acquire().await.unwrap();
+    let lw = a.locks.fair(&path).unwrap();
+    let waiter = tokio::spawn(async move { lw.acquire().await.unwrap() });
+    wait_children(h, &path, 2).await;
+    tokio::time::sleep(h.tick() * 2).await;
+    let held_name = g.node().rsplit('/').next().unwrap().to_owned();
+    let w_node = h
+        .children(&path)
+        .await
+        .into_iter()
+        .find(|c| *c != held_name)
+        .expect("the waiter's node");
+    let on = admin.locks.backend().current();
+    on.set_data(&format!("{path}/{w_node}"), b"changed by an operator")
+        .await
+        .unwrap();
+    tokio::time::sleep(h.tick() * 2).await;
+    g.release().await.unwrap();
+    let gw = bounded(h, "the waiter", waiter).await.unwrap();
+    assert!(gw.is_valid(), "the waiter holds a valid lock");
+    assert_eq!(h.children(&path).await, vec![w_node], "only the waiter's node is left");
+    gw.release().await.unwrap();
+    wait_children(h, &path, 0).await;
+}
+
 /// `a` holds a fair lock on `path`; `c` queues behind it and is cancelled once `b` queued behind `c`, so that `b` lists
 /// again and waits on `a` with the watch on its own node kept from its first wait. Returns `a`'s guard and `b`'s acquire.
 async fn behind_a_cancelled_waiter(

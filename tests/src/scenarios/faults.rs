@@ -103,13 +103,7 @@ pub async fn changed_then_deleted_waiter_never_holds_without_node(h: &dyn Harnes
     for round in 0..3 {
         let (g, waiter) = behind_a_cancelled_waiter(h, &path, (&a, &b, &c)).await;
         tokio::time::sleep(h.tick() * 2).await;
-        let held_name = g.node().rsplit('/').next().unwrap().to_owned();
-        let b_node = h
-            .children(&path)
-            .await
-            .into_iter()
-            .find(|c| *c != held_name)
-            .expect("the waiter's node");
+        let b_node = waiter_node(h, &path, &g).await;
         let on = admin.locks.backend().current();
         let b_path = format!("{path}/{b_node}");
         on.set_data(&b_path, b"changed by an operator").await.unwrap();
@@ -141,13 +135,7 @@ pub async fn changed_waiter_still_takes_a_same_session_handoff(h: &dyn Harness) 
     let waiter = tokio::spawn(async move { lw.acquire().await.unwrap() });
     wait_children(h, &path, 2).await;
     tokio::time::sleep(h.tick() * 2).await;
-    let held_name = g.node().rsplit('/').next().unwrap().to_owned();
-    let w_node = h
-        .children(&path)
-        .await
-        .into_iter()
-        .find(|c| *c != held_name)
-        .expect("the waiter's node");
+    let w_node = waiter_node(h, &path, &g).await;
     let on = admin.locks.backend().current();
     on.set_data(&format!("{path}/{w_node}"), b"changed by an operator")
         .await
@@ -159,6 +147,16 @@ pub async fn changed_waiter_still_takes_a_same_session_handoff(h: &dyn Harness) 
     assert_eq!(h.children(&path).await, vec![w_node], "only the waiter's node is left");
     gw.release().await.unwrap();
     wait_children(h, &path, 0).await;
+}
+
+/// The name of the one node on `path` other than `g`'s: the waiter's.
+async fn waiter_node(h: &dyn Harness, path: &str, g: &LockGuard) -> String {
+    let held_name = g.node().rsplit('/').next().unwrap().to_owned();
+    h.children(path)
+        .await
+        .into_iter()
+        .find(|c| *c != held_name)
+        .expect("the waiter's node")
 }
 
 /// `a` holds a fair lock on `path`; `c` queues behind it and is cancelled once `b` queued behind `c`, so that `b` lists
@@ -193,13 +191,7 @@ async fn delete_waiter_then_release(
     case: &str,
 ) {
     tokio::time::sleep(h.tick() * 2).await;
-    let held_name = g.node().rsplit('/').next().unwrap().to_owned();
-    let b_node = h
-        .children(path)
-        .await
-        .into_iter()
-        .find(|c| *c != held_name)
-        .expect("the waiter's node");
+    let b_node = waiter_node(h, path, &g).await;
     admin
         .locks
         .backend()

@@ -13,7 +13,7 @@ use super::{session, Claim, Ctx, HeldNode, CLEANUP_GRACE, TRY_BOUND};
 use crate::backend::{Backend, BackendExt, CreateAndList, CreateMode, SessionId};
 use crate::error::{Error, Result, RetryReason};
 use crate::info::NodeInfo;
-use crate::layout::Family;
+use crate::layout::{may_be_unqueued, Family};
 use crate::metrics::{Count, Tags};
 use crate::path::LockPath;
 use crate::patience::Patience;
@@ -307,7 +307,11 @@ impl<'a> Attempt<'a> {
     /// such a name is there (and not of our own family).
     pub async fn screen(&self, parent: &str, children: Vec<String>, sid: SessionId) -> Step<Vec<String>> {
         let own = self.own_family();
-        let suspect = |name: &str| matches!(Family::of(name), Some(f @ (Family::Exclusive | Family::KazooLease | Family::CuratorSemaphore)) if f != own);
+        // Checked first, so that a long queue's names are not parsed once more here.
+        let suspect = |name: &str| {
+            may_be_unqueued(name)
+                && matches!(Family::of(name), Some(f @ (Family::Exclusive | Family::KazooLease | Family::CuratorSemaphore)) if f != own)
+        };
         if !children.iter().any(|c| suspect(c)) {
             return Ok(children);
         }

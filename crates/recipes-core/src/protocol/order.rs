@@ -66,18 +66,40 @@ pub fn wrapped(layout: Layout, contenders: &[Contender]) -> Option<&Contender> {
 /// `unwrap_sequences`); the Curator and kazoo layouts compare them as text, exactly as those libraries do, so that
 /// every process on a shared path agrees on the queue (including, at the wrap, on the peers' wrong order).
 pub fn contenders<S: AsRef<str>>(layout: Layout, children: &[S]) -> Vec<Contender> {
-    let mut out: Vec<Contender> = children
-        .iter()
-        .filter_map(|c| {
-            let name = c.as_ref();
-            layout.parse(name).map(|p| Contender {
+    contenders_and_foreign(layout, None, children).0
+}
+
+/// [`contenders`] and, when `own` is given, [`foreign`]`(own, children)` of one listing, each name parsed once: a
+/// waiter judges every name of the queue after each listing, so this is what a long queue costs per listing.
+pub(crate) fn contenders_and_foreign<S: AsRef<str>>(
+    layout: Layout,
+    own: Option<Family>,
+    children: &[S],
+) -> (Vec<Contender>, Option<(String, Family)>) {
+    let mut out = Vec::with_capacity(children.len());
+    let mut foreign = None;
+    for c in children {
+        let name = c.as_ref();
+        let parsed = layout.parse(name);
+        if let (Some(own), None) = (own, &foreign) {
+            // A name the native layout reads is of its family by `Family::of`'s own first rules (it is not `lock`).
+            let family = match &parsed {
+                Some(p) if layout == Layout::Native => Some(Layout::Native.family(p.kind)),
+                _ => Family::of(name),
+            };
+            if let Some(f) = family.filter(|f| *f != own) {
+                foreign = Some((name.to_owned(), f));
+            }
+        }
+        if let Some(p) = parsed {
+            out.push(Contender {
                 name: name.to_owned(),
                 kind: p.kind,
                 key: p.key,
                 weight: p.weight,
-            })
-        })
-        .collect();
+            });
+        }
+    }
     if layout == Layout::Native {
         unwrap_sequences(&mut out);
     }
@@ -89,7 +111,7 @@ pub fn contenders<S: AsRef<str>>(layout: Layout, children: &[S]) -> Vec<Contende
             .then_with(|| b.kind.blocks_readers().cmp(&a.kind.blocks_readers()))
             .then_with(|| a.name.cmp(&b.name))
     });
-    out
+    (out, foreign)
 }
 
 /// ZooKeeper's per-parent counter is a signed 32-bit number: after `2147483647` comes `-2147483648`. A plain

@@ -3,7 +3,7 @@
 
 use uuid::Uuid;
 
-use super::order::{blockers, contenders, foreign, wrapped, Contender};
+use super::order::{blockers, contenders_and_foreign, foreign, wrapped, Contender};
 use super::{Protocol, Refusal, Verdict, Wait, MARK_FROM_QUEUE_LEN};
 use crate::layout::{Family, Layout, NodeKind};
 use crate::mutants::{is_active, Mutant};
@@ -46,11 +46,15 @@ impl Queue {
         }
     }
 
-    /// The refusal, if any, beside `children` (parsed into `cs`): a lock node of another family, or (peer layouts)
-    /// a wrapped sequence.
-    fn refusal<S: AsRef<str>>(&self, children: &[S], cs: &[Contender]) -> Option<Refusal> {
-        foreign_refusal(self.family(), children)
-            .or_else(|| wrapped(self.layout, cs).map(|c| Refusal::Wrapped { node: c.name.clone() }))
+    /// A listing's contenders, and the refusal, if any, beside them: a lock node of another family, or (peer
+    /// layouts) a wrapped sequence.
+    fn parse<S: AsRef<str>>(&self, children: &[S]) -> (Vec<Contender>, Option<Refusal>) {
+        let (cs, foreign) = contenders_and_foreign(self.layout, Some(self.family()), children);
+        let foreign = foreign.filter(|_| !is_active(Mutant::NoForeignCheck));
+        let refusal = foreign
+            .map(|(node, family)| Refusal::Foreign { node, family })
+            .or_else(|| wrapped(self.layout, &cs).map(|c| Refusal::Wrapped { node: c.name.clone() }));
+        (cs, refusal)
     }
 }
 
@@ -79,8 +83,8 @@ impl Protocol for Queue {
     /// Before a `try_acquire` makes its node: `Ok(true)` when a new node would wait (so the try gives up with no
     /// write), `Ok(false)` when it would hold, `Err` when it must refuse.
     fn newcomer(&self, children: &[String]) -> Result<bool, Refusal> {
-        let cs = contenders(self.layout, children);
-        match self.refusal(children, &cs) {
+        let (cs, refusal) = self.parse(children);
+        match refusal {
             Some(r) => Err(r),
             None => Ok(!blockers(self.layout, self.kind, &cs, self.weight, self.permits).is_empty()),
         }
@@ -94,8 +98,8 @@ impl Protocol for Queue {
     ///   `first` mark; `blocker_first` says that the blocker is the first contender. A semaphore's is never in line:
     ///   which node's deletion lets it in is not known in advance, so it lists again after each wake-up.
     fn judge(&self, children: &[String], ours: &str) -> Verdict {
-        let cs = contenders(self.layout, children);
-        if let Some(r) = self.refusal(children, &cs) {
+        let (cs, refusal) = self.parse(children);
+        if let Some(r) = refusal {
             return Verdict::Refuse(r);
         }
         let Some(position) = cs.iter().position(|c| c.name == ours) else {

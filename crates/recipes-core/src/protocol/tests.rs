@@ -274,3 +274,47 @@ fn a_lock_node_ignores_the_paths_permit_count() {
         Decision::Acquired
     );
 }
+
+proptest::proptest! {
+    /// One pass over a listing finds the same contenders, in the same order, and the same first foreign node, as
+    /// [`contenders`] and [`foreign`] each do on their own, for every layout and family, on listings that mix every
+    /// family's names with names of none.
+    #[test]
+    fn one_pass_over_a_listing_agrees_with_each_rule(picks in proptest::collection::vec((0usize..14, 0u32..40), 0..12)) {
+        let id = Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
+        let names: Vec<String> = picks
+            .iter()
+            .map(|(pick, seq)| match pick {
+                0..=2 => format!("{}{seq:010}", Layout::Native.prefix([NodeKind::Lock, NodeKind::Read, NodeKind::Write][*pick], id)),
+                3 => format!("{}{seq:010}", Layout::Native.weighted_prefix(NodeKind::Permit, id, 2)),
+                4..=6 => format!("{}{seq:010}", Layout::Curator.prefix([NodeKind::Lock, NodeKind::Read, NodeKind::Permit][*pick - 4], id)),
+                7 | 8 => format!("{}{seq:010}", Layout::Kazoo.prefix([NodeKind::Lock, NodeKind::Read][*pick - 7], id)),
+                9 => crate::layout::EXCLUSIVE_NODE.to_owned(),
+                10 => "leases".to_owned(),
+                11 => format!("{:032x}", u128::from(*seq)),
+                12 => format!("L-{seq}"),
+                _ => format!("config-{seq}"),
+            })
+            .collect();
+        for layout in Layout::ALL {
+            for own in [
+                Family::Exclusive,
+                Family::NativeQueue,
+                Family::NativeSemaphore,
+                Family::CuratorLock,
+                Family::CuratorLease,
+                Family::CuratorSemaphore,
+                Family::Kazoo,
+                Family::KazooLease,
+            ] {
+                for n in &names {
+                    let unqueued = matches!(Family::of(n), Some(Family::Exclusive | Family::KazooLease | Family::CuratorSemaphore));
+                    proptest::prop_assert!(!unqueued || crate::layout::may_be_unqueued(n), "{}", n);
+                }
+                let (cs, found) = super::order::contenders_and_foreign(layout, Some(own), &names);
+                proptest::prop_assert_eq!(&cs, &contenders(layout, &names));
+                proptest::prop_assert_eq!(found, foreign(own, &names));
+            }
+        }
+    }
+}

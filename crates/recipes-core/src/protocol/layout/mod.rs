@@ -7,7 +7,7 @@ use uuid::Uuid;
 mod family;
 
 pub use family::Family;
-pub(crate) use family::{is_kazoo_lease, CURATOR_SEMAPHORE_LEASES, CURATOR_SEMAPHORE_MUTEX};
+pub(crate) use family::{is_kazoo_lease, may_be_unqueued, CURATOR_SEMAPHORE_LEASES, CURATOR_SEMAPHORE_MUTEX};
 
 /// What a lock node stands for in the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -187,16 +187,28 @@ pub(crate) fn parse_native(name: &str) -> Option<ParsedNode> {
         b'S' => NodeKind::Permit,
         _ => return None,
     };
-    let hex = name.get(2..34)?;
-    if !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
-        return None;
+    // The attempt id, decoded as it is checked: every listing parses every name, so this is on the hot path.
+    let mut id = 0u128;
+    for &c in &b[2..34] {
+        let digit = match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            b'A'..=b'F' => c - b'A' + 10,
+            _ => return None,
+        };
+        id = id << 4 | u128::from(digit);
     }
-    let attempt = Uuid::parse_str(hex).ok()?;
-    let rest = name.get(35..)?;
+    // Bytes 0..35 are ASCII (checked above), so 35 is a character boundary.
+    let rest = &name[35..];
     // A permit node's weight above 1: digits and a '-' before the sequence (a sequence starts with a digit only when
     // it is not negative, and then has no '-').
-    let (weight, seq_text) = match rest.split_once('-') {
-        Some((w, s)) if kind == NodeKind::Permit && !w.is_empty() => {
+    let split = if kind == NodeKind::Permit {
+        rest.split_once('-')
+    } else {
+        None
+    };
+    let (weight, seq_text) = match split {
+        Some((w, s)) if !w.is_empty() => {
             let weight: u32 = w.parse().ok().filter(|n: &u32| *n > 1 && n.to_string() == w)?;
             (weight, s)
         }
@@ -205,7 +217,7 @@ pub(crate) fn parse_native(name: &str) -> Option<ParsedNode> {
     let seq = parse_seq(seq_text)?;
     Some(ParsedNode {
         kind,
-        attempt,
+        attempt: Uuid::from_u128(id),
         seq: Some(seq),
         key: SortKey::Number(i64::from(seq)),
         weight,
@@ -285,14 +297,24 @@ fn split_kazoo_seq(name: &str) -> Option<(&str, &str)> {
 /// Parses ZooKeeper's sequence suffix: `%010d` of a signed 32-bit counter, so 10 digits, or a `-` and digits once
 /// the counter has wrapped past `i32::MAX`.
 pub fn parse_seq(s: &str) -> Option<i32> {
-    let digits = s.strip_prefix('-').unwrap_or(s);
-    if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
+    if let Some(digits) = s.strip_prefix('-') {
+        if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        return s.parse().ok();
+    }
+    // The common case, read in one pass: ten digits, at most `i32::MAX`.
+    if s.len() != 10 {
         return None;
     }
-    if !s.starts_with('-') && s.len() != 10 {
-        return None;
+    let mut n = 0i64;
+    for c in s.bytes() {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        n = n * 10 + i64::from(c - b'0');
     }
-    s.parse().ok()
+    i32::try_from(n).ok()
 }
 
 impl fmt::Display for Layout {

@@ -135,3 +135,64 @@ proptest! {
         }
     }
 }
+
+/// The native parser as first written (text checks, then `Uuid::parse_str` and `str::parse`): the one-pass parser must
+/// read every name exactly as it did.
+fn parse_native_reference(name: &str) -> Option<ParsedNode> {
+    let b = name.as_bytes();
+    if b.len() < 35 + 10 || b[1] != b'-' || b[34] != b'-' {
+        return None;
+    }
+    let kind = match b[0] {
+        b'L' => NodeKind::Lock,
+        b'R' => NodeKind::Read,
+        b'W' => NodeKind::Write,
+        b'S' => NodeKind::Permit,
+        _ => return None,
+    };
+    let hex = name.get(2..34)?;
+    if !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    let attempt = Uuid::parse_str(hex).ok()?;
+    let rest = name.get(35..)?;
+    let (weight, seq_text) = match rest.split_once('-') {
+        Some((w, s)) if kind == NodeKind::Permit && !w.is_empty() => {
+            let weight: u32 = w.parse().ok().filter(|n: &u32| *n > 1 && n.to_string() == w)?;
+            (weight, s)
+        }
+        _ => (1, rest),
+    };
+    let digits = seq_text.strip_prefix('-').unwrap_or(seq_text);
+    if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    if !seq_text.starts_with('-') && seq_text.len() != 10 {
+        return None;
+    }
+    let seq: i32 = seq_text.parse().ok()?;
+    Some(ParsedNode {
+        kind,
+        attempt,
+        seq: Some(seq),
+        key: SortKey::Number(i64::from(seq)),
+        weight,
+    })
+}
+
+proptest! {
+    #[test]
+    fn native_parser_reads_as_the_reference(
+        s in "[LRWSX]-[0-9a-fA-Fg]{31,33}-([0-9]{1,3}-|-)?-?[0-9]{8,12}|\\PC{0,60}",
+        bits in any::<u128>(),
+        seq in any::<i64>(),
+        tag in 0usize..5,
+    ) {
+        prop_assert_eq!(parse_native(&s), parse_native_reference(&s), "{}", &s);
+        let tag = ["L", "R", "W", "S", "S"][tag];
+        let weight = if tag == "S" && seq % 2 == 0 { "3-" } else { "" };
+        let exact = format!("{tag}-{:032x}-{weight}{:010}", bits, seq % 4_000_000_000);
+        prop_assert_eq!(parse_native(&exact), parse_native_reference(&exact), "{}", &exact);
+        prop_assert_eq!(parse_native(&exact.to_uppercase()), parse_native_reference(&exact.to_uppercase()));
+    }
+}

@@ -177,8 +177,8 @@ fn semaphore_many() -> Config {
 /// Configurations run with a switch on: (switch, configuration).
 pub fn switched() -> Vec<(Mutant, Config)> {
     vec![(
-        // The `first` mark is written only behind 64 or more waiters in production; this makes every waiter that
-        // came to hold the lock write it, so that three clients exercise it (and the waiter that trusts it).
+        // The `first` mark is written only after a listing of more than 64 names in production; this makes every
+        // node that comes to hold the lock write it, so that three clients exercise it (and the waiter that trusts it).
         Mutant::AlwaysMark,
         Config::new(
             "marking",

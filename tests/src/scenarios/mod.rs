@@ -104,7 +104,7 @@ macro_rules! __for_each_scenario {
             cohort_session_expiry_reaches_every_task cohort_cancellations_leave_no_node
             cohort_revocation_ends_the_passes kept_own_watch_still_guards_the_waiter
             holder_after_waiting_sees_its_node_deleted changed_then_deleted_waiter_never_holds_without_node
-            changed_waiter_still_takes_a_same_session_handoff
+            changed_waiter_still_takes_a_same_session_handoff long_queue_with_cancelled_early_waiters_holds_in_order
         );
     };
 }

@@ -176,3 +176,48 @@ pub async fn exclusive_wakes_every_waiter(h: &dyn Harness) {
     let woke = wakeups_per_release(h, Recipe::Exclusive, 5).await;
     assert!(woke >= 5, "expected every one of 5 waiters to wake, saw {woke}");
 }
+
+/// A queue longer than the marking threshold (more than 64 names), its early waiters queued behind short lists: a
+/// waiter that lists the whole queue again after a cancellation ahead of it marks itself once it holds, however
+/// near the front it is. With early waiters cancelled in the middle of the chain, the rest still hold one at a time,
+/// in the order they queued, with increasing tokens, and no node is left.
+pub async fn long_queue_with_cancelled_early_waiters_holds_in_order(h: &dyn Harness) {
+    const WAITERS: usize = 72;
+    const CANCELLED: [usize; 3] = [1, 2, 5];
+    let path = h.path("long-queue");
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(h.client().await);
+    }
+    let holder = clients[0].locks.fair(&path).unwrap().acquire().await.unwrap();
+    let occ = Occupancy::new();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..WAITERS {
+        // Tasks of one session and of others, so that both the watch and the same-session handoff pass the lock on.
+        let lock = clients[i % clients.len()].locks.fair(&path).unwrap();
+        let (occ, order) = (occ.clone(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let g = lock.acquire().await.unwrap();
+            order.lock().unwrap().push(i);
+            hold_exclusive(&occ, g, Duration::ZERO).await;
+        }));
+        // Each waiter lists the queue as it was when it joined: the first ones see a short list.
+        wait_children(h, &path, i + 2).await;
+    }
+    for i in CANCELLED {
+        waiters[i].abort();
+    }
+    wait_children(h, &path, WAITERS + 1 - CANCELLED.len()).await;
+    holder.release().await.unwrap();
+    for (i, w) in waiters.into_iter().enumerate() {
+        if !CANCELLED.contains(&i) {
+            bounded(h, &format!("waiter {i} holds and releases"), w).await.unwrap();
+        }
+    }
+    let want: Vec<usize> = (0..WAITERS).filter(|i| !CANCELLED.contains(i)).collect();
+    assert_eq!(*order.lock().unwrap(), want);
+    assert_eq!(occ.violations(), 0);
+    assert_increasing(&occ.tokens());
+    wait_children(h, &path, 0).await;
+}

@@ -52,7 +52,7 @@ impl Attempt<'_> {
             let mut q = self.create_queued().await?;
             let name = q.name().to_owned();
             let mut prefetched = q.children.take();
-            // Whether we waited behind a long queue (then we mark ourselves first once we hold the lock).
+            // Whether a listing we judged was long (then we mark ourselves first once we hold the lock).
             let mut mark = false;
             // A semaphore's count is checked once, after the first verdict's refusals (a lock's nodes on the path
             // say more than its missing count) and before any other: from our create on, the path, and the count it
@@ -71,6 +71,7 @@ impl Attempt<'_> {
                     return Err(Stop::Fail(Error::SessionExpired));
                 }
                 let next = self.protocol.judge(&children, &name);
+                mark |= self.protocol.marks_when_held(&children);
                 if !count_checked && !matches!(next, Verdict::Refuse(_)) {
                     if let Err(e) = self.check_permits(q.id.session).await {
                         if matches!(e, Stop::Fail(Error::PermitsMismatch { .. })) {
@@ -100,7 +101,6 @@ impl Attempt<'_> {
                     self.wait_any_deleted(&watched, q.id.session).await?;
                     continue;
                 }
-                mark |= wait.mark;
                 match self
                     .wait_in_line(
                         &name,

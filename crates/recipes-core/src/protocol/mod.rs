@@ -28,10 +28,12 @@ pub use peer::PeerSemaphore;
 pub(crate) use queue::made_by;
 pub use queue::Queue;
 
-/// A waiter that comes to hold the lock marks itself `first` only when at least this many contenders were ahead of
-/// it: in a short queue the node behind it lists again more cheaply (a read) than the mark costs (a write). Marking is
+/// A waiter that comes to hold the lock marks itself `first` only when a listing it judged held more than this many
+/// names: in a short queue the node behind it lists again more cheaply (a read) than the mark costs (a write). Marking is
 /// only an optimisation: without a mark the node behind lists again. 64, not 16 as first set: a list of fewer names is
-/// cheaper than a committed write per handoff (docs/decisions/0059-marking-from-64-waiters.md).
+/// cheaper than a committed write per handoff (docs/decisions/0059-marking-from-64-waiters.md). The whole listing
+/// counts, not only the names ahead: the list the node behind would make holds the names behind us
+/// (docs/decisions/0060-marking-by-the-length-of-the-listing.md).
 pub const MARK_FROM_QUEUE_LEN: usize = 64;
 
 /// How a recipe's contender, in one layout, names its node and judges the lock path: everything the engine decides
@@ -73,6 +75,15 @@ pub trait Protocol: Send + Sync + fmt::Debug {
 
     /// Whether a release of a held node may hand the lock to tasks of this process waiting in line on it.
     fn hands_over(&self) -> bool;
+
+    /// Whether our node, once it holds, marks itself `first` for the node behind it (see the driver's
+    /// `wait_in_line`), given a listing judged on the way: only a node whose waiters wait in line (a native lock's or
+    /// writer's), and only when the listing held more than [`MARK_FROM_QUEUE_LEN`] names, so that the list the node
+    /// behind would make otherwise costs more than the mark's write.
+    fn marks_when_held(&self, children: &[String]) -> bool {
+        let _ = children;
+        false
+    }
 }
 
 /// The protocol of `recipe` in `layout`, claiming `weight` of `permits` permits (1 of 1 for a lock).
@@ -163,9 +174,6 @@ pub struct Wait {
     pub in_line: bool,
     /// Nothing is ahead of the blocker: its deletion means we hold (only when `in_line`).
     pub blocker_first: bool,
-    /// Once we hold the lock, mark our node `first` for the node behind us (only when `in_line`, never for readers,
-    /// and only behind at least [`MARK_FROM_QUEUE_LEN`] contenders).
-    pub mark: bool,
     /// A change of the blocker's data means that it held the lock (only when `in_line`, and never when the blocker is
     /// a reader, which holds beside the readers ahead of it). The data of a native node that is not a reader's is
     /// written only once it holds: its own `first` mark, or a request to let go, which

@@ -116,15 +116,24 @@ impl Protocol for Queue {
             return Verdict::Acquired;
         };
         let in_line = self.layout == Layout::Native && self.kind != NodeKind::Permit;
-        let long_queue = position >= MARK_FROM_QUEUE_LEN || is_active(Mutant::AlwaysMark);
         Verdict::Wait(Wait {
             on: on.name.clone(),
             also: also.iter().map(|c| c.name.clone()).collect(),
             in_line,
             blocker_first: in_line && cs[0].name == on.name,
-            mark: in_line && self.kind != NodeKind::Read && long_queue,
             change_means_held: in_line && on.kind != NodeKind::Read,
         })
+    }
+
+    /// # Contract
+    /// A native lock's or writer's node marks itself when a listing it judged held more than
+    /// [`MARK_FROM_QUEUE_LEN`] names (ahead of it or behind it: in a drain, the first waiters listed a short queue,
+    /// and the list their successors would make holds everyone who queued after them); a reader never (readers hold
+    /// beside each other, so a reader's mark would not say that nothing is ahead of it), nor a semaphore's claim, nor
+    /// the peers' layouts (their waiters list again on every wake-up).
+    fn marks_when_held(&self, children: &[String]) -> bool {
+        let in_line = self.layout == Layout::Native && matches!(self.kind, NodeKind::Lock | NodeKind::Write);
+        in_line && (children.len() > MARK_FROM_QUEUE_LEN || is_active(Mutant::AlwaysMark))
     }
 
     /// A lock's writer (or mutex) of the native layout hands over; a reader does not (other sessions' readers may
@@ -178,13 +187,12 @@ mod tests {
         format!("{}{seq:010}", layout.prefix(kind, id))
     }
 
-    fn wait(on: &str, in_line: bool, blocker_first: bool, mark: bool) -> Next {
+    fn wait(on: &str, in_line: bool, blocker_first: bool) -> Next {
         Next::Wait(Wait {
             on: on.to_owned(),
             also: Vec::new(),
             in_line,
             blocker_first,
-            mark,
             change_means_held: in_line && !on.starts_with("R-"),
         })
     }
@@ -200,12 +208,12 @@ mod tests {
             assert_eq!(judge(layout, NodeKind::Lock, &q, &a), Next::Acquired, "{layout}");
             assert_eq!(
                 judge(layout, NodeKind::Lock, &q, &b),
-                wait(&a, native, native, false),
+                wait(&a, native, native),
                 "{layout}"
             );
             assert_eq!(
                 judge(layout, NodeKind::Lock, &q, &c),
-                wait(&b, native, false, false),
+                wait(&b, native, false),
                 "{layout}"
             );
             let gone = node(layout, NodeKind::Lock, 9);
@@ -214,20 +222,26 @@ mod tests {
     }
 
     #[test]
-    fn marks_only_behind_a_long_queue_and_never_as_a_reader() {
+    fn marks_only_after_a_long_listing_and_never_as_a_reader() {
         let l = Layout::Native;
-        let mut q: Vec<String> = (0..=MARK_FROM_QUEUE_LEN as u32)
+        let q: Vec<String> = (0..=MARK_FROM_QUEUE_LEN as u32)
             .map(|i| node(l, NodeKind::Write, i))
             .collect();
-        let last = q[MARK_FROM_QUEUE_LEN].clone();
-        let before = q[MARK_FROM_QUEUE_LEN - 1].clone();
-        assert_eq!(judge(l, NodeKind::Write, &q, &last), wait(&before, true, false, true));
-        let short = q[MARK_FROM_QUEUE_LEN - 1].clone();
-        let ahead = q[MARK_FROM_QUEUE_LEN - 2].clone();
-        assert_eq!(judge(l, NodeKind::Write, &q, &short), wait(&ahead, true, false, false));
-        let reader = node(l, NodeKind::Read, 99);
-        q.push(reader.clone());
-        assert_eq!(judge(l, NodeKind::Read, &q, &reader), wait(&last, true, false, false));
+        let writer = Queue::lock(l, NodeKind::Write);
+        // More than MARK_FROM_QUEUE_LEN names, wherever ours is among them: the node behind a waiter that was second
+        // in such a list would list them all again.
+        assert!(writer.marks_when_held(&q));
+        assert!(Queue::lock(l, NodeKind::Lock).marks_when_held(&q));
+        assert_eq!(judge(l, NodeKind::Write, &q, &q[1]), wait(&q[0], true, true));
+        assert!(!writer.marks_when_held(&q[..MARK_FROM_QUEUE_LEN]));
+        assert!(!Queue::lock(l, NodeKind::Read).marks_when_held(&q));
+        assert!(!Queue::permits(l, 1, 3).marks_when_held(&q));
+        for peer in [Layout::Curator, Layout::Kazoo] {
+            let q: Vec<String> = (0..=MARK_FROM_QUEUE_LEN as u32)
+                .map(|i| node(peer, NodeKind::Lock, i))
+                .collect();
+            assert!(!Queue::lock(peer, NodeKind::Lock).marks_when_held(&q), "{peer}");
+        }
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub(crate) use queue::made_by;
 pub use queue::Queue;
 
 /// A waiter that comes to hold the lock marks itself `first` only when a listing it judged held more than this many
-/// names: in a short queue the node behind it lists again more cheaply (a read) than the mark costs (a write). Marking is
+/// contenders: in a short queue the node behind it lists again more cheaply (a read) than the mark costs (a write). Marking is
 /// only an optimisation: without a mark the node behind lists again. 64, not 16 as first set: a list of fewer names is
 /// cheaper than a committed write per handoff (docs/decisions/0059-marking-from-64-waiters.md). The whole listing
 /// counts, not only the names ahead: the list the node behind would make holds the names behind us
@@ -78,8 +78,8 @@ pub trait Protocol: Send + Sync + fmt::Debug {
 
     /// Whether our node, once it holds, marks itself `first` for the node behind it (see the driver's
     /// `wait_in_line`), given a listing judged on the way: only a node whose waiters wait in line (a native lock's or
-    /// writer's), and only when the listing held more than [`MARK_FROM_QUEUE_LEN`] names, so that the list the node
-    /// behind would make otherwise costs more than the mark's write.
+    /// writer's), and only when the listing held more than [`MARK_FROM_QUEUE_LEN`] contenders, so that the list the
+    /// node behind would make otherwise costs more than the mark's write.
     fn marks_when_held(&self, children: &[String]) -> bool {
         let _ = children;
         false

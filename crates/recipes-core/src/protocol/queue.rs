@@ -127,13 +127,24 @@ impl Protocol for Queue {
 
     /// # Contract
     /// A native lock's or writer's node marks itself when a listing it judged held more than
-    /// [`MARK_FROM_QUEUE_LEN`] names (ahead of it or behind it: in a drain, the first waiters listed a short queue,
-    /// and the list their successors would make holds everyone who queued after them); a reader never (readers hold
-    /// beside each other, so a reader's mark would not say that nothing is ahead of it), nor a semaphore's claim, nor
-    /// the peers' layouts (their waiters list again on every wake-up).
+    /// [`MARK_FROM_QUEUE_LEN`] contenders (ahead of it or behind it: in a drain, the first waiters listed a short
+    /// queue, and the list their successors would make holds everyone who queued after them). Other children do not
+    /// count: beside many of them (lock paths nested here), two clients would otherwise mark on every handoff although
+    /// each waiter sees its blocker first. A reader never marks (readers hold beside each other, so a reader's mark
+    /// would not say that nothing is ahead of it), nor a semaphore's claim, nor the peers' layouts (their waiters list
+    /// again on every wake-up).
     fn marks_when_held(&self, children: &[String]) -> bool {
         let in_line = self.layout == Layout::Native && matches!(self.kind, NodeKind::Lock | NodeKind::Write);
-        in_line && (children.len() > MARK_FROM_QUEUE_LEN || is_active(Mutant::AlwaysMark))
+        // Counted only as far as the threshold: a long queue's names are not all parsed again.
+        let long = || {
+            children.len() > MARK_FROM_QUEUE_LEN
+                && children
+                    .iter()
+                    .filter(|c| self.layout.parse(c).is_some())
+                    .nth(MARK_FROM_QUEUE_LEN)
+                    .is_some()
+        };
+        in_line && (is_active(Mutant::AlwaysMark) || long())
     }
 
     /// A lock's writer (or mutex) of the native layout hands over; a reader does not (other sessions' readers may
@@ -234,6 +245,10 @@ mod tests {
         assert!(Queue::lock(l, NodeKind::Lock).marks_when_held(&q));
         assert_eq!(judge(l, NodeKind::Write, &q, &q[1]), wait(&q[0], true, true));
         assert!(!writer.marks_when_held(&q[..MARK_FROM_QUEUE_LEN]));
+        // Children that are not contenders (lock paths nested here) do not count.
+        let mut beside: Vec<String> = q[..MARK_FROM_QUEUE_LEN].to_vec();
+        beside.extend((0..100).map(|i| format!("jobs-{i}")));
+        assert!(!writer.marks_when_held(&beside));
         assert!(!Queue::lock(l, NodeKind::Read).marks_when_held(&q));
         assert!(!Queue::permits(l, 1, 3).marks_when_held(&q));
         for peer in [Layout::Curator, Layout::Kazoo] {

@@ -76,6 +76,98 @@ pub(crate) fn contenders_and_foreign<S: AsRef<str>>(
     own: Option<Family>,
     children: &[S],
 ) -> (Vec<Contender>, Option<(String, Family)>) {
+    let (mut parsed, foreign) = parse_listing(layout, own, children);
+    parsed.sort_unstable_by(queue_order);
+    (parsed.into_iter().map(Parsed::owned).collect(), foreign)
+}
+
+/// What a waiter needs of one listing to judge it: the contenders ahead of its node `ours` (in queue order), its
+/// node, the first lock node of another family than `own`, and (peer layouts) the first contender whose sequence
+/// has wrapped.
+#[derive(Debug)]
+pub(crate) struct Ahead {
+    /// The contenders that sort before ours, in queue order.
+    pub ahead: Vec<Contender>,
+    /// Our node, `None` when it is not among the contenders.
+    pub ours: Option<Contender>,
+    /// As [`foreign`]`(own, children)`.
+    pub foreign: Option<(String, Family)>,
+    /// As [`wrapped`] of all the contenders.
+    pub wrapped: Option<String>,
+}
+
+/// As [`contenders_and_foreign`], for a waiter judging its own node `ours`: only the contenders ahead of it are
+/// sorted and copied. After a wake-up a waiter near the front lists the whole queue again, and the names behind it
+/// need only be read (parsed, and checked for a foreign family) to be passed over.
+pub(crate) fn ahead_of<S: AsRef<str>>(layout: Layout, own: Family, children: &[S], ours: &str) -> Ahead {
+    let (parsed, foreign) = parse_listing(layout, Some(own), children);
+    let wrapped = if layout == Layout::Native {
+        None
+    } else {
+        parsed
+            .iter()
+            .filter(|c| matches!(&c.key, SortKey::Text(t) if t.starts_with('-')))
+            .min_by(|a, b| queue_order(a, b))
+            .map(|c| c.name.to_owned())
+    };
+    let Some(mine) = parsed.iter().find(|c| c.name == ours).cloned() else {
+        return Ahead {
+            ahead: Vec::new(),
+            ours: None,
+            foreign,
+            wrapped,
+        };
+    };
+    let mut ahead: Vec<Parsed<'_>> = parsed
+        .into_iter()
+        .filter(|c| queue_order(c, &mine) == std::cmp::Ordering::Less)
+        .collect();
+    ahead.sort_unstable_by(queue_order);
+    Ahead {
+        ahead: ahead.into_iter().map(Parsed::owned).collect(),
+        ours: Some(mine.owned()),
+        foreign,
+        wrapped,
+    }
+}
+
+/// A contender of a listing, borrowing its name from the listing.
+#[derive(Debug, Clone)]
+struct Parsed<'a> {
+    name: &'a str,
+    kind: NodeKind,
+    key: SortKey,
+    weight: u32,
+}
+
+impl Parsed<'_> {
+    fn owned(self) -> Contender {
+        Contender {
+            name: self.name.to_owned(),
+            kind: self.kind,
+            key: self.key,
+            weight: self.weight,
+        }
+    }
+}
+
+/// The queue's order: by the layout's key; at one key, a writer before a reader (since Curator 5.5 the holder of a
+/// write lock that takes the read lock makes a plain ephemeral `_c_<uuid>-__READ__<seq>` named with its write node's
+/// sequence, made after it); then by name.
+fn queue_order(a: &Parsed<'_>, b: &Parsed<'_>) -> std::cmp::Ordering {
+    a.key
+        .cmp(&b.key)
+        .then_with(|| b.kind.blocks_readers().cmp(&a.kind.blocks_readers()))
+        .then_with(|| a.name.cmp(b.name))
+}
+
+/// Parses a listing once: its contenders (sequences unwrapped, unsorted) and, when `own` is given, its first lock
+/// node of another family.
+fn parse_listing<S: AsRef<str>>(
+    layout: Layout,
+    own: Option<Family>,
+    children: &[S],
+) -> (Vec<Parsed<'_>>, Option<(String, Family)>) {
     let mut out = Vec::with_capacity(children.len());
     let mut foreign = None;
     for c in children {
@@ -92,8 +184,8 @@ pub(crate) fn contenders_and_foreign<S: AsRef<str>>(
             }
         }
         if let Some(p) = parsed {
-            out.push(Contender {
-                name: name.to_owned(),
+            out.push(Parsed {
+                name,
                 kind: p.kind,
                 key: p.key,
                 weight: p.weight,
@@ -103,14 +195,6 @@ pub(crate) fn contenders_and_foreign<S: AsRef<str>>(
     if layout == Layout::Native {
         unwrap_sequences(&mut out);
     }
-    // At one key, a writer before a reader: since Curator 5.5 the holder of a write lock that takes the read lock
-    // makes a plain ephemeral `_c_<uuid>-__READ__<seq>` named with its write node's sequence, made after it.
-    out.sort_unstable_by(|a, b| {
-        a.key
-            .cmp(&b.key)
-            .then_with(|| b.kind.blocks_readers().cmp(&a.kind.blocks_readers()))
-            .then_with(|| a.name.cmp(&b.name))
-    });
     (out, foreign)
 }
 
@@ -119,9 +203,9 @@ pub(crate) fn contenders_and_foreign<S: AsRef<str>>(
 /// in beside the holder. When the queue straddles the wrap (it holds sequences in the top and in the bottom quarter
 /// of the range), the negative ones are moved past the positive ones (serial-number order, RFC 1982): correct for any
 /// queue spanning fewer than 2³⁰ sequence numbers.
-fn unwrap_sequences(cs: &mut [Contender]) {
+fn unwrap_sequences(cs: &mut [Parsed<'_>]) {
     const QUARTER: i64 = 1 << 30;
-    let num = |c: &Contender| match c.key {
+    let num = |c: &Parsed<'_>| match c.key {
         SortKey::Number(n) => n,
         SortKey::Text(_) => 0,
     };

@@ -3,7 +3,7 @@
 
 use uuid::Uuid;
 
-use super::order::{blockers, contenders_and_foreign, foreign, wrapped, Contender};
+use super::order::{ahead_of, blockers, contenders_and_foreign, foreign, wrapped, Contender};
 use super::{Protocol, Refusal, Verdict, Wait, MARK_FROM_QUEUE_LEN};
 use crate::layout::{Family, Layout, NodeKind};
 use crate::mutants::{is_active, Mutant};
@@ -44,6 +44,22 @@ impl Queue {
             weight,
             permits,
         }
+    }
+
+    /// The verdict for our node, claiming `weight`, behind the contenders `ahead` (in queue order).
+    fn verdict(&self, ahead: &[Contender], weight: u32) -> Verdict {
+        let window = blockers(self.layout, self.kind, ahead, weight, self.permits);
+        let Some((on, also)) = window.split_last() else {
+            return Verdict::Acquired;
+        };
+        let in_line = self.layout == Layout::Native && self.kind != NodeKind::Permit;
+        Verdict::Wait(Wait {
+            on: on.name.clone(),
+            also: also.iter().map(|c| c.name.clone()).collect(),
+            in_line,
+            blocker_first: in_line && ahead[0].name == on.name,
+            change_means_held: in_line && on.kind != NodeKind::Read,
+        })
     }
 
     /// A listing's contenders, and the refusal, if any, beside them: a lock node of another family, or (peer
@@ -98,31 +114,20 @@ impl Protocol for Queue {
     ///   `first` mark; `blocker_first` says that the blocker is the first contender. A semaphore's is never in line:
     ///   which node's deletion lets it in is not known in advance, so it lists again after each wake-up.
     fn judge(&self, children: &[String], ours: &str) -> Verdict {
-        let (cs, refusal) = self.parse(children);
-        if let Some(r) = refusal {
-            return Verdict::Refuse(r);
+        // Only the contenders ahead of ours are sorted (see `ahead_of`): a waiter near the front of a long queue
+        // lists it all again after a wake-up.
+        let listing = ahead_of(self.layout, self.family(), children, ours);
+        let foreign = listing.foreign.filter(|_| !is_active(Mutant::NoForeignCheck));
+        if let Some((node, family)) = foreign {
+            return Verdict::Refuse(Refusal::Foreign { node, family });
         }
-        let Some(position) = cs.iter().position(|c| c.name == ours) else {
+        if let Some(node) = listing.wrapped {
+            return Verdict::Refuse(Refusal::Wrapped { node });
+        }
+        let Some(mine) = listing.ours else {
             return Verdict::Missing;
         };
-        let window = blockers(
-            self.layout,
-            self.kind,
-            &cs[..position],
-            cs[position].weight,
-            self.permits,
-        );
-        let Some((on, also)) = window.split_last() else {
-            return Verdict::Acquired;
-        };
-        let in_line = self.layout == Layout::Native && self.kind != NodeKind::Permit;
-        Verdict::Wait(Wait {
-            on: on.name.clone(),
-            also: also.iter().map(|c| c.name.clone()).collect(),
-            in_line,
-            blocker_first: in_line && cs[0].name == on.name,
-            change_means_held: in_line && on.kind != NodeKind::Read,
-        })
+        self.verdict(&listing.ahead, mine.weight)
     }
 
     /// # Contract
@@ -229,6 +234,60 @@ mod tests {
             );
             let gone = node(layout, NodeKind::Lock, 9);
             assert_eq!(judge(layout, NodeKind::Lock, &q, &gone), Next::Missing, "{layout}");
+        }
+    }
+
+    /// `judge` as first written: every contender parsed, sorted and copied.
+    fn judge_reference(q: &Queue, children: &[String], ours: &str) -> Verdict {
+        let (cs, refusal) = q.parse(children);
+        if let Some(r) = refusal {
+            return Verdict::Refuse(r);
+        }
+        let Some(position) = cs.iter().position(|c| c.name == ours) else {
+            return Verdict::Missing;
+        };
+        q.verdict(&cs[..position], cs[position].weight)
+    }
+
+    proptest::proptest! {
+        /// Judging only the contenders ahead gives the verdict of judging them all: for every layout and kind, on
+        /// queues of mixed kinds and weights, across the sequence wrap, with names of no family and of other
+        /// families, for a node of the queue and one that is not in it.
+        #[test]
+        fn judging_the_names_ahead_agrees_with_judging_all(
+            picks in proptest::collection::vec((0usize..40, 0u32..12, 1u32..4), 1..14),
+            layout in 0usize..3,
+            kind in 0usize..4,
+            permits in 1u32..4,
+            ours in 0usize..16,
+            wrap in proptest::bool::ANY,
+        ) {
+            let layout = Layout::ALL[layout];
+            let kind = [NodeKind::Lock, NodeKind::Read, NodeKind::Write, NodeKind::Permit][kind];
+            let names: Vec<String> = picks
+                .iter()
+                .enumerate()
+                .map(|(i, (pick, seq, weight))| {
+                    // Near the top of the counter or past its wrap, when `wrap`; sequences repeat (a Curator
+                    // downgraded reader shares its writer's), so that ties are broken by kind and name.
+                    let seq = if wrap && seq % 2 == 0 { i32::MAX - *seq as i32 } else if wrap { i32::MIN + *seq as i32 } else { *seq as i32 };
+                    let id = Uuid::from_u128(i as u128 + 1);
+                    // Mostly contenders of the queue's own family, now and then a name of none or of another.
+                    let node_kind = match (kind, pick) {
+                        (_, 38) => return format!("config-{i}"),
+                        (_, 39) => return format!("{}{seq:010}", Layout::ALL[(i + 1) % 3].prefix(NodeKind::Lock, id)),
+                        (NodeKind::Permit, _) => NodeKind::Permit,
+                        (_, 0..=12) => NodeKind::Lock,
+                        (_, 13..=25) => NodeKind::Read,
+                        _ => NodeKind::Write,
+                    };
+                    let node_kind = if node_kind == NodeKind::Lock && kind != NodeKind::Lock { NodeKind::Write } else { node_kind };
+                    format!("{}{seq:010}", layout.weighted_prefix(node_kind, id, *weight))
+                })
+                .collect();
+            let ours = names.get(ours).cloned().unwrap_or_else(|| "L-missing".to_owned());
+            let q = if kind == NodeKind::Permit { Queue::permits(layout, 1, permits) } else { Queue::lock(layout, kind) };
+            proptest::prop_assert_eq!(q.judge(&names, &ours), judge_reference(&q, &names, &ours), "{:?}", names);
         }
     }
 

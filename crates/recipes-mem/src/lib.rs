@@ -144,6 +144,27 @@ impl MemCluster {
         self.with(|st, _| st.tree.children(path).unwrap_or_default())
     }
 
+    /// How many names the lists of children that sessions sent have returned, in all, since the cluster started:
+    /// what the recipes' lists cost (a list of a queue of N names costs N), which a test can bound.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use recipes_core::Locks;
+    /// use recipes_mem::MemCluster;
+    ///
+    /// let cluster = MemCluster::new();
+    /// let locks = Locks::new(cluster.client());
+    /// let before = cluster.listed_names();
+    /// locks.fair("/jobs/nightly")?.acquire().await?.release().await?;
+    /// // One list, right after the create: the queue held our node alone.
+    /// assert_eq!(cluster.listed_names() - before, 1);
+    /// # Ok::<(), recipes_core::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn listed_names(&self) -> u64 {
+        self.peek(|st, _| st.listed_names)
+    }
+
     /// Whether `path` exists.
     pub fn exists(&self, path: &str) -> bool {
         self.with(|st, _| st.tree.node(path).is_some())

@@ -2,6 +2,7 @@
 //! tests are named `<file>::<test>`.
 
 mod cohort;
+mod drain;
 mod handoff;
 mod lease;
 mod metrics;

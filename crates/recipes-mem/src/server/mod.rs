@@ -125,6 +125,8 @@ pub(crate) struct State {
     /// Counts every send, application, delivery and state change (for the model checker's "nothing moves").
     pub activity: u64,
     pub activity_notify: Arc<Notify>,
+    /// The names returned by every list of children so far (what the recipes' lists cost).
+    pub listed_names: u64,
 }
 
 impl Default for State {
@@ -142,6 +144,7 @@ impl Default for State {
             seq: 0,
             activity: 0,
             activity_notify: Arc::new(Notify::new()),
+            listed_names: 0,
         }
     }
 }

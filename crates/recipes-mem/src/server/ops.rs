@@ -253,7 +253,10 @@ impl State {
                 let created = self.tree.create(sid, &path, &data, mode)?;
                 Ok(Reply::Created(created))
             }
-            Op::Children { path } => self.tree.children(&path).map(Reply::Names),
+            Op::Children { path } => self.tree.children(&path).map(|names| {
+                self.listed_names += names.len() as u64;
+                Reply::Names(names)
+            }),
             Op::Get { path } => Ok(Reply::Node(self.tree.node(&path).map(Node::read))),
             Op::Exists { path, watch } => {
                 let node = self.watch(sid, path, WatchKind::Deletion, watch);

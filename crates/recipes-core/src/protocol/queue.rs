@@ -10,10 +10,16 @@ use crate::mutants::{is_active, Mutant};
 
 /// The refusal for a contender of family `own` beside `children`, when one of them is a lock node of another family.
 pub(super) fn foreign_refusal<S: AsRef<str>>(own: Family, children: &[S]) -> Option<Refusal> {
-    if is_active(Mutant::NoForeignCheck) {
-        return None;
-    }
-    foreign(own, children).map(|(node, family)| Refusal::Foreign { node, family })
+    refusal(foreign(own, children), None)
+}
+
+/// The refusal for a listing with this first `foreign` lock node (another family's) and this first `wrapped`
+/// contender (a peer layout's sequence past the wrap): the foreign node first.
+fn refusal(foreign: Option<(String, Family)>, wrapped: Option<String>) -> Option<Refusal> {
+    let foreign = foreign.filter(|_| !is_active(Mutant::NoForeignCheck));
+    foreign
+        .map(|(node, family)| Refusal::Foreign { node, family })
+        .or_else(|| wrapped.map(|node| Refusal::Wrapped { node }))
 }
 
 /// A queue's claim: a node of `kind` in `layout`, on `weight` of `permits` permits (1 of 1 for a lock).
@@ -66,10 +72,7 @@ impl Queue {
     /// layouts) a wrapped sequence.
     fn parse<S: AsRef<str>>(&self, children: &[S]) -> (Vec<Contender>, Option<Refusal>) {
         let (cs, foreign) = contenders_and_foreign(self.layout, Some(self.family()), children);
-        let foreign = foreign.filter(|_| !is_active(Mutant::NoForeignCheck));
-        let refusal = foreign
-            .map(|(node, family)| Refusal::Foreign { node, family })
-            .or_else(|| wrapped(self.layout, &cs).map(|c| Refusal::Wrapped { node: c.name.clone() }));
+        let refusal = refusal(foreign, wrapped(self.layout, &cs).map(|c| c.name.clone()));
         (cs, refusal)
     }
 }
@@ -117,12 +120,8 @@ impl Protocol for Queue {
         // Only the contenders ahead of ours are sorted (see `ahead_of`): a waiter near the front of a long queue
         // lists it all again after a wake-up.
         let listing = ahead_of(self.layout, self.family(), children, ours);
-        let foreign = listing.foreign.filter(|_| !is_active(Mutant::NoForeignCheck));
-        if let Some((node, family)) = foreign {
-            return Verdict::Refuse(Refusal::Foreign { node, family });
-        }
-        if let Some(node) = listing.wrapped {
-            return Verdict::Refuse(Refusal::Wrapped { node });
+        if let Some(r) = refusal(listing.foreign, listing.wrapped) {
+            return Verdict::Refuse(r);
         }
         let Some(mine) = listing.ours else {
             return Verdict::Missing;

@@ -29,7 +29,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use metrics::{
     counter, describe_counter, describe_gauge, describe_histogram, with_recorder, Key, Label, Level, Metadata, Unit,
@@ -105,40 +105,57 @@ const HANDOFFS: &str = "lock_recipes_handoffs_total";
 const RECOVERIES: &str = "lock_recipes_create_recoveries_total";
 const CLEANUPS: &str = "lock_recipes_cleanups_total";
 
-/// The keys of the series of one recipe (and, with the path label, one lock path), built once: cloning the labels into
-/// a new key on every event was about a tenth of an uncontended in-memory acquire + release.
+/// The series that carry only the lock's labels, in the order of [`Keys`]' slots.
+#[derive(Debug, Clone, Copy)]
+enum Series {
+    Acquisitions,
+    Wait,
+    Hold,
+    Held,
+    Wakeups,
+    Handoffs,
+    Recoveries,
+    Cleanups,
+    Timeouts,
+    Busy,
+}
+
+impl Series {
+    const NAMES: [&'static str; 10] = [
+        ACQUISITIONS,
+        WAIT,
+        HOLD,
+        HELD,
+        WAKEUPS,
+        HANDOFFS,
+        RECOVERIES,
+        CLEANUPS,
+        TIMEOUTS,
+        BUSY,
+    ];
+}
+
+/// The keys of the series of one recipe (and, with the path label, one lock path), each built at its first event
+/// and kept: cloning the labels into a new key on every event was about a tenth of an uncontended in-memory acquire +
+/// release.
 #[derive(Debug)]
 struct Keys {
     /// The labels, for the series that add one of their own (errors, losses).
     labels: Vec<Label>,
-    acquisitions: Key,
-    wait: Key,
-    hold: Key,
-    held: Key,
-    wakeups: Key,
-    handoffs: Key,
-    recoveries: Key,
-    cleanups: Key,
-    timeouts: Key,
-    busy: Key,
+    keys: [OnceLock<Key>; 10],
 }
 
 impl Keys {
     fn new(labels: Vec<Label>) -> Self {
-        let key = |name: &'static str| Key::from_parts(name, labels.clone());
         Keys {
-            acquisitions: key(ACQUISITIONS),
-            wait: key(WAIT),
-            hold: key(HOLD),
-            held: key(HELD),
-            wakeups: key(WAKEUPS),
-            handoffs: key(HANDOFFS),
-            recoveries: key(RECOVERIES),
-            cleanups: key(CLEANUPS),
-            timeouts: key(TIMEOUTS),
-            busy: key(BUSY),
             labels,
+            keys: Default::default(),
         }
+    }
+
+    fn get(&self, series: Series) -> &Key {
+        let i = series as usize;
+        self.keys[i].get_or_init(|| Key::from_parts(Series::NAMES[i], self.labels.clone()))
     }
 }
 
@@ -210,21 +227,20 @@ impl Counters {
 
     pub fn count(&self, what: Count, tags: &Tags) {
         // The snapshot's counter, and the series (not every event has both).
-        let keys = &tags.0;
         let (mine, series) = match what {
-            Count::Wakeup => (Some(&self.wakeups), Some(&keys.wakeups)),
-            Count::Handoff => (Some(&self.handoffs), Some(&keys.handoffs)),
+            Count::Wakeup => (Some(&self.wakeups), Some(Series::Wakeups)),
+            Count::Handoff => (Some(&self.handoffs), Some(Series::Handoffs)),
             Count::Create => (Some(&self.creates), None),
-            Count::CreateRecovery => (Some(&self.create_recoveries), Some(&keys.recoveries)),
-            Count::Cleanup => (Some(&self.cleanups), Some(&keys.cleanups)),
-            Count::Timeout => (Some(&self.timeouts), Some(&keys.timeouts)),
-            Count::Busy => (None, Some(&keys.busy)),
+            Count::CreateRecovery => (Some(&self.create_recoveries), Some(Series::Recoveries)),
+            Count::Cleanup => (Some(&self.cleanups), Some(Series::Cleanups)),
+            Count::Timeout => (Some(&self.timeouts), Some(Series::Timeouts)),
+            Count::Busy => (None, Some(Series::Busy)),
         };
         if let Some(c) = mine {
             bump(c);
         }
-        if let Some(key) = series {
-            with_recorder(|r| r.register_counter(key, &METADATA)).increment(1);
+        if let Some(series) = series {
+            with_recorder(|r| r.register_counter(tags.0.get(series), &METADATA)).increment(1);
         }
     }
 
@@ -233,9 +249,11 @@ impl Counters {
         bump(&self.acquisitions);
         let keys = &tags.0;
         with_recorder(|r| {
-            r.register_counter(&keys.acquisitions, &METADATA).increment(1);
-            r.register_histogram(&keys.wait, &METADATA).record(waited.as_secs_f64());
-            r.register_gauge(&keys.held, &METADATA).increment(1.0);
+            r.register_counter(keys.get(Series::Acquisitions), &METADATA)
+                .increment(1);
+            r.register_histogram(keys.get(Series::Wait), &METADATA)
+                .record(waited.as_secs_f64());
+            r.register_gauge(keys.get(Series::Held), &METADATA).increment(1.0);
         });
     }
 
@@ -244,8 +262,9 @@ impl Counters {
         bump(&self.releases);
         let keys = &tags.0;
         with_recorder(|r| {
-            r.register_histogram(&keys.hold, &METADATA).record(held.as_secs_f64());
-            r.register_gauge(&keys.held, &METADATA).decrement(1.0);
+            r.register_histogram(keys.get(Series::Hold), &METADATA)
+                .record(held.as_secs_f64());
+            r.register_gauge(keys.get(Series::Held), &METADATA).decrement(1.0);
         });
     }
 

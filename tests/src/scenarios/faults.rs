@@ -79,7 +79,7 @@ pub async fn waiter_node_deleted_never_holds_without_node(h: &dyn Harness) {
         let lb = b.locks.lock(&path, recipe).unwrap();
         let waiter = tokio::spawn(async move { lb.acquire().await.unwrap() });
         wait_children(h, &path, 2).await;
-        delete_waiter_then_release(h, &admin, &path, g, waiter, &recipe.to_string()).await;
+        delete_waiter_then_release(h, &admin, &path, g, waiter, &recipe.to_string(), Change::None).await;
     }
 }
 
@@ -90,7 +90,7 @@ pub async fn kept_own_watch_still_guards_the_waiter(h: &dyn Harness) {
     let path = h.path("kept-own-watch");
     let (a, b, c, admin) = (h.client().await, h.client().await, h.client().await, h.client().await);
     let (g, waiter) = behind_a_cancelled_waiter(h, &path, (&a, &b, &c)).await;
-    delete_waiter_then_release(h, &admin, &path, g, waiter, "after a relist").await;
+    delete_waiter_then_release(h, &admin, &path, g, waiter, "after a relist", Change::None).await;
 }
 
 /// A waiter whose node someone changes, then deletes, just before the holder releases (each step right after the
@@ -102,26 +102,8 @@ pub async fn changed_then_deleted_waiter_never_holds_without_node(h: &dyn Harnes
     let (a, b, c, admin) = (h.client().await, h.client().await, h.client().await, h.client().await);
     for round in 0..3 {
         let (g, waiter) = behind_a_cancelled_waiter(h, &path, (&a, &b, &c)).await;
-        tokio::time::sleep(h.tick() * 2).await;
-        let b_node = waiter_node(h, &path, &g).await;
-        let on = admin.locks.backend().current();
-        let b_path = format!("{path}/{b_node}");
-        on.set_data(&b_path, b"changed by an operator").await.unwrap();
-        on.delete(&b_path).await.unwrap();
-        g.release().await.unwrap();
-        let gb = bounded(h, "the waiter after re-queueing", waiter).await.unwrap();
-        let name = gb.node().rsplit('/').next().unwrap().to_owned();
-        assert_ne!(
-            name, b_node,
-            "round {round}: the waiter claimed the lock with its deleted node"
-        );
-        assert_eq!(
-            h.children(&path).await,
-            vec![name],
-            "round {round}: the waiter holds without its node"
-        );
-        gb.release().await.unwrap();
-        wait_children(h, &path, 0).await;
+        let case = format!("round {round}");
+        delete_waiter_then_release(h, &admin, &path, g, waiter, &case, Change::First).await;
     }
 }
 
@@ -179,9 +161,17 @@ async fn behind_a_cancelled_waiter(
     (g, waiter)
 }
 
-/// The end of `waiter_node_deleted_never_holds_without_node` and `kept_own_watch_still_guards_the_waiter`: with `g` held and one waiter queued behind it (`waiter`, the only other node
-/// on `path`), deletes the waiter's node and releases `g` at once. The waiter must see its own node gone first: it
-/// queues again and holds with a new node, the only one on the path.
+/// Whether an operator changes the waiter's node before deleting it (see `delete_waiter_then_release`).
+#[derive(PartialEq)]
+enum Change {
+    None,
+    First,
+}
+
+/// The end of the scenarios on a waiter's deleted node: with `g` held and one waiter queued behind it (`waiter`, the
+/// only other node on `path`), deletes the waiter's node (changing its data first, with `Change::First`) and releases
+/// `g` at once, each step right after the other. The waiter must see its own node gone first: it queues again and
+/// holds with a new node, the only one on the path.
 async fn delete_waiter_then_release(
     h: &dyn Harness,
     admin: &TestClient,
@@ -189,16 +179,16 @@ async fn delete_waiter_then_release(
     g: LockGuard,
     waiter: tokio::task::JoinHandle<LockGuard>,
     case: &str,
+    change: Change,
 ) {
     tokio::time::sleep(h.tick() * 2).await;
     let b_node = waiter_node(h, path, &g).await;
-    admin
-        .locks
-        .backend()
-        .current()
-        .delete(&format!("{path}/{b_node}"))
-        .await
-        .unwrap();
+    let on = admin.locks.backend().current();
+    let b_path = format!("{path}/{b_node}");
+    if change == Change::First {
+        on.set_data(&b_path, b"changed by an operator").await.unwrap();
+    }
+    on.delete(&b_path).await.unwrap();
     g.release().await.unwrap();
     let gb = bounded(h, "the waiter after re-queueing", waiter).await.unwrap();
     let name = gb.node().rsplit('/').next().unwrap().to_owned();

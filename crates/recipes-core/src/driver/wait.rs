@@ -108,7 +108,9 @@ impl Attempt<'_> {
     /// - `own` keeps the watch on our node when the wait ends in `Acquired` (the hold keeps it until its end) or in
     ///   `Relist`, unless it fired or was armed on a node of our name whose data is not ours (`attempt`). It is a
     ///   watch on our node's data and deletion, with no hidden re-arm: a change of a waiting node's data (which this
-    ///   library never writes; an operator might) fires it, and the waiter lists again. A deletion-only watch that
+    ///   library never writes, and the contract of `info.rs` forbids others to write) fires it, and the waiter lists
+    ///   again, to be safe. That is a defence of our own node only: a blocker whose data someone else writes breaks
+    ///   the contract the blocker's rule above relies on (a change means it held). A deletion-only watch that
     ///   re-arms itself on a data change, when polled, could sit unpolled through a relist, then answer `Pending`
     ///   with its re-arm only just sent (found by review).
     /// - `Relist` hands back to the listing path.

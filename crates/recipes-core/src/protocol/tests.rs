@@ -275,10 +275,28 @@ fn a_lock_node_ignores_the_paths_permit_count() {
     );
 }
 
+/// The contenders of a listing as first written, one rule after the other: every name the layout reads, sorted by
+/// its key, writers before readers at one key, then by name (no sequence here is near the wrap).
+fn contenders_reference(layout: Layout, names: &[String]) -> Vec<Contender> {
+    let mut out: Vec<Contender> = names
+        .iter()
+        .filter_map(|n| {
+            layout.parse(n).map(|p| Contender {
+                name: n.clone(),
+                kind: p.kind,
+                key: p.key,
+                weight: p.weight,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| (&a.key, !a.kind.blocks_readers(), &a.name).cmp(&(&b.key, !b.kind.blocks_readers(), &b.name)));
+    out
+}
+
 proptest::proptest! {
     /// One pass over a listing finds the same contenders, in the same order, and the same first foreign node, as
-    /// [`contenders`] and [`foreign`] each do on their own, for every layout and family, on listings that mix every
-    /// family's names with names of none.
+    /// the first rules do on their own (`contenders_reference`, and [`foreign`]), for every layout and family, on
+    /// listings that mix every family's names with names of none.
     #[test]
     fn one_pass_over_a_listing_agrees_with_each_rule(picks in proptest::collection::vec((0usize..14, 0u32..40), 0..12)) {
         let id = Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
@@ -312,7 +330,7 @@ proptest::proptest! {
                     proptest::prop_assert!(!unqueued || crate::layout::may_be_unqueued(n), "{}", n);
                 }
                 let (cs, found) = super::order::contenders_and_foreign(layout, Some(own), &names);
-                proptest::prop_assert_eq!(&cs, &contenders(layout, &names));
+                proptest::prop_assert_eq!(&cs, &contenders_reference(layout, &names));
                 proptest::prop_assert_eq!(found, foreign(own, &names));
             }
         }

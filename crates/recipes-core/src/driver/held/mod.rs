@@ -105,7 +105,8 @@ impl HeldNode {
         }
     }
 
-    /// Keeps `watch`, a deletion watch on this very node (armed on the node this attempt made), until the node's end.
+    /// Keeps `watch`, the watch on this very node's data and deletion armed while it waited (on the node this attempt
+    /// made), until the node's end.
     pub fn watched_by(mut self, watch: Option<NodeWatch>) -> Self {
         self.own_watch = OwnWatch(std::sync::Mutex::new(watch));
         self

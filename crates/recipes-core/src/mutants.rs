@@ -68,6 +68,10 @@ pub enum Mutant {
     /// A waiter in line takes any data change of its blocker for the `first` mark, as before revocation: a revoked
     /// reader's `__REVOKE__` then lets the writer behind it in when that reader goes, beside the readers ahead.
     AnyDataChangeIsMark,
+    /// A waiter in line still takes a change of its blocker's data for a sign that the blocker held after reading
+    /// the data back as something other than the `first` mark (an operator's write over a waiting node, Curator's
+    /// `Revoker`): when that waiting node goes, the waiter gets in beside the holder (found by review).
+    TrustForeignWrites,
     /// The multi-lock hands out its set without checking that every member is still held on one live session: a
     /// member taken on a session that then expired (while another member's try hid the expiry) is handed out lost.
     MultiHandsOutLost,

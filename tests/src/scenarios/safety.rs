@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use recipes_core::backend::{BackendExt, CreateMode};
-use recipes_core::{Error, Layout, Lock, Locks, LostReason, OwnerToken, Recipe};
+use recipes_core::{Error, Layout, Lock, LockGuard, Locks, LostReason, OwnerToken, Recipe};
 use tokio::task::JoinSet;
 
-use crate::harness::Harness;
+use crate::harness::{Harness, TestClient};
 use crate::util::{bounded, eventually, skip, wait_children, Occupancy};
 
 /// `/a`, `/a/b`, … `path`.
@@ -399,17 +399,8 @@ pub async fn a_node_named_like_a_lock_node_never_says_it_held(h: &dyn Harness) {
     let lock_c = c.locks.fair(&path).unwrap();
     let waiting = tokio::spawn(async move { lock_c.acquire().await });
     wait_children(h, &path, 3).await;
-    // Let the waiter read the nested node and watch it.
-    tokio::time::sleep(h.tick() * 4).await;
-    on.set_data(&nested, b"2").await.unwrap();
-    tokio::time::sleep(h.tick() * 4).await;
-    on.delete(&nested).await.unwrap();
-    tokio::time::sleep(h.tick() * 8).await;
-    assert!(ga.is_valid());
-    assert!(
-        !waiting.is_finished(),
-        "the waiter got in beside the holder when a nested persistent node went"
-    );
+    let case = "the waiter got in beside the holder when a nested persistent node went";
+    written_then_deleted_ahead(h, &on, &nested, b"2", &ga, &waiting, case).await;
     ga.release().await.unwrap();
     let gc = bounded(h, "the waiter behind the holder", waiting)
         .await
@@ -419,19 +410,89 @@ pub async fn a_node_named_like_a_lock_node_never_says_it_held(h: &dyn Harness) {
     wait_children(h, &path, 0).await;
 }
 
+/// Someone else's write over a waiting node's data (an operator's `set`, Curator's `Revoker`), then the node's
+/// deletion, never tells the waiter behind it that it held: the waiter reads the new data back, sees neither the
+/// `first` mark nor anything this library writes over a holder, and lists again when the node goes, so it waits on
+/// for the real holder. (Found by review: a waiter once took any change of its blocker's data for a sign that the
+/// blocker held, and got in beside the holder here.) The deleted waiter queues again; every waiter holds in its
+/// turn and nothing is left.
+pub async fn a_foreign_write_to_a_waiting_node_never_says_it_held(h: &dyn Harness) {
+    let path = h.path("foreign-write-waiting");
+    let (a, b, c, admin) = (h.client().await, h.client().await, h.client().await, h.client().await);
+    for (round, data) in [b"written by an operator".as_slice(), recipes_core::REVOKE_MESSAGE]
+        .into_iter()
+        .enumerate()
+    {
+        let (ga, wb, wc) = held_with_two_waiters(h, &path, (&a, &b, &c)).await;
+        let who = admin.locks.participants(&path).await.unwrap();
+        let b_node = who.waiters().next().expect("two waiters").node.clone();
+        let b_path = format!("{path}/{b_node}");
+        let on = admin.locks.backend().current();
+        let case =
+            format!("round {round}: the waiter got in beside the holder when a node written by someone else went");
+        written_then_deleted_ahead(h, &on, &b_path, data, &ga, &wc, &case).await;
+        ga.release().await.unwrap();
+        let gc = bounded(h, "the waiter behind the deleted node", wc)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            !wb.is_finished(),
+            "round {round}: the re-queued waiter holds beside the next"
+        );
+        gc.release().await.unwrap();
+        let gb = bounded(h, "the re-queued waiter", wb).await.unwrap().unwrap();
+        assert_ne!(gb.node().rsplit('/').next().unwrap(), b_node, "round {round}");
+        gb.release().await.unwrap();
+        wait_children(h, &path, 0).await;
+    }
+}
+
+type Waiting = tokio::task::JoinHandle<Result<LockGuard, Error>>;
+
+/// A fair lock on `path` held by `a`, then `b` and `c` waiting for it in that order.
+async fn held_with_two_waiters(
+    h: &dyn Harness,
+    path: &str,
+    (a, b, c): (&TestClient, &TestClient, &TestClient),
+) -> (LockGuard, Waiting, Waiting) {
+    let ga = a.locks.fair(path).unwrap().acquire().await.unwrap();
+    let lock_b = b.locks.fair(path).unwrap();
+    let wb = tokio::spawn(async move { lock_b.acquire().await });
+    wait_children(h, path, 2).await;
+    let lock_c = c.locks.fair(path).unwrap();
+    let wc = tokio::spawn(async move { lock_c.acquire().await });
+    wait_children(h, path, 3).await;
+    (ga, wb, wc)
+}
+
+/// Lets the waiter behind `node` read it and watch it, writes `data` over it, lets the waiter read that back,
+/// deletes the node, and checks that `ga` still holds and the waiter still waits (`case` says what went wrong).
+async fn written_then_deleted_ahead<T>(
+    h: &dyn Harness,
+    on: &recipes_core::backend::SessionRef<'_>,
+    node: &str,
+    data: &[u8],
+    ga: &LockGuard,
+    waiting: &tokio::task::JoinHandle<T>,
+    case: &str,
+) {
+    tokio::time::sleep(h.tick() * 4).await;
+    on.set_data(node, data).await.unwrap();
+    tokio::time::sleep(h.tick() * 4).await;
+    on.delete(node).await.unwrap();
+    tokio::time::sleep(h.tick() * 8).await;
+    assert!(ga.is_valid(), "{case}: the holder lost the lock");
+    assert!(!waiting.is_finished(), "{case}");
+}
+
 /// `revoke_node` refuses a native node that waits: the node behind it takes a change of its data for a sign that it
 /// holds, so a request to let go written there would let that node in beside the holder. The waiter is left as it
 /// was, and takes the lock in its turn; no node is left.
 pub async fn revoke_node_refuses_a_waiting_node(h: &dyn Harness) {
     let path = h.path("revoke-waiting");
     let (a, b, c, admin) = (h.client().await, h.client().await, h.client().await, h.client().await);
-    let ga = a.locks.fair(&path).unwrap().acquire().await.unwrap();
-    let lock_b = b.locks.fair(&path).unwrap();
-    let wb = tokio::spawn(async move { lock_b.acquire().await });
-    wait_children(h, &path, 2).await;
-    let lock_c = c.locks.fair(&path).unwrap();
-    let wc = tokio::spawn(async move { lock_c.acquire().await });
-    wait_children(h, &path, 3).await;
+    let (ga, wb, wc) = held_with_two_waiters(h, &path, (&a, &b, &c)).await;
     let who = admin.locks.participants(&path).await.unwrap();
     let waiting: Vec<String> = who.waiters().map(|p| p.node.clone()).collect();
     assert_eq!(waiting.len(), 2, "{who:?}");

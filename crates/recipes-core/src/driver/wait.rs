@@ -99,7 +99,9 @@ impl Attempt<'_> {
     ///   where a holder marks itself and lets go at once: listing again there made each handoff cost the length
     ///   of the queue. A change is trusted so only if the blocker's data as first read is ours (its
     ///   [`NodeInfo`], or a request to let go): a persistent node named like a lock node is someone else's to
-    ///   write. Otherwise only data read back as the mark counts.
+    ///   write. Otherwise only data read back as the mark counts. And once the waiter reads the data back after a
+    ///   change, that data decides, and only the mark counts (decision 0061): someone else's write over a waiting
+    ///   node, then its deletion, must not let us in beside the holder.
     /// - Our own node is watched as well, registered in the same round trip as the blocker's watch (or earlier: the
     ///   watch armed in an earlier wait of this attempt is kept in `own` while it has not fired, so that a relist
     ///   costs no new registration and no request to remove the old one). ZooKeeper delivers one session's watch
@@ -188,7 +190,7 @@ impl Attempt<'_> {
         blocker_path: &str,
         mut watch: NodeWatch,
         mut known_first: bool,
-        trust_change: bool,
+        mut trust_change: bool,
         pinned: SessionId,
     ) -> Step<InLine> {
         let on = self.backend().on(pinned);
@@ -223,17 +225,22 @@ impl Attempt<'_> {
                     }
                     Ok(_) => {
                         // The blocker's data changed: its `first` mark, or a request to let go. When the blocker
-                        // is a native node of ours that is not a reader's, either says it held (see the contract);
-                        // otherwise only the data read back tells. Watch on.
-                        known_first |= trust_change;
+                        // is a native node of ours that is not a reader's, either says it held (see the contract)
+                        // if the node is gone before we can read the data back; data read back tells by itself.
+                        // Watch on.
                         match self.call(on.get_and_watch(blocker_path)).await {
                             Ok(Some((data, w))) => {
-                                known_first |= marked_first(&data) || is_active(Mutant::AnyDataChangeIsMark);
+                                // Anything but the mark (an operator's write, a peer's request to let go) may
+                                // come while the node waits: from now on only the mark counts.
+                                let old_rule = trust_change && is_active(Mutant::TrustForeignWrites);
+                                known_first |=
+                                    marked_first(&data) || old_rule || is_active(Mutant::AnyDataChangeIsMark);
+                                trust_change = false;
                                 watch = w;
                             }
                             Ok(None) => {
                                 self.count(Count::Wakeup);
-                                let trusted = known_first || is_active(Mutant::AnyDataChangeIsMark);
+                                let trusted = known_first || trust_change || is_active(Mutant::AnyDataChangeIsMark);
                                 return blocker_gone(trusted, own, fired).await;
                             }
                             Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use recipes_core::backend::BackendExt;
 use recipes_core::mutants::{self, Mutant};
 use recipes_core::Locks;
 use recipes_mem::MemCluster;
@@ -54,6 +55,54 @@ async fn a_revoked_reader_never_lets_the_writer_behind_it_in_beside_readers_ahea
         w.release().await.unwrap();
     }
     mutants::set(Mutant::AnyDataChangeIsMark, false);
+}
+
+/// A holds; B and C wait in line, C behind B. Someone else writes over B's waiting node (here Curator's request to
+/// let go, as its `Revoker` writes it to any node), then B's node goes: C must wait on for A. With the old rule (a
+/// change of the blocker's data says it held, whatever the data read back), C gets in beside A.
+#[cfg_attr(
+    not(recipes_mutants),
+    ignore = "switches a mutant on: needs RUSTFLAGS=\"--cfg recipes_mutants\""
+)]
+#[tokio::test(start_paused = true)]
+async fn a_foreign_write_over_a_waiting_node_never_lets_the_next_in() {
+    for old_rule in [false, true] {
+        mutants::set(Mutant::TrustForeignWrites, old_rule);
+        let cluster = MemCluster::new();
+        cluster.set_latency(Duration::from_millis(1));
+        let (a, b, c, admin) = (
+            Locks::new(cluster.client()),
+            Locks::new(cluster.client()),
+            Locks::new(cluster.client()),
+            Locks::new(cluster.client()),
+        );
+        let ga = a.fair("/f").unwrap().acquire().await.unwrap();
+        let fb = b.fair("/f").unwrap();
+        let wb = tokio::spawn(async move { fb.acquire().await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let fc = c.fair("/f").unwrap();
+        let wc = tokio::spawn(async move { fc.acquire().await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let who = admin.participants("/f").await.unwrap();
+        let b_node = format!("/f/{}", who.waiters().next().unwrap().node);
+        let on = admin.backend().current();
+        on.set_data(&b_node, recipes_core::REVOKE_MESSAGE).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        on.delete(&b_node).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            wc.is_finished(),
+            old_rule,
+            "with the old rule {old_rule}: C came in beside A: {}",
+            wc.is_finished()
+        );
+        assert!(ga.is_valid());
+        ga.release().await.unwrap();
+        let gc = wc.await.unwrap().unwrap();
+        gc.release().await.unwrap();
+        wb.await.unwrap().unwrap().release().await.unwrap();
+    }
+    mutants::set(Mutant::TrustForeignWrites, false);
 }
 
 /// The request reaches every holder of a path (readers, a semaphore's permits), and nobody else; the exclusive

@@ -1,21 +1,24 @@
-//! Cohorts: the tasks of one process that wait for one fair lock through one [`Locks`](crate::Locks) share one
-//! place in the lock's queue (lock cohorting, Dice, Marathe and Shavit, PPoPP 2012, across processes instead of NUMA
-//! nodes). docs/algorithm.md, "Cohorts", gives the safety argument and the fairness bound.
+//! Cohorts: the tasks of one process that wait for one fair lock (or one side of a read/write lock) through one
+//! [`Locks`](crate::Locks) share one place in the lock's queue (lock cohorting, Dice, Marathe and Shavit, PPoPP 2012,
+//! across processes instead of NUMA nodes). docs/algorithm.md, "Cohorts", gives the safety argument and the fairness
+//! bound.
 //!
-//! One task of the cohort at a time (the *leader*) runs the fair lock's acquire and makes the cohort's node; the
-//! others wait in a local FIFO queue. A release passes the lock to the next local task without a request to the
-//! store while the node stays first in the global queue, up to `bound` holds of one node in a row; then (or when the
-//! node is lost, asked to let go, or nobody local waits) the node is released and the next local task leads again,
-//! with a new node at the back of the global queue.
+//! One task of the cohort at a time (the *leader*) runs the lock's acquire and makes the cohort's node; the others
+//! wait in a local FIFO queue. For an exclusive recipe (fair, write), a release passes the lock to the next local task
+//! without a request to the store while the node stays first in the global queue, up to `bound` holds of one node in
+//! a row; then (or when the node is lost, asked to let go, or nobody local waits) the node is released and the next
+//! local task leads again, with a new node at the back of the global queue. For the read side, the tasks share the
+//! held node at once: a reader joins the cohort's node while it holds, up to `bound` holds of it in all; the node is
+//! released when its last local reader lets go, and the readers that came after the bound lead a new node.
 //!
 //! # Contract
-//! - At most one local hold of the cohort's node at a time; the node is held by the distributed lock whenever a
-//!   local hold exists (a pass is made only while the node's lease is valid, and its taker checks the lease again
+//! - At most one local hold of an exclusive cohort's node at a time (a read cohort's holds share it); the node is held
+//!   by the distributed lock whenever a local hold exists (a pass is made only while the node's lease is valid, and its taker checks the lease again
 //!   before it hands out a guard: never a guard known lost).
 //! - A task waiting in the cohort fails with `SessionExpired` when the session of the node the cohort holds ends, as
 //!   a waiter in line on that session would (whenever it queued).
 //! - A node is held at most `bound` times: another session's waiter queued behind it waits for at most `bound` local
-//!   holds.
+//!   holds (a read cohort's holds may overlap).
 //! - Local tasks are served in the order they asked (FIFO), and the leader is the oldest waiting task.
 //! - Each hold's pass number (0 for the node's first hold) goes into its fencing token below the node's creation id,
 //!   so tokens strictly increase across local passes too.
@@ -52,6 +55,8 @@ struct State {
     node: Option<Arc<HeldNode>>,
     /// How many holds `node` has had (its first included).
     holds: u32,
+    /// How many local holds of `node` are out now (a read cohort's; at most one for an exclusive cohort).
+    active: u32,
     /// Whether a local holder of `node` learned that someone asked it to let go: no more passes.
     revoked: bool,
     /// Whether a local task is running the acquire of the cohort's next node.
@@ -97,7 +102,22 @@ impl State {
     fn forget(&mut self) {
         self.node = None;
         self.holds = 0;
+        self.active = 0;
         self.revoked = false;
+    }
+
+    /// Whether one more hold of `node` may be handed out now: under the bound, not asked to let go, its lease valid.
+    fn may_hold_again(&self, node: &HeldNode, bound: u32) -> bool {
+        let bounded = self.holds < bound || is_active(Mutant::CohortUnbounded);
+        bounded && !self.revoked && valid_now(node)
+    }
+
+    /// Counts out one more hold of `node`, and returns its pass.
+    fn count_hold(&mut self) -> u32 {
+        let pass = self.holds;
+        self.holds += 1;
+        self.active += 1;
+        pass
     }
 
     /// Nobody holds or leads while tasks wait (the waiting tasks of a forgotten node left, say): the oldest leads.
@@ -108,10 +128,12 @@ impl State {
     }
 }
 
-/// The cohort of one fair lock path, shared by every handle on the path made from one [`Locks`](crate::Locks).
+/// The cohort of one lock path and recipe (fair, read or write), shared by every handle on the path made from one
+/// [`Locks`](crate::Locks).
 #[derive(Debug)]
 pub(crate) struct Cohort {
     path: LockPath,
+    recipe: Recipe,
     bound: u32,
     state: Mutex<State>,
     /// Woken when a leader's node becomes the cohort's: the waiting tasks watch its session.
@@ -130,6 +152,11 @@ impl CohortHold {
     /// This hold's pass of its node (0 for the node's first hold).
     pub fn pass(&self) -> u32 {
         self.pass
+    }
+
+    /// The cohort's node this hold counts on.
+    pub fn node(&self) -> &Arc<HeldNode> {
+        &self.node
     }
 
     /// Someone asked this hold's node to let go: the node is released after this hold, not passed on.
@@ -193,9 +220,11 @@ fn valid_now(node: &HeldNode) -> bool {
 }
 
 impl Cohort {
-    pub fn new(path: LockPath, bound: u32) -> Self {
+    /// The cohort of `recipe` (fair, read or write) at `path`, of at most `bound` holds of one node.
+    pub fn new(path: LockPath, recipe: Recipe, bound: u32) -> Self {
         Cohort {
             path,
+            recipe,
             bound: bound.max(1),
             state: Mutex::default(),
             node_set: Notify::new(),
@@ -215,18 +244,28 @@ impl Cohort {
         }
     }
 
+    /// Whether the tasks share the node (the read side).
+    fn shared(&self) -> bool {
+        self.recipe == Recipe::Read
+    }
+
     /// A local hold of `node` ends: passes the node to the oldest waiting task when it may, else lets it go (the
     /// caller's reference is then the last but the guard's, which releases it) and the oldest waiting task leads.
+    /// A read cohort's node is let go when its last local hold ends (its waiting tasks came after the bound).
     fn let_go(&self, node: &Arc<HeldNode>) {
         let mut s = self.state.lock();
         if !s.node.as_ref().is_some_and(|n| Arc::ptr_eq(n, node)) {
             return;
         }
-        let bounded = s.holds < self.bound || is_active(Mutant::CohortUnbounded);
-        if bounded && !s.revoked && !s.queue.is_empty() && valid_now(node) {
+        s.active = s.active.saturating_sub(1);
+        if self.shared() {
+            if s.active > 0 {
+                return;
+            }
+        } else if !s.queue.is_empty() && s.may_hold_again(node, self.bound) {
             let pass = s.holds;
             if s.hand(Turn::Hold(node.clone(), pass)).is_ok() {
-                s.holds += 1;
+                s.count_hold();
                 return;
             }
         }
@@ -238,25 +277,42 @@ impl Cohort {
         s.lead_next();
     }
 
-    fn hold(self: &Arc<Self>, node: Arc<HeldNode>, pass: u32) -> LockGuard {
-        let hold = CohortHold {
+    fn hold(self: &Arc<Self>, node: Arc<HeldNode>, pass: u32) -> CohortHold {
+        CohortHold {
             cohort: self.clone(),
-            node: node.clone(),
+            node,
             pass,
-        };
-        LockGuard::in_cohort(node, hold)
+        }
     }
 
-    /// Acquires the fair lock for this task: leads when the cohort is idle, else waits for its turn in the local
-    /// queue (a try does not wait).
+    /// Acquires the lock for this task: leads when the cohort is idle, joins a read cohort's held node, else waits
+    /// for its turn in the local queue (a try does not wait).
+    ///
+    /// # Cancel safety
+    /// As [`enter`](Cohort::enter).
+    pub async fn acquire(self: &Arc<Self>, ctx: &Arc<Ctx>, patience: Patience) -> Result<Option<LockGuard>> {
+        Ok(self.enter(ctx, patience).await?.map(LockGuard::in_cohort))
+    }
+
+    /// Acquires the lock for this task, as [`acquire`](Cohort::acquire): the hold of the cohort's node.
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped leader's acquire cleans up its node (the driver's rule) and the next task leads; a
     /// dropped waiter leaves the queue, and a turn already handed to it is handed on.
-    pub async fn acquire(self: &Arc<Self>, ctx: &Arc<Ctx>, patience: Patience) -> Result<Option<LockGuard>> {
+    pub async fn enter(self: &Arc<Self>, ctx: &Arc<Ctx>, patience: Patience) -> Result<Option<CohortHold>> {
         let queued = {
             let mut s = self.state.lock();
             s.forget_if_over(ctx.backend.session_status());
+            if let Some(node) = s.node.clone().filter(|_| self.shared()) {
+                if s.may_hold_again(&node, self.bound) {
+                    // A reader shares the node its cohort holds (nobody waits locally while a read cohort holds).
+                    let pass = s.count_hold();
+                    return Ok(Some(self.hold(node, pass)));
+                }
+                // Held the bound's number of times (or asked to let go, or its lease ran out): its holders keep it,
+                // and this reader leads a new node, at the back of the queue.
+                s.forget();
+            }
             if s.node.is_none() && !s.leading && s.queue.is_empty() {
                 s.leading = true;
                 None
@@ -293,40 +349,79 @@ impl Cohort {
                 if valid_now(&node) || is_active(Mutant::CohortPassUnchecked) {
                     return Ok(Some(self.hold(node, pass)));
                 }
-                // Passed while its lease was valid, lost before we took it: never hand out a guard known lost. The
-                // node is ours now; the cohort forgets it (our reference, the last, deletes it in the background).
-                let mut s = self.state.lock();
-                if s.node.as_ref().is_some_and(|n| Arc::ptr_eq(n, &node)) {
-                    s.forget();
-                    if session::is_over(ctx.backend.session_status(), node.session) {
-                        // The tasks still waiting fail too (they see `expiries`), as waiters in line would.
-                        s.expiries += 1;
-                    }
+                if !self.lead_after_lost_pass(ctx, &node)? {
+                    // A reader, while another reader already leads the cohort's next node: a node of its own is safe.
+                    return self.alone(ctx, patience).await;
                 }
-                if session::is_over(ctx.backend.session_status(), node.session) {
-                    s.unstick();
-                    return Err(node.session_end());
-                }
-                // The session lives (the lease ran out, or it was deleted): we lead, with a node of our own.
-                s.leading = true;
             }
         }
         let mut leading = Leading(Some(self));
         // Boxed: a leader runs the driver's acquire once per node, while every task waiting in the cohort would carry it.
-        let Some(node) = Box::pin(driver::acquire(ctx, &self.path, Recipe::Fair, patience)).await? else {
+        let Some(node) = Box::pin(driver::acquire(ctx, &self.path, self.recipe, patience)).await? else {
             return Ok(None);
         };
         let node = Arc::new(node);
-        {
-            let mut s = self.state.lock();
-            s.leading = false;
-            s.node = Some(node.clone());
-            s.holds = 1;
-            s.revoked = false;
+        let mut s = self.state.lock();
+        s.leading = false;
+        s.node = Some(node.clone());
+        s.holds = 0;
+        s.active = 0;
+        s.revoked = false;
+        let pass = s.count_hold();
+        if self.shared() {
+            // The readers waiting share the node at once, up to the bound; past it, the node's holders keep it and
+            // the oldest reader still waiting leads a new node (it never waits for these holders to let go).
+            while !s.queue.is_empty() && s.may_hold_again(&node, self.bound) {
+                let pass = s.holds;
+                if s.hand(Turn::Hold(node.clone(), pass)).is_err() {
+                    break;
+                }
+                s.count_hold();
+            }
+            if !s.queue.is_empty() {
+                s.forget();
+                s.lead_next();
+            }
         }
+        drop(s);
         self.node_set.notify_waiters();
         leading.0 = None;
-        Ok(Some(self.hold(node, 0)))
+        Ok(Some(self.hold(node, pass)))
+    }
+
+    /// A task was handed a hold of `node` while its lease was valid, and the lease is gone now that it runs: never
+    /// hand out a guard known lost. The node is ours now; the cohort forgets it (our reference, the last but its
+    /// other readers', deletes it in the background). Fails when the session is over; otherwise (the lease ran out,
+    /// or the node was deleted) we lead, with a node of our own: `Ok(true)`. `Ok(false)`: a reader handed the same
+    /// node already leads.
+    fn lead_after_lost_pass(&self, ctx: &Ctx, node: &Arc<HeldNode>) -> Result<bool> {
+        let mut s = self.state.lock();
+        let over = session::is_over(ctx.backend.session_status(), node.session);
+        if s.node.as_ref().is_some_and(|n| Arc::ptr_eq(n, node)) {
+            s.forget();
+            if over {
+                // The tasks still waiting fail too (they see `expiries`), as waiters in line would.
+                s.expiries += 1;
+            }
+        }
+        if over {
+            s.unstick();
+            return Err(node.session_end());
+        }
+        if self.shared() && s.leading {
+            return Ok(false);
+        }
+        s.leading = true;
+        Ok(true)
+    }
+
+    /// A reader handed a node whose lease ran out before it took it, while another task leads the cohort's next
+    /// node: it takes a node of its own, outside the cohort (a pass of 0, as a reader without cohorts).
+    async fn alone(self: &Arc<Self>, ctx: &Arc<Ctx>, patience: Patience) -> Result<Option<CohortHold>> {
+        let Some(node) = Box::pin(driver::acquire(ctx, &self.path, self.recipe, patience)).await? else {
+            return Ok(None);
+        };
+        Ok(Some(self.hold(Arc::new(node), 0)))
     }
 
     /// Waits for a queued task's turn. `Ok(None)`: the deadline passed first.

@@ -15,9 +15,33 @@ use crate::owner::Owner;
 use crate::path::LockPath;
 use crate::reentrant::{Hold, Revocable};
 
-impl Revocable for HeldNode {
+/// One owner's node in an owned recipe (reentrant, read/write): a node of its own, or its hold of a cohort's node.
+/// Its holds and downgraded side share it; when the last goes, so does the cohort hold (passing the node on).
+#[derive(Debug)]
+pub(crate) struct Member {
+    node: Arc<HeldNode>,
+    cohort: Option<CohortHold>,
+}
+
+impl Member {
+    pub fn alone(node: HeldNode) -> Self {
+        Member {
+            node: Arc::new(node),
+            cohort: None,
+        }
+    }
+
+    pub fn in_cohort(hold: CohortHold) -> Self {
+        Member {
+            node: hold.node().clone(),
+            cohort: Some(hold),
+        }
+    }
+}
+
+impl Revocable for Member {
     fn lost_now(&self) -> Option<LostReason> {
-        HeldNode::lost_now(self)
+        self.node.lost_now()
     }
 }
 
@@ -50,7 +74,7 @@ enum Share {
     /// The node is this guard's alone.
     Alone,
     /// For the owned recipes (reentrant, read/write), the hold this guard counts; it counts itself out when dropped.
-    Counted(Hold<HeldNode>),
+    Counted(Hold<Member>),
     /// One local hold of a cohort's node; when dropped, it passes the node to the next task of the cohort or lets it
     /// go.
     Cohort(CohortHold),
@@ -64,29 +88,35 @@ impl LockGuard {
         }
     }
 
-    pub(crate) fn counted(hold: Hold<HeldNode>) -> Self {
+    pub(crate) fn counted(hold: Hold<Member>) -> Self {
         LockGuard {
-            node: hold.node().clone(),
+            node: hold.node().node.clone(),
             share: Share::Counted(hold),
         }
     }
 
-    pub(crate) fn in_cohort(node: Arc<HeldNode>, hold: CohortHold) -> Self {
+    pub(crate) fn in_cohort(hold: CohortHold) -> Self {
         LockGuard {
-            node,
+            node: hold.node().clone(),
             share: Share::Cohort(hold),
+        }
+    }
+
+    /// The cohort hold this guard counts on, if any (its own, or its owner's).
+    fn cohort_hold(&self) -> Option<&CohortHold> {
+        match &self.share {
+            Share::Cohort(c) => Some(c),
+            Share::Counted(h) => h.node().cohort.as_ref(),
+            Share::Alone => None,
         }
     }
 
     /// The hold's pass of its node: 0 but for the second and later holds of a cohort's node.
     fn pass(&self) -> u32 {
-        match &self.share {
-            Share::Cohort(c) => c.pass(),
-            _ => 0,
-        }
+        self.cohort_hold().map_or(0, CohortHold::pass)
     }
 
-    fn counted_hold(&self) -> Option<&Hold<HeldNode>> {
+    fn counted_hold(&self) -> Option<&Hold<Member>> {
         match &self.share {
             Share::Counted(h) => Some(h),
             _ => None,
@@ -299,8 +329,8 @@ impl LockGuard {
     /// Cancel safe: dropping the future only drops a watch registration.
     pub async fn revocation_requested(&self) -> Result<()> {
         let asked = self.held().revocation_requested().await;
-        if let (Ok(()), Share::Cohort(c)) = (&asked, &self.share) {
-            // The node is let go after this hold, not passed on.
+        if let (Ok(()), Some(c)) = (&asked, self.cohort_hold()) {
+            // The node is let go after this hold, not passed on (nor joined).
             c.revoked();
         }
         asked
@@ -317,9 +347,19 @@ impl LockGuard {
     /// Not cancel safe in the sense that dropping the future midway leaves the outcome unknown; the node is then
     /// deleted in the background.
     pub async fn release(self) -> Result<()> {
+        // A hold that shares its node (a re-entry, a reader of a cohort) reports a loss known now as the node's last
+        // hold will.
+        let lost = match self.loss_known() {
+            Some(LostReason::SessionExpired) => Some(self.session_end()),
+            Some(LostReason::NodeDeleted) => Some(crate::Error::NotHeld {
+                path: self.path().to_string(),
+                why: crate::error::NotHeldReason::Deleted,
+            }),
+            Some(LostReason::LeaseExpired) | None => None,
+        };
         match self.into_node() {
             Some(n) => n.release().await,
-            None => Ok(()),
+            None => lost.map_or(Ok(()), Err),
         }
     }
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 use std::future::Future;
 use std::pin::Pin;
 
+use crate::cohort::Cohort;
 use crate::driver::Ctx;
 use crate::error::Result;
 use crate::guard::LockGuard;
@@ -280,11 +281,13 @@ impl ReentrantLock {
 pub struct ReadWriteLock {
     ctx: Arc<Ctx>,
     holds: Arc<Holds>,
+    /// The read side's cohort and the write side's, when cohorts are on.
+    cohorts: Option<(Arc<Cohort>, Arc<Cohort>)>,
 }
 
 impl ReadWriteLock {
-    pub(crate) fn new(ctx: Arc<Ctx>, holds: Arc<Holds>) -> Self {
-        ReadWriteLock { ctx, holds }
+    pub(crate) fn new(ctx: Arc<Ctx>, holds: Arc<Holds>, cohorts: Option<(Arc<Cohort>, Arc<Cohort>)>) -> Self {
+        ReadWriteLock { ctx, holds, cohorts }
     }
 
     /// The lock path.
@@ -294,12 +297,14 @@ impl ReadWriteLock {
 
     /// The read side (owner: the current task or thread at each acquire).
     pub fn read(&self) -> ReadLock {
-        ReadLock::new(Owned::new(self.ctx.clone(), self.holds.clone()))
+        let cohort = self.cohorts.as_ref().map(|(read, _)| read.clone());
+        ReadLock::new(Owned::new(self.ctx.clone(), self.holds.clone()).in_cohort(cohort))
     }
 
     /// The write side (owner: the current task or thread at each acquire).
     pub fn write(&self) -> WriteLock {
-        WriteLock::new(Owned::new(self.ctx.clone(), self.holds.clone()))
+        let cohort = self.cohorts.as_ref().map(|(_, write)| write.clone());
+        WriteLock::new(Owned::new(self.ctx.clone(), self.holds.clone()).in_cohort(cohort))
     }
 }
 

@@ -142,15 +142,19 @@ impl LocksBuilder {
         self
     }
 
-    /// Cohorts for the fair locks (default: off): the tasks of this `Locks` that wait for one fair lock path share
-    /// one place in its queue, one lock node, and a release passes the lock to the next of them without a request to
-    /// the store, for at most `max_holds` holds of one node in a row (at least 1; [`DEFAULT_COHORT_HOLDS`] is 32).
-    /// Then the node is released and the cohort queues again behind the other processes' nodes.
+    /// Cohorts for the fair and read/write locks (default: off): the tasks of this `Locks` that wait for one fair
+    /// lock path (or one side of a read/write path) share one place in its queue, one lock node, and a release passes
+    /// the lock to the next of them without a request to the store, for at most `max_holds` holds of one node in a
+    /// row (at least 1; [`DEFAULT_COHORT_HOLDS`] is 32). Then the node is released and the cohort queues again behind
+    /// the other processes' nodes. Readers share their cohort's node instead: a reader joins the node while it holds,
+    /// up to `max_holds` holds of it, and the readers past that lead a new node at the back of the queue.
     ///
     /// What changes: the fair lock's order is FIFO among the tasks of the cohort and among processes, but a process
     /// waiting behind a cohort's node now waits for up to `max_holds` holds of that process's tasks instead of one;
     /// the [fencing token](crate::LockGuard::fencing_token) of a passed hold carries its pass, so tokens still
-    /// strictly increase. Every other recipe (exclusive, reentrant, read/write, semaphore) is unchanged. A request to
+    /// strictly increase. For read/write locks, an owner's first hold of a side goes through the cohort (its
+    /// re-entries and a downgrade count on that hold, and a downgraded writer's node is passed only once its read hold
+    /// is gone too). The exclusive and reentrant recipes and semaphores are unchanged. A request to
     /// let go ([`Locks::revoke`](crate::Locks::revoke)) ends the passes once a holder of the node has learned of it
     /// ([`LockGuard::revocation_requested`](crate::LockGuard::revocation_requested)); until then, at most the bound. Worth it when
     /// many tasks of one process contend for one path: a local pass costs no round trip (docs/performance.md).
@@ -291,7 +295,7 @@ impl Locks {
         let path = LockPath::new(path)?;
         let plain = match self.cohorts {
             Some(bound) => {
-                let cohort = self.registry.cohort(path, bound);
+                let cohort = self.registry.cohort(path, Recipe::Fair, bound);
                 Plain::in_cohort(self.ctx.clone(), cohort)
             }
             None => Plain::new(self.ctx.clone(), path),
@@ -325,8 +329,13 @@ impl Locks {
     /// # Notable errors
     /// [`Error::InvalidPath`].
     pub fn read_write(&self, path: impl AsRef<str>) -> Result<ReadWriteLock> {
-        let holds = self.registry.holds(OwnedPath::ReadWrite(LockPath::new(path)?));
-        Ok(ReadWriteLock::new(self.ctx.clone(), holds))
+        let path = LockPath::new(path)?;
+        let cohorts = self.cohorts.map(|bound| {
+            let side = |recipe| self.registry.cohort(path.clone(), recipe, bound);
+            (side(Recipe::Read), side(Recipe::Write))
+        });
+        let holds = self.registry.holds(OwnedPath::ReadWrite(path));
+        Ok(ReadWriteLock::new(self.ctx.clone(), holds, cohorts))
     }
 
     /// A [`Semaphore`] of `permits` permits at `path`. In the Curator layout it is Curator's `InterProcessSemaphoreV2`

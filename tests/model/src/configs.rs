@@ -94,6 +94,25 @@ fn cohort() -> Config {
     .with_faults(2, ALL_FAULTS)
 }
 
+/// Read/write cohorts of at most `k` holds of a node: two readers of one process share a node, a writer of the
+/// process passes its node (and downgrades, keeping it), beside another session's writer queued between them.
+fn cohort_read_write(k: u32) -> Config {
+    Config::new(
+        "cohort-read-write",
+        vec![
+            Program::Tasks(vec![
+                plain(Recipe::Read),
+                plain(Recipe::Read),
+                plain(Recipe::Write),
+                Program::Downgrade,
+            ]),
+            plain(Recipe::Write),
+        ],
+    )
+    .with_cohorts(k)
+    .with_faults(2, ALL_FAULTS)
+}
+
 /// A multi-lock of two paths, the second held (or about to be) by another client: its first tries may take the
 /// first member and find the second busy, then wait for it; a fault at any point (an expiry while a try cleans up
 /// among them) must never let the set be handed out with a member lost.
@@ -260,6 +279,7 @@ pub fn random() -> Vec<Config> {
         )
         .with_cohorts(2)
         .with_faults(2, ALL_FAULTS),
+        cohort_read_write(2),
         Config::new(
             "one-session-read-write",
             vec![
@@ -576,6 +596,14 @@ pub fn sensitivity() -> Vec<Sensitivity> {
                       session's waiter queued behind it starves",
             mutants: &[Mutant::CohortUnbounded],
             config: cohort().with_faults(0, &[]),
+            shows_as: "starves",
+            by_walks: true,
+        },
+        Sensitivity {
+            problem: "26 (a plausible slip): a read cohort lets its readers join its node however many holds it has \
+                      had, and another session's writer queued behind it starves",
+            mutants: &[Mutant::CohortUnbounded],
+            config: cohort_read_write(1).with_faults(0, &[]),
             shows_as: "starves",
             by_walks: true,
         },

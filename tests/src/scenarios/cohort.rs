@@ -256,3 +256,142 @@ pub async fn cohort_revocation_ends_the_passes(h: &dyn Harness) {
     g2.release().await.unwrap();
     wait_children(h, &path, 0).await;
 }
+
+/// Read/write cohorts: the readers of one process share one node, its writers pass theirs, beside another session's
+/// readers and writers. Never a writer beside anyone, writers' tokens strictly increase, readers of the cohort shared
+/// a node (fewer nodes than read holds), and no node is left.
+pub async fn read_write_cohorts_keep_exclusion(h: &dyn Harness) {
+    let path = h.path("rw-cohort-exclusion");
+    let (a, b) = (h.client().await, h.client().await);
+    let locks = cohort_locks(&a, 4);
+    let occ = Occupancy::new();
+    let read_nodes = Arc::new(Mutex::new(Vec::new()));
+    let mut set = JoinSet::new();
+    let sides = [
+        (&locks, true),
+        (&locks, true),
+        (&locks, true),
+        (&locks, true),
+        (&locks, false),
+        (&locks, false),
+    ];
+    let other = [(&b.locks, true), (&b.locks, false)];
+    for (locks, read) in sides.into_iter().chain(other) {
+        let (rw, occ, read_nodes) = (locks.read_write(&path).unwrap(), occ.clone(), read_nodes.clone());
+        set.spawn(async move {
+            for _ in 0..4 {
+                if read {
+                    let g = rw.read().acquire().await.expect("read");
+                    occ.enter_shared();
+                    read_nodes.lock().unwrap().push(g.node().to_owned());
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    occ.exit_shared();
+                    g.release().await.expect("release");
+                } else {
+                    let g = rw.write().acquire().await.expect("write");
+                    occ.enter_exclusive(g.fencing_token());
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    occ.exit_exclusive();
+                    g.release().await.expect("release");
+                }
+            }
+        });
+    }
+    bounded(h, "read/write cohort contention", async {
+        while let Some(r) = set.join_next().await {
+            r.unwrap();
+        }
+    })
+    .await;
+    assert_eq!(occ.violations(), 0, "a writer beside another holder");
+    assert_eq!(occ.entries(), 32);
+    assert_increasing(&occ.tokens());
+    let mut nodes = read_nodes.lock().unwrap().clone();
+    let holds = nodes.len();
+    nodes.sort();
+    nodes.dedup();
+    assert!(nodes.len() < holds, "no read node was shared: {nodes:?}");
+    wait_children(h, &path, 0).await;
+}
+
+/// The readers of a cohort join the node it holds, even with another session's writer queued behind it, up to the
+/// bound: the reader past it leads a new node behind the writer (it does not wait for the node's holders), and the
+/// writer holds once the node's readers let go. Tokens of the joined holds rise with each pass.
+pub async fn read_cohort_bound_lets_a_writer_in(h: &dyn Harness) {
+    let path = h.path("read-cohort-bound");
+    let (a, b) = (h.client().await, h.client().await);
+    let locks = cohort_locks(&a, 2);
+    let read = locks.read_write(&path).unwrap().read();
+    let spawn_read = |read: recipes_core::ReadLock| tokio::spawn(async move { read.acquire().await });
+    let r0 = bounded(h, "the first reader", spawn_read(read.clone()))
+        .await
+        .unwrap()
+        .unwrap();
+    let writer = b.locks.read_write(&path).unwrap().write();
+    let mut w = tokio::spawn(async move { writer.acquire().await });
+    wait_children(h, &path, 2).await;
+    let r1 = bounded(h, "a reader joins the cohort's node", spawn_read(read.clone()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r1.node(), r0.node(), "the second reader has a node of its own");
+    assert!(r1.fencing_token() > r0.fencing_token());
+    let mut r2 = spawn_read(read.clone());
+    wait_children(h, &path, 3).await;
+    assert_pending(h, "the reader past the bound waits behind the writer", &mut r2).await;
+    r0.release().await.unwrap();
+    assert_pending(h, "the writer waits for the node's last reader", &mut w).await;
+    r1.release().await.unwrap();
+    let gw = bounded(h, "the writer", &mut w).await.unwrap().unwrap();
+    assert_pending(h, "the reader behind the writer", &mut r2).await;
+    gw.release().await.unwrap();
+    let g2 = bounded(h, "the reader past the bound", r2).await.unwrap().unwrap();
+    g2.release().await.unwrap();
+    wait_children(h, &path, 0).await;
+}
+
+/// A writer of the cohort that downgrades keeps the node: the next writer of the cohort takes the pass only once the
+/// downgraded read hold is released too, with a higher token, on the same node; a session expiry then reaches every
+/// reader of a shared node and leaves nothing.
+pub async fn write_cohort_passes_after_a_downgrade(h: &dyn Harness) {
+    let path = h.path("write-cohort-downgrade");
+    let a = h.client().await;
+    let locks = cohort_locks(&a, 4);
+    let rw = locks.read_write(&path).unwrap();
+    let w0 = rw.write().acquire().await.unwrap();
+    let r0 = rw.read().acquire().await.unwrap(); // downgrade: the same owner (this task)
+    assert_eq!(r0.node(), w0.node());
+    let mut w1 = tokio::spawn({
+        let write = rw.write();
+        async move { write.acquire().await }
+    });
+    settle(h.tick()).await;
+    let (node, token) = (w0.node().to_owned(), w0.fencing_token());
+    w0.release().await.unwrap();
+    assert_pending(h, "the next writer while the downgraded read holds", &mut w1).await;
+    r0.release().await.unwrap();
+    let g1 = bounded(h, "the next writer", w1).await.unwrap().unwrap();
+    assert_eq!(g1.node(), node, "the write node was not passed");
+    assert!(g1.fencing_token() > token);
+    g1.release().await.unwrap();
+    wait_children(h, &path, 0).await;
+    // Two readers of the cohort share a node; its session expires: both learn it, nothing is left.
+    let spawn_read = |read: recipes_core::ReadLock| tokio::spawn(async move { read.acquire().await });
+    let ra = bounded(h, "a reader", spawn_read(rw.read())).await.unwrap().unwrap();
+    let rb = bounded(h, "a second reader", spawn_read(rw.read()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ra.node(), rb.node());
+    a.faults.expire_session().await;
+    for g in [ra, rb] {
+        assert_eq!(bounded(h, "lost", g.lost()).await, LostReason::SessionExpired);
+        assert!(g.release().await.is_err(), "the release reports the loss");
+    }
+    wait_children(h, &path, 0).await;
+    let again = bounded(h, "a reader on the new session", rw.read().acquire())
+        .await
+        .unwrap();
+    again.release().await.unwrap();
+    wait_children(h, &path, 0).await;
+}

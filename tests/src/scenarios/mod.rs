@@ -103,7 +103,8 @@ macro_rules! __for_each_scenario {
             revoke_node_refuses_a_native_node_beside_another_layouts_holder
             cohort_passes_keep_exclusion_and_token_order cohort_bound_lets_a_waiting_session_in
             cohort_session_expiry_reaches_every_task cohort_cancellations_leave_no_node
-            cohort_revocation_ends_the_passes kept_own_watch_still_guards_the_waiter
+            cohort_revocation_ends_the_passes read_write_cohorts_keep_exclusion read_cohort_bound_lets_a_writer_in
+            write_cohort_passes_after_a_downgrade kept_own_watch_still_guards_the_waiter
             holder_after_waiting_sees_its_node_deleted changed_then_deleted_waiter_never_holds_without_node
             changed_waiter_still_takes_a_same_session_handoff long_queue_with_cancelled_early_waiters_holds_in_order
         );

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use crate::cohort::Cohort;
-use crate::driver::{self, Ctx, HeldNode};
+use crate::driver::{self, Ctx};
 use crate::error::Result;
-use crate::guard::LockGuard;
+use crate::guard::{LockGuard, Member};
 use crate::owner::Owner;
 use crate::path::LockPath;
 use crate::patience::Patience;
@@ -14,7 +14,7 @@ use crate::recipe::Recipe;
 use crate::reentrant::{Reentrancy, Side};
 
 /// The hold counts of one owned lock path.
-pub(crate) type Holds = Reentrancy<HeldNode>;
+pub(crate) type Holds = Reentrancy<Member>;
 
 /// What a plain (not owned) recipe needs: the driver's context and the path, and the path's cohort when the tasks
 /// of this process share their place in line.
@@ -68,6 +68,8 @@ pub(crate) struct Owned {
     ctx: Arc<Ctx>,
     pub(super) holds: Arc<Holds>,
     owner: Option<Owner>,
+    /// The cohort of this side of the path, when the owners of this process share their place in line.
+    cohort: Option<Arc<Cohort>>,
 }
 
 impl Owned {
@@ -76,7 +78,13 @@ impl Owned {
             ctx,
             holds,
             owner: None,
+            cohort: None,
         }
+    }
+
+    /// An owner's first hold goes through `cohort` (one side of a read/write lock).
+    pub fn in_cohort(self, cohort: Option<Arc<Cohort>>) -> Self {
+        Owned { cohort, ..self }
     }
 
     pub(super) fn path(&self) -> &LockPath {
@@ -90,8 +98,14 @@ impl Owned {
             Side::Exclusive
         };
         let owner = self.owner.unwrap_or_else(Owner::current);
-        let (ctx, path) = (&self.ctx, self.holds.path());
-        let first = || driver::acquire(ctx, path, recipe, p);
+        let (ctx, path, cohort) = (&self.ctx, self.holds.path(), &self.cohort);
+        let first = || async move {
+            Ok(match cohort {
+                // Boxed: the cohort's future beside the driver's would make every owned acquire carry both.
+                Some(c) => Box::pin(c.enter(ctx, p)).await?.map(Member::in_cohort),
+                None => driver::acquire(ctx, path, recipe, p).await?.map(Member::alone),
+            })
+        };
         let hold = self.holds.acquire(side, owner, p, first).await?;
         Ok(hold.map(LockGuard::counted))
     }

@@ -1,5 +1,5 @@
-//! What every handle on a path made from one [`Locks`](crate::Locks) shares: an owned path's hold counts, a fair
-//! path's cohort. Entries are weak: a path no handle (nor guard) uses any more is dropped, and swept from the maps as
+//! What every handle on a path made from one [`Locks`](crate::Locks) shares: an owned path's hold counts, the
+//! cohorts of a fair path or of a read/write path's sides. Entries are weak: a path no handle (nor guard) uses any more is dropped, and swept from the maps as
 //! they grow.
 
 use std::collections::HashMap;
@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 use crate::cohort::Cohort;
 use crate::lock::Holds;
 use crate::path::LockPath;
+use crate::recipe::Recipe;
 
 /// The registry is swept of paths no handle uses any more once it holds this many.
 const REGISTRY_SWEEP_FROM: usize = 64;
@@ -21,12 +22,12 @@ pub(super) enum OwnedPath {
     ReadWrite(LockPath),
 }
 
-/// What every handle on a path made from one `Locks` shares, by path: an owned path's hold counts, a fair path's
-/// cohort.
+/// What every handle on a path made from one `Locks` shares, by path: an owned path's hold counts, a cohort per path
+/// and recipe.
 #[derive(Debug, Default)]
 pub(super) struct Registry {
     holds: Mutex<HashMap<OwnedPath, Weak<Holds>>>,
-    cohorts: Mutex<HashMap<LockPath, Weak<Cohort>>>,
+    cohorts: Mutex<HashMap<(LockPath, Recipe), Weak<Cohort>>>,
 }
 
 /// The value under `key`, made by `make` if no handle uses one now (swept of unused entries as the map grows).
@@ -51,8 +52,11 @@ impl Registry {
         })
     }
 
-    /// The cohort of a fair path (of at most `bound` holds of a node), shared with every other handle on it.
-    pub fn cohort(&self, path: LockPath, bound: u32) -> Arc<Cohort> {
-        shared(&self.cohorts, path, |p| Cohort::new(p.clone(), bound))
+    /// The cohort of `recipe` (fair, read or write) at `path`, of at most `bound` holds of a node, shared with every
+    /// other handle on it.
+    pub fn cohort(&self, path: LockPath, recipe: Recipe, bound: u32) -> Arc<Cohort> {
+        shared(&self.cohorts, (path, recipe), |(p, r)| {
+            Cohort::new(p.clone(), *r, bound)
+        })
     }
 }

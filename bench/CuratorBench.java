@@ -1,7 +1,8 @@
 // The Curator 5.4 side of bench/run: the same subcommands and output as the Rust benchmark (recipes-bench).
 //
 //   CuratorBench uncontended SERVERS RECIPE ITERS      median_us=.. p99_us=..
-//   CuratorBench contended SERVERS CLIENTS SECONDS     handoffs_per_s=..
+//   CuratorBench contended SERVERS CLIENTS SECONDS [SESSIONS [RECIPE]]
+//                                                      handoffs_per_s=..
 //   CuratorBench semaphore SERVERS CLIENTS PERMITS SECONDS
 //                                                      grants_per_s=.. requests_per_grant=.. left_nodes=..
 //   CuratorBench multi SERVERS MEMBERS ITERS           median_us=.. p99_us=.. acquire_median_us=.. release_median_us=..
@@ -137,7 +138,8 @@ public class CuratorBench {
                 // Sessions the threads share (thread i uses client i mod S); 0 or absent: one client per thread.
                 int sessions = a.length > 4 ? Integer.parseInt(a[4]) : 0;
                 if (sessions <= 0 || sessions > clients) sessions = clients;
-                String path = unique("contended-" + clients);
+                String recipe = a.length > 5 ? a[5] : "fair";
+                String path = unique("contended-" + recipe + "-" + clients);
                 AtomicLong count = new AtomicLong();
                 AtomicBoolean stop = new AtomicBoolean(), measuring = new AtomicBoolean();
                 List<Thread> threads = new ArrayList<>();
@@ -145,7 +147,7 @@ public class CuratorBench {
                 for (int i = 0; i < sessions; i++) cs.add(client(servers));
                 for (int i = 0; i < clients; i++) {
                     CuratorFramework c = cs.get(i % sessions);
-                    InterProcessMutex l = new InterProcessMutex(c, path);
+                    InterProcessLock l = lock(c, path, recipe);
                     Thread t = new Thread(() -> {
                         try {
                             while (!stop.get()) {

@@ -77,7 +77,8 @@ enum Figure {
         #[arg(long, default_value_t = 300)]
         iters: usize,
     },
-    /// Handoffs per second with C clients (tasks) on one fair lock, spread over S sessions (default: one each)
+    /// Handoffs per second with C clients (tasks) on one lock (fair by default), spread over S sessions (default:
+    /// one each)
     Contended {
         #[command(flatten)]
         load: Load,
@@ -89,6 +90,9 @@ enum Figure {
         /// one session's holds and the handoffs between sessions per second
         #[arg(long, default_value_t = 0)]
         cohorts: u32,
+        /// The recipe every client takes: fair, or a side of a read/write lock (read, write)
+        #[arg(long, default_value = "fair")]
+        recipe: String,
     },
     /// Grants per second of a semaphore of P permits with C contenders, each on its own session, each looping
     /// acquire + release (no hold), and server requests per grant
@@ -344,8 +348,10 @@ fn main() {
                     },
                 sessions,
                 cohorts,
+                recipe,
             } => {
-                let path = unique(&format!("contended-{clients}"));
+                let recipe: Recipe = recipe.parse().unwrap();
+                let path = unique(&format!("contended-{recipe}-{clients}"));
                 let run = Contenders::default();
                 let mut backends = Vec::new();
                 let sessions = if sessions == 0 { clients } else { sessions.min(clients) };
@@ -362,7 +368,7 @@ fn main() {
                 let history = Arc::new(std::sync::Mutex::new(Vec::new()));
                 let mut tasks = Vec::new();
                 for i in 0..clients {
-                    let lock = Arc::new(shared[i % sessions].fair(&path).unwrap());
+                    let lock = shared[i % sessions].lock(&path, recipe).unwrap();
                     tasks.push(run.spawn_recorded(lock, i % sessions, history.clone()));
                 }
                 let (n, elapsed, requests) = run.measure(tasks, seconds, || packets_received(&servers)).await;

@@ -347,19 +347,24 @@ impl LockGuard {
     /// Not cancel safe in the sense that dropping the future midway leaves the outcome unknown; the node is then
     /// deleted in the background.
     pub async fn release(self) -> Result<()> {
-        // A hold that shares its node (a re-entry, a reader of a cohort) reports a loss known now as the node's last
-        // hold will.
-        let lost = match self.loss_known() {
-            Some(LostReason::SessionExpired) => Some(self.session_end()),
-            Some(LostReason::NodeDeleted) => Some(crate::Error::NotHeld {
+        let shared = self.known_loss();
+        match self.into_node() {
+            Some(n) => n.release().await,
+            None => shared,
+        }
+    }
+
+    /// What the release of a hold that shares its node (a re-entry, a downgraded side, a reader of a cohort) reports:
+    /// a loss known now, as the node's last hold will (`NotHeld` with `Deleted` for a node that `lost()` saw go,
+    /// replaced or not; the last hold's delete tells the two apart).
+    pub(crate) fn known_loss(&self) -> Result<()> {
+        match self.loss_known() {
+            Some(LostReason::SessionExpired) => Err(self.session_end()),
+            Some(LostReason::NodeDeleted) => Err(crate::Error::NotHeld {
                 path: self.path().to_string(),
                 why: crate::error::NotHeldReason::Deleted,
             }),
-            Some(LostReason::LeaseExpired) | None => None,
-        };
-        match self.into_node() {
-            Some(n) => n.release().await,
-            None => lost.map_or(Ok(()), Err),
+            Some(LostReason::LeaseExpired) | None => Ok(()),
         }
     }
 

@@ -1,5 +1,5 @@
 //! The entry point: [`Locks`], its builder and settings. What every handle on one path shares (an owned path's hold
-//! counts, a fair path's cohort) is in `registry`.
+//! counts, the cohorts of a fair or read/write path) is in `registry`.
 
 use std::sync::Arc;
 
@@ -100,7 +100,8 @@ impl Default for LeaseMargin {
 pub struct Locks {
     ctx: Arc<Ctx>,
     registry: Arc<Registry>,
-    /// The holds in a row of a cohort's node, when the fair locks' tasks share their place in line.
+    /// The holds in a row of a cohort's node, when the tasks of the fair and read/write locks share their place in
+    /// line.
     cohorts: Option<u32>,
 }
 

@@ -244,19 +244,27 @@ fn release_by(deadline: Option<Instant>) -> Instant {
 async fn release_reversed(guards: Vec<LockGuard>) -> Vec<(String, Error)> {
     let mut paths = Vec::with_capacity(guards.len());
     let mut nodes = Vec::with_capacity(guards.len());
+    let mut failed = Vec::new();
     for g in guards.into_iter().rev() {
         let path = g.path().to_string();
-        if let Some(n) = g.into_node() {
-            paths.push(path);
-            nodes.push(n);
+        let shared = g.known_loss();
+        match g.into_node() {
+            Some(n) => {
+                paths.push(path);
+                nodes.push(n);
+            }
+            // A member that shares its node (a reader of a cohort) reports a loss known now, as `release` does.
+            None => failed.extend(shared.err().map(|e| (path, e))),
         }
     }
     let outcomes = HeldNode::release_all(nodes).await;
-    paths
-        .into_iter()
-        .zip(outcomes)
-        .filter_map(|(p, r)| r.err().map(|e| (p, e)))
-        .collect()
+    failed.extend(
+        paths
+            .into_iter()
+            .zip(outcomes)
+            .filter_map(|(p, r)| r.err().map(|e| (p, e))),
+    );
+    failed
 }
 
 /// The members held so far by an acquire; dropped (the acquire cancelled), their guards delete their nodes.

@@ -94,9 +94,9 @@ fn cohort() -> Config {
     .with_faults(2, ALL_FAULTS)
 }
 
-/// Read/write cohorts of at most `k` holds of a node: two readers of one process share a node, a writer of the
+/// Read/write cohorts of at most two holds of a node: two readers of one process share a node, a writer of the
 /// process passes its node (and downgrades, keeping it), beside another session's writer queued between them.
-fn cohort_read_write(k: u32) -> Config {
+fn cohort_read_write() -> Config {
     Config::new(
         "cohort-read-write",
         vec![
@@ -109,7 +109,31 @@ fn cohort_read_write(k: u32) -> Config {
             plain(Recipe::Write),
         ],
     )
-    .with_cohorts(k)
+    .with_cohorts(2)
+    .with_faults(2, ALL_FAULTS)
+}
+
+/// Three readers of a cohort of K = 2 beside another session's writer: the node retired at the bound, a retired node
+/// held beside the new one, a reader given a lost node while another leads (`alone`).
+fn cohort_readers() -> Config {
+    Config::new(
+        "cohort-readers",
+        vec![
+            Program::Tasks(vec![
+                plain(Recipe::Read),
+                Program::Plain {
+                    recipe: Recipe::Read,
+                    patience: Patience::Timeout(Duration::from_secs(1)),
+                },
+                Program::Abandon {
+                    recipe: Recipe::Read,
+                    after: Duration::from_millis(200),
+                },
+            ]),
+            plain(Recipe::Write),
+        ],
+    )
+    .with_cohorts(2)
     .with_faults(2, ALL_FAULTS)
 }
 
@@ -279,7 +303,8 @@ pub fn random() -> Vec<Config> {
         )
         .with_cohorts(2)
         .with_faults(2, ALL_FAULTS),
-        cohort_read_write(2),
+        cohort_read_write(),
+        cohort_readers(),
         Config::new(
             "one-session-read-write",
             vec![
@@ -603,7 +628,7 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             problem: "26 (a plausible slip): a read cohort lets its readers join its node however many holds it has \
                       had, and another session's writer queued behind it starves",
             mutants: &[Mutant::CohortUnbounded],
-            config: cohort_read_write(1).with_faults(0, &[]),
+            config: cohort_readers().with_faults(0, &[]),
             shows_as: "starves",
             by_walks: true,
         },

@@ -277,6 +277,28 @@ impl ReentrantLock {
 /// r.release().await.unwrap();
 /// # });
 /// ```
+///
+/// With [cohorts](crate::LocksBuilder::cohorts), the readers of one process share one node, and its writers pass
+/// theirs among themselves (decision 0062):
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use recipes_core::Locks;
+/// let locks = Locks::builder(recipes_mem::MemCluster::new().client()).cohorts(8).build();
+/// let read = locks.read_write("/catalog").unwrap().read();
+/// let first = read.acquire().await.unwrap();
+/// // Another task (another owner) of this process joins the node the cohort holds.
+/// let second = tokio::spawn({
+///     let read = read.clone();
+///     async move { read.acquire().await.unwrap() }
+/// })
+/// .await
+/// .unwrap();
+/// assert_eq!(second.node(), first.node());
+/// assert!(second.fencing_token() > first.fencing_token());
+/// # drop((first, second));
+/// # });
+/// ```
 #[derive(Debug, Clone)]
 pub struct ReadWriteLock {
     ctx: Arc<Ctx>,

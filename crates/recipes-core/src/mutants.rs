@@ -72,6 +72,10 @@ pub enum Mutant {
     /// the data back as something other than the `first` mark (an operator's write over a waiting node, Curator's
     /// `Revoker`): when that waiting node goes, the waiter gets in beside the holder (found by review).
     TrustForeignWrites,
+    /// A waiter in line holds on its blocker's deletion after a disconnection during its wait, trusting that its own
+    /// node's deletion, had there been one, was reported first: after a reconnection ZooKeeper reports the changes
+    /// of the re-registered watches in the order of the re-registration, not of the changes (found by review).
+    TrustAcrossReconnection,
     /// The multi-lock hands out its set without checking that every member is still held on one live session: a
     /// member taken on a session that then expired (while another member's try hid the expiry) is handed out lost.
     MultiHandsOutLost,

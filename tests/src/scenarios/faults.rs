@@ -83,6 +83,41 @@ pub async fn waiter_node_deleted_never_holds_without_node(h: &dyn Harness) {
     }
 }
 
+/// A waiter in line whose connection is cut while its own node and then the holder's are deleted (an operator's
+/// delete, then the release) never holds without its node, whatever order the events of its re-registered watches
+/// come in after the reconnection (ZooKeeper reports them in the order of the re-registration, not of the changes):
+/// after a change of its session's state during the wait, a waiter lists again instead of holding on the deletion.
+pub async fn waiter_disconnected_while_its_node_goes_never_holds_without_it(h: &dyn Harness) {
+    let path = h.path("waiter-disconnected-node-deleted");
+    let (a, b, admin) = (h.client().await, h.client().await, h.client().await);
+    let cut = b.faults.session_timeout() / 4;
+    for round in 0..3 {
+        let g = a.locks.fair(&path).unwrap().acquire().await.unwrap();
+        let lb = b.locks.fair(&path).unwrap();
+        let waiter = tokio::spawn(async move { lb.acquire().await.unwrap() });
+        wait_children(h, &path, 2).await;
+        tokio::time::sleep(h.tick() * 2).await;
+        let b_node = waiter_node(h, &path, &g).await;
+        b.faults.disconnect_for(cut).await;
+        let on = admin.locks.backend().current();
+        on.delete(&format!("{path}/{b_node}")).await.unwrap();
+        g.release().await.unwrap();
+        let gb = bounded(h, "the waiter after its reconnection", waiter).await.unwrap();
+        let name = gb.node().rsplit('/').next().unwrap().to_owned();
+        assert_ne!(
+            name, b_node,
+            "round {round}: the waiter claimed the lock with its deleted node"
+        );
+        assert_eq!(
+            h.children(&path).await,
+            vec![name],
+            "round {round}: the waiter holds without its node"
+        );
+        gb.release().await.unwrap();
+        wait_children(h, &path, 0).await;
+    }
+}
+
 /// A waiter whose blocker, not first, is cancelled lists again and waits on with the watch on its own node it armed
 /// first (no new registration). A deletion of its node while it waits that second time is still seen before the
 /// holder's release: it never holds without its node.

@@ -107,6 +107,7 @@ macro_rules! __for_each_scenario {
             write_cohort_passes_after_a_downgrade kept_own_watch_still_guards_the_waiter
             holder_after_waiting_sees_its_node_deleted changed_then_deleted_waiter_never_holds_without_node
             changed_waiter_still_takes_a_same_session_handoff long_queue_with_cancelled_early_waiters_holds_in_order
+            waiter_disconnected_while_its_node_goes_never_holds_without_it
         );
     };
 }

@@ -5,9 +5,10 @@ use std::task::Poll;
 
 use super::attempt::{Attempt, Step, Stop};
 use super::session;
+use tokio::sync::watch;
 use uuid::Uuid;
 
-use crate::backend::{BackendExt, NodeEvent, NodeWatch, SessionId};
+use crate::backend::{BackendExt, NodeEvent, NodeWatch, SessionId, SessionStatus};
 use crate::error::Error;
 use crate::info::NodeInfo;
 use crate::metrics::Count;
@@ -128,6 +129,10 @@ impl Attempt<'_> {
         pinned: SessionId,
     ) -> Step<InLine> {
         let blocker_path = self.path.child(blocker);
+        // Any change of the session's state from here on (a disconnection) makes a deletion of the blocker a reason to
+        // list again, not to hold (see the contract).
+        let mut moved = self.backend().session();
+        moved.borrow_and_update();
         let kept = own.take();
         // Both watches in one round trip (the blocker's alone when ours is still armed).
         let (armed, watched) = {
@@ -158,18 +163,22 @@ impl Attempt<'_> {
                 let known_first = blocker_first || marked_first(&data);
                 let trust_change = change_means_held && written_by_us(&data);
                 drop(data);
-                self.wait_on_blocker(
-                    &mut watch_own,
-                    &mut fired,
-                    &blocker_path,
-                    watch,
-                    known_first,
-                    trust_change,
-                    pinned,
-                )
-                .await
+                let watches = Watches {
+                    own: &mut watch_own,
+                    fired: &mut fired,
+                    moved: &moved,
+                };
+                self.wait_on_blocker(watches, &blocker_path, watch, known_first, trust_change, pinned)
+                    .await
             }
-            Ok(None) => blocker_gone(blocker_first, &mut watch_own, &mut fired).await,
+            Ok(None) => {
+                let watches = Watches {
+                    own: &mut watch_own,
+                    fired: &mut fired,
+                    moved: &moved,
+                };
+                blocker_gone(blocker_first, watches).await
+            }
             Err(Stop::Fail(Error::ConnectionLoss)) => Ok(InLine::Relist),
             Err(e) => Err(e),
         };
@@ -185,14 +194,14 @@ impl Attempt<'_> {
     #[allow(clippy::too_many_arguments)]
     async fn wait_on_blocker(
         &self,
-        own: &mut NodeWatch,
-        fired: &mut bool,
+        w: Watches<'_>,
         blocker_path: &str,
         mut watch: NodeWatch,
         mut known_first: bool,
         mut trust_change: bool,
         pinned: SessionId,
     ) -> Step<InLine> {
+        let Watches { own, fired, moved } = w;
         let on = self.backend().on(pinned);
         let mut rx = self.backend().session();
         // A release of the blocker by a task of this process on this session may hand the lock over at once.
@@ -208,7 +217,7 @@ impl Attempt<'_> {
                 r = &mut waiting.handed, if handing => match r {
                     Ok(()) if !is_active(Mutant::NoHandoff) => {
                         // The blocker held the lock, so nothing was ahead of it, and its delete is sent.
-                        let next = blocker_gone(true, own, fired).await;
+                        let next = blocker_gone(true, Watches { own, fired, moved }).await;
                         if matches!(next, Ok(InLine::Acquired)) {
                             // Counted once the acquire hands the guard out (its lease confirmed).
                             self.handed.store(true, Ordering::Relaxed);
@@ -221,7 +230,7 @@ impl Attempt<'_> {
                 r = &mut watch => match r {
                     Ok(NodeEvent::Deleted) => {
                         self.count(Count::Wakeup);
-                        return blocker_gone(known_first, own, fired).await;
+                        return blocker_gone(known_first, Watches { own, fired, moved }).await;
                     }
                     Ok(_) => {
                         // The blocker's data changed: its `first` mark, or a request to let go. When the blocker
@@ -241,7 +250,7 @@ impl Attempt<'_> {
                             Ok(None) => {
                                 self.count(Count::Wakeup);
                                 let trusted = known_first || trust_change || is_active(Mutant::AnyDataChangeIsMark);
-                                return blocker_gone(trusted, own, fired).await;
+                                return blocker_gone(trusted, Watches { own, fired, moved }).await;
                             }
                             Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
                             Err(e) => return Err(e),
@@ -257,9 +266,21 @@ impl Attempt<'_> {
     }
 }
 
-/// Our blocker is gone: with nothing known ahead of it we hold the lock, unless our own node went first.
-async fn blocker_gone(known_first: bool, own: &mut NodeWatch, fired: &mut bool) -> Step<InLine> {
-    if !known_first {
+/// What a wait in line watches beside its blocker: our own node (`fired` once its watch resolved), and the session's
+/// state since the watches were armed.
+struct Watches<'a> {
+    own: &'a mut NodeWatch,
+    fired: &'a mut bool,
+    moved: &'a watch::Receiver<SessionStatus>,
+}
+
+/// Our blocker is gone: with nothing known ahead of it we hold the lock, unless our own node went first, or the
+/// session's state changed since the watches were armed (then the order of their events is not the order of the
+/// changes: list again).
+async fn blocker_gone(known_first: bool, w: Watches<'_>) -> Step<InLine> {
+    let Watches { own, fired, moved } = w;
+    let reconnected = moved.has_changed().unwrap_or(true) && !is_active(Mutant::TrustAcrossReconnection);
+    if !known_first || reconnected {
         return Ok(InLine::Relist);
     }
     let own_event_now = std::future::poll_fn(|cx| Poll::Ready(own.as_mut().poll(cx))).await;

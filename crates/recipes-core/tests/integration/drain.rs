@@ -52,3 +52,45 @@ async fn a_drain_lists_the_whole_queue_only_behind_every_other_early_waiter() {
     assert!(listed <= 40 * WAITERS as u64, "the drain listed {listed} names");
     assert!(cluster.children(path).is_empty());
 }
+
+/// A waiter in line whose connection was cut during its wait lists the queue again on its blocker's deletion instead
+/// of holding at once, though the blocker was first in its list: after a reconnection, ZooKeeper reports the
+/// re-registered watches' changes in the order of the re-registration, so its own node's deletion may come after the
+/// blocker's (docs/algorithm.md, optimisation 3). With the old rule switched back on, it holds without listing.
+#[cfg_attr(
+    not(recipes_mutants),
+    ignore = "switches a mutant on: needs RUSTFLAGS=\"--cfg recipes_mutants\""
+)]
+#[tokio::test(start_paused = true)]
+async fn a_waiter_lists_again_after_a_disconnection_during_its_wait() {
+    use recipes_core::mutants::{self, Mutant};
+    for old_rule in [false, true] {
+        mutants::set(Mutant::TrustAcrossReconnection, old_rule);
+        let cluster = MemCluster::new();
+        cluster.set_latency(Duration::from_millis(1));
+        let (a, b) = (cluster.client(), cluster.client());
+        let b_client = b.clone();
+        let (la, lb) = (Locks::new(a), Locks::new(b));
+        let holder = la.fair("/cut").unwrap().acquire().await.unwrap();
+        let fair = lb.fair("/cut").unwrap();
+        let waiter = tokio::spawn(async move { fair.acquire().await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let before = cluster.listed_names();
+        b_client.disconnect_for(Duration::from_millis(500));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        holder.release().await.unwrap();
+        let g = tokio::time::timeout(Duration::from_secs(60), waiter)
+            .await
+            .expect("the waiter holds after its reconnection")
+            .unwrap()
+            .unwrap();
+        let listed = cluster.listed_names() - before;
+        assert_eq!(
+            listed > 0,
+            !old_rule,
+            "old rule {old_rule}: the waiter listed {listed} names"
+        );
+        g.release().await.unwrap();
+    }
+    mutants::set(Mutant::TrustAcrossReconnection, false);
+}

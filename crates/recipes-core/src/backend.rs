@@ -139,7 +139,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
 
     /// The current session and its state; the receiver sees every later change, and is also woken (with the status
     /// unchanged) when the lease moves back: its end comes earlier than a reader of [`lease`](Backend::lease) may
-    /// have computed (a shorter session timeout after a reconnection).
+    /// have computed (a shorter session timeout after a reconnection). Every reconnection is a change, even one whose
+    /// disconnection the backend did not see, published as soon as the backend learns of it: a waiter in line that
+    /// sees a change during its wait lists again rather than trust the order of its watches' events (after a
+    /// reconnection, ZooKeeper reports re-registered watches' changes in the order of their re-registration).
     fn session(&self) -> watch::Receiver<SessionStatus>;
 
     /// The current session and its state, now (cheaper than subscribing with [`session`](Backend::session)).

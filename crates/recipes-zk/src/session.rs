@@ -211,6 +211,23 @@ fn publish(inner: &Inner, id: SessionId, state: SessionState) {
     });
 }
 
+/// Publishes `Connected` after a reconnection: a change for every receiver, even if the state read `Connected`
+/// already.
+fn reconnected(inner: &Inner, id: SessionId) {
+    let new = SessionStatus {
+        id,
+        state: SessionState::Connected,
+    };
+    inner.status.send_if_modified(|s| {
+        if s.state == SessionState::Closed {
+            false
+        } else {
+            *s = new;
+            true
+        }
+    });
+}
+
 /// Follows the session's state; after a reconnection, asks the servers again which session timeout they grant (a
 /// reconnection renegotiates it); after an expiry, connects a new session, retrying with a backoff until the backend
 /// goes (it holds the backend only while an attempt runs).
@@ -221,7 +238,10 @@ pub(crate) async fn monitor(inner: Weak<Inner>, mut watcher: zk::StateWatcher, m
         debug!(session = format!("{id:#x}"), ?state, "ZooKeeper session state");
         match state {
             zk::SessionState::SyncConnected => {
-                publish(&strong, id, SessionState::Connected);
+                // Always a reconnection (the client reports changes only), published even when the state reads the
+                // same as before because this task missed the disconnection: a waiter in line lists again after any
+                // change during its wait (the events of re-registered watches come in re-registration order).
+                reconnected(&strong, id);
                 strong.beat_now.notify_one();
                 tokio::spawn(probe_timeouts(inner.clone(), id));
             }

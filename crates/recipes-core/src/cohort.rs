@@ -356,17 +356,13 @@ impl Cohort {
             }
         }
         let mut leading = Leading(Some(self));
-        // Boxed: a leader runs the driver's acquire once per node, while every task waiting in the cohort would carry it.
-        let Some(node) = Box::pin(driver::acquire(ctx, &self.path, self.recipe, patience)).await? else {
+        let Some(node) = self.own_node(ctx, patience).await? else {
             return Ok(None);
         };
-        let node = Arc::new(node);
         let mut s = self.state.lock();
         s.leading = false;
+        s.forget();
         s.node = Some(node.clone());
-        s.holds = 0;
-        s.active = 0;
-        s.revoked = false;
         let pass = s.count_hold();
         if self.shared() {
             // The readers waiting share the node at once, up to the bound; past it, the node's holders keep it and
@@ -418,10 +414,14 @@ impl Cohort {
     /// A reader handed a node whose lease ran out before it took it, while another task leads the cohort's next
     /// node: it takes a node of its own, outside the cohort (a pass of 0, as a reader without cohorts).
     async fn alone(self: &Arc<Self>, ctx: &Arc<Ctx>, patience: Patience) -> Result<Option<CohortHold>> {
-        let Some(node) = Box::pin(driver::acquire(ctx, &self.path, self.recipe, patience)).await? else {
-            return Ok(None);
-        };
-        Ok(Some(self.hold(Arc::new(node), 0)))
+        Ok(self.own_node(ctx, patience).await?.map(|node| self.hold(node, 0)))
+    }
+
+    /// The driver's acquire of a node of this cohort's recipe. Boxed: a task runs it once per node, while every task
+    /// waiting in the cohort would carry it.
+    async fn own_node(&self, ctx: &Arc<Ctx>, patience: Patience) -> Result<Option<Arc<HeldNode>>> {
+        let node = Box::pin(driver::acquire(ctx, &self.path, self.recipe, patience)).await?;
+        Ok(node.map(Arc::new))
     }
 
     /// Waits for a queued task's turn. `Ok(None)`: the deadline passed first.

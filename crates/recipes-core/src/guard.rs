@@ -11,39 +11,10 @@ use crate::backend::SessionId;
 use crate::cohort::CohortHold;
 use crate::driver::HeldNode;
 use crate::error::{LostReason, Result};
+use crate::lock::Member;
 use crate::owner::Owner;
 use crate::path::LockPath;
-use crate::reentrant::{Hold, Revocable};
-
-/// One owner's node in an owned recipe (reentrant, read/write): a node of its own, or its hold of a cohort's node.
-/// Its holds and downgraded side share it; when the last goes, so does the cohort hold (passing the node on).
-#[derive(Debug)]
-pub(crate) struct Member {
-    node: Arc<HeldNode>,
-    cohort: Option<CohortHold>,
-}
-
-impl Member {
-    pub fn alone(node: HeldNode) -> Self {
-        Member {
-            node: Arc::new(node),
-            cohort: None,
-        }
-    }
-
-    pub fn in_cohort(hold: CohortHold) -> Self {
-        Member {
-            node: hold.node().clone(),
-            cohort: Some(hold),
-        }
-    }
-}
-
-impl Revocable for Member {
-    fn lost_now(&self) -> Option<LostReason> {
-        self.node.lost_now()
-    }
-}
+use crate::reentrant::Hold;
 
 /// Proof that a lock is held. Owned (`'static`) and `Send`: it may move between tasks.
 ///
@@ -90,7 +61,7 @@ impl LockGuard {
 
     pub(crate) fn counted(hold: Hold<Member>) -> Self {
         LockGuard {
-            node: hold.node().node.clone(),
+            node: hold.node().node().clone(),
             share: Share::Counted(hold),
         }
     }
@@ -106,7 +77,7 @@ impl LockGuard {
     fn cohort_hold(&self) -> Option<&CohortHold> {
         match &self.share {
             Share::Cohort(c) => Some(c),
-            Share::Counted(h) => h.node().cohort.as_ref(),
+            Share::Counted(h) => h.node().cohort(),
             Share::Alone => None,
         }
     }

@@ -22,7 +22,7 @@ use crate::reentrant::Side;
 
 mod inner;
 
-pub(crate) use inner::{Holds, Owned, Plain};
+pub(crate) use inner::{Holds, Member, Owned, Plain};
 
 /// The future a [`Lock`] method returns: boxed, so that the trait stays object safe (`Arc<dyn Lock>`).
 pub type LockFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;

@@ -3,18 +3,54 @@
 
 use std::sync::Arc;
 
-use crate::cohort::Cohort;
-use crate::driver::{self, Ctx};
-use crate::error::Result;
-use crate::guard::{LockGuard, Member};
+use crate::cohort::{Cohort, CohortHold};
+use crate::driver::{self, Ctx, HeldNode};
+use crate::error::{LostReason, Result};
+use crate::guard::LockGuard;
 use crate::owner::Owner;
 use crate::path::LockPath;
 use crate::patience::Patience;
 use crate::recipe::Recipe;
-use crate::reentrant::{Reentrancy, Side};
+use crate::reentrant::{Reentrancy, Revocable, Side};
 
 /// The hold counts of one owned lock path.
 pub(crate) type Holds = Reentrancy<Member>;
+
+/// One owner's node in an owned recipe (reentrant, read/write): a node of its own, or its hold of a cohort's node.
+/// Its holds and downgraded side share it; when the last goes, so does the cohort hold (passing the node on).
+#[derive(Debug)]
+pub(crate) enum Member {
+    Alone(Arc<HeldNode>),
+    Cohort(CohortHold),
+}
+
+impl Member {
+    fn alone(node: HeldNode) -> Self {
+        Member::Alone(Arc::new(node))
+    }
+
+    /// The node the owner's holds count on.
+    pub fn node(&self) -> &Arc<HeldNode> {
+        match self {
+            Member::Alone(n) => n,
+            Member::Cohort(c) => c.node(),
+        }
+    }
+
+    /// The owner's hold of its cohort's node, if any.
+    pub fn cohort(&self) -> Option<&CohortHold> {
+        match self {
+            Member::Alone(_) => None,
+            Member::Cohort(c) => Some(c),
+        }
+    }
+}
+
+impl Revocable for Member {
+    fn lost_now(&self) -> Option<LostReason> {
+        self.node().lost_now()
+    }
+}
 
 /// What a plain (not owned) recipe needs: the driver's context and the path, and the path's cohort when the tasks
 /// of this process share their place in line.
@@ -102,7 +138,7 @@ impl Owned {
         let first = || async move {
             Ok(match cohort {
                 // Boxed: the cohort's future beside the driver's would make every owned acquire carry both.
-                Some(c) => Box::pin(c.enter(ctx, p)).await?.map(Member::in_cohort),
+                Some(c) => Box::pin(c.enter(ctx, p)).await?.map(Member::Cohort),
                 None => driver::acquire(ctx, path, recipe, p).await?.map(Member::alone),
             })
         };

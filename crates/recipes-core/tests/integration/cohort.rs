@@ -368,3 +368,50 @@ async fn churn(seed: u64) {
     }
     no_node_left(&cluster, seed).await;
 }
+
+/// A read cohort's node deleted by someone else (an operator) while another session's writer waits: once a holder's
+/// `lost()` has seen the deletion, no reader of the process joins the node (it would hold beside the writer, which
+/// the deletion let in); a new reader queues with a node of its own (found by helper-27's review: a join asks the
+/// store nothing, so only a loss already known stops it; docs/algorithm.md, "Cohorts", point 5).
+#[tokio::test(start_paused = true)]
+async fn a_read_cohort_never_joins_a_node_known_deleted() {
+    use recipes_core::backend::BackendExt;
+    let cluster = MemCluster::new();
+    cluster.set_latency(Duration::from_millis(1));
+    let a = Locks::builder(cluster.client()).cohorts(8).build();
+    let (b, admin) = (Locks::new(cluster.client()), Locks::new(cluster.client()));
+    let read = a.read_write("/rw").unwrap().read();
+    let r1 = {
+        let read = read.clone();
+        tokio::spawn(async move { read.acquire().await })
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    let write = b.read_write("/rw").unwrap().write();
+    let w = tokio::spawn(async move { write.acquire().await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    admin.backend().current().delete(r1.node()).await.unwrap();
+    let lost = tokio::time::timeout(Duration::from_secs(5), r1.lost()).await;
+    assert_eq!(
+        lost.expect("lost() sees the deletion"),
+        recipes_core::LostReason::NodeDeleted
+    );
+    let gw = tokio::time::timeout(Duration::from_secs(5), w)
+        .await
+        .expect("the writer holds once the reader's node is gone")
+        .unwrap()
+        .unwrap();
+    let r2 = tokio::spawn(async move { read.try_acquire().await })
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        r2.is_none(),
+        "a reader joined the deleted node beside the writer: {r2:?}"
+    );
+    assert!(r1.release().await.is_err(), "the release reports the loss");
+    gw.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(cluster.children("/rw").is_empty(), "{:?}", cluster.children("/rw"));
+}

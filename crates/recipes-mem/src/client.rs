@@ -11,7 +11,7 @@ use recipes_core::backend::{
 use recipes_core::{Backend, Error, Result};
 use tokio::sync::{oneshot, watch};
 
-use crate::server::{ClientShared, Op, Reply};
+use crate::server::{ClientShared, Op, Reply, Sent};
 use crate::MemCluster;
 
 /// One client session on a [`MemCluster`], standing in for one process's ZooKeeper client.
@@ -94,14 +94,22 @@ impl MemClient {
         self.cluster.with(|st, now| st.close(sid, now));
     }
 
-    fn send(&self, session: SessionId, op: Op) -> Result<oneshot::Receiver<Result<Reply>>> {
+    fn send(&self, session: SessionId, op: Op) -> Result<Sent> {
         self.cluster.with(|st, now| st.send(&self.shared, session, op, now))
     }
 
     /// Waits for the reply to a request sent (or fails as the send did).
-    async fn reply(sent: Result<oneshot::Receiver<Result<Reply>>>) -> Result<Reply> {
-        // Every reply channel is answered or failed; a dropped one can only mean the connection went.
-        sent?.await.unwrap_or(Err(Error::ConnectionLoss))
+    async fn reply(sent: Result<Sent>) -> Result<Reply> {
+        match sent? {
+            // Answered at once, yet a request is a yield point, as one that waits on a socket is: a task that loops
+            // on requests still lets the others of its runtime run (tokio's budget), timeouts around it included.
+            Sent::Done(reply) => {
+                tokio::task::coop::consume_budget().await;
+                reply
+            }
+            // Every reply channel is answered or failed; a dropped one can only mean the connection went.
+            Sent::Later(rx) => rx.await.unwrap_or(Err(Error::ConnectionLoss)),
+        }
     }
 
     async fn request(&self, session: SessionId, op: Op) -> Result<Reply> {

@@ -60,7 +60,7 @@ pub(crate) struct Session {
     pub(super) inbound: VecDeque<Inbound>,
     /// Watches of this session that died with it on the server, failed when the client learns of the expiry.
     pub(super) doomed: Vec<WatchTx>,
-    lose_create_replies: u32,
+    pub(super) lose_create_replies: u32,
     pub timeout: Duration,
     /// When the current connection was made (heartbeats run from then on, every `timeout / 4`).
     connected_since: Instant,

@@ -55,6 +55,17 @@ pub struct NodeInfo {
 
 const MAGIC: &str = "recipes-lock 1";
 
+/// The first lines of a node's data (the magic line, the attempt and the recipe), with room for `more`.
+fn head(attempt: Uuid, recipe: &str, more: usize) -> String {
+    let mut out = String::with_capacity(MAGIC.len() + 48 + recipe.len() + more);
+    out.push_str(MAGIC);
+    out.push_str("\nattempt=");
+    out.push_str(attempt.simple().encode_lower(&mut Uuid::encode_buffer()));
+    out.push_str("\nrecipe=");
+    out.push_str(recipe);
+    out
+}
+
 fn host_name() -> &'static str {
     static HOST: OnceLock<String> = OnceLock::new();
     HOST.get_or_init(|| {
@@ -105,19 +116,24 @@ impl NodeInfo {
 
     /// Encodes the info as node data.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = String::with_capacity(MAGIC.len() + 96 + self.recipe.len() + self.host.len());
-        out.push_str(MAGIC);
-        out.push_str("\nattempt=");
-        out.push_str(self.attempt.simple().encode_lower(&mut Uuid::encode_buffer()));
-        out.push_str("\nrecipe=");
-        out.push_str(&self.recipe);
         if self.host == host_name() && self.pid == process_id() {
-            // This process's own line, made once: every node this process makes carries it.
-            out.push_str(own_tail());
-        } else {
-            push_tail(&mut out, &self.host, self.pid);
+            return Self::encode_own(self.attempt, &self.recipe, self.first);
         }
+        let mut out = head(self.attempt, &self.recipe, 48 + self.host.len());
+        push_tail(&mut out, &self.host, self.pid);
         if self.first {
+            out.push_str("first=1\n");
+        }
+        out.into_bytes()
+    }
+
+    /// What [`for_this_process`](Self::for_this_process) then [`encode`](Self::encode) give (with `first`), without
+    /// the info's own strings in between: every node this process makes carries its own line, made once.
+    pub(crate) fn encode_own(attempt: Uuid, recipe: &str, first: bool) -> Vec<u8> {
+        let tail = own_tail();
+        let mut out = head(attempt, recipe, tail.len() + 8);
+        out.push_str(tail);
+        if first {
             out.push_str("first=1\n");
         }
         out.into_bytes()
@@ -190,6 +206,18 @@ mod tests {
         assert_eq!(NodeInfo::decode(&info.encode()), Some(info.clone()));
         info.first = true;
         assert_eq!(NodeInfo::decode(&info.encode()), Some(info));
+    }
+
+    #[test]
+    fn this_process_encodes_its_own_nodes_as_any_other_info() {
+        let attempt = Uuid::new_v4();
+        for first in [false, true] {
+            let mut info = NodeInfo::for_this_process(attempt, "fair");
+            info.first = first;
+            let own = NodeInfo::encode_own(attempt, "fair", first);
+            assert_eq!(own, info.encode());
+            assert_eq!(NodeInfo::decode(&own), Some(info));
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use crate::error::{Error, PathProblem};
 
@@ -19,7 +20,7 @@ use crate::error::{Error, PathProblem};
 /// assert!(LockPath::new("app/orders").is_err());
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct LockPath(String);
+pub struct LockPath(Arc<str>);
 
 impl LockPath {
     /// The longest lock path accepted, in bytes. ZooKeeper has no fixed limit of its own short of the packet size;
@@ -33,7 +34,7 @@ impl LockPath {
     pub fn new(path: impl AsRef<str>) -> Result<Self, Error> {
         let path = path.as_ref();
         match validate(path) {
-            Ok(()) => Ok(LockPath(path.to_owned())),
+            Ok(()) => Ok(LockPath(Arc::from(path))),
             Err(problem) => Err(Error::InvalidPath {
                 path: display_prefix(path),
                 problem,

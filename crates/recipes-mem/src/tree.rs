@@ -1,6 +1,7 @@
 //! The data tree: ZooKeeper's node semantics, without sessions, watches or the network.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use recipes_core::backend::{CreateMode, Created, SessionId, Stat};
@@ -101,7 +102,7 @@ impl Tree {
         self.nodes.iter()
     }
 
-    pub fn create(&mut self, sid: SessionId, path: &str, data: &[u8], mode: CreateMode) -> Result<Created> {
+    pub fn create(&mut self, sid: SessionId, path: &str, data: Vec<u8>, mode: CreateMode) -> Result<Created> {
         check_path(path)?;
         if path == "/" {
             return Err(Error::NodeExists(path.to_owned()));
@@ -117,7 +118,13 @@ impl Tree {
             )));
         }
         let full = match mode {
-            CreateMode::EphemeralSequential => format!("{path}{:010}", parent.cversion),
+            CreateMode::EphemeralSequential => {
+                let mut full = String::with_capacity(path.len() + 11);
+                full.push_str(path);
+                // Ten digits at least (a negative sequence number after the counter wraps takes eleven).
+                let _ = write!(full, "{:010}", parent.cversion);
+                full
+            }
             _ => path.to_owned(),
         };
         let name = name_of(&full).to_owned();
@@ -130,7 +137,7 @@ impl Tree {
         self.zxid += 1;
         let ephemeral = matches!(mode, CreateMode::Ephemeral | CreateMode::EphemeralSequential);
         let node = Node::new(
-            data.to_vec(),
+            data,
             self.zxid,
             if ephemeral { sid } else { 0 },
             mode == CreateMode::Container,
@@ -164,14 +171,14 @@ impl Tree {
         }
         self.emptied.remove(path);
         self.zxid += 1;
-        let parent = parent_of(path).to_owned();
-        let Some(p) = self.nodes.get_mut(&parent) else {
+        let parent = parent_of(path);
+        let Some(p) = self.nodes.get_mut(parent) else {
             unreachable!("a node's parent stays while it has children, and `/` is never removed")
         };
         p.children.remove(name_of(path));
         p.cversion = p.cversion.wrapping_add(1);
         if p.container && p.children.is_empty() {
-            self.emptied.insert(parent, now);
+            self.emptied.insert(parent.to_owned(), now);
         }
         true
     }

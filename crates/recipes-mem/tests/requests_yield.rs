@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use recipes_core::backend::BackendExt;
-use recipes_core::Backend;
 use recipes_mem::MemCluster;
 
 #[tokio::test]
@@ -25,5 +24,8 @@ async fn a_loop_of_requests_lets_other_tasks_run() {
         client.current().get("/").await.unwrap();
         requests += 1;
     }
-    assert!(ran.load(Ordering::SeqCst), "the other task never ran in {requests} requests");
+    assert!(
+        ran.load(Ordering::SeqCst),
+        "the other task never ran in {requests} requests"
+    );
 }

@@ -167,9 +167,11 @@ impl<'a> Attempt<'a> {
         .handing_over(self.protocol.hands_over());
         self.cleanup.disarm();
         let span = tracing::Span::current();
-        span.record("node", held.node.as_str());
-        span.record("token", czxid);
-        span.record("waited_ms", self.started.elapsed().as_millis() as u64);
+        if !span.is_disabled() {
+            span.record("node", held.node.as_str());
+            span.record("token", czxid);
+            span.record("waited_ms", self.started.elapsed().as_millis() as u64);
+        }
         debug!("acquired");
         held
     }
@@ -248,7 +250,7 @@ impl<'a> Attempt<'a> {
                 CreateMode::EphemeralSequential,
             ),
         };
-        let data = NodeInfo::for_this_process(attempt, self.recipe.name()).encode();
+        let data = NodeInfo::encode_own(attempt, self.recipe.name(), false);
         self.cleanup.state = Pending::Sent(attempt, sid);
         let on = self.backend().on(sid);
         let outcome = self

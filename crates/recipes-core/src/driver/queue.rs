@@ -137,11 +137,8 @@ impl Attempt<'_> {
     /// request is ordered before our release. Only over the data the node was made with (version 0): a request to
     /// let go written there first (revocation) is not overwritten, and the node behind lists again instead.
     fn mark_first(&self, node: &str, id: Identity) {
-        let mut info = NodeInfo::for_this_process(id.attempt, self.recipe.name());
-        info.first = true;
-        self.backend()
-            .on(id.session)
-            .set_data_unacked(node, &info.encode(), Some(0));
+        let data = NodeInfo::encode_own(id.attempt, self.recipe.name(), true);
+        self.backend().on(id.session).set_data_unacked(node, &data, Some(0));
     }
 
     /// The verdict could not find our node among the contenders: it was deleted (by someone), or it has a name the

@@ -250,7 +250,7 @@ impl State {
     pub(super) fn execute(&mut self, sid: SessionId, op: Op, now: Instant) -> Result<Reply> {
         match op {
             Op::Create { path, data, mode } => {
-                let created = self.tree.create(sid, &path, &data, mode)?;
+                let created = self.tree.create(sid, &path, data, mode)?;
                 Ok(Reply::Created(created))
             }
             Op::Children { path } => self.tree.children(&path).map(|names| {

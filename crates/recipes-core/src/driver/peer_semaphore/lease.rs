@@ -252,7 +252,7 @@ impl LeaseUnderMutex {
             czxid: None,
         };
         let node = a.path.child(attempt.simple().encode_lower(&mut Uuid::encode_buffer()));
-        let data = NodeInfo::for_this_process(attempt, a.recipe.name()).encode();
+        let data = NodeInfo::encode_own(attempt, a.recipe.name(), false);
         a.cleanup.state = Pending::Sent(attempt, sid);
         let on = a.backend().on(sid);
         let made = a

@@ -309,7 +309,8 @@ mod future_sizes {
     /// A waiting acquire keeps its whole future (the largest of its states) for as long as it waits: the sizes that
     /// every waiter pays stay within bounds (issue 26: each waiter's live heap). They caught a fair lock's acquire
     /// that carried its cohort's future beside the driver's (7.5 KB) and an `async fn` wrapper that kept its
-    /// argument future twice.
+    /// argument future twice. The driver's acquire was 2,264 bytes until the wait in line stopped keeping the replies
+    /// that armed its watches in scope through the wait (2,064 since).
     #[test]
     fn waiting_futures_stay_small() {
         let acquire =
@@ -318,7 +319,7 @@ mod future_sizes {
         let cohort =
             size(|(c, x): (&'static Arc<crate::cohort::Cohort>, &'static Arc<Ctx>)| c.acquire(x, Patience::Forever));
         let sizes = format!("driver acquire {acquire}, FairLock::acquire {fair}, Cohort::acquire {cohort}");
-        assert!(acquire <= 2300, "{sizes}");
+        assert!(acquire <= 2150, "{sizes}");
         assert!(fair <= acquire + 200, "{sizes}");
         assert!(cohort <= 1024, "{sizes}");
     }

@@ -134,53 +134,63 @@ impl Attempt<'_> {
         let mut moved = self.backend().session();
         moved.borrow_and_update();
         let kept = own.take();
-        // Both watches in one round trip (the blocker's alone when ours is still armed).
-        let (armed, watched) = {
-            let on = self.backend().on(pinned);
-            let own_path = self.path.child(ours);
-            tokio::join!(
-                async {
-                    match kept {
-                        Some(w) => Ok(Some((true, w))),
-                        None => Ok(self
-                            .call(on.get_and_watch(&own_path))
-                            .await?
-                            .map(|(data, w)| (NodeInfo::decode(&data).is_some_and(|i| i.attempt == attempt), w))),
+        // The replies are judged in a block of their own: what the wait needs from them is small, and a reply kept in
+        // scope through the wait below would stay in this future's waiting state (every waiter's heap).
+        let (is_ours, mut watch_own, blocker) = {
+            // Both watches in one round trip (the blocker's alone when ours is still armed).
+            let (armed, watched) = {
+                let on = self.backend().on(pinned);
+                let own_path = self.path.child(ours);
+                tokio::join!(
+                    async {
+                        match kept {
+                            Some(w) => Ok(Some((true, w))),
+                            None => Ok(self
+                                .call(on.get_and_watch(&own_path))
+                                .await?
+                                .map(|(data, w)| (NodeInfo::decode(&data).is_some_and(|i| i.attempt == attempt), w))),
+                        }
+                    },
+                    self.call(on.get_and_watch(&blocker_path))
+                )
+            };
+            let (is_ours, watch_own) = match armed {
+                Ok(Some(armed)) => armed,
+                Ok(None) => return Ok(InLine::Missing),
+                Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
+                Err(e) => return Err(e),
+            };
+            let blocker = match watched {
+                // Whether nothing is known ahead of the blocker, and whether a change of its data says it held.
+                Ok(Some((data, watch))) => Some((
+                    blocker_first || marked_first(&data),
+                    change_means_held && written_by_us(&data),
+                    watch,
+                )),
+                Ok(None) => None,
+                Err(Stop::Fail(Error::ConnectionLoss)) => {
+                    // As a wait that ends in `Relist`: our node's watch is kept for the next wait.
+                    if is_ours {
+                        *own = Some(watch_own);
                     }
-                },
-                self.call(on.get_and_watch(&blocker_path))
-            )
-        };
-        let (is_ours, mut watch_own) = match armed {
-            Ok(Some(armed)) => armed,
-            Ok(None) => return Ok(InLine::Missing),
-            Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
-            Err(e) => return Err(e),
+                    return Ok(InLine::Relist);
+                }
+                Err(e) => return Err(e),
+            };
+            (is_ours, watch_own, blocker)
         };
         let mut fired = false;
-        let out = match watched {
-            Ok(Some((data, watch))) => {
-                let known_first = blocker_first || marked_first(&data);
-                let trust_change = change_means_held && written_by_us(&data);
-                drop(data);
-                let watches = Watches {
-                    own: &mut watch_own,
-                    fired: &mut fired,
-                    moved: &moved,
-                };
+        let watches = Watches {
+            own: &mut watch_own,
+            fired: &mut fired,
+            moved: &moved,
+        };
+        let out = match blocker {
+            Some((known_first, trust_change, watch)) => {
                 self.wait_on_blocker(watches, &blocker_path, watch, known_first, trust_change, pinned)
                     .await
             }
-            Ok(None) => {
-                let watches = Watches {
-                    own: &mut watch_own,
-                    fired: &mut fired,
-                    moved: &moved,
-                };
-                blocker_gone(blocker_first, watches).await
-            }
-            Err(Stop::Fail(Error::ConnectionLoss)) => Ok(InLine::Relist),
-            Err(e) => Err(e),
+            None => blocker_gone(blocker_first, watches).await,
         };
         if is_ours && !fired && matches!(out, Ok(InLine::Acquired | InLine::Relist)) {
             *own = Some(watch_own);

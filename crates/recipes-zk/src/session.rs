@@ -200,26 +200,13 @@ pub(crate) async fn probe_timeouts(inner: Weak<Inner>, session: SessionId) {
 }
 
 fn publish(inner: &Inner, id: SessionId, state: SessionState) {
-    let new = SessionStatus { id, state };
-    inner.status.send_if_modified(|s| {
-        if *s == new || s.state == SessionState::Closed {
-            false
-        } else {
-            *s = new;
-            true
-        }
-    });
+    set_status(inner, SessionStatus { id, state }, false);
 }
 
-/// Publishes `Connected` after a reconnection: a change for every receiver, even if the state read `Connected`
-/// already.
-fn reconnected(inner: &Inner, id: SessionId) {
-    let new = SessionStatus {
-        id,
-        state: SessionState::Connected,
-    };
+/// Sets the status unless the backend is closed; a change for every receiver when it differs, or `always`.
+fn set_status(inner: &Inner, new: SessionStatus, always: bool) {
     inner.status.send_if_modified(|s| {
-        if s.state == SessionState::Closed {
+        if s.state == SessionState::Closed || (*s == new && !always) {
             false
         } else {
             *s = new;
@@ -241,7 +228,11 @@ pub(crate) async fn monitor(inner: Weak<Inner>, mut watcher: zk::StateWatcher, m
                 // Always a reconnection (the client reports changes only), published even when the state reads the
                 // same as before because this task missed the disconnection: a waiter in line lists again after any
                 // change during its wait (the events of re-registered watches come in re-registration order).
-                reconnected(&strong, id);
+                let connected = SessionStatus {
+                    id,
+                    state: SessionState::Connected,
+                };
+                set_status(&strong, connected, true);
                 strong.beat_now.notify_one();
                 tokio::spawn(probe_timeouts(inner.clone(), id));
             }

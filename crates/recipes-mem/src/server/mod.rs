@@ -231,13 +231,7 @@ impl State {
         } else {
             Err(Error::SessionExpired)
         };
-        let answered = !matches!(result, Err(Error::ConnectionLoss | Error::Closed));
-        let Some(rec) = self.sessions.get_mut(&sid) else {
-            unreachable!("applying a request ends no session")
-        };
-        if answered && rec.alive && rec.up {
-            rec.last_answered = rec.last_answered.max(Some(now));
-        }
+        self.applying(sid).note_answer(&result, now);
         // The send, the application and the delivery, as the three events would count them.
         self.activity += 2;
         self.touch();
@@ -313,10 +307,7 @@ impl State {
             unreachable!("a delivery is made only when its session has one on the way")
         };
         if let Inbound::Reply { result, sent, .. } = &item {
-            let answered = !matches!(result, Err(Error::ConnectionLoss | Error::Closed));
-            if answered && rec.alive && rec.up {
-                rec.last_answered = rec.last_answered.max(Some(*sent));
-            }
+            rec.note_answer(result, *sent);
         }
         item.hand_over();
         self.touch();

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use recipes_core::backend::{NodeEvent, SessionId, SessionState, SessionStatus};
 use recipes_core::mutants::{is_active, Mutant};
-use recipes_core::Error;
+use recipes_core::{Error, Result};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{Inbound, Request, State, Timer, WatchTx};
+use super::{Inbound, Reply, Request, State, Timer, WatchTx};
 
 /// The client side of a `MemClient`, shared with the server's records of its sessions.
 #[derive(Debug)]
@@ -93,6 +93,15 @@ impl Session {
     pub(super) fn queue_inbound(&mut self, earliest: Instant, make: impl FnOnce(Instant) -> Inbound) {
         let due = self.inbound.back().map_or(earliest, |i| i.due().0.max(earliest));
         self.inbound.push_back(make(due));
+    }
+
+    /// A reply reaches the client: an answer (not a failure of the connection) to a request sent at `sent`, on a live
+    /// connection of a live session, is evidence for the lease ([`answered_send`](Self::answered_send)).
+    pub(super) fn note_answer(&mut self, result: &Result<Reply>, sent: Instant) {
+        let answered = !matches!(result, Err(Error::ConnectionLoss | Error::Closed));
+        if answered && self.alive && self.up {
+            self.last_answered = self.last_answered.max(Some(sent));
+        }
     }
 
     /// Whether the reply to a lock node's create is to be lost (`lose_next_create_replies`); counts it.

@@ -22,7 +22,7 @@ macro_rules! __for_each_contract {
             containers_are_reaped_later_not_at_once one_session_applies_in_order
             watch_event_arrives_before_later_reply lost_reply_returns_to_same_session
             server_expires_session_behind_cut_connection versioned_set_applies_only_over_that_version
-            delete_all_is_all_or_none
+            delete_all_is_all_or_none set_data_and_delete_is_one_write
         );
     };
 }
@@ -342,5 +342,64 @@ pub async fn delete_all_is_all_or_none(h: &dyn Harness) {
         .await
         .expect("the deletion's watch fires")
         .unwrap();
+    assert!(h.children(&parent).await.is_empty(), "every node deleted");
+}
+
+/// `set_data_and_delete` applies both or neither (a missing node, a node with children: nothing changes), and the
+/// node's watchers see the change of data, then the deletion, as after the two requests one behind the other: a data
+/// watch fires on the change, and a read after that event finds the node gone; a deletion watch fires on the
+/// deletion. A native lock node's release marks it `first` so (decision 0064).
+pub async fn set_data_and_delete_is_one_write(h: &dyn Harness) {
+    use recipes_core::backend::NodeEvent;
+    let c = h.client().await;
+    let on = c.locks.backend().current();
+    let watcher = h.client().await;
+    let them = watcher.locks.backend().current();
+    let parent = h.path("set-and-delete");
+    containers(on, &parent).await;
+    let missing = format!("{parent}/missing");
+    assert!(matches!(
+        on.set_data_and_delete(&missing, b"x")
+            .await
+            .expect("the backend has transactions"),
+        Err(Error::NoNode(_))
+    ));
+    let nested = format!("{parent}/nested");
+    on.create(&nested, b"kept", CreateMode::Persistent).await.unwrap();
+    on.create(&format!("{nested}/x"), b"", CreateMode::Ephemeral)
+        .await
+        .unwrap();
+    assert!(matches!(
+        on.set_data_and_delete(&nested, b"x")
+            .await
+            .expect("the backend has transactions"),
+        Err(Error::NotEmpty(_))
+    ));
+    let (data, _) = on.get(&nested).await.unwrap().expect("the node with children is kept");
+    assert_eq!(data, b"kept", "a failed transaction left the data as it was");
+    let node = format!("{parent}/n");
+    on.create(&node, b"made", CreateMode::Ephemeral).await.unwrap();
+    let (data, changed) = them.get_and_watch(&node).await.unwrap().expect("the node is there");
+    assert_eq!(data, b"made");
+    let (_, deleted) = them.watch_deletion(&node).await.unwrap().expect("the node is there");
+    on.set_data_and_delete(&node, b"first=1")
+        .await
+        .expect("the backend has transactions")
+        .unwrap();
+    let event = tokio::time::timeout(h.patience(), changed)
+        .await
+        .expect("the data watch fires")
+        .unwrap();
+    assert_eq!(event, NodeEvent::DataChanged, "the change comes first");
+    assert!(
+        them.get(&node).await.unwrap().is_none(),
+        "read after the change's event: gone"
+    );
+    tokio::time::timeout(h.patience(), deleted)
+        .await
+        .expect("the deletion watch fires")
+        .unwrap();
+    on.delete(&format!("{nested}/x")).await.unwrap();
+    on.delete(&nested).await.unwrap();
     assert!(h.children(&parent).await.is_empty(), "every node deleted");
 }

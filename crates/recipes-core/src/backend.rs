@@ -287,6 +287,16 @@ impl SessionRef<'_> {
         Some(self.backend.transactions()?.delete_all(self.id, paths).await)
     }
 
+    /// See [`Transactions::set_data_and_delete`]; `None` when the backend has no transactions.
+    pub async fn set_data_and_delete(&self, path: &str, data: &[u8]) -> Option<Result<()>> {
+        Some(
+            self.backend
+                .transactions()?
+                .set_data_and_delete(self.id, path, data)
+                .await,
+        )
+    }
+
     /// See [`SendNow::delete_sent`]; `None` when nothing was sent (the backend cannot send before returning, or the
     /// session is not the current live one).
     pub fn delete_sent(&self, path: &str) -> Option<ReplyFuture> {

@@ -251,6 +251,14 @@ impl Transactions for MemClient {
         let op = Op::DeleteAll { paths: paths.to_vec() };
         self.request(session, op).await.map(|r| r.done("delete all"))
     }
+
+    async fn set_data_and_delete(&self, session: SessionId, path: &str, data: &[u8]) -> Result<()> {
+        let op = Op::SetDataAndDelete {
+            path: path.to_owned(),
+            data: data.to_vec(),
+        };
+        self.request(session, op).await.map(|r| r.done("set data and delete"))
+    }
 }
 
 impl SendNow for MemClient {

@@ -165,6 +165,29 @@ impl MemCluster {
         self.peek(|st, _| st.listed_names)
     }
 
+    /// The requests the server has applied so far, of every session: what a recipe's work costs the server, as
+    /// ZooKeeper's `zk_packets_received` counts it (heartbeats are not requests here).
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use recipes_core::Locks;
+    /// use recipes_mem::MemCluster;
+    ///
+    /// let cluster = MemCluster::new();
+    /// let locks = Locks::new(cluster.client());
+    /// let lock = locks.fair("/jobs/nightly")?;
+    /// lock.acquire().await?.release().await?; // the lock path is made on the first acquire
+    /// let before = cluster.requests();
+    /// lock.acquire().await?.release().await?;
+    /// // The create and its list, then the delete.
+    /// assert_eq!(cluster.requests() - before, 3);
+    /// # Ok::<(), recipes_core::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn requests(&self) -> u64 {
+        self.peek(|st, _| st.requests)
+    }
+
     /// Whether `path` exists.
     pub fn exists(&self, path: &str) -> bool {
         self.with(|st, _| st.tree.node(path).is_some())

@@ -16,6 +16,17 @@ pub trait Transactions: Send + Sync {
     /// # Notable errors
     /// As [`Backend::delete`](super::Backend::delete); after `ConnectionLoss` either all were deleted or none.
     async fn delete_all(&self, session: SessionId, paths: &[String]) -> Result<()>;
+
+    /// Overwrites a node's data (any version) and deletes it, in one transaction: both, or neither when either fails
+    /// (`NoNode`, `NotEmpty`, or the node's ACL refusing the write). The node's watchers see what a `setData` then a
+    /// `delete` would show them: a data watch fires on the change (a one-shot watch is used up by it), and a read after
+    /// its event finds the node gone; a deletion watch fires on the deletion. But the server commits both as one write,
+    /// and no read ever sees the new data. A native lock node's release marks it `first` so (docs/algorithm.md,
+    /// optimisation 3).
+    ///
+    /// # Notable errors
+    /// As [`Backend::delete`](super::Backend::delete); after `ConnectionLoss` either both were applied or neither.
+    async fn set_data_and_delete(&self, session: SessionId, path: &str, data: &[u8]) -> Result<()>;
 }
 
 /// Requests sent before the call returns: the server applies them before every later request of the session.

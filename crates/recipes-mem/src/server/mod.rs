@@ -133,6 +133,8 @@ pub(crate) struct State {
     pub activity_notify: Arc<Notify>,
     /// The names returned by every list of children so far (what the recipes' lists cost).
     pub listed_names: u64,
+    /// The requests applied so far, of every session (what the recipes' requests cost).
+    pub requests: u64,
 }
 
 impl Default for State {
@@ -151,6 +153,7 @@ impl Default for State {
             activity: 0,
             activity_notify: Arc::new(Notify::new()),
             listed_names: 0,
+            requests: 0,
         }
     }
 }

@@ -47,6 +47,11 @@ pub(crate) enum Op {
     DeleteAll {
         paths: Vec<String>,
     },
+    /// A transaction of a `setData` (any version) and a `delete` of one node: both or neither.
+    SetDataAndDelete {
+        path: String,
+        data: Vec<u8>,
+    },
     /// Catch up with the leader: the one server here is always caught up.
     Sync {
         path: String,
@@ -68,7 +73,9 @@ impl Op {
         let node = |p: &str| format!("node:{p}");
         let children = |p: &str| format!("children:{}", parent_of(p));
         let (reads, writes) = match self {
-            Op::Create { path, .. } | Op::Delete { path } => (vec![], vec![node(path), children(path)]),
+            Op::Create { path, .. } | Op::Delete { path } | Op::SetDataAndDelete { path, .. } => {
+                (vec![], vec![node(path), children(path)])
+            }
             Op::SetData { path, .. } => (vec![], vec![node(path)]),
             Op::DeleteAll { paths } => (vec![], paths.iter().flat_map(|p| [node(p), children(p)]).collect()),
             Op::Children { path } => (vec![format!("children:{path}")], vec![]),
@@ -93,6 +100,7 @@ impl Op {
             Op::SetData { path, .. } => format!("set {path}"),
             Op::Delete { path } => format!("delete {path}"),
             Op::DeleteAll { paths } => format!("delete all of {}", paths.join(" ")),
+            Op::SetDataAndDelete { path, .. } => format!("set and delete {path}"),
             Op::Sync { path } => format!("sync {path}"),
         }
     }
@@ -111,7 +119,12 @@ impl Op {
     pub(super) fn is_write_or_sync(&self) -> bool {
         matches!(
             self,
-            Op::Sync { .. } | Op::Create { .. } | Op::Delete { .. } | Op::DeleteAll { .. } | Op::SetData { .. }
+            Op::Sync { .. }
+                | Op::Create { .. }
+                | Op::Delete { .. }
+                | Op::DeleteAll { .. }
+                | Op::SetData { .. }
+                | Op::SetDataAndDelete { .. }
         )
     }
 }
@@ -248,6 +261,7 @@ impl Watches {
 impl State {
     /// Runs a request on the tree, as session `sid`.
     pub(super) fn execute(&mut self, sid: SessionId, op: Op, now: Instant) -> Result<Reply> {
+        self.requests += 1;
         match op {
             Op::Create { path, data, mode } => {
                 let created = self.tree.create(sid, &path, data, mode)?;
@@ -303,6 +317,25 @@ impl State {
                     self.tree.delete(path, now)?;
                     self.fire_watches(path, NodeEvent::Deleted, now);
                 }
+                Ok(Reply::Done)
+            }
+            Op::SetDataAndDelete { path, data } => {
+                // As ZooKeeper's transaction: the delete is checked before anything is applied (the node exists, has
+                // no children), then both apply, each firing its watches.
+                if path == "/" {
+                    return Err(recipes_core::Error::Refused("cannot delete /".into()));
+                }
+                let node = self
+                    .tree
+                    .node(&path)
+                    .ok_or_else(|| recipes_core::Error::NoNode(path.clone()))?;
+                if !node.children.is_empty() {
+                    return Err(recipes_core::Error::NotEmpty(path));
+                }
+                self.tree.set_data(&path, &data, None)?;
+                self.fire_watches(&path, NodeEvent::DataChanged, now);
+                self.tree.delete(&path, now)?;
+                self.fire_watches(&path, NodeEvent::Deleted, now);
                 Ok(Reply::Done)
             }
             Op::Sync { .. } => Ok(Reply::Done),

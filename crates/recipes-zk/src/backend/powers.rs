@@ -23,6 +23,16 @@ impl Transactions for ZkBackend {
         })
         .await
     }
+
+    async fn set_data_and_delete(&self, session: SessionId, path: &str, data: &[u8]) -> Result<()> {
+        self.request(session, path, Evidence::Leader, |c| async move {
+            let mut txn = c.new_multi_writer();
+            txn.add_set_data(path, data, None)?;
+            txn.add_delete(path, None)?;
+            txn.commit().await.map(drop).map_err(zk::Error::from)
+        })
+        .await
+    }
 }
 
 impl SendNow for ZkBackend {

@@ -95,6 +95,13 @@ pub enum Mutant {
     /// Not a bug: every waiter that came to hold the lock marks itself `first`, not only one behind a long queue,
     /// so that the model checker explores the marking optimisation with a few clients.
     AlwaysMark,
+    /// Not a bug: a node that marks itself `first` writes the mark as soon as it holds, in a write of its own, as
+    /// before decision 0064, instead of in its release's transaction (a test shows what each costs a drain).
+    MarkWhenHeld,
+    /// A release whose transaction (the `first` mark and the delete) is refused for the mark alone (the node's ACL
+    /// lets its owner delete it but not write it) fails, and leaves the node behind (found by review of decision
+    /// 0064: every waiter then waited on a lock nobody held).
+    MarkRefusalKeepsNode,
 }
 
 impl Mutant {

@@ -104,3 +104,61 @@ async fn a_creator_acl_without_credentials_is_refused_at_connect() {
         "{e}"
     );
 }
+
+/// A lock node whose ACL lets its owner delete it but not write it (`world:anyone:cdr`): a release that marks the
+/// node `first` in one transaction with its delete (decision 0064) has the transaction refused for the mark, and
+/// deletes the node without it, on release and on drop (found by review: the release failed with `NotAuthorized` and
+/// left the node, and every waiter waited on a lock nobody held; `Mutant::MarkRefusalKeepsNode` is that release).
+#[cfg_attr(
+    not(recipes_mutants),
+    ignore = "switches a mutant on: needs RUSTFLAGS=\"--cfg recipes_mutants\""
+)]
+#[tokio::test]
+async fn a_node_its_owner_may_not_write_is_still_released() {
+    use recipes_core::mutants::{self, Mutant};
+    let Some(servers) = servers() else { return };
+    // Every node that comes to hold marks itself (in production: after a listing of more than 64 contenders).
+    mutants::set(Mutant::AlwaysMark, true);
+    let acl: NodeAcl = "world:anyone:cdr".parse().unwrap();
+    let path = unique("no-write");
+    let (a, b) = (
+        client(&servers, None, acl.clone()).await,
+        client(&servers, None, acl).await,
+    );
+    let observer = client(&servers, None, NodeAcl::Open).await;
+    let children = |observer: Arc<ZkBackend>, path: String| async move {
+        observer.current().children(&path).await.unwrap_or_default()
+    };
+    let lock_a = Locks::new(a.clone()).fair(&path).unwrap();
+    let lock_b = Locks::new(b.clone()).fair(&path).unwrap();
+    // Released: the holder's node goes, and the waiter behind it holds.
+    let held = lock_a.acquire().await.unwrap();
+    let waiting = tokio::spawn(async move { lock_b.acquire().await });
+    for _ in 0..200 {
+        if children(observer.clone(), path.clone()).await.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    held.release().await.expect("released without the mark");
+    let next = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the waiter holds once the node is gone")
+        .unwrap()
+        .unwrap();
+    // Dropped: deleted in the background all the same.
+    drop(next);
+    let mut left = children(observer.clone(), path.clone()).await;
+    for _ in 0..200 {
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        left = children(observer.clone(), path.clone()).await;
+    }
+    mutants::set(Mutant::AlwaysMark, false);
+    assert!(left.is_empty(), "left behind: {left:?}");
+    for c in [a, b, observer] {
+        c.close().await;
+    }
+}

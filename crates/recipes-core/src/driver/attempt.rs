@@ -242,6 +242,7 @@ impl<'a> Attempt<'a> {
             attempt,
             session: sid,
             czxid: None,
+            marks: None,
         };
         let (node, mode) = match fixed {
             Some(name) => (self.path.child(name), CreateMode::Ephemeral),

@@ -24,6 +24,7 @@ use crate::metrics::{Count, Tags};
 use crate::mutants::{is_active, Mutant};
 use crate::path::LockPath;
 use crate::protocol::made_by;
+use crate::recipe::Recipe;
 
 /// How many times a delete is sent through connection losses before giving up.
 const DELETE_ATTEMPTS: u32 = 20;
@@ -42,6 +43,9 @@ pub(crate) struct Identity {
     pub czxid: Option<i64>,
     /// The session that made the node: every request of the delete runs on it, or not at all.
     pub session: SessionId,
+    /// The recipe of a held queue node whose delete also marks it `first`, in one transaction (see `HeldNode`'s
+    /// `marks_on_release`); `None` for every other delete.
+    pub marks: Option<Recipe>,
 }
 
 impl Identity {
@@ -75,6 +79,24 @@ pub(crate) fn is_ours(data: &[u8], stat_owner: SessionId, attempt: Uuid, session
 /// on that session, so an expiry in between fails the delete instead of letting it run elsewhere).
 async fn delete_once(ctx: &Ctx, node: &str, id: Identity) -> Result<Deleted> {
     let on = ctx.backend.on(id.session);
+    if let (Some(recipe), false) = (id.marks, id.fixed) {
+        // The mark and the delete in one transaction: the node behind sees the change of data, then the deletion, and
+        // holds (docs/algorithm.md, optimisation 3). Only over a queue's node, whose name is never another's.
+        let data = NodeInfo::encode_own(id.attempt, recipe.name(), true);
+        match on.set_data_and_delete(node, &data).await {
+            None => {}
+            Some(Ok(())) => return Ok(Deleted::Ours),
+            Some(Err(Error::NoNode(_))) => return Ok(Deleted::Absent),
+            // Lost (the retry deletes without the mark), or the session is over: as a delete's.
+            Some(Err(e)) if matches!(e, Error::ConnectionLoss) || reports_end(&e) => return Err(e),
+            // Refused for the mark alone (an ACL that lets us delete the node but not write it, a quota): the mark
+            // is never needed, and the node must go (found by review: the release failed and left it).
+            Some(Err(e)) if !is_active(Mutant::MarkRefusalKeepsNode) => {
+                debug!(%node, error = %e, "the mark was refused with the release; deleting the node without it");
+            }
+            Some(Err(e)) => return Err(e),
+        }
+    }
     if id.fixed {
         match on.get(node).await? {
             None => return Ok(Deleted::Absent),
@@ -176,6 +198,11 @@ async fn delete_node_after(ctx: &Ctx, node: &str, id: Identity, lost_reply: bool
         if lost_reply && !is_active(Mutant::NoSyncAfterLostReply) {
             ctx.backend.on(id.session).sync(node).await?;
         }
+        // After a lost reply, a plain delete: the node behind lists again when the mark never landed.
+        let id = Identity {
+            marks: id.marks.filter(|_| !lost_reply),
+            ..id
+        };
         match delete_once(ctx, node, id).await? {
             // After the sync, our node is gone: deleted by the request whose reply was lost (the fixed name may hold
             // the next holder's node by now).
@@ -279,6 +306,7 @@ impl Cleanup {
                     attempt,
                     session,
                     czxid: None,
+                    marks: None,
                 },
             ),
             Pending::Created(node, attempt, session, czxid) => (
@@ -288,6 +316,7 @@ impl Cleanup {
                     attempt,
                     session,
                     czxid: Some(czxid),
+                    marks: None,
                 },
             ),
         };

@@ -125,17 +125,22 @@ impl Attempt<'_> {
     }
 
     /// Our queued node holds the lock: keep it (with the watch on it armed while it waited, if any), and mark it
-    /// first when the node behind may need to know.
+    /// first when the node behind may need to know: in the transaction of its release where the backend has
+    /// transactions (the mark then costs no write of its own), now otherwise.
     fn won(&mut self, q: Queued, mark: bool, own: Option<NodeWatch>) -> HeldNode {
-        if mark {
+        let in_release = mark && self.backend().transactions().is_some() && !is_active(Mutant::MarkWhenHeld);
+        if mark && !in_release {
             self.mark_first(&q.node, q.id);
         }
-        self.held(q.node, q.czxid, q.id).watched_by(own)
+        self.held(q.node, q.czxid, q.id)
+            .watched_by(own)
+            .marking_on_release(in_release)
     }
 
-    /// Tells the node behind us that nothing is ahead of us any more (see `wait_in_line`). Not awaited: the
-    /// request is ordered before our release. Only over the data the node was made with (version 0): a request to
-    /// let go written there first (revocation) is not overwritten, and the node behind lists again instead.
+    /// Tells the node behind us that nothing is ahead of us any more (see `wait_in_line`), when the backend has no
+    /// transactions to send it with our delete. Not awaited: the request is ordered before our release. Only over the
+    /// data the node was made with (version 0): a request to let go written there first (revocation) is not
+    /// overwritten, and the node behind lists again instead.
     fn mark_first(&self, node: &str, id: Identity) {
         let data = NodeInfo::encode_own(id.attempt, self.recipe.name(), true);
         self.backend().on(id.session).set_data_unacked(node, &data, Some(0));

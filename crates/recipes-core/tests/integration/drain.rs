@@ -11,6 +11,44 @@ use recipes_core::Locks;
 use recipes_mem::MemCluster;
 use tokio::task::JoinSet;
 
+/// A holder of `path` (on the first of `sessions`) and `waiters` waiters queued behind it one by one, consecutive
+/// waiters on different sessions (each handoff goes through the watch, not a same-session pass), each releasing as
+/// soon as it holds. Returns once every waiter has listed once and waits in line.
+async fn queue_behind(
+    cluster: &MemCluster,
+    sessions: &[Locks],
+    path: &str,
+    waiters: usize,
+) -> (recipes_core::LockGuard, JoinSet<()>) {
+    let holder = sessions[0].fair(path).unwrap().acquire().await.unwrap();
+    let mut queued = JoinSet::new();
+    for i in 0..waiters {
+        let lock = sessions[i % sessions.len()].fair(path).unwrap();
+        queued.spawn(async move { lock.acquire().await.unwrap().release().await.unwrap() });
+        for _ in 0..1000 {
+            if cluster.children(path).len() == i + 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(cluster.children(path).len(), i + 2, "waiter {i} queued");
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    (holder, queued)
+}
+
+/// Releases `holder` and waits (bounded) until every queued waiter has held and released.
+async fn drain(holder: recipes_core::LockGuard, mut queued: JoinSet<()>) {
+    holder.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(600), async {
+        while let Some(r) = queued.join_next().await {
+            r.unwrap();
+        }
+    })
+    .await
+    .expect("the queue drains");
+}
+
 /// 300 waiters queued one by one, so that the first 64 listed a short queue, then drained. A holder marks itself
 /// once it has judged a listing of more than 64 contenders, so the waiters near the front mark every other time
 /// (after their own list of the whole queue), and from the 64th on every time: about 32 lists of the whole queue in
@@ -22,35 +60,51 @@ async fn a_drain_lists_the_whole_queue_only_behind_every_other_early_waiter() {
     let path = "/drain/queue";
     let cluster = MemCluster::new();
     let sessions: Vec<Locks> = (0..4).map(|_| Locks::new(cluster.client())).collect();
-    let holder = sessions[0].fair(path).unwrap().acquire().await.unwrap();
-    let mut waiters = JoinSet::new();
-    for i in 0..WAITERS {
-        // Consecutive waiters on different sessions: each handoff goes through the watch, not a same-session pass.
-        let lock = sessions[i % sessions.len()].fair(path).unwrap();
-        waiters.spawn(async move { lock.acquire().await.unwrap().release().await.unwrap() });
-        for _ in 0..1000 {
-            if cluster.children(path).len() == i + 2 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        assert_eq!(cluster.children(path).len(), i + 2, "waiter {i} queued");
-    }
-    // Every waiter has listed once and waits in line.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (holder, queued) = queue_behind(&cluster, &sessions, path, WAITERS).await;
     let before = cluster.listed_names();
-    holder.release().await.unwrap();
-    tokio::time::timeout(Duration::from_secs(600), async {
-        while let Some(r) = waiters.join_next().await {
-            r.unwrap();
-        }
-    })
-    .await
-    .expect("the queue drains");
+    drain(holder, queued).await;
     let listed = cluster.listed_names() - before;
     // About 32 lists of at most 300 names; the old rule's 63 lists would read about 17,000.
     assert!(listed <= 40 * WAITERS as u64, "the drain listed {listed} names");
     assert!(cluster.children(path).is_empty());
+}
+
+/// The requests of a drain, per handoff: a holder that marks itself `first` does so in its release, in one
+/// transaction with its delete, so a handoff costs that transaction and the next waiter's read of its blocker after
+/// the change of data: 2 (decision 0064). With the mark written as soon as the node holds, in a write of its own
+/// (`Mutant::MarkWhenHeld`, the rule before), a handoff costs 3. The lists behind the early waiters (see the test
+/// above) add about 0.1.
+#[cfg_attr(
+    not(recipes_mutants),
+    ignore = "switches a mutant on: needs RUSTFLAGS=\"--cfg recipes_mutants\""
+)]
+#[tokio::test(start_paused = true)]
+async fn a_drain_marks_in_the_release_two_requests_per_handoff() {
+    use recipes_core::mutants::{self, Mutant};
+    const WAITERS: usize = 200;
+    for when_held in [false, true] {
+        mutants::set(Mutant::MarkWhenHeld, when_held);
+        let path = "/drain/requests";
+        let cluster = MemCluster::new();
+        let sessions: Vec<Locks> = (0..4).map(|_| Locks::new(cluster.client())).collect();
+        let (holder, queued) = queue_behind(&cluster, &sessions, path, WAITERS).await;
+        let before = cluster.requests();
+        drain(holder, queued).await;
+        let per_handoff = (cluster.requests() - before) as f64 / WAITERS as f64;
+        if when_held {
+            assert!(
+                per_handoff >= 2.6,
+                "marked when held: {per_handoff:.2} requests per handoff"
+            );
+        } else {
+            assert!(
+                per_handoff <= 2.3,
+                "marked in the release: {per_handoff:.2} requests per handoff"
+            );
+        }
+        assert!(cluster.children(path).is_empty());
+    }
+    mutants::set(Mutant::MarkWhenHeld, false);
 }
 
 /// A waiter in line whose connection was cut during its wait lists the queue again on its blocker's deletion instead

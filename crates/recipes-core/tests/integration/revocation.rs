@@ -222,6 +222,8 @@ async fn the_multi_lock_keeps_its_deadline_through_a_disconnection() {
 /// A request to let go that reaches a new holder's node before that holder marks itself `first` is not overwritten by
 /// the mark (found by review: the mark, written unconditionally right after the node came to hold, could wipe the
 /// request, and the holder never learned of it). The mark is written only over the node's data as made (version 0).
+/// Since decision 0064 a backend with transactions marks in the release's transaction instead, after the holder has
+/// had every request: the mark when held, as on a backend without them, is switched on here (`MarkWhenHeld`).
 #[cfg_attr(
     not(recipes_mutants),
     ignore = "switches a mutant on: needs RUSTFLAGS=\"--cfg recipes_mutants\""
@@ -230,6 +232,7 @@ async fn the_multi_lock_keeps_its_deadline_through_a_disconnection() {
 async fn the_first_mark_never_overwrites_a_request_to_let_go() {
     // Every waiter that comes to hold marks itself (in production: only behind 64 or more).
     mutants::set(Mutant::AlwaysMark, true);
+    mutants::set(Mutant::MarkWhenHeld, true);
     let cluster = MemCluster::new();
     cluster.set_latency(Duration::from_millis(5));
     let (a, b, asker) = (
@@ -250,6 +253,7 @@ async fn the_first_mark_never_overwrites_a_request_to_let_go() {
     release.await.unwrap().unwrap();
     let gb = waiting.await.unwrap().unwrap();
     mutants::set(Mutant::AlwaysMark, false);
+    mutants::set(Mutant::MarkWhenHeld, false);
     tokio::time::timeout(Duration::from_secs(1), gb.revocation_requested())
         .await
         .expect("the request is still there for the holder")

@@ -56,6 +56,10 @@ pub(crate) struct HeldNode {
     /// one armed long before may have an event on its way that heartbeats answered since do not show (see
     /// docs/algorithm.md, the own-node watch).
     own_watch: OwnWatch,
+    /// Whether its delete also marks it `first`, in one transaction (a native lock's or writer's node that judged a
+    /// long listing, on a backend with transactions: the node behind then holds without listing, and the mark costs
+    /// no write of its own). See docs/algorithm.md, optimisation 3.
+    marks_on_release: bool,
 }
 
 /// The watch a held node keeps (see `HeldNode::own_watch`): set when the node is made, taken when it is dropped,
@@ -102,6 +106,7 @@ impl HeldNode {
             loss_reported: AtomicBool::new(false),
             handed_out: false,
             own_watch: OwnWatch::default(),
+            marks_on_release: false,
         }
     }
 
@@ -109,6 +114,12 @@ impl HeldNode {
     /// made), until the node's end.
     pub fn watched_by(mut self, watch: Option<NodeWatch>) -> Self {
         self.own_watch = OwnWatch(std::sync::Mutex::new(watch));
+        self
+    }
+
+    /// Has the node's delete mark it `first` in the same transaction (see `marks_on_release`).
+    pub fn marking_on_release(mut self, yes: bool) -> Self {
+        self.marks_on_release = yes;
         self
     }
 
@@ -136,6 +147,7 @@ impl HeldNode {
             attempt: self.attempt,
             session: self.session,
             czxid: Some(self.czxid),
+            marks: self.marks_on_release.then_some(self.recipe),
         }
     }
 

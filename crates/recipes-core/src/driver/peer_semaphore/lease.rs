@@ -250,6 +250,7 @@ impl LeaseUnderMutex {
             attempt,
             session: sid,
             czxid: None,
+            marks: None,
         };
         let node = a.path.child(attempt.simple().encode_lower(&mut Uuid::encode_buffer()));
         let data = NodeInfo::encode_own(attempt, a.recipe.name(), false);

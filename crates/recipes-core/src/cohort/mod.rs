@@ -23,16 +23,15 @@
 //! - Each hold's pass number (0 for the node's first hold) goes into its fencing token below the node's creation id,
 //!   so tokens strictly increase across local passes too.
 
-use std::collections::VecDeque;
+mod hold;
+mod state;
+
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio::sync::{oneshot, Notify};
-use tokio::time::Instant;
 
-use crate::backend::SessionStatus;
-use crate::driver::session;
-use crate::driver::{self, Ctx, HeldNode};
+use crate::driver::{self, session, Ctx, HeldNode};
 use crate::error::{Error, LostReason, Result};
 use crate::guard::LockGuard;
 use crate::mutants::{is_active, Mutant};
@@ -40,93 +39,9 @@ use crate::path::LockPath;
 use crate::patience::Patience;
 use crate::recipe::Recipe;
 
-/// How a queued local task's turn comes.
-#[derive(Debug)]
-enum Turn {
-    /// It holds the cohort's node, as this pass of it.
-    Hold(Arc<HeldNode>, u32),
-    /// It leads: it runs the acquire that makes the cohort's next node.
-    Lead,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    /// The node that a local task holds now; `None` between holders of different nodes.
-    node: Option<Arc<HeldNode>>,
-    /// How many holds `node` has had (its first included).
-    holds: u32,
-    /// How many local holds of `node` are out now (a read cohort's; at most one for an exclusive cohort).
-    active: u32,
-    /// Whether a local holder of `node` learned that someone asked it to let go: no more passes.
-    revoked: bool,
-    /// Whether a local task is running the acquire of the cohort's next node.
-    leading: bool,
-    next_id: u64,
-    /// How many nodes were forgotten because their session ended: a task that queued before fails.
-    expiries: u64,
-    /// The local tasks waiting for their turn, oldest first.
-    queue: VecDeque<(u64, oneshot::Sender<Turn>)>,
-}
-
-impl State {
-    /// Hands `turn` to the oldest waiting task. `Err` gives it back when nobody waits.
-    fn hand(&mut self, mut turn: Turn) -> std::result::Result<(), Turn> {
-        // Bounded by the queue's length: a queued task's receiver lives until it has removed itself, under the lock.
-        while let Some((_, tx)) = self.queue.pop_front() {
-            match tx.send(turn) {
-                Ok(()) => return Ok(()),
-                Err(back) => turn = back,
-            }
-        }
-        Err(turn)
-    }
-
-    /// Nobody leads any more: the oldest waiting task does.
-    fn lead_next(&mut self) {
-        self.leading = self.hand(Turn::Lead).is_ok();
-    }
-
-    /// Forgets the node when its session is over (its ephemeral node went with it): a holder that keeps its lost
-    /// guard must not keep the cohort's other tasks from the lock, which may be free. The holder's later release
-    /// finds another node, or none, and does nothing; its reference deletes nothing. The tasks waiting then fail as
-    /// waiters in line on that session would (`expiries` tells them); a task that asks later leads.
-    /// (Not for a lease that ran out on a live session: the node may still be first in the queue at the server.)
-    fn forget_if_over(&mut self, status: SessionStatus) {
-        if self.node.as_ref().is_some_and(|n| session::is_over(status, n.session)) {
-            self.forget();
-            self.expiries += 1;
-        }
-    }
-
-    /// The cohort holds no node any more (its last holder's reference releases it).
-    fn forget(&mut self) {
-        self.node = None;
-        self.holds = 0;
-        self.active = 0;
-        self.revoked = false;
-    }
-
-    /// Whether one more hold of `node` may be handed out now: under the bound, not asked to let go, its lease valid.
-    fn may_hold_again(&self, node: &HeldNode, bound: u32) -> bool {
-        let bounded = self.holds < bound || is_active(Mutant::CohortUnbounded);
-        bounded && !self.revoked && valid_now(node)
-    }
-
-    /// Counts out one more hold of `node`, and returns its pass.
-    fn count_hold(&mut self) -> u32 {
-        let pass = self.holds;
-        self.holds += 1;
-        self.active += 1;
-        pass
-    }
-
-    /// Nobody holds or leads while tasks wait (the waiting tasks of a forgotten node left, say): the oldest leads.
-    fn unstick(&mut self) {
-        if self.node.is_none() && !self.leading {
-            self.lead_next();
-        }
-    }
-}
+pub(crate) use hold::CohortHold;
+use hold::{Leading, Queued};
+use state::{valid_now, State, Turn};
 
 /// The cohort of one lock path and recipe (fair, read or write), shared by every handle on the path made from one
 /// [`Locks`](crate::Locks).
@@ -138,85 +53,6 @@ pub(crate) struct Cohort {
     state: Mutex<State>,
     /// Woken when a leader's node becomes the cohort's: the waiting tasks watch its session.
     node_set: Notify,
-}
-
-/// One local hold of the cohort's node: counted out (passing the lock on, or letting the node go) when dropped.
-#[derive(Debug)]
-pub(crate) struct CohortHold {
-    cohort: Arc<Cohort>,
-    node: Arc<HeldNode>,
-    pass: u32,
-}
-
-impl CohortHold {
-    /// This hold's pass of its node (0 for the node's first hold).
-    pub fn pass(&self) -> u32 {
-        self.pass
-    }
-
-    /// The cohort's node this hold counts on.
-    pub fn node(&self) -> &Arc<HeldNode> {
-        &self.node
-    }
-
-    /// Someone asked this hold's node to let go: the node is released after this hold, not passed on.
-    pub fn revoked(&self) {
-        let mut s = self.cohort.state.lock();
-        if s.node.as_ref().is_some_and(|n| Arc::ptr_eq(n, &self.node)) {
-            s.revoked = true;
-        }
-    }
-}
-
-impl Drop for CohortHold {
-    fn drop(&mut self) {
-        self.cohort.let_go(&self.node);
-    }
-}
-
-/// A leader's acquire in flight: when it ends without a hold (a try or a deadline that found the lock taken, an
-/// error, a dropped future), the oldest waiting task leads.
-struct Leading<'a>(Option<&'a Cohort>);
-
-impl Drop for Leading<'_> {
-    fn drop(&mut self) {
-        if let Some(c) = self.0 {
-            c.state.lock().lead_next();
-        }
-    }
-}
-
-/// A queued task's place: removed when dropped; a turn that was handed to it meanwhile is handed on.
-struct Queued<'a> {
-    cohort: &'a Cohort,
-    id: u64,
-    rx: oneshot::Receiver<Turn>,
-    done: bool,
-}
-
-impl Drop for Queued<'_> {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        let mut s = self.cohort.state.lock();
-        if let Some(i) = s.queue.iter().position(|(id, _)| *id == self.id) {
-            s.queue.remove(i);
-            s.unstick();
-            return;
-        }
-        // Not queued any more: a turn was sent to us (under the lock, so it is in the channel now).
-        drop(s);
-        if let Ok(turn) = self.rx.try_recv() {
-            self.cohort.hand_on(turn);
-        }
-    }
-}
-
-/// Whether `node`'s lease is valid now, read without counting or logging a loss (which calls the metrics recorder:
-/// it runs under the cohort's mutex, where a recorder that panics must not leave the state half changed).
-fn valid_now(node: &HeldNode) -> bool {
-    node.valid_until().is_some_and(|until| Instant::now() < until)
 }
 
 impl Cohort {

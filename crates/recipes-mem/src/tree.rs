@@ -107,11 +107,11 @@ impl Tree {
         if path == "/" {
             return Err(Error::NodeExists(path.to_owned()));
         }
-        let parent_path = parent_of(path).to_owned();
+        let parent_path = parent_of(path);
         let parent = self
             .nodes
-            .get_mut(&parent_path)
-            .ok_or_else(|| Error::NoNode(parent_path.clone()))?;
+            .get_mut(parent_path)
+            .ok_or_else(|| Error::NoNode(parent_path.to_owned()))?;
         if parent.ephemeral_owner != 0 {
             return Err(Error::Refused(format!(
                 "ephemeral node {parent_path} cannot have children"
@@ -133,7 +133,7 @@ impl Tree {
         }
         parent.children.insert(name);
         parent.cversion = parent.cversion.wrapping_add(1);
-        self.emptied.remove(&parent_path);
+        self.emptied.remove(parent_path);
         self.zxid += 1;
         let ephemeral = matches!(mode, CreateMode::Ephemeral | CreateMode::EphemeralSequential);
         let node = Node::new(

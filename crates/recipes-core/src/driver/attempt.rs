@@ -17,7 +17,7 @@ use crate::layout::{may_be_unqueued, Family};
 use crate::metrics::{Count, Tags};
 use crate::path::LockPath;
 use crate::patience::Patience;
-use crate::protocol::{self, Protocol, Refusal};
+use crate::protocol::{self, Refusal};
 use crate::recipe::Recipe;
 
 /// Why an attempt stopped short of holding the lock.
@@ -43,7 +43,7 @@ pub(crate) struct Attempt<'a> {
     /// The recipe, for the metrics' labels and the node's data.
     pub recipe: Recipe,
     /// How the node is named and judged.
-    pub protocol: Box<dyn Protocol>,
+    pub protocol: protocol::AnyProtocol,
     pub try_once: bool,
     /// A try that makes its node without listing first (see [`Patience::TryEagerly`]).
     pub eager: bool,

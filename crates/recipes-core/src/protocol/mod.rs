@@ -87,11 +87,29 @@ pub trait Protocol: Send + Sync + fmt::Debug {
 }
 
 /// The protocol of `recipe` in `layout`, claiming `weight` of `permits` permits (1 of 1 for a lock).
-pub(crate) fn of(layout: Layout, recipe: Recipe, weight: u32, permits: u32) -> Box<dyn Protocol> {
+pub(crate) fn of(layout: Layout, recipe: Recipe, weight: u32, permits: u32) -> AnyProtocol {
     match recipe.node_kind() {
-        None => Box::new(Fixed),
-        Some(crate::layout::NodeKind::Permit) => Box::new(Queue::permits(layout, weight, permits)),
-        Some(kind) => Box::new(Queue::lock(layout, kind)),
+        None => AnyProtocol::Fixed(Fixed),
+        Some(crate::layout::NodeKind::Permit) => AnyProtocol::Queue(Queue::permits(layout, weight, permits)),
+        Some(kind) => AnyProtocol::Queue(Queue::lock(layout, kind)),
+    }
+}
+
+/// One of the two protocols, kept by value (an acquire asks for it on every step; no allocation per acquire).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum AnyProtocol {
+    Fixed(Fixed),
+    Queue(Queue),
+}
+
+impl std::ops::Deref for AnyProtocol {
+    type Target = dyn Protocol;
+
+    fn deref(&self) -> &Self::Target {
+        match self {
+            AnyProtocol::Fixed(f) => f,
+            AnyProtocol::Queue(q) => q,
+        }
     }
 }
 

@@ -88,8 +88,8 @@ pub(crate) fn contenders_and_foreign<S: AsRef<str>>(
 pub(crate) struct Ahead {
     /// The contenders that sort before ours, in queue order.
     pub ahead: Vec<Contender>,
-    /// Our node, `None` when it is not among the contenders.
-    pub ours: Option<Contender>,
+    /// Our node's weight (the permits it claims), `None` when it is not among the contenders.
+    pub ours: Option<u32>,
     /// As [`foreign`]`(own, children)`.
     pub foreign: Option<(String, Family)>,
     /// As [`wrapped`] of all the contenders.
@@ -110,6 +110,7 @@ pub(crate) fn ahead_of<S: AsRef<str>>(layout: Layout, own: Family, children: &[S
             .min_by(|a, b| queue_order(a, b))
             .map(|c| c.name.to_owned())
     };
+    // Ours by its name and place only: nothing of it is copied (a judge of a short queue allocates little).
     let Some(mine) = parsed.iter().find(|c| c.name == ours).cloned() else {
         return Ahead {
             ahead: Vec::new(),
@@ -125,7 +126,7 @@ pub(crate) fn ahead_of<S: AsRef<str>>(layout: Layout, own: Family, children: &[S
     ahead.sort_unstable_by(queue_order);
     Ahead {
         ahead: ahead.into_iter().map(Parsed::owned).collect(),
-        ours: Some(mine.owned()),
+        ours: Some(mine.weight),
         foreign,
         wrapped,
     }

@@ -123,10 +123,10 @@ impl Protocol for Queue {
         if let Some(r) = refusal(listing.foreign, listing.wrapped) {
             return Verdict::Refuse(r);
         }
-        let Some(mine) = listing.ours else {
+        let Some(weight) = listing.ours else {
             return Verdict::Missing;
         };
-        self.verdict(&listing.ahead, mine.weight)
+        self.verdict(&listing.ahead, weight)
     }
 
     /// # Contract

@@ -10,13 +10,13 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
 use crate::backend::SessionId;
 
-type Key = (SessionId, String);
 /// The waiters on one blocker: a registration id and where to tell it.
 type Waiters = Vec<(u64, oneshot::Sender<()>)>;
 
@@ -24,20 +24,28 @@ type Waiters = Vec<(u64, oneshot::Sender<()>)>;
 #[derive(Debug, Default)]
 pub(crate) struct Handoffs {
     next: AtomicU64,
-    waiting: Mutex<HashMap<Key, Waiters>>,
+    /// By session, then by the blocker's path: the path is shared with the waiter's registration, one allocation per
+    /// waiter in line (each waiter keeps its registration for as long as it waits).
+    waiting: Mutex<HashMap<SessionId, HashMap<Arc<str>, Waiters>>>,
 }
 
 impl Handoffs {
     /// Registers a waiter in line on `blocker` (a node path) of `session`; the registration ends when the returned
     /// value is dropped.
-    pub fn wait(&self, session: SessionId, blocker: &str) -> Waiting<'_> {
+    pub fn wait(&self, session: SessionId, blocker: &Arc<str>) -> Waiting<'_> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        let key = (session, blocker.to_owned());
-        self.waiting.lock().entry(key.clone()).or_default().push((id, tx));
+        self.waiting
+            .lock()
+            .entry(session)
+            .or_default()
+            .entry(blocker.clone())
+            .or_default()
+            .push((id, tx));
         Waiting {
             board: self,
-            key,
+            session,
+            blocker: blocker.clone(),
             id,
             handed: rx,
         }
@@ -46,19 +54,23 @@ impl Handoffs {
     /// Whether a task waits in line on `node` of `session`.
     pub fn has(&self, session: SessionId, node: &str) -> bool {
         let waiting = self.waiting.lock();
-        !waiting.is_empty() && waiting.contains_key(&(session, node.to_owned()))
+        waiting.get(&session).is_some_and(|w| w.contains_key(node))
     }
 
     /// Takes every waiter in line on `node` of `session`.
     pub fn take(&self, session: SessionId, node: &str) -> Vec<oneshot::Sender<()>> {
         let mut waiting = self.waiting.lock();
-        if waiting.is_empty() {
+        let Some(of_session) = waiting.get_mut(&session) else {
             return Vec::new();
-        }
-        waiting
-            .remove(&(session, node.to_owned()))
+        };
+        let taken = of_session
+            .remove(node)
             .map(|ws| ws.into_iter().map(|(_, tx)| tx).collect())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        if of_session.is_empty() {
+            waiting.remove(&session);
+        }
+        taken
     }
 }
 
@@ -66,7 +78,8 @@ impl Handoffs {
 /// holder took us but could not hand over (then the watch tells).
 pub(crate) struct Waiting<'a> {
     board: &'a Handoffs,
-    key: Key,
+    session: SessionId,
+    blocker: Arc<str>,
     id: u64,
     pub handed: oneshot::Receiver<()>,
 }
@@ -74,11 +87,17 @@ pub(crate) struct Waiting<'a> {
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         let mut waiting = self.board.waiting.lock();
-        if let Some(ws) = waiting.get_mut(&self.key) {
+        let Some(of_session) = waiting.get_mut(&self.session) else {
+            return;
+        };
+        if let Some(ws) = of_session.get_mut(&*self.blocker) {
             ws.retain(|(id, _)| *id != self.id);
             if ws.is_empty() {
-                waiting.remove(&self.key);
+                of_session.remove(&*self.blocker);
             }
+        }
+        if of_session.is_empty() {
+            waiting.remove(&self.session);
         }
     }
 }
@@ -91,8 +110,9 @@ mod tests {
     fn a_waiter_is_handed_over_once_and_leaves_no_entry() {
         let h = Handoffs::default();
         let s: SessionId = 7;
-        let mut w = h.wait(s, "/p/a");
-        let other = h.wait(8, "/p/a");
+        let a: Arc<str> = Arc::from("/p/a");
+        let mut w = h.wait(s, &a);
+        let other = h.wait(8, &a);
         assert!(h.take(s, "/p/b").is_empty());
         let taken = h.take(s, "/p/a");
         assert_eq!(taken.len(), 1);

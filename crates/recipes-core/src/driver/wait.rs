@@ -1,6 +1,7 @@
 //! Waiting for a deletion: the blocker ahead of us, or the exclusive node.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::task::Poll;
 
 use super::attempt::{Attempt, Step, Stop};
@@ -128,7 +129,8 @@ impl Attempt<'_> {
         change_means_held: bool,
         pinned: SessionId,
     ) -> Step<InLine> {
-        let blocker_path = self.path.child(blocker);
+        // Shared with this process's handoff registration (one copy of the path per waiter in line).
+        let blocker_path: Arc<str> = self.path.child(blocker).into();
         // Any change of the session's state from here on (a disconnection) makes a deletion of the blocker a reason to
         // list again, not to hold (see the contract).
         let mut moved = self.backend().session();
@@ -205,7 +207,7 @@ impl Attempt<'_> {
     async fn wait_on_blocker(
         &self,
         w: Watches<'_>,
-        blocker_path: &str,
+        blocker_path: &Arc<str>,
         mut watch: NodeWatch,
         mut known_first: bool,
         mut trust_change: bool,

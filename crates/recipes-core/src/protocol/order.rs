@@ -110,7 +110,7 @@ pub(crate) fn ahead_of<S: AsRef<str>>(layout: Layout, own: Family, children: &[S
             .min_by(|a, b| queue_order(a, b))
             .map(|c| c.name.to_owned())
     };
-    // Ours by its name and place only: nothing of it is copied (a judge of a short queue allocates little).
+    // Ours: only its weight leaves this function (no copy of its name; a judge of a short queue allocates little).
     let Some(mine) = parsed.iter().find(|c| c.name == ours).cloned() else {
         return Ahead {
             ahead: Vec::new(),

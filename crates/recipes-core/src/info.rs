@@ -12,16 +12,17 @@
 //! ```
 //!
 //! A node that held the lock after a long queue adds `first=1` (in its release, in one transaction with its delete;
-//! on a backend without transactions once it holds), which tells the node behind it that nothing is ahead any more. Unknown keys are ignored by readers; keys may be added in later
-//! versions.
+//! on a backend without transactions once it holds), which tells the node behind it that nothing is ahead any more.
+//! Unknown keys are ignored by readers; keys may be added in later versions.
 //!
 //! # Contract
 //! The data of a lock node is written only by this library: at its creation, once to add `first=1` (by its holder:
-//! in its release's transaction, or over the data it was made with), and by [`Locks::revoke_node`](crate::Locks::revoke_node) with a request to let go, which it
-//! writes only over a holder's node. The recipes rely on it (a change of the data of a native `L-` or `W-` node
-//! ahead, when the node is gone before the new data is read, means that it held: decisions 0052, 0061);
-//! applications and other tools (Curator's `Revoker`, `zkCli set`) must not write it. Builds of this library before that decision wrote a request to let go over waiting nodes too:
-//! upgrade every process that revokes before any that waits.
+//! in its release's transaction, or over the data it was made with), and by
+//! [`Locks::revoke_node`](crate::Locks::revoke_node) with a request to let go, which it writes only over a holder's
+//! node. The recipes rely on it (a change of the data of a native `L-` or `W-` node ahead, when the node is gone
+//! before the new data is read, means that it held: decisions 0052, 0061); applications and other tools (Curator's
+//! `Revoker`, `zkCli set`) must not write it. Builds of this library before that decision wrote a request to let go
+//! over waiting nodes too: upgrade every process that revokes before any that waits.
 
 use std::sync::OnceLock;
 

@@ -151,6 +151,14 @@ impl Tree {
 
     /// A client's delete: the node must exist and have no children.
     pub fn delete(&mut self, path: &str, now: Instant) -> Result<()> {
+        self.check_delete(path)?;
+        self.remove(path, now);
+        Ok(())
+    }
+
+    /// Whether a client's delete of `path` would succeed, and its error when not (a transaction checks before it
+    /// applies anything).
+    pub fn check_delete(&self, path: &str) -> Result<()> {
         check_path(path)?;
         if path == "/" {
             return Err(Error::Refused("cannot delete /".into()));
@@ -159,7 +167,6 @@ impl Tree {
         if !node.children.is_empty() {
             return Err(Error::NotEmpty(path.to_owned()));
         }
-        self.remove(path, now);
         Ok(())
     }
 

@@ -126,16 +126,13 @@ async fn a_node_its_owner_may_not_write_is_still_released() {
         client(&servers, None, acl).await,
     );
     let observer = client(&servers, None, NodeAcl::Open).await;
-    let children = |observer: Arc<ZkBackend>, path: String| async move {
-        observer.current().children(&path).await.unwrap_or_default()
-    };
     let lock_a = Locks::new(a.clone()).fair(&path).unwrap();
     let lock_b = Locks::new(b.clone()).fair(&path).unwrap();
     // Released: the holder's node goes, and the waiter behind it holds.
     let held = lock_a.acquire().await.unwrap();
     let waiting = tokio::spawn(async move { lock_b.acquire().await });
     for _ in 0..200 {
-        if children(observer.clone(), path.clone()).await.len() == 2 {
+        if children(&observer, &path).await.len() == 2 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -148,17 +145,22 @@ async fn a_node_its_owner_may_not_write_is_still_released() {
         .unwrap();
     // Dropped: deleted in the background all the same.
     drop(next);
-    let mut left = children(observer.clone(), path.clone()).await;
+    let mut left = children(&observer, &path).await;
     for _ in 0..200 {
         if left.is_empty() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
-        left = children(observer.clone(), path.clone()).await;
+        left = children(&observer, &path).await;
     }
     mutants::set(Mutant::AlwaysMark, false);
     assert!(left.is_empty(), "left behind: {left:?}");
     for c in [a, b, observer] {
         c.close().await;
     }
+}
+
+/// The children of `path` as `observer` lists them (none when it is missing).
+async fn children(observer: &ZkBackend, path: &str) -> Vec<String> {
+    observer.current().children(path).await.unwrap_or_default()
 }

@@ -320,18 +320,9 @@ impl State {
                 Ok(Reply::Done)
             }
             Op::SetDataAndDelete { path, data } => {
-                // As ZooKeeper's transaction: the delete is checked before anything is applied (the node exists, has
-                // no children), then both apply, each firing its watches.
-                if path == "/" {
-                    return Err(recipes_core::Error::Refused("cannot delete /".into()));
-                }
-                let node = self
-                    .tree
-                    .node(&path)
-                    .ok_or_else(|| recipes_core::Error::NoNode(path.clone()))?;
-                if !node.children.is_empty() {
-                    return Err(recipes_core::Error::NotEmpty(path));
-                }
+                // As ZooKeeper's transaction: the delete is checked before anything is applied, then both apply, each
+                // firing its watches.
+                self.tree.check_delete(&path)?;
                 self.tree.set_data(&path, &data, None)?;
                 self.fire_watches(&path, NodeEvent::DataChanged, now);
                 self.tree.delete(&path, now)?;

@@ -217,21 +217,30 @@ fn semaphore_many() -> Config {
     .with_faults(1, FAULTS)
 }
 
-/// Configurations run with a switch on: (switch, configuration).
-pub fn switched() -> Vec<(Mutant, Config)> {
-    vec![(
-        // The `first` mark is written only after a listing of more than 64 names in production; this makes every
-        // node that comes to hold the lock write it, so that three clients exercise it (and the waiter that trusts it).
-        Mutant::AlwaysMark,
+/// Configurations run with switches on: (switches, configuration).
+pub fn switched() -> Vec<(Vec<Mutant>, Config)> {
+    let marking = |name| {
         Config::new(
-            "marking",
+            name,
             vec![plain(Recipe::Fair), plain(Recipe::Write), plain(Recipe::Fair)],
         )
         .with_faults(
             1,
             &[FaultKind::Kill, FaultKind::Blip, FaultKind::Crash, FaultKind::Delay],
+        )
+    };
+    vec![
+        // The `first` mark is written only after a listing of more than 64 names in production; this makes every
+        // node that comes to hold the lock write it, so that three clients exercise it (and the waiter that trusts it):
+        // in the release's transaction (decision 64).
+        (vec![Mutant::AlwaysMark], marking("marking")),
+        // The same, marked as soon as the node holds (over the data it was made with), as a backend without
+        // transactions does: no backend here lacks them, so only this keeps that path checked (helper-34).
+        (
+            vec![Mutant::AlwaysMark, Mutant::MarkWhenHeld],
+            marking("marking-when-held"),
         ),
-    )]
+    ]
 }
 
 /// The larger configurations for random walks: three and four clients, mixed recipes, two faults.

@@ -102,11 +102,15 @@ exhaustive_tests! {
 #[ignore = "CPU-bound: run alone by scripts/test's model-checker step"]
 fn random_walks_with_switches() {
     let (runs, time) = if deep() { (200_000, 1800) } else { (3_000, 40) };
-    for (switch, c) in switched() {
-        mutants::set(switch, true);
+    for (switches, c) in switched() {
+        for &s in &switches {
+            mutants::set(s, true);
+        }
         let r = random_walks(&c, 1, runs, Duration::from_secs(time));
-        mutants::set(switch, false);
-        println!("{r} (random walks, with {switch:?})");
+        for &s in &switches {
+            mutants::set(s, false);
+        }
+        println!("{r} (random walks, with {switches:?})");
         if let Some(v) = &r.violation {
             panic!("{v}");
         }

@@ -113,8 +113,8 @@ macro_rules! recipe_type {
                 $ty { inner }
             }
 
-            async fn get(&self, p: Patience) -> Result<Option<LockGuard>> {
-                self.inner.get($recipe, p).await
+            fn get(&self, p: Patience) -> impl Future<Output = Result<Option<LockGuard>>> + Send + '_ {
+                self.inner.get($recipe, p)
             }
 
             /// The lock path.
@@ -132,16 +132,17 @@ macro_rules! recipe_type {
             /// # Cancel safety
             /// Cancel safe: dropping the future at any await point leaves no lock node behind (it is deleted in
             /// the background, including a node whose create reply had not arrived yet).
-            pub async fn acquire(&self) -> Result<LockGuard> {
-                forever(self.get(Patience::Forever)).await
+            pub fn acquire(&self) -> impl Future<Output = Result<LockGuard>> + Send + '_ {
+                // Not an `async fn`: one would wrap the acquire in one more layer, made and moved in at its first poll.
+                forever(self.get(Patience::Forever))
             }
 
             /// Takes the lock if it is free now; never queues. `None`: someone else holds it or is ahead.
             ///
             /// # Cancel safety
             /// As [`acquire`](Self::acquire).
-            pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
-                self.get(Patience::TryOnce).await
+            pub fn try_acquire(&self) -> impl Future<Output = Result<Option<LockGuard>>> + Send + '_ {
+                self.get(Patience::TryOnce)
             }
 
             /// Waits at most `timeout` (zero: as [`try_acquire`](Self::try_acquire)). `None`: the time ran out;

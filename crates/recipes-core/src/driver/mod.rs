@@ -19,10 +19,12 @@ mod queue;
 pub(crate) mod session;
 mod wait;
 
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::Either;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -75,13 +77,16 @@ fn release_by(deadline: Option<Instant>) -> Instant {
 /// # Cancel safety
 /// Dropping the future at any await point deletes our node (or, when a create's reply is outstanding, any node
 /// carrying our attempt id) in the background.
-pub(crate) async fn acquire(
-    ctx: &Arc<Ctx>,
-    path: &LockPath,
+///
+/// Not an `async fn`, nor is [`acquire_claim`]: each would wrap the attempt's future in one more of its own, which
+/// its first poll makes and moves in (about 2 KB copied per layer and per acquire; docs/performance.md).
+pub(crate) fn acquire<'a>(
+    ctx: &'a Arc<Ctx>,
+    path: &'a LockPath,
     recipe: Recipe,
     patience: Patience,
-) -> Result<Option<HeldNode>> {
-    acquire_claim(ctx, path, Claim::lock(recipe), patience).await
+) -> impl Future<Output = Result<Option<HeldNode>>> + Send + 'a {
+    acquire_claim(ctx, path, Claim::lock(recipe), patience)
 }
 
 /// What an acquire claims: a lock of a recipe, or `weight` of a semaphore's `permits`.
@@ -113,19 +118,19 @@ impl Claim {
 }
 
 /// As [`acquire`], for any claim.
-pub(crate) async fn acquire_claim(
-    ctx: &Arc<Ctx>,
-    path: &LockPath,
+pub(crate) fn acquire_claim<'a>(
+    ctx: &'a Arc<Ctx>,
+    path: &'a LockPath,
     claim: Claim,
     patience: Patience,
-) -> Result<Option<HeldNode>> {
+) -> impl Future<Output = Result<Option<HeldNode>>> + Send + 'a {
     if claim.recipe == Recipe::Semaphore {
         if let Some(peer) = PeerSemaphore::of(ctx.layout) {
             // Boxed: its mutex and lease make it the largest acquire, which every other acquire would carry.
-            return Box::pin(peer_semaphore::acquire(ctx, peer, path, claim, patience)).await;
+            return Either::Left(Box::pin(peer_semaphore::acquire(ctx, peer, path, claim, patience)));
         }
     }
-    acquire_on(ctx, path, claim, patience, None).await
+    Either::Right(acquire_on(ctx, path, claim, patience, None))
 }
 
 /// How an attempt comes to hold when not by its protocol's own node (the fixed node, or a place in the queue): a
@@ -319,6 +324,7 @@ mod future_sizes {
         let cohort =
             size(|(c, x): (&'static Arc<crate::cohort::Cohort>, &'static Arc<Ctx>)| c.acquire(x, Patience::Forever));
         let sizes = format!("driver acquire {acquire}, FairLock::acquire {fair}, Cohort::acquire {cohort}");
+        eprintln!("{sizes}");
         assert!(acquire <= 2150, "{sizes}");
         assert!(fair <= acquire + 200, "{sizes}");
         assert!(cohort <= 1024, "{sizes}");

@@ -1,7 +1,10 @@
 //! What a recipe type holds: `Plain` (a path for the driver, or its cohort) or `Owned` (the path's hold counts and an
 //! owner), each with the one `get` every acquire goes through.
 
+use std::future::Future;
 use std::sync::Arc;
+
+use futures::future::{Either, FutureExt};
 
 use crate::cohort::{Cohort, CohortHold};
 use crate::driver::{self, Ctx, HeldNode};
@@ -83,12 +86,18 @@ impl Plain {
         &self.path
     }
 
-    pub(super) async fn get(&self, recipe: Recipe, p: Patience) -> Result<Option<LockGuard>> {
-        if let Some(cohort) = &self.cohort {
-            return cohort.acquire(&self.ctx, p).await;
+    /// Not an `async fn`: one would wrap the driver's future in one more layer, made and moved in at its first poll.
+    pub(super) fn get(
+        &self,
+        recipe: Recipe,
+        p: Patience,
+    ) -> impl Future<Output = Result<Option<LockGuard>>> + Send + '_ {
+        match &self.cohort {
+            Some(cohort) => Either::Left(cohort.acquire(&self.ctx, p)),
+            None => Either::Right(
+                driver::acquire(&self.ctx, &self.path, recipe, p).map(|held| Ok(held?.map(LockGuard::plain))),
+            ),
         }
-        let held = driver::acquire(&self.ctx, &self.path, recipe, p).await?;
-        Ok(held.map(LockGuard::plain))
     }
 
     /// A plain recipe has no owner: the same lock.

@@ -315,7 +315,8 @@ mod future_sizes {
     /// every waiter pays stay within bounds (issue 26: each waiter's live heap). They caught a fair lock's acquire
     /// that carried its cohort's future beside the driver's (7.5 KB) and an `async fn` wrapper that kept its
     /// argument future twice. The driver's acquire was 2,264 bytes until the wait in line stopped keeping the replies
-    /// that armed its watches in scope through the wait (2,064 since).
+    /// that armed its watches in scope through the wait (2,064), and 1,936 since two pass-through `async fn` layers
+    /// became plain functions returning their inner future; `FairLock::acquire` adds nothing to it since.
     #[test]
     fn waiting_futures_stay_small() {
         let acquire =
@@ -324,9 +325,8 @@ mod future_sizes {
         let cohort =
             size(|(c, x): (&'static Arc<crate::cohort::Cohort>, &'static Arc<Ctx>)| c.acquire(x, Patience::Forever));
         let sizes = format!("driver acquire {acquire}, FairLock::acquire {fair}, Cohort::acquire {cohort}");
-        eprintln!("{sizes}");
-        assert!(acquire <= 2150, "{sizes}");
-        assert!(fair <= acquire + 200, "{sizes}");
+        assert!(acquire <= 2000, "{sizes}");
+        assert!(fair <= acquire + 32, "{sizes}");
         assert!(cohort <= 1024, "{sizes}");
     }
 }

@@ -1,7 +1,9 @@
 // A Curator 5.4 peer for the interoperability tests: takes an InterProcessMutex or an InterProcessReadWriteLock
 // side on PATH a number of times, checking for overlaps through marker files shared with the other processes.
 //
-// usage: CuratorPeer CONNECT PATH mutex|read|write|semaphoreN COUNT DIR
+// usage: CuratorPeer CONNECT PATH mutex|read|write|selector|semaphoreN COUNT DIR
+// (selector: a LeaderSelector, id "java-<pid>", requeued after each leadership, whose takeLeadership enters
+// exclusively; COUNT leaderships)
 // (semaphoreN: an InterProcessSemaphoreV2 of N leases; a holder makes a file under DIR/S and counts the files there:
 // more than N is an overlap; prints "acquisitions N overlaps M most K", K the most holders it saw in at once)
 // DIR/ready-<pid> is created once connected; DIR/go is awaited before starting (at most 60 s).
@@ -22,6 +24,8 @@ import java.util.concurrent.TimeUnit;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.leader.LeaderSelector;
+import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter;
 import org.apache.curator.framework.recipes.locks.InterProcessLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
@@ -69,6 +73,9 @@ public class CuratorPeer {
             System.out.println(revoked ? "revoked" : "not asked");
             System.exit(revoked ? 0 : 75);
         }
+        if (role.equals("selector")) {
+            System.exit(selector(client, path, count, dir));
+        }
         if (role.startsWith("semaphore")) {
             System.exit(semaphore(client, path, Integer.parseInt(role.substring(9)), count, dir));
         }
@@ -111,6 +118,37 @@ public class CuratorPeer {
         client.close();
         System.out.println("acquisitions " + count + " overlaps " + overlaps);
         System.exit(overlaps == 0 ? 0 : 3);
+    }
+
+    static int selector(CuratorFramework client, String path, int count, File dir) throws Exception {
+        File writer = new File(dir, "W");
+        FileOutputStream log = new FileOutputStream(new File(dir, "log"), true);
+        int[] overlaps = {0};
+        CountDownLatch done = new CountDownLatch(count);
+        LeaderSelector selector = new LeaderSelector(client, path, new LeaderSelectorListenerAdapter() {
+            @Override
+            public void takeLeadership(CuratorFramework c) throws Exception {
+                if (done.getCount() == 0) return; // requeued after the last one: give it back at once
+                if (!writer.mkdir()) overlaps[0]++;
+                log.write("java-selector\n".getBytes());
+                Thread.sleep(0, 200_000);
+                writer.delete();
+                done.countDown();
+            }
+        });
+        selector.setId("java-" + ProcessHandle.current().pid());
+        selector.autoRequeue();
+        awaitGo(dir);
+        selector.start();
+        if (!done.await(120, TimeUnit.SECONDS)) {
+            System.err.println("leadership timed out");
+            System.exit(75);
+        }
+        selector.close();
+        log.close();
+        client.close();
+        System.out.println("acquisitions " + count + " overlaps " + overlaps[0]);
+        return overlaps[0] == 0 ? 0 : 3;
     }
 
     static void awaitGo(File dir) throws Exception {

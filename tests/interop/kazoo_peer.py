@@ -1,9 +1,10 @@
 """A kazoo peer for the interoperability tests: takes a kazoo Lock, ReadLock or WriteLock on PATH a number of
 times, checking for overlaps through marker files shared with the other processes.
 
-usage: kazoo_peer.py CONNECT PATH mutex|read|write|semaphoreN COUNT DIR
+usage: kazoo_peer.py CONNECT PATH mutex|read|write|election|semaphoreN COUNT DIR
 (semaphoreN: a kazoo Semaphore of N leases; a holder makes a file under DIR/S and counts the files there: more than N
 is an overlap; prints "acquisitions N overlaps M most K", K the most holders it saw in at once)
+(election: a kazoo Election, identifier "python-<pid>", whose leadership function enters exclusively COUNT times)
 DIR/ready-<pid> is created once connected; DIR/go is awaited before starting (at most 60 s).
 Prints "acquisitions N overlaps M" and exits 0 (3 on overlaps).
 """
@@ -21,6 +22,8 @@ def main():
     zk.start(timeout=20)
     if role.startswith("semaphore"):
         sys.exit(semaphore(zk, path, int(role[len("semaphore"):]), count, directory))
+    if role == "election":
+        sys.exit(election(zk, path, count, directory))
     if role == "mutex":
         lock = zk.Lock(path)
     elif role == "read":
@@ -101,6 +104,33 @@ def semaphore(zk, path, permits, count, directory):
     zk.close()
     print("acquisitions %d overlaps %d most %d" % (count, overlaps, most))
     return 0 if overlaps == 0 else 3
+
+
+def election(zk, path, count, directory):
+    contender = zk.Election(path, "python-%d" % os.getpid())
+    await_go(directory)
+    writer = os.path.join(directory, "W")
+    log = os.open(os.path.join(directory, "log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    overlaps = [0]
+
+    def lead():
+        try:
+            os.mkdir(writer)
+        except FileExistsError:
+            overlaps[0] += 1
+        os.write(log, b"python-election\n")
+        time.sleep(0.0002)
+        try:
+            os.rmdir(writer)
+        except FileNotFoundError:
+            pass
+
+    for _ in range(count):
+        contender.run(lead)
+    zk.stop()
+    zk.close()
+    print("acquisitions %d overlaps %d" % (count, overlaps[0]))
+    return 0 if overlaps[0] == 0 else 3
 
 
 if __name__ == "__main__":

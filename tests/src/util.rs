@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use recipes_core::backend::{CreateMode, SessionRef};
 use recipes_core::LockGuard;
 
 use crate::harness::Harness;
@@ -148,4 +149,22 @@ pub fn skip(h: &dyn Harness, scenario: &str, what: &str) {
         h.name(),
         h.name()
     );
+}
+
+/// Makes `path` and its ancestors (containers), keeps `path` from being reaped with an ephemeral child `keep` that is
+/// no lock node, and sets the path's sequence counter to `next` (the harness must have settable sequences); returns
+/// the keeper's path, for the scenario to delete at its end.
+pub async fn path_kept_at_sequence(h: &dyn Harness, on: SessionRef<'_>, path: &str, next: i32) -> String {
+    let mut at = String::new();
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        at.push('/');
+        at.push_str(part);
+        let _ = on.create(&at, b"", CreateMode::Container).await;
+    }
+    let keep = format!("{path}/keep");
+    on.create(&keep, b"", CreateMode::Ephemeral)
+        .await
+        .expect("the keeper node");
+    h.set_next_sequence(path, next);
+    keep
 }

@@ -11,6 +11,13 @@
 //! pid=4242
 //! ```
 //!
+//! A candidate of an [`Election`](crate::Election) adds its id and its data (in hex, when it has any):
+//!
+//! ```text
+//! candidate=billing-1
+//! candidate_data=31302e302e302e373a38303830
+//! ```
+//!
 //! A node that held the lock after a long queue adds `first=1` (in its release, in one transaction with its delete;
 //! on a backend without transactions once it holds), which tells the node behind it that nothing is ahead any more.
 //! Unknown keys are ignored by readers; keys may be added in later versions.
@@ -52,6 +59,39 @@ pub struct NodeInfo {
     pub pid: u32,
     /// Written once the node is first in its queue (`first=1`).
     pub first: bool,
+    /// The id of the election candidate that made the node (`candidate=`), `None` for a lock's node.
+    pub candidate: Option<String>,
+    /// The candidate's data (`candidate_data=`, in hex), empty when it has none.
+    pub candidate_data: Vec<u8>,
+}
+
+/// The lines an election candidate adds to its node's data: `candidate=<id>` and, when there is data,
+/// `candidate_data=<hex>`. The id must be one line (checked where the candidate is made).
+pub(crate) fn candidate_lines(id: &str, data: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(12 + id.len() + 16 + 2 * data.len());
+    out.push_str("candidate=");
+    out.push_str(id);
+    out.push('\n');
+    if !data.is_empty() {
+        out.push_str("candidate_data=");
+        for b in data {
+            let _ = write!(out, "{b:02x}");
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Decodes the hex of `candidate_data=`; `None` when it is not hex.
+fn decode_hex(text: &str) -> Option<Vec<u8>> {
+    if text.len() % 2 != 0 || !text.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 const MAGIC: &str = "recipes-lock 1";
@@ -112,28 +152,38 @@ impl NodeInfo {
             host: host_name().to_owned(),
             pid: process_id(),
             first: false,
+            candidate: None,
+            candidate_data: Vec::new(),
         }
     }
 
     /// Encodes the info as node data.
     pub fn encode(&self) -> Vec<u8> {
+        let candidate = match &self.candidate {
+            // One line, as `host`'s: an id that is not (never one of a candidate, which refuses it) cannot add a key.
+            Some(id) => candidate_lines(&id.replace(['\n', '\r'], " "), &self.candidate_data),
+            None => String::new(),
+        };
         if self.host == host_name() && self.pid == process_id() {
-            return Self::encode_own(self.attempt, &self.recipe, self.first);
+            return Self::encode_own(self.attempt, &self.recipe, &candidate, self.first);
         }
-        let mut out = head(self.attempt, &self.recipe, 48 + self.host.len());
+        let mut out = head(self.attempt, &self.recipe, 48 + self.host.len() + candidate.len());
         push_tail(&mut out, &self.host, self.pid);
+        out.push_str(&candidate);
         if self.first {
             out.push_str("first=1\n");
         }
         out.into_bytes()
     }
 
-    /// What [`for_this_process`](Self::for_this_process) then [`encode`](Self::encode) give (with `first`), without
-    /// the info's own strings in between: every node this process makes carries its own line, made once.
-    pub(crate) fn encode_own(attempt: Uuid, recipe: &str, first: bool) -> Vec<u8> {
+    /// What [`for_this_process`](Self::for_this_process) then [`encode`](Self::encode) give (with `first`, and a
+    /// candidate's [`candidate_lines`], empty for a lock), without the info's own strings in between: every node this
+    /// process makes carries its own line, made once.
+    pub(crate) fn encode_own(attempt: Uuid, recipe: &str, candidate: &str, first: bool) -> Vec<u8> {
         let tail = own_tail();
-        let mut out = head(attempt, recipe, tail.len() + 8);
+        let mut out = head(attempt, recipe, tail.len() + candidate.len() + 8);
         out.push_str(tail);
+        out.push_str(candidate);
         if first {
             out.push_str("first=1\n");
         }
@@ -148,6 +198,7 @@ impl NodeInfo {
             return None;
         }
         let (mut attempt, mut recipe, mut host, mut pid, mut first) = (None, String::new(), String::new(), 0, false);
+        let (mut candidate, mut candidate_data) = (None, Vec::new());
         for line in lines {
             let Some((k, v)) = line.split_once('=') else {
                 continue;
@@ -158,6 +209,8 @@ impl NodeInfo {
                 "host" => host = v.to_owned(),
                 "pid" => pid = v.parse().unwrap_or(0),
                 "first" => first = v == "1",
+                "candidate" => candidate = Some(v.to_owned()),
+                "candidate_data" => candidate_data = decode_hex(v).unwrap_or_default(),
                 _ => {}
             }
         }
@@ -167,6 +220,8 @@ impl NodeInfo {
             host,
             pid,
             first,
+            candidate,
+            candidate_data,
         })
     }
 }
@@ -184,6 +239,8 @@ mod tests {
             host: "a\nhost".into(),
             pid: 42,
             first: true,
+            candidate: None,
+            candidate_data: Vec::new(),
         };
         assert_eq!(
             String::from_utf8(other.encode()).unwrap(),
@@ -215,10 +272,41 @@ mod tests {
         for first in [false, true] {
             let mut info = NodeInfo::for_this_process(attempt, "fair");
             info.first = first;
-            let own = NodeInfo::encode_own(attempt, "fair", first);
+            let own = NodeInfo::encode_own(attempt, "fair", "", first);
+            assert_eq!(own, info.encode());
+            assert_eq!(NodeInfo::decode(&own), Some(info.clone()));
+            // A candidate's lines, before the mark.
+            info.recipe = "election".into();
+            info.candidate = Some("billing-1".into());
+            info.candidate_data = b"10.0.0.7:8080".to_vec();
+            let own = NodeInfo::encode_own(
+                attempt,
+                "election",
+                &candidate_lines("billing-1", b"10.0.0.7:8080"),
+                first,
+            );
             assert_eq!(own, info.encode());
             assert_eq!(NodeInfo::decode(&own), Some(info));
         }
+    }
+
+    #[test]
+    fn candidate_lines_are_the_documented_text() {
+        assert_eq!(candidate_lines("a", b""), "candidate=a\n");
+        assert_eq!(
+            candidate_lines("billing-1", b"10.0.0.7:8080"),
+            "candidate=billing-1\ncandidate_data=31302e302e302e373a38303830\n"
+        );
+        assert_eq!(decode_hex("3g"), None);
+        assert_eq!(decode_hex("0"), None);
+        assert_eq!(decode_hex("00ff"), Some(vec![0, 255]));
+        assert_eq!(decode_hex("+f"), None);
+        // An id of several lines, given to the public encoder, stays one line.
+        let mut info = NodeInfo::for_this_process(Uuid::new_v4(), "election");
+        info.candidate = Some("x\nfirst=1".into());
+        let decoded = NodeInfo::decode(&info.encode()).unwrap();
+        assert!(!decoded.first);
+        assert_eq!(decoded.candidate.as_deref(), Some("x first=1"));
     }
 
     #[test]

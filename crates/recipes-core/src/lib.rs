@@ -44,6 +44,7 @@ pub mod backend;
 mod blocking;
 mod cohort;
 mod driver;
+mod election;
 mod error;
 mod guard;
 pub mod info;
@@ -66,6 +67,7 @@ mod semaphore;
 
 pub use backend::Backend;
 pub use blocking::{BlockingGuard, BlockingLock};
+pub use election::{Candidate, Election, Leader, Leadership};
 pub use error::{Error, LostReason, NotHeldReason, PathProblem, Result, RetryReason};
 pub use guard::{GuardedError, LockGuard};
 pub use layout::{Layout, NodeKind};

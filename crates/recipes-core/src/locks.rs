@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::backend::Backend;
 use crate::driver::Ctx;
+use crate::election::Election;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::lock::{ExclusiveLock, FairLock, Lock, Owned, Plain, ReadWriteLock, ReentrantLock};
@@ -147,6 +148,16 @@ impl Locks {
             None => Plain::new(self.ctx.clone(), path),
         };
         Ok(FairLock::new(plain))
+    }
+
+    /// An [`Election`] at `path`: candidates stand in a fair lock's queue with their id in their node, and the first
+    /// leads (see [`Election`] for an example). Never in a cohort, even when cohorts are on: each candidate has a node
+    /// of its own, so that observers see every candidate.
+    ///
+    /// # Notable errors
+    /// [`Error::InvalidPath`].
+    pub fn election(&self, path: impl AsRef<str>) -> Result<Election> {
+        Ok(Election::new(self.ctx.clone(), LockPath::new(path)?))
     }
 
     /// The most holds in a row of a cohort's node, when cohorts are on ([`LocksBuilder::cohorts`]).

@@ -14,6 +14,7 @@
 //! - [`peer_semaphore`]: the semaphore in the Curator and kazoo layouts: bound, cleanup, refusals.
 //! - [`multi`]: the multi-lock: all or none, no deadlock, mixed recipes, cleanup.
 //! - [`cohort`]: the fair lock's cohorts: passes within a process, the bound, losses and cancellations.
+//! - [`election`]: leader election: one leader at a time, terms, observers, resignation, loss, layouts.
 //!
 //! `__for_each_scenario!` below lists every scenario by name; [`conformance_suite!`](crate::conformance_suite) makes
 //! each one a test on a backend. A new scenario goes into its theme's file and into that list;
@@ -32,6 +33,7 @@ use crate::util::{bounded, hold_exclusive, wait_children, Occupancy};
 
 pub mod cancellation;
 pub mod cohort;
+pub mod election;
 pub mod exclusion;
 pub mod faults;
 pub mod multi;
@@ -45,6 +47,7 @@ pub mod sessions;
 
 pub use cancellation::*;
 pub use cohort::*;
+pub use election::*;
 pub use exclusion::*;
 pub use faults::*;
 pub use multi::*;
@@ -107,7 +110,9 @@ macro_rules! __for_each_scenario {
             write_cohort_passes_after_a_downgrade kept_own_watch_still_guards_the_waiter
             holder_after_waiting_sees_its_node_deleted changed_then_deleted_waiter_never_holds_without_node
             changed_waiter_still_takes_a_same_session_handoff long_queue_with_cancelled_early_waiters_holds_in_order
-            waiter_disconnected_while_its_node_goes_never_holds_without_it
+            waiter_disconnected_while_its_node_goes_never_holds_without_it election_one_leader_at_a_time
+            election_resign_lets_the_next_lead election_leader_lost_on_session_expiry election_bad_candidates_refused
+            election_in_every_layout election_observer_refuses_a_wrapped_peer_queue
         );
     };
 }

@@ -10,19 +10,7 @@ use recipes_core::{Error, Layout, Lock, LockGuard, Locks, LostReason, OwnerToken
 use tokio::task::JoinSet;
 
 use crate::harness::{Harness, TestClient};
-use crate::util::{bounded, eventually, skip, wait_children, Occupancy};
-
-/// `/a`, `/a/b`, … `path`.
-fn path_and_ancestors(path: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut at = String::new();
-    for part in path.split('/').filter(|p| !p.is_empty()) {
-        at.push('/');
-        at.push_str(part);
-        out.push(at.clone());
-    }
-    out
-}
+use crate::util::{bounded, eventually, path_kept_at_sequence, skip, wait_children, Occupancy};
 
 fn locks_with(locks: &Locks, layout: Layout) -> Locks {
     Locks::builder(locks.backend().clone()).layout(layout).build()
@@ -141,13 +129,8 @@ pub async fn wrapped_sequences_keep_exclusion_in_every_layout(h: &dyn Harness) {
             let path = h.path(&format!("wrap-{layout}-{start}"));
             let (la, lb) = (locks_with(&a.locks, layout), locks_with(&b.locks, layout));
             // The path, kept from being reaped by a child that is no lock node, with its counter set.
-            let keep = format!("{path}/keep");
             let on = a.locks.backend().current();
-            for p in path_and_ancestors(&path) {
-                let _ = on.create(&p, b"", CreateMode::Container).await;
-            }
-            on.create(&keep, b"", CreateMode::Ephemeral).await.unwrap();
-            h.set_next_sequence(&path, start);
+            let keep = path_kept_at_sequence(h, on, &path, start).await;
             let occ = Occupancy::new();
             let mut set = JoinSet::new();
             for locks in [la.clone(), lb.clone()] {

@@ -137,11 +137,19 @@ async fn contend(s: &Setup, layout: Layout, peers: &[(Peer, &str)], rust: &[(Rec
     contend_with(s, layout, peers, &rust, count).await
 }
 
-/// A Rust contender: a lock of a recipe (re-entering it or not), or a semaphore of some permits.
+/// A Rust contender: a lock of a recipe (re-entering it or not), a semaphore of some permits, or an election's
+/// candidate (which checks, while it leads, that an observer reads its own id as the leader's).
 #[derive(Clone, Copy, Debug)]
 enum Rust {
     Lock(Recipe, bool),
     Permit(u32),
+    Candidate,
+}
+
+/// What a Rust contender takes: a lock, or leadership.
+enum Taken {
+    Lock(Arc<dyn Lock>),
+    Leadership(recipes_core::Candidate, recipes_core::Election),
 }
 
 /// As [`contend`], for any Rust contenders.
@@ -200,7 +208,7 @@ async fn contend_with(s: &Setup, layout: Layout, peers: &[(Peer, &str)], rust: &
     for side in rust {
         let backend = ZkBackend::connect(ZkOptions::new(&s.zk)).await.unwrap();
         let locks = Locks::builder(backend).layout(layout).build();
-        let (tag, mode, reenter, lock): (String, Mode, bool, Arc<dyn Lock>) = match *side {
+        let (tag, mode, reenter, lock): (String, Mode, bool, Taken) = match *side {
             Rust::Lock(recipe, reenter) => {
                 let mode = if recipe == Recipe::Read {
                     Mode::Shared
@@ -211,15 +219,25 @@ async fn contend_with(s: &Setup, layout: Layout, peers: &[(Peer, &str)], rust: &
                     format!("rust-{recipe}"),
                     mode,
                     reenter,
-                    locks.lock(&path, recipe).unwrap(),
+                    Taken::Lock(locks.lock(&path, recipe).unwrap()),
                 )
             }
             Rust::Permit(n) => (
                 "rust-semaphore".to_owned(),
                 Mode::Permit(n),
                 false,
-                Arc::new(locks.semaphore(&path, n).unwrap()),
+                Taken::Lock(Arc::new(locks.semaphore(&path, n).unwrap())),
             ),
+            Rust::Candidate => {
+                let election = locks.election(&path).unwrap();
+                let candidate = election.candidate(format!("rust-{}", rust_side.len())).unwrap();
+                (
+                    "rust-election".to_owned(),
+                    Mode::Exclusive,
+                    false,
+                    Taken::Leadership(candidate, election),
+                )
+            }
         };
         rust_side.push((tag, mode, reenter, lock, locks));
     }
@@ -246,6 +264,32 @@ async fn contend_with(s: &Setup, layout: Layout, peers: &[(Peer, &str)], rust: &
                 .open(dir.join("log"))
                 .unwrap();
             let (mut overlaps, mut most) = (0, 0);
+            if let Taken::Leadership(candidate, election) = &lock {
+                // Leaders of the peer seen by this observer, by the id the peer wrote in its node.
+                let mut peers_seen = 0;
+                for _ in 0..count {
+                    if let Some(l) = election.leader().await.unwrap() {
+                        let peer = l.id.starts_with("python-") || l.id.starts_with("java-");
+                        assert!(peer || l.id.starts_with("rust-"), "a leader of no contender: {l:?}");
+                        peers_seen += usize::from(peer);
+                    }
+                    let leading = tokio::time::timeout(Duration::from_secs(60), candidate.leadership())
+                        .await
+                        .expect("rust leadership timed out")
+                        .unwrap();
+                    let (o, _, mine) = enter(&dir, mode, &tag, &mut log);
+                    overlaps += o;
+                    let seen = election.leader().await.unwrap().expect("a leader while leading");
+                    assert_eq!((seen.id.as_str(), seen.term), (candidate.id(), leading.term()));
+                    tokio::time::sleep(Duration::from_micros(200)).await;
+                    exit(&dir, mine);
+                    leading.resign().await.unwrap();
+                }
+                assert!(peers_seen > 0, "the observer never read a peer's leader");
+                drop(locks);
+                return (tag, overlaps, 1);
+            }
+            let Taken::Lock(lock) = lock else { unreachable!() };
             for _ in 0..count {
                 let g = tokio::time::timeout(Duration::from_secs(60), lock.acquire())
                     .await
@@ -411,6 +455,29 @@ async fn kazoo_lock_vs_rust_fair() {
     )
     .await;
     check("kazoo lock vs rust fair", &r, 250);
+}
+
+/// kazoo's Election against the Rust election (kazoo layout): one leader at a time across the languages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kazoo_election_vs_rust_election() {
+    let Some(s) = setup() else { return };
+    let r = contend_with(&s, Layout::Kazoo, &[(Peer::Kazoo, "election")], &[Rust::Candidate], 250).await;
+    check("kazoo election vs rust election", &r, 250);
+}
+
+/// Curator's LeaderSelector against the Rust election (Curator layout): one leader at a time across the languages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curator_leader_selector_vs_rust_election() {
+    let Some(s) = setup() else { return };
+    let r = contend_with(
+        &s,
+        Layout::Curator,
+        &[(Peer::Curator, "selector")],
+        &[Rust::Candidate],
+        250,
+    )
+    .await;
+    check("curator leader selector vs rust election", &r, 250);
 }
 
 /// kazoo ReadLock / WriteLock against the Rust read/write lock, readers and writers on both sides.

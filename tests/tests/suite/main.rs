@@ -4,6 +4,7 @@
 mod campaign;
 mod conformance;
 mod contract;
+mod election_data;
 mod fencing_postgres;
 mod interop;
 mod runtime_gone;

@@ -59,6 +59,9 @@ pub(crate) struct Attempt<'a> {
     /// The path the hold, and its refusals, are known by when our node is made under another path (a
     /// [`Procedure`](super::Procedure)'s resource); `None`: `path`.
     pub held_as: Option<LockPath>,
+    /// An election candidate's lines in the node's data ([`candidate_lines`](crate::info::candidate_lines)); empty
+    /// for a lock.
+    pub candidate: &'a str,
 }
 
 impl<'a> Attempt<'a> {
@@ -86,6 +89,16 @@ impl<'a> Attempt<'a> {
             started: Instant::now(),
             handed: AtomicBool::new(false),
             held_as: None,
+            candidate: "",
+        }
+    }
+
+    /// The recipe's name in the node's data: `election` for a candidate's node (a fair lock's, by its protocol).
+    pub fn data_recipe(&self) -> &'static str {
+        if self.candidate.is_empty() {
+            self.recipe.name()
+        } else {
+            crate::election::RECIPE_NAME
         }
     }
 
@@ -251,7 +264,7 @@ impl<'a> Attempt<'a> {
                 CreateMode::EphemeralSequential,
             ),
         };
-        let data = NodeInfo::encode_own(attempt, self.recipe.name(), false);
+        let data = NodeInfo::encode_own(attempt, self.data_recipe(), self.candidate, false);
         self.cleanup.state = Pending::Sent(attempt, sid);
         let on = self.backend().on(sid);
         let outcome = self

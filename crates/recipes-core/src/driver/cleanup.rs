@@ -82,7 +82,8 @@ async fn delete_once(ctx: &Ctx, node: &str, id: Identity) -> Result<Deleted> {
     if let (Some(recipe), false) = (id.marks, id.fixed) {
         // The mark and the delete in one transaction: the node behind sees the change of data, then the deletion, and
         // holds (docs/algorithm.md, optimisation 3). Only over a queue's node, whose name is never another's.
-        let data = NodeInfo::encode_own(id.attempt, recipe.name(), true);
+        // A candidate's lines are left out: no read ever sees this data (it is deleted in the same transaction).
+        let data = NodeInfo::encode_own(id.attempt, recipe.name(), "", true);
         match on.set_data_and_delete(node, &data).await {
             None => {}
             Some(Ok(())) => return Ok(Deleted::Ours),

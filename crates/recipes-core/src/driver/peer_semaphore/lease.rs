@@ -253,7 +253,7 @@ impl LeaseUnderMutex {
             marks: None,
         };
         let node = a.path.child(attempt.simple().encode_lower(&mut Uuid::encode_buffer()));
-        let data = NodeInfo::encode_own(attempt, a.recipe.name(), false);
+        let data = NodeInfo::encode_own(attempt, a.recipe.name(), "", false);
         a.cleanup.state = Pending::Sent(attempt, sid);
         let on = a.backend().on(sid);
         let made = a

@@ -246,6 +246,32 @@ async fn main() -> Result<(), recipes_core::Error> {
     );
     got.release().await?;
 
+    println!("\n== election: one leader among the processes, the term a fencing token, observers see who leads");
+    let me = procs[0]
+        .election("/tour/leader")?
+        .candidate("proc-0")?
+        .with_data(b"10.0.0.10:8080".to_vec())?;
+    let other = procs[1].election("/tour/leader")?.candidate("proc-1")?;
+    let leading = me.leadership().await?;
+    let standing = tokio::spawn(async move { other.leadership().await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let seen = procs[2].election("/tour/leader")?.leader().await?.expect("a leader");
+    println!(
+        "  process 2 sees {} lead (term {}, reach it at {})",
+        seen.id,
+        seen.term,
+        String::from_utf8_lossy(&seen.data)
+    );
+    let term = leading.term();
+    leading.resign().await?;
+    let next = standing.await.unwrap();
+    println!(
+        "  proc-0 resigned: {} leads with term {} > {term}",
+        next.id(),
+        next.term()
+    );
+    next.resign().await?;
+
     println!("\n== counters of process 0: {:?}", procs[0].metrics());
     for locks in &procs {
         locks.close().await;

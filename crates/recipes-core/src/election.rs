@@ -19,6 +19,7 @@ use crate::driver::{self, Ctx};
 use crate::error::{Error, LostReason, Result};
 use crate::guard::LockGuard;
 use crate::info::{candidate_lines, NodeInfo};
+use crate::mutants::{is_active, Mutant};
 use crate::path::LockPath;
 use crate::patience::{forever, Patience};
 
@@ -161,7 +162,9 @@ impl Election {
             Err(e) => return Err(e),
         };
         let queue = crate::protocol::contenders(self.ctx.layout, &children);
-        if let Some(w) = crate::protocol::wrapped(self.ctx.layout, &queue) {
+        let wrapped =
+            crate::protocol::wrapped(self.ctx.layout, &queue).filter(|_| !is_active(Mutant::ObserverIgnoresWrap));
+        if let Some(w) = wrapped {
             return Err(Error::SequenceWrapped {
                 path: path.to_owned(),
                 node: w.name.clone(),
@@ -302,6 +305,12 @@ impl Leadership {
     /// The held lock under the leadership, for guarded operations ([`LockGuard::guarded`]) and its node.
     pub fn guard(&self) -> &LockGuard {
         &self.guard
+    }
+
+    /// The held lock under the leadership, as a guard of its own: for code that takes a [`LockGuard`] (the
+    /// leadership ends with it).
+    pub fn into_guard(self) -> LockGuard {
+        self.guard
     }
 
     /// Steps down: deletes the node, and the next candidate in line leads as soon as it sees the deletion.

@@ -102,6 +102,9 @@ pub enum Mutant {
     /// lets its owner delete it but not write it) fails, and leaves the node behind (found by review of decision
     /// 0064: every waiter then waited on a lock nobody held).
     MarkRefusalKeepsNode,
+    /// An election's observer names the first node of a peer layout's queue even when a sequence has wrapped (found by
+    /// review: it reported a newcomer whose wrapped node sorts first as the leader, then the older leader again).
+    ObserverIgnoresWrap,
 }
 
 impl Mutant {

@@ -77,6 +77,9 @@ pub fn exhaustive() -> Vec<Config> {
         semaphore_many(),
         multi_beside_a_holder(),
         counts_beside_the_reaper(),
+        Config::new("election", vec![Program::Stand, Program::Stand]).with_faults(1, FAULTS),
+        // An observer beside a candidate (beside two, the schedules pass the bound: walked at random, in `random()`).
+        Config::new("election-observed", vec![Program::Stand, Program::Observe { reads: 3 }]).with_faults(1, FAULTS),
     ]
 }
 
@@ -277,6 +280,12 @@ pub fn random() -> Vec<Config> {
             ],
         )
         .with_faults(2, ALL_FAULTS),
+        // Two candidates and an observer of the election, each a process of its own.
+        Config::new(
+            "election-three",
+            vec![Program::Stand, Program::Stand, Program::Observe { reads: 3 }],
+        )
+        .with_faults(2, ALL_FAULTS),
         // Tasks of one session (one process), and another session that may queue between them. Random walks: tokio's
         // watch channel wakes its receivers in a random order, so which task of a session sends first after a
         // reconnection is not the explorer's choice, and an exhaustive walk would see it as nondeterminism.
@@ -448,6 +457,11 @@ fn wrapped_counter(cluster: &recipes_mem::MemCluster) -> std::pin::Pin<Box<dyn s
     counter_at(cluster.clone(), -3)
 }
 
+/// The counter one step before the wrap of its signed 32-bit value.
+fn counter_at_the_wrap(cluster: &recipes_mem::MemCluster) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
+    counter_at(cluster.clone(), i32::MAX)
+}
+
 /// The counter two steps before the wrap of its signed 32-bit value.
 fn wrapping_counter(cluster: &recipes_mem::MemCluster) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
     counter_at(cluster.clone(), i32::MAX - 1)
@@ -505,6 +519,27 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             config: reader_ahead(),
             shows_as: "two holders",
             by_walks: true,
+        },
+        Sensitivity {
+            problem: "found by review: an election's observer names the first node of a kazoo queue whose sequence \
+                      has wrapped, a newcomer, then the older leader again",
+            mutants: &[Mutant::ObserverIgnoresWrap],
+            config: Config::new(
+                "kazoo-wrapping-election",
+                vec![Program::Stand, Program::Stand, Program::Observe { reads: 2 }],
+            )
+            .with_layout(Layout::Kazoo)
+            .with_setup(counter_at_the_wrap),
+            shows_as: "the observer reported term",
+            by_walks: false,
+        },
+        Sensitivity {
+            problem: "5, in an election: a candidate's create sent on an expired session becomes an ephemeral of the \
+                      new one (an orphan that leads for nobody)",
+            mutants: &[Mutant::UnboundRequests],
+            config: Config::new("election", vec![Program::Stand, Program::Stand]).with_faults(1, &[FaultKind::Kill]),
+            shows_as: "left behind",
+            by_walks: false,
         },
         Sensitivity {
             problem: "1: the stale exclusive release deletes the next holder's node (a request of an expired session \

@@ -62,6 +62,15 @@ pub enum Program {
     },
     /// The program on the second path (`PATH2`) rather than the configuration's own.
     Elsewhere(Box<Program>),
+    /// An election's candidate on the configuration's path: stand until leading, lead (a hold of the oracles, its
+    /// term the token), ask `lost()`, resign.
+    Stand,
+    /// An observer of the election on the configuration's path, standing for nothing: reads the leader `reads` times,
+    /// a little apart. Its oracle: the terms it reports never go back.
+    Observe {
+        /// How many reads.
+        reads: u32,
+    },
     /// A semaphore claim of `n` of `permits` whose future is dropped after this long (a caller's own timeout), then
     /// nothing.
     AbandonPermits {
@@ -549,6 +558,14 @@ async fn run_program(ctx: Ctx, program: Program) {
             }
         }
         Program::Permits { permits, n, patience } => claim_permits(&ctx, permits, n, patience).await,
+        Program::Stand => {
+            let election = ctx.locks.election(&ctx.path).expect("valid path");
+            let candidate = election.candidate(format!("client-{}", ctx.id)).expect("valid id");
+            let start = Instant::now();
+            let got = candidate.leadership().await.map(|l| Some(l.into_guard()));
+            hold_once(&ctx, Holding::Exclusive, Patience::Forever, start, got).await;
+        }
+        Program::Observe { reads } => observe(&ctx, reads).await,
         Program::AbandonPermits { permits, n, after } => {
             let semaphore = ctx.locks.semaphore(&ctx.path, permits).expect("valid semaphore");
             match tokio::time::timeout(after, semaphore.acquire_many(n)).await {
@@ -575,6 +592,30 @@ async fn plain(ctx: &Ctx, recipe: Recipe, patience: Patience) {
         Patience::Try => lock.try_acquire().await,
     };
     hold_once(ctx, holding(recipe), patience, start, got).await;
+}
+
+/// Reads the election's leader `reads` times: the terms reported never go back (a later read sees at least the
+/// state of an earlier one, and a node made later sorts behind every node before it).
+async fn observe(ctx: &Ctx, reads: u32) {
+    let election = ctx.locks.election(&ctx.path).expect("valid path");
+    let mut last: Option<u128> = None;
+    for _ in 0..reads {
+        match election.leader().await {
+            Ok(Some(l)) => {
+                if let Some(before) = last.filter(|before| l.term < *before) {
+                    ctx.oracle().violate(format!(
+                        "client {}: the observer reported term {} after term {before}",
+                        ctx.id, l.term
+                    ));
+                }
+                ctx.note(format!("observed {} leading (term {})", l.id, l.term));
+                last = Some(l.term);
+            }
+            Ok(None) => ctx.note("observed no leader".into()),
+            Err(e) => ctx.expected("leader", &e),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// A multi-lock of the configuration's path and [`PATH2`], held once: every member is a hold of its own to the

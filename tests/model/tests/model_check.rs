@@ -94,6 +94,8 @@ exhaustive_tests! {
     exhaustive_semaphore_many => "semaphore-many",
     exhaustive_multi => "multi",
     exhaustive_semaphore_counts_reaped => "semaphore-counts-reaped",
+    exhaustive_election => "election",
+    exhaustive_election_observed => "election-observed",
 }
 
 /// Configurations that need a switch (the `first` mark written by every waiter, with three clients): too many

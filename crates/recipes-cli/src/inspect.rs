@@ -117,6 +117,7 @@ fn as_json(c: &Conn, path: &LockPath, p: &Participants) -> String {
                 "role": if n.role == Role::Holder { "holder" } else { "waiter" },
                 "waits_on": match &n.role { Role::Waiter { on } => Some(on.as_str()), Role::Holder => None },
                 "recipe": recipe_of(n),
+                "candidate": n.info.as_ref().and_then(|i| i.candidate.as_deref()),
                 "host": n.info.as_ref().map(|i| i.host.as_str()),
                 "pid": n.info.as_ref().map(|i| i.pid),
                 // A string: a token is a u128, beyond what JSON readers take as a number.
@@ -150,10 +151,13 @@ fn as_table(c: &Conn, path: &LockPath, p: &Participants) -> String {
             "ROLE", "RECIPE", "OWNER (HOST:PID)", "AGE", "NODE"
         ));
         for n in &p.nodes {
-            let role = match &n.role {
-                Role::Holder if n.revocation_requested => "holder (asked to let go)".to_owned(),
-                Role::Holder => "holder".to_owned(),
-                Role::Waiter { on } => format!("waiter (for {})", short(on)),
+            let candidate = n.info.as_ref().and_then(|i| i.candidate.as_deref());
+            let role = match (&n.role, candidate) {
+                (Role::Holder, _) if n.revocation_requested => "holder (asked to let go)".to_owned(),
+                (Role::Holder, Some(id)) => format!("leader {}", printable(id, 20)),
+                (Role::Holder, None) => "holder".to_owned(),
+                (Role::Waiter { on }, Some(id)) => format!("candidate {} (for {})", printable(id, 12), short(on)),
+                (Role::Waiter { on }, None) => format!("waiter (for {})", short(on)),
             };
             let owner = n
                 .info
@@ -190,6 +194,48 @@ fn short(name: &str) -> String {
         (Some(kind), Some(seq)) if name.len() > 20 => printable(&format!("{kind}…-{seq}"), FIELD_MAX),
         _ => printable(name, FIELD_MAX),
     }
+}
+
+/// `zklock leader PATH`: prints the candidate that leads the election at `path` (id, term, node; JSON for scripts).
+/// Exit status 0, or 75 when nobody stands.
+pub async fn leader(c: &Conn, path: &LockPath, json: bool) -> Result<u8, Fail> {
+    let (backend, locks) = connect(c).await?;
+    let r = match locks.election(path.as_str()) {
+        Ok(e) => e.leader().await,
+        Err(e) => Err(e),
+    };
+    backend.close().await;
+    let Some(l) = r? else {
+        return Err(Fail {
+            status: crate::status::TEMPFAIL,
+            message: format!("nobody leads the election at {path}"),
+        });
+    };
+    let text = if json {
+        let report = serde_json::json!({
+            "path": path.as_str(),
+            "id": l.id,
+            "data": String::from_utf8_lossy(&l.data),
+            // A string: a term is a u128, beyond what JSON readers take as a number.
+            "term": l.term.to_string(),
+            "node": l.node,
+        });
+        format!("{report}\n")
+    } else {
+        format!(
+            "{} (term {}, node {}{})\n",
+            printable(&l.id, FIELD_MAX),
+            l.term,
+            printable(&l.node, 2 * FIELD_MAX),
+            if l.data.is_empty() {
+                String::new()
+            } else {
+                format!(", data {}", printable(&String::from_utf8_lossy(&l.data), FIELD_MAX))
+            }
+        )
+    };
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
+    Ok(0)
 }
 
 #[cfg(test)]

@@ -4,6 +4,8 @@
 //! zklock [OPTIONS] <PATH> -- <COMMAND> [ARGS]...   run COMMAND while holding the lock at PATH
 //! zklock inspect [OPTIONS] <PATH>                  print holders and waiters of PATH, in order
 //! zklock revoke [OPTIONS] <PATH>                   ask the holders of PATH to let go
+//! zklock --elect <ID> [OPTIONS] <PATH> -- <COMMAND>  run COMMAND while candidate ID leads the election at PATH
+//! zklock leader [OPTIONS] <PATH>                   print who leads the election at PATH
 //! ```
 //!
 //! Exit status: the command's; 75 when the wait ran out; 64 for bad usage or an invalid path; 69 when ZooKeeper
@@ -24,6 +26,7 @@ mod procs;
 mod run;
 mod settings;
 mod stop;
+mod take;
 mod watchdog;
 
 use settings::{conn, permits, recipe, revoke_signal};
@@ -82,6 +85,14 @@ Examples:
   # Who holds a lock, and who waits (--json for scripts); holders asked to let go are marked:
   zklock inspect /deploy/web
 
+  # Run the consumer only while this machine leads the election (one leader among the instances); when
+  # leadership is lost the command is stopped and zklock exits 70: let the service manager start it again
+  # (systemd: Restart=always), and it stands again behind the others. The command gets ZKLOCK_TERM:
+  zklock --elect \"$(hostname)\" --elect-data 10.0.0.7:8080 /services/billing/leader -- ./consume --term-env ZKLOCK_TERM
+
+  # Who leads (75 when nobody stands):
+  zklock leader /services/billing/leader
+
   # Ask the holder to let go: a zklock holding it sends its command SIGTERM (--revoke-signal) and releases the lock
   # once the command's processes have ended; Curator's makeRevocable holders are asked the same way:
   zklock revoke /deploy/web
@@ -121,6 +132,13 @@ struct Cli {
     /// have ended
     #[arg(long, default_value = "TERM", value_name = "SIGNAL")]
     revoke_signal: String,
+    /// Stand as candidate ID in the election at PATH and run the command only while leading (not with -r or
+    /// --permits): the command gets ZKLOCK_TERM (the term, a fencing token) and ZKLOCK_CANDIDATE
+    #[arg(long, value_name = "ID", conflicts_with = "permits")]
+    elect: Option<String>,
+    /// The candidate's data, for those who read who leads (an address to reach the leader at); with --elect
+    #[arg(long, value_name = "DATA", requires = "elect")]
+    elect_data: Option<String>,
     /// Give up after this long (500ms, 10s, 2m; 0 = try once) [default: wait forever]
     #[arg(short = 'w', long, value_name = "DURATION", allow_hyphen_values = true)]
     wait: Option<String>,
@@ -150,6 +168,15 @@ enum Sub {
         #[arg(value_name = "PATH")]
         path: String,
         /// Print one JSON object (path, layout, holders, waiters, participants, other_children), for scripts
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print who leads the election at PATH: its id, term and node (exit 75 when nobody stands)
+    Leader {
+        /// The election's path
+        #[arg(value_name = "PATH")]
+        path: String,
+        /// Print one JSON object (path, id, data, term, node), for scripts
         #[arg(long)]
         json: bool,
     },
@@ -313,6 +340,11 @@ fn main() -> ExitCode {
                 let c = conn(&cli.common)?;
                 inspect::inspect(&c, &path, json).await
             }
+            Some(Sub::Leader { path, json }) => {
+                let path = LockPath::new(&path)?;
+                let c = conn(&cli.common)?;
+                inspect::leader(&c, &path, json).await
+            }
             Some(Sub::Revoke { path, node }) => {
                 let path = LockPath::new(&path)?;
                 let c = conn(&cli.common)?;
@@ -321,6 +353,9 @@ fn main() -> ExitCode {
             None => {
                 let path = LockPath::new(cli.path.as_deref().unwrap_or_default())?;
                 let recipe = recipe(&cli.recipe)?;
+                if cli.elect.is_some() && recipe != recipes_core::Recipe::Fair {
+                    return Err(Fail::usage("--elect stands in the election's own queue: leave out -r"));
+                }
                 let permits = permits(recipe, cli.permits)?;
                 let revoke_signal = revoke_signal(&cli.revoke_signal)?;
                 let wait = match &cli.wait {
@@ -340,6 +375,7 @@ fn main() -> ExitCode {
                     wait,
                     term_grace,
                     command: cli.command,
+                    candidate: cli.elect.map(|id| (id, cli.elect_data.unwrap_or_default())),
                     quiet: cli.quiet,
                     verbose: cli.verbose,
                 };

@@ -7,11 +7,11 @@ use nix::sys::signal::Signal;
 use recipes_core::mutants::{is_active, Mutant};
 use recipes_core::{Backend, Error, LockGuard, LockPath, Recipe};
 use recipes_zk::ZkBackend;
-use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 
 use crate::settings::{connect, Conn};
 use crate::stop::{kill_deadline, kill_own_descendants, stop_all, MAX_TERM_GRACE};
+use crate::take::{take, Signals};
 use crate::watchdog::{Report, StartError, Watchdog};
 use crate::{status, Fail};
 
@@ -65,6 +65,8 @@ pub struct Job {
     pub term_grace: Option<Duration>,
     /// The command and its arguments.
     pub command: Vec<OsString>,
+    /// Stand in the election at `path` as this candidate (id, data) instead of taking the lock.
+    pub candidate: Option<(String, String)>,
     /// Say nothing when the wait runs out, nor warn.
     pub quiet: bool,
     /// Say which node holds the lock, its token and the time waited.
@@ -87,27 +89,6 @@ fn display(command: &[OsString]) -> String {
         .unwrap_or_default()
 }
 
-/// The signals zklock handles itself, installed before the wait: a signal while waiting ends the wait; while the
-/// command runs, it is passed on (and Ctrl-Z refused: the lease would run out under a stopped zklock).
-struct Signals {
-    int: tokio::signal::unix::Signal,
-    term: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
-    tstp: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn install() -> Result<Self, Fail> {
-        let on = |kind: SignalKind| signal(kind).map_err(|e| software(format!("signal handler: {e}")));
-        Ok(Signals {
-            int: on(SignalKind::interrupt())?,
-            term: on(SignalKind::terminate())?,
-            hup: on(SignalKind::hangup())?,
-            tstp: on(SignalKind::from_raw(Signal::SIGTSTP as i32))?,
-        })
-    }
-}
-
 async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> Result<u8, Fail> {
     // Should the watchdog be killed, every process of the command comes back to zklock, which then kills them.
     #[cfg(target_os = "linux")]
@@ -115,12 +96,8 @@ async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> 
     let margin = locks.lease_margin().get();
     let grace = self::term_grace(job.term_grace, backend.session_timeout(), margin)?;
     let mut signals = Signals::install()?;
-    let lock: std::sync::Arc<dyn recipes_core::Lock> = match job.permits {
-        Some(n) => std::sync::Arc::new(locks.semaphore(&job.path, n)?),
-        None => locks.lock(&job.path, job.recipe)?,
-    };
     let waiting_since = Instant::now();
-    let guard = wait_for(&*lock, job, &mut signals).await?;
+    let guard = take(locks, job, &mut signals).await?;
     if job.verbose {
         eprintln!(
             "zklock: holding the lock at {} as {} (fencing token {}) after waiting {:.3}s",
@@ -142,41 +119,9 @@ async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> 
     holding.supervise(guard, watchdog, deadline_sent, signals).await
 }
 
-/// Waits for the lock as the job asks; a signal ends the wait (the acquire is dropped, which removes our node).
-async fn wait_for(lock: &dyn recipes_core::Lock, job: &Job, signals: &mut Signals) -> Result<LockGuard, Fail> {
-    let (path, wait) = (&job.path, job.wait);
-    let acquire = async {
-        match wait {
-            None => lock.acquire().await.map(Some),
-            Some(d) => lock.acquire_timeout(d).await,
-        }
-    };
-    tokio::select! {
-        r = acquire => match r {
-            Ok(Some(g)) => Ok(g),
-            Ok(None) => {
-                let what = match wait {
-                    Some(d) if d.is_zero() => "it is held (tried once)".to_string(),
-                    Some(d) => format!("not acquired within {d:?}"),
-                    None => "not acquired".to_string(),
-                };
-                Err(Fail { status: status::TEMPFAIL, message: format!("lock at {path}: {what}") })
-            }
-            Err(Error::ConnectionLoss) if wait.is_some_and(|d| d.is_zero()) => Err(Fail {
-                status: status::UNAVAILABLE,
-                message: format!("lock at {path}: ZooKeeper did not answer the try"),
-            }),
-            Err(e) => Err(e.into()),
-        },
-        _ = signals.int.recv() => Err(Fail { status: status::INTERRUPTED, message: format!("interrupted while waiting for the lock at {path}") }),
-        _ = signals.term.recv() => Err(Fail { status: status::TERMINATED, message: format!("terminated while waiting for the lock at {path}") }),
-        _ = signals.hup.recv() => Err(Fail { status: status::HANGUP, message: format!("hung up while waiting for the lock at {path}") }),
-    }
-}
-
 /// The command's environment. It is told the shortest timeout any server grants: zklock waits (briefly) for every
 /// server to have said.
-async fn command_env(backend: &ZkBackend, guard: &LockGuard, job: &Job) -> [(&'static str, String); 4] {
+async fn command_env(backend: &ZkBackend, guard: &LockGuard, job: &Job) -> Vec<(&'static str, String)> {
     backend.timeouts_probed(PROBE_WAIT).await;
     let timeout = backend.session_timeout();
     let asked = backend.options().asked_session_timeout();
@@ -186,12 +131,18 @@ async fn command_env(backend: &ZkBackend, guard: &LockGuard, job: &Job) -> [(&'s
              maxSessionTimeout): the lease and ZKLOCK_SESSION_TIMEOUT_MS use {timeout:?}"
         );
     }
-    [
+    let mut env = vec![
         ("ZKLOCK_PATH", job.path.as_str().to_owned()),
         ("ZKLOCK_NODE", guard.node().to_owned()),
         ("ZKLOCK_FENCING_TOKEN", guard.fencing_token().to_string()),
         ("ZKLOCK_SESSION_TIMEOUT_MS", timeout.as_millis().to_string()),
-    ]
+    ];
+    if let Some((id, _)) = &job.candidate {
+        // The term is the fencing token of the leader's node.
+        env.push(("ZKLOCK_TERM", guard.fencing_token().to_string()));
+        env.push(("ZKLOCK_CANDIDATE", id.clone()));
+    }
+    env
 }
 
 /// The lock is held: the command is started and watched over until it ends or the lock is lost.
@@ -375,7 +326,7 @@ async fn finish(guard: LockGuard, path: &LockPath, command: &[OsString], code: u
     }
 }
 
-fn software(message: String) -> Fail {
+pub(crate) fn software(message: String) -> Fail {
     Fail {
         status: status::SOFTWARE,
         message,

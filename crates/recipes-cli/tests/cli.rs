@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use recipes_conformance::zkserver::{available, PrivateZk};
 
 mod common;
-use common::{server, unique, zklock, ZKLOCK};
+use common::{inspect_json, server, unique, zklock, ZKLOCK};
 
 fn run(mut c: Command) -> Output {
     c.stdin(Stdio::null());
@@ -1167,4 +1167,123 @@ fn token(v: &serde_json::Value) -> u128 {
     v.as_str()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("not a token: {v}"))
+}
+
+/// `zklock --elect ID` runs the command only while leading: two candidates never run at once, each command gets
+/// ZKLOCK_TERM and ZKLOCK_CANDIDATE, terms increase, `zklock leader` names the leader while one leads (exit 75 when
+/// nobody stands), `inspect` marks it, and `--elect` with `-r` is bad usage.
+#[test]
+fn elect_runs_the_command_while_leading() {
+    let Some(zk) = server() else { return };
+    let path = unique("elect");
+    let dir = tempdir("elect");
+    let (marker, log, leading) = (dir.join("marker"), dir.join("log"), dir.join("leading"));
+    // The first candidate leads and waits until told to go on, so that the leader can be read meanwhile.
+    let first = zklock(
+        &zk,
+        &[
+            "--elect",
+            "first",
+            "--elect-data",
+            "10.0.0.1:80",
+            &path,
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "mkdir {m} || exit 99; echo \"$ZKLOCK_CANDIDATE $ZKLOCK_TERM\" >> {l}; touch {r}; \
+                 while [ ! -e {r}.go ]; do sleep 0.02; done; rmdir {m}",
+                m = marker.display(),
+                l = log.display(),
+                r = leading.display()
+            ),
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    wait_for_file(&leading, Duration::from_secs(30));
+    let second = zklock(
+        &zk,
+        &[
+            "--elect",
+            "second",
+            &path,
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "mkdir {m} || exit 99; echo \"$ZKLOCK_CANDIDATE $ZKLOCK_TERM\" >> {l}; rmdir {m}",
+                m = marker.display(),
+                l = log.display()
+            ),
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    // Both stand; the first leads.
+    let t0 = Instant::now();
+    while inspect_json(&zk, &path)["participants"].as_array().map_or(0, Vec::len) < 2 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the second candidate never stood"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = run(zklock(&zk, &["leader", "--json", &path]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let l: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (l["id"].as_str(), l["data"].as_str()),
+        (Some("first"), Some("10.0.0.1:80"))
+    );
+    let report = inspect_json(&zk, &path);
+    let candidates: Vec<_> = report["participants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["role"].as_str().unwrap().to_owned(),
+                p["candidate"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        candidates,
+        vec![
+            ("holder".to_owned(), "first".to_owned()),
+            ("waiter".to_owned(), "second".to_owned())
+        ]
+    );
+    std::fs::File::create(dir.join("leading.go")).unwrap();
+    for child in [first, second] {
+        let out = wait_output(child, Duration::from_secs(60));
+        assert!(
+            out.status.success(),
+            "a candidate failed ({:?}): {}",
+            out.status,
+            stderr(&out)
+        );
+    }
+    let entries: Vec<(String, u128)> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (id, term) = l.split_once(' ').unwrap();
+            (id.to_owned(), term.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    assert_eq!((entries[0].0.as_str(), entries[1].0.as_str()), ("first", "second"));
+    assert!(entries[0].1 < entries[1].1, "terms increase: {entries:?}");
+    // Nobody stands any more.
+    let out = run(zklock(&zk, &["leader", &path]));
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    let out = run(zklock(&zk, &["--elect", "x", "-r", "read", &path, "--", "true"]));
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    std::fs::remove_dir_all(&dir).unwrap();
 }

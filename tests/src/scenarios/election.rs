@@ -192,3 +192,97 @@ pub async fn election_observer_refuses_a_wrapped_peer_queue(h: &dyn Harness) {
         wait_children(h, &path, 0).await;
     }
 }
+
+/// A leader cut off from the servers past its session timeout (a long GC pause, a partition) learns that it lost
+/// (its lease: `lost()`, `is_valid()`) before the next candidate leads, the next one's term is higher, and once back
+/// it learns of the expiry and may stand again, behind the new leader.
+pub async fn election_cut_off_leader_knows_before_the_next_leads(h: &dyn Harness) {
+    if !h.capabilities().disconnect {
+        return skip(h, "election_cut_off_leader_knows_before_the_next_leads", "disconnects");
+    }
+    let path = h.path("election-cut-off");
+    let (a, b) = (h.client().await, h.client().await);
+    let ca = a.locks.election(&path).unwrap().candidate("a").unwrap();
+    let cb = b.locks.election(&path).unwrap().candidate("b").unwrap();
+    let old = ca.leadership().await.unwrap();
+    let next = tokio::spawn(async move {
+        let l = cb.leadership().await.unwrap();
+        (tokio::time::Instant::now(), l)
+    });
+    wait_children(h, &path, 2).await;
+    a.faults.disconnect_for(a.faults.session_timeout() * 2).await;
+    assert_eq!(
+        bounded(h, "the old leader's lease", old.lost()).await,
+        LostReason::LeaseExpired
+    );
+    let knew_at = tokio::time::Instant::now();
+    assert!(!old.is_valid());
+    let (led_at, new) = bounded(h, "b leads", next).await.unwrap();
+    assert!(led_at >= knew_at, "b led before the cut-off leader knew it had lost");
+    assert!(new.term() > old.term());
+    crate::util::eventually(h, "a learns that its session expired", || async {
+        tokio::time::timeout(h.tick(), old.lost()).await == Ok(LostReason::SessionExpired)
+    })
+    .await;
+    drop(old);
+    let mut again = Box::pin(ca.leadership());
+    assert_pending(h, "a stands again, behind b", &mut again).await;
+    new.resign().await.unwrap();
+    bounded(h, "a leads again", again)
+        .await
+        .unwrap()
+        .resign()
+        .await
+        .unwrap();
+    wait_children(h, &path, 0).await;
+}
+
+/// An observer whose connection broke while the leader changed never reports the old leader once it has reported the
+/// new one, and reports the new one once it is back.
+pub async fn election_observer_after_reconnect_never_goes_back(h: &dyn Harness) {
+    if !h.capabilities().disconnect {
+        return skip(h, "election_observer_after_reconnect_never_goes_back", "disconnects");
+    }
+    let path = h.path("election-observer-reconnect");
+    let (a, b, o) = (h.client().await, h.client().await, h.client().await);
+    let first = a
+        .locks
+        .election(&path)
+        .unwrap()
+        .candidate("a")
+        .unwrap()
+        .leadership()
+        .await
+        .unwrap();
+    let observer = o.locks.election(&path).unwrap();
+    assert_eq!(observer.leader().await.unwrap().map(|l| l.id), Some("a".to_owned()));
+    o.faults.disconnect_for(o.faults.session_timeout() / 4).await;
+    let cb = b.locks.election(&path).unwrap().candidate("b").unwrap();
+    let next = tokio::spawn(async move { cb.leadership().await.unwrap() });
+    wait_children(h, &path, 2).await;
+    let old_term = first.term();
+    first.resign().await.unwrap();
+    let new = bounded(h, "b leads", next).await.unwrap();
+    let mut last = old_term;
+    let mut seen_b = false;
+    let until = tokio::time::Instant::now() + h.patience();
+    while tokio::time::Instant::now() < until {
+        match observer.leader().await {
+            Ok(Some(l)) => {
+                assert!(l.term >= last, "the observer went back from term {last} to {}", l.term);
+                last = l.term;
+                if l.id == "b" {
+                    seen_b = true;
+                    break;
+                }
+            }
+            Ok(None) => panic!("nobody leads while b does"),
+            Err(Error::ConnectionLoss) => tokio::time::sleep(h.tick()).await,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(seen_b, "the observer never reported the new leader");
+    assert_eq!(last, new.term());
+    new.resign().await.unwrap();
+    wait_children(h, &path, 0).await;
+}

@@ -113,6 +113,7 @@ macro_rules! __for_each_scenario {
             waiter_disconnected_while_its_node_goes_never_holds_without_it election_one_leader_at_a_time
             election_resign_lets_the_next_lead election_leader_lost_on_session_expiry election_bad_candidates_refused
             election_in_every_layout election_observer_refuses_a_wrapped_peer_queue
+            election_cut_off_leader_knows_before_the_next_leads election_observer_after_reconnect_never_goes_back
         );
     };
 }

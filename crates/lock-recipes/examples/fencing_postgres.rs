@@ -39,8 +39,13 @@
 //!
 //! ```text
 //! fencing_postgres ZK PG worker [--resource R] [--worker-name W] [--session-timeout-ms N] [--wait-ms N]
-//!                               [--writes N] [--hold-then-write] [--schema S] [--lock-root P]
+//!                               [--writes N] [--hold-then-write] [--elect ID] [--schema S] [--lock-root P]
 //! ```
+//!
+//! With `--elect ID` the worker is a singleton consumer rather than a lock holder: it stands as candidate `ID` in the
+//! election at the resource's path (`locks.election(path).candidate(id).leadership()`), and writes while it leads,
+//! under its term, which is the fencing token of its leadership. A paused leader is fenced off exactly as a paused
+//! holder is (the test's `paused_leader_is_fenced_off_and_the_next_leader_writes`).
 //!
 //! It takes the lock, prints `HOLDING token=T`, writes (`WRITE OK token=T`, or `WRITE REJECTED token=T store=S`),
 //! releases and exits 0. With `--hold-then-write` it waits for a line on stdin between the two, and then writes
@@ -77,7 +82,7 @@ const USAGE: &str = "\
 usage: fencing_postgres <zk connect> <pg connect> [demo] [--workers N] [OPTIONS]
        fencing_postgres <zk connect> <pg connect> cohort [--workers N] [OPTIONS]
        fencing_postgres <zk connect> <pg connect> worker [--worker-name W] [--session-timeout-ms N] [--wait-ms N]
-                        [--writes N] [--hold-then-write] [OPTIONS]
+                        [--writes N] [--hold-then-write] [--elect ID] [OPTIONS]
 OPTIONS: [--resource R] [--schema S] [--lock-root P]
   <zk connect>  host:port[,host:port...][/chroot], e.g. 127.0.0.1:2181
   <pg connect>  a libpq connection string, e.g. 'host=127.0.0.1 port=5432 user=postgres dbname=postgres';
@@ -90,7 +95,8 @@ OPTIONS: [--resource R] [--schema S] [--lock-root P]
   --session-timeout-ms  worker: the ZooKeeper session timeout asked for (default 10000)
   --wait-ms N           worker: how long to wait for the lock (default 30000; then exit 75)
   --writes N            worker: how many writes under one hold (default 1)
-  --hold-then-write     worker: after HOLDING, wait for a line on stdin, then write without checking the lease";
+  --hold-then-write     worker: after HOLDING, wait for a line on stdin, then write without checking the lease
+  --elect ID            worker: lead the election at the lock path as candidate ID, and write under its term";
 
 /// Why the program stopped; each has its exit code.
 #[derive(Debug)]
@@ -214,6 +220,8 @@ struct Worker {
     wait: Duration,
     writes: u32,
     hold_then_write: bool,
+    /// Stand as this candidate in the election at the resource's path instead of taking its lock.
+    elect: Option<String>,
 }
 
 #[derive(Debug)]
@@ -262,6 +270,7 @@ fn parse(args: &[String]) -> Result<(Common, Mode), Failure> {
         wait: Duration::from_secs(30),
         writes: 1,
         hold_then_write: false,
+        elect: None,
     };
     while let Some(flag) = it.next() {
         let mut value = || {
@@ -287,6 +296,7 @@ fn parse(args: &[String]) -> Result<(Common, Mode), Failure> {
             ("--wait-ms", true) => worker.wait = Duration::from_millis(number(value()?, 86_400_000)?),
             ("--writes", true) => worker.writes = number(value()?, 1000)? as u32,
             ("--hold-then-write", true) => worker.hold_then_write = true,
+            ("--elect", true) => worker.elect = Some(value()?),
             (other, _) => {
                 let mode = if worker_mode { "worker" } else { "demo" };
                 return Err(Failure::Usage(format!("unknown option {other:?} for the {mode} mode")));
@@ -541,11 +551,17 @@ async fn worker(common: &Common, w: &Worker) -> Result<(), Failure> {
 
 async fn hold_and_write(locks: &Locks, store: &mut Store, common: &Common, w: &Worker) -> Result<(), Failure> {
     let path = common.lock_path();
-    let guard = locks
-        .fair(&path)?
-        .acquire_timeout(w.wait)
-        .await?
-        .ok_or_else(|| Failure::WaitRanOut(path.clone()))?;
+    let guard = match &w.elect {
+        // A singleton consumer: it writes while it leads, under its term (its leadership's fencing token).
+        Some(id) => locks
+            .election(&path)?
+            .candidate(id.clone())?
+            .leadership_timeout(w.wait)
+            .await?
+            .map(|leading| leading.into_guard()),
+        None => locks.fair(&path)?.acquire_timeout(w.wait).await?,
+    }
+    .ok_or_else(|| Failure::WaitRanOut(path.clone()))?;
     let token = guard.fencing_token();
     say(&format!("HOLDING token={token}"));
     if w.hold_then_write {

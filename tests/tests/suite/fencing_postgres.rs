@@ -445,6 +445,38 @@ fn paused_holder_is_fenced_off_and_the_new_holder_writes() {
     eprintln!("done in {:?}", t0.elapsed());
 }
 
+/// The singleton consumer of an election (`--elect`): a leader paused past its session timeout is replaced by the
+/// next candidate, whose term is higher; the paused leader's write under its old term, when it resumes, is refused
+/// by the store.
+#[test]
+fn paused_leader_is_fenced_off_and_the_next_leader_writes() {
+    let Some(scene) = Scene::new("paused_leader_is_fenced_off_and_the_next_leader_writes", "elect") else {
+        return;
+    };
+    let short = SHORT_SESSION.as_millis().to_string();
+    let mut a = scene.worker(
+        "A",
+        &["--session-timeout-ms", &short, "--hold-then-write", "--elect", "A"],
+    );
+    let ta = Worker::token(&a.expect_line("HOLDING "));
+    a.signal("-STOP");
+    let mut b = scene.worker("B", &["--elect", "B"]);
+    let tb = Worker::token(&b.expect_line("HOLDING "));
+    assert!(
+        tb > ta,
+        "the next leader's term {tb} is not above the paused leader's {ta}"
+    );
+    assert_eq!(b.expect_line("WRITE "), format!("WRITE OK token={tb}"));
+    b.expect_success();
+    a.go();
+    a.signal("-CONT");
+    assert_eq!(a.expect_line("WRITE "), format!("WRITE REJECTED token={ta} store={tb}"));
+    a.expect_success();
+    assert_eq!(scene.ledger(), vec![(tb, "B".to_owned())]);
+    assert_eq!(scene.fence(), Some(tb));
+    scene.assert_no_lock_nodes();
+}
+
 /// Tasks of one process in a cohort pass the lock among themselves: each hold has a token of its own, above the last
 /// (several of one node, by their pass), each writes under it, and the first hold's token, replayed after the later
 /// passes wrote, is refused by the fence.

@@ -3,7 +3,8 @@
 //
 // usage: CuratorPeer CONNECT PATH mutex|read|write|selector|semaphoreN COUNT DIR
 // (selector: a LeaderSelector, id "java-<pid>", requeued after each leadership, whose takeLeadership enters
-// exclusively; COUNT leaderships)
+// exclusively; COUNT leaderships. latch: a LeaderLatch, id "java-<pid>", started, awaited, entered exclusively while
+// it has leadership, closed; COUNT times)
 // (semaphoreN: an InterProcessSemaphoreV2 of N leases; a holder makes a file under DIR/S and counts the files there:
 // more than N is an overlap; prints "acquisitions N overlaps M most K", K the most holders it saw in at once)
 // DIR/ready-<pid> is created once connected; DIR/go is awaited before starting (at most 60 s).
@@ -24,6 +25,7 @@ import java.util.concurrent.TimeUnit;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.framework.recipes.leader.LeaderSelector;
 import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter;
 import org.apache.curator.framework.recipes.locks.InterProcessLock;
@@ -75,6 +77,9 @@ public class CuratorPeer {
         }
         if (role.equals("selector")) {
             System.exit(selector(client, path, count, dir));
+        }
+        if (role.equals("latch")) {
+            System.exit(latch(client, path, count, dir));
         }
         if (role.startsWith("semaphore")) {
             System.exit(semaphore(client, path, Integer.parseInt(role.substring(9)), count, dir));
@@ -149,6 +154,31 @@ public class CuratorPeer {
         client.close();
         System.out.println("acquisitions " + count + " overlaps " + overlaps[0]);
         return overlaps[0] == 0 ? 0 : 3;
+    }
+
+    static int latch(CuratorFramework client, String path, int count, File dir) throws Exception {
+        File writer = new File(dir, "W");
+        FileOutputStream log = new FileOutputStream(new File(dir, "log"), true);
+        String id = "java-" + ProcessHandle.current().pid();
+        int overlaps = 0;
+        awaitGo(dir);
+        for (int i = 0; i < count; i++) {
+            LeaderLatch latch = new LeaderLatch(client, path, id);
+            latch.start();
+            if (!latch.await(60, TimeUnit.SECONDS)) {
+                System.err.println("leadership timed out");
+                System.exit(75);
+            }
+            if (!writer.mkdir()) overlaps++;
+            log.write("java-latch\n".getBytes());
+            Thread.sleep(0, 200_000);
+            writer.delete();
+            latch.close();
+        }
+        log.close();
+        client.close();
+        System.out.println("acquisitions " + count + " overlaps " + overlaps);
+        return overlaps == 0 ? 0 : 3;
     }
 
     static void awaitGo(File dir) throws Exception {

@@ -49,6 +49,8 @@ pub(crate) const RECIPE_NAME: &str = "election";
 pub struct Election {
     ctx: Arc<Ctx>,
     path: LockPath,
+    /// Candidates' nodes named as Curator's `LeaderLatch` names them (see [`Election::latch`]).
+    latch: bool,
 }
 
 /// One who stands in an [`Election`]: an id (one line of at most [`Candidate::MAX_ID_LEN`] bytes) and optional data (at most
@@ -100,7 +102,36 @@ pub struct Leader {
 
 impl Election {
     pub(crate) fn new(ctx: Arc<Ctx>, path: LockPath) -> Self {
-        Election { ctx, path }
+        Election {
+            ctx,
+            path,
+            latch: false,
+        }
+    }
+
+    /// This election as Curator's `LeaderLatch` holds it: its candidates' nodes `_c_<uuid>-latch-<seq>`. Without it,
+    /// an election in the Curator layout is Curator's `LeaderSelector`'s (`_c_<uuid>-lock-<seq>`, its
+    /// `InterProcessMutex`).
+    ///
+    /// ```
+    /// use recipes_core::{Layout, Locks};
+    /// let cluster = recipes_mem::MemCluster::new();
+    /// let curator = Locks::builder(cluster.client()).layout(Layout::Curator).build();
+    /// assert!(curator.election("/services/leader")?.latch().is_ok());
+    /// assert!(Locks::new(cluster.client()).election("/services/leader")?.latch().is_err());
+    /// # Ok::<(), recipes_core::Error>(())
+    /// ```
+    ///
+    /// # Notable errors
+    /// [`Error::InvalidArgument`] in a layout other than Curator's.
+    pub fn latch(self) -> Result<Self> {
+        if self.ctx.layout != crate::layout::Layout::Curator {
+            return Err(Error::InvalidArgument(format!(
+                "LeaderLatch's nodes are Curator's: an election in the {} layout has no latch",
+                self.ctx.layout
+            )));
+        }
+        Ok(Election { latch: true, ..self })
     }
 
     /// The election's path.
@@ -239,7 +270,11 @@ impl Candidate {
 
     fn stand(&self, p: Patience) -> impl Future<Output = Result<Option<Leadership>>> + Send + '_ {
         let e = &self.election;
-        futures::FutureExt::map(driver::stand(&e.ctx, &e.path, p, &self.lines), |held| {
+        let standing = driver::Standing {
+            lines: &self.lines,
+            latch: e.latch,
+        };
+        futures::FutureExt::map(driver::stand(&e.ctx, &e.path, p, standing), |held| {
             Ok(held?.map(|h| Leadership {
                 guard: LockGuard::plain(h),
                 id: self.id.clone(),

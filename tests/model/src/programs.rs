@@ -65,6 +65,8 @@ pub enum Program {
     /// An election's candidate on the configuration's path: stand until leading, lead (a hold of the oracles, its
     /// term the token), ask `lost()`, resign.
     Stand,
+    /// As [`Program::Stand`], as Curator's `LeaderLatch` (`Election::latch`; the configuration's layout is Curator's).
+    StandLatch,
     /// An observer of the election on the configuration's path, standing for nothing: reads the leader `reads` times,
     /// a little apart. Its oracle: the terms it reports never go back.
     Observe {
@@ -558,8 +560,11 @@ async fn run_program(ctx: Ctx, program: Program) {
             }
         }
         Program::Permits { permits, n, patience } => claim_permits(&ctx, permits, n, patience).await,
-        Program::Stand => {
-            let election = ctx.locks.election(&ctx.path).expect("valid path");
+        Program::Stand | Program::StandLatch => {
+            let mut election = ctx.locks.election(&ctx.path).expect("valid path");
+            if matches!(program, Program::StandLatch) {
+                election = election.latch().expect("the Curator layout");
+            }
             let candidate = election.candidate(format!("client-{}", ctx.id)).expect("valid id");
             let start = Instant::now();
             let got = candidate.leadership().await.map(|l| Some(l.into_guard()));

@@ -96,6 +96,7 @@ exhaustive_tests! {
     exhaustive_semaphore_counts_reaped => "semaphore-counts-reaped",
     exhaustive_election => "election",
     exhaustive_election_observed => "election-observed",
+    exhaustive_curator_latch => "curator-latch",
 }
 
 /// Configurations that need a switch (the `first` mark written by every waiter, with three clients): too many

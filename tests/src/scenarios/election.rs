@@ -286,3 +286,49 @@ pub async fn election_observer_after_reconnect_never_goes_back(h: &dyn Harness) 
     new.resign().await.unwrap();
     wait_children(h, &path, 0).await;
 }
+
+/// An election held as Curator's `LeaderLatch` (`latch()`, Curator layout): candidates' nodes are named
+/// `_c_<uuid>-latch-<seq>`, one leads at a time, the next leads after a resignation with a higher term, and `latch()`
+/// is refused in the other layouts.
+pub async fn election_as_curator_leader_latch(h: &dyn Harness) {
+    let path = h.path("election-latch");
+    let (a, b) = (h.client().await, h.client().await);
+    let curator = |c: &crate::harness::TestClient| {
+        Locks::builder(c.locks.backend().clone())
+            .layout(Layout::Curator)
+            .build()
+    };
+    let (la, lb) = (curator(&a), curator(&b));
+    let first = la.election(&path).unwrap().latch().unwrap().candidate("first").unwrap();
+    let second = lb
+        .election(&path)
+        .unwrap()
+        .latch()
+        .unwrap()
+        .candidate("second")
+        .unwrap();
+    let leading = first.leadership().await.unwrap();
+    let mut waiting = Box::pin(second.leadership());
+    assert_pending(h, "the second waits", &mut waiting).await;
+    let names = h.children(&path).await;
+    assert_eq!(names.len(), 2);
+    assert!(
+        names.iter().all(|n| n.starts_with("_c_") && n.contains("-latch-")),
+        "{names:?}"
+    );
+    let seen = lb.election(&path).unwrap().leader().await.unwrap().expect("a leader");
+    assert_eq!((seen.id.as_str(), seen.term), ("first", leading.term()));
+    let term = leading.term();
+    leading.resign().await.unwrap();
+    let next = bounded(h, "the second leads", waiting).await.unwrap();
+    assert!(next.term() > term);
+    next.resign().await.unwrap();
+    wait_children(h, &path, 0).await;
+    for layout in [Layout::Native, Layout::Kazoo] {
+        let other = Locks::builder(a.locks.backend().clone()).layout(layout).build();
+        assert!(
+            matches!(other.election(&path).unwrap().latch(), Err(Error::InvalidArgument(_))),
+            "{layout}"
+        );
+    }
+}

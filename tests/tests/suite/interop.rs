@@ -143,7 +143,8 @@ async fn contend(s: &Setup, layout: Layout, peers: &[(Peer, &str)], rust: &[(Rec
 enum Rust {
     Lock(Recipe, bool),
     Permit(u32),
-    Candidate,
+    /// A candidate; as `LeaderLatch` when `true`.
+    Candidate(bool),
 }
 
 /// What a Rust contender takes: a lock, or leadership.
@@ -151,6 +152,9 @@ enum Taken {
     Lock(Arc<dyn Lock>),
     Leadership(recipes_core::Candidate, recipes_core::Election),
 }
+
+/// Whether a Rust candidate stands as Curator's `LeaderLatch` (`Election::latch`).
+const LATCH: bool = true;
 
 /// As [`contend`], for any Rust contenders.
 async fn contend_with(s: &Setup, layout: Layout, peers: &[(Peer, &str)], rust: &[Rust], count: usize) -> Report {
@@ -228,8 +232,11 @@ async fn contend_with(s: &Setup, layout: Layout, peers: &[(Peer, &str)], rust: &
                 false,
                 Taken::Lock(Arc::new(locks.semaphore(&path, n).unwrap())),
             ),
-            Rust::Candidate => {
-                let election = locks.election(&path).unwrap();
+            Rust::Candidate(latch) => {
+                let mut election = locks.election(&path).unwrap();
+                if latch {
+                    election = election.latch().unwrap();
+                }
                 let candidate = election.candidate(format!("rust-{}", rust_side.len())).unwrap();
                 (
                     "rust-election".to_owned(),
@@ -461,7 +468,14 @@ async fn kazoo_lock_vs_rust_fair() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kazoo_election_vs_rust_election() {
     let Some(s) = setup() else { return };
-    let r = contend_with(&s, Layout::Kazoo, &[(Peer::Kazoo, "election")], &[Rust::Candidate], 250).await;
+    let r = contend_with(
+        &s,
+        Layout::Kazoo,
+        &[(Peer::Kazoo, "election")],
+        &[Rust::Candidate(!LATCH)],
+        250,
+    )
+    .await;
     check("kazoo election vs rust election", &r, 250);
 }
 
@@ -473,11 +487,27 @@ async fn curator_leader_selector_vs_rust_election() {
         &s,
         Layout::Curator,
         &[(Peer::Curator, "selector")],
-        &[Rust::Candidate],
+        &[Rust::Candidate(!LATCH)],
         250,
     )
     .await;
     check("curator leader selector vs rust election", &r, 250);
+}
+
+/// Curator's LeaderLatch against the Rust election held as a latch (Curator layout, `latch()`): one leader at a time
+/// across the languages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curator_leader_latch_vs_rust_latch() {
+    let Some(s) = setup() else { return };
+    let r = contend_with(
+        &s,
+        Layout::Curator,
+        &[(Peer::Curator, "latch")],
+        &[Rust::Candidate(LATCH)],
+        250,
+    )
+    .await;
+    check("curator leader latch vs rust latch", &r, 250);
 }
 
 /// kazoo ReadLock / WriteLock against the Rust read/write lock, readers and writers on both sides.

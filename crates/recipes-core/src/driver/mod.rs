@@ -130,18 +130,26 @@ pub(crate) fn acquire_claim<'a>(
             return Either::Left(Box::pin(peer_semaphore::acquire(ctx, peer, path, claim, patience)));
         }
     }
-    Either::Right(acquire_on(ctx, path, claim, patience, None, ""))
+    Either::Right(acquire_on(ctx, path, claim, patience, None, None))
 }
 
-/// As [`acquire`] of a fair lock, for an election's candidate: `candidate` is what its node's data says of it
-/// ([`candidate_lines`](crate::info::candidate_lines)).
+/// How an election's candidate stands: what its node's data says of it
+/// ([`candidate_lines`](crate::info::candidate_lines)), and whether its node is named as Curator's `LeaderLatch`
+/// names them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Standing<'a> {
+    pub lines: &'a str,
+    pub latch: bool,
+}
+
+/// As [`acquire`] of a fair lock, for an election's candidate.
 pub(crate) fn stand<'a>(
     ctx: &'a Arc<Ctx>,
     path: &'a LockPath,
     patience: Patience,
-    candidate: &'a str,
+    standing: Standing<'a>,
 ) -> impl Future<Output = Result<Option<HeldNode>>> + Send + 'a {
-    acquire_on(ctx, path, Claim::lock(Recipe::Fair), patience, None, candidate)
+    acquire_on(ctx, path, Claim::lock(Recipe::Fair), patience, None, Some(standing))
 }
 
 /// How an attempt comes to hold when not by its protocol's own node (the fixed node, or a place in the queue): a
@@ -160,15 +168,15 @@ pub(crate) trait Procedure: Send {
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Step<Option<HeldNode>>> + Send + 's>>;
 }
 
-/// As [`acquire_claim`]; `procedure`: how the attempt comes to hold, when not by its protocol's node; `candidate`:
-/// an election candidate's lines in the node's data (empty for a lock).
+/// As [`acquire_claim`]; `procedure`: how the attempt comes to hold, when not by its protocol's node; `standing`: an
+/// election candidate's (`None` for a lock).
 async fn acquire_on(
     ctx: &Arc<Ctx>,
     path: &LockPath,
     claim: Claim,
     patience: Patience,
     procedure: Option<&mut dyn Procedure>,
-    candidate: &str,
+    standing: Option<Standing<'_>>,
 ) -> Result<Option<HeldNode>> {
     let recipe = claim.recipe;
     let span = tracing::debug_span!(
@@ -182,7 +190,12 @@ async fn acquire_on(
     let mut held = async move {
         let mut attempt = Attempt::new(ctx, path, claim, patience);
         attempt.held_as = procedure.as_ref().map(|p| p.resource().clone());
-        attempt.candidate = candidate;
+        if let Some(s) = standing {
+            attempt.candidate = s.lines;
+            if s.latch {
+                attempt.protocol = crate::protocol::AnyProtocol::Queue(crate::protocol::Queue::latch());
+            }
+        }
         let outcome = attempt
             .run(procedure)
             .await

@@ -29,6 +29,8 @@ pub struct Queue {
     kind: NodeKind,
     weight: u32,
     permits: u32,
+    /// Curator's `LeaderLatch` names: `_c_<uuid>-latch-` (an election's candidates, in the Curator layout).
+    latch: bool,
 }
 
 impl Queue {
@@ -39,6 +41,15 @@ impl Queue {
             kind,
             weight: 1,
             permits: 1,
+            latch: false,
+        }
+    }
+
+    /// A candidate of Curator's `LeaderLatch`: a lock's node in the Curator layout, named `_c_<uuid>-latch-<seq>`.
+    pub fn latch() -> Self {
+        Queue {
+            latch: true,
+            ..Queue::lock(Layout::Curator, NodeKind::Lock)
         }
     }
 
@@ -49,6 +60,7 @@ impl Queue {
             kind: NodeKind::Permit,
             weight,
             permits,
+            latch: false,
         }
     }
 
@@ -87,6 +99,14 @@ impl Protocol for Queue {
     }
 
     fn prefix(&self, attempt: Uuid) -> String {
+        if self.latch {
+            let mut buf = Uuid::encode_buffer();
+            return format!(
+                "_c_{}-{}",
+                attempt.hyphenated().encode_lower(&mut buf),
+                crate::layout::CURATOR_LATCH_MARKER
+            );
+        }
         self.layout.weighted_prefix(self.kind, attempt, self.weight)
     }
 

@@ -115,6 +115,7 @@ fn curator_family(name: &str) -> Option<Family> {
         ("__READ__", Family::CuratorLock),
         ("__WRIT__", Family::CuratorLock),
         ("lease-", Family::CuratorLease),
+        (super::CURATOR_LATCH_MARKER, Family::CuratorLock),
     ] {
         if let Some(seq) = rest.strip_prefix(marker) {
             return parse_seq(seq).map(|_| family);

@@ -82,12 +82,17 @@ pub struct ParsedNode {
 /// The fixed node name of the exclusive recipe.
 pub const EXCLUSIVE_NODE: &str = "lock";
 
-const CURATOR_MARKERS: [(&str, NodeKind); 4] = [
+const CURATOR_MARKERS: [(&str, NodeKind); 5] = [
     ("__WRIT__", NodeKind::Write),
     ("__READ__", NodeKind::Read),
     ("lock-", NodeKind::Lock),
     ("lease-", NodeKind::Permit),
+    // `LeaderLatch`'s candidates: a lock's contenders to everyone (Curator's recipes count every child).
+    (CURATOR_LATCH_MARKER, NodeKind::Lock),
 ];
+
+/// The marker of Curator's `LeaderLatch` nodes: `_c_<uuid>-latch-<seq>`.
+pub(crate) const CURATOR_LATCH_MARKER: &str = "latch-";
 
 impl Layout {
     /// Every layout.

@@ -196,3 +196,26 @@ proptest! {
         prop_assert_eq!(parse_native(&exact.to_uppercase()), parse_native_reference(&exact.to_uppercase()));
     }
 }
+
+/// Curator's `LeaderLatch` names parse as a lock's contenders of the Curator family, with the attempt id and the text
+/// after `latch-` as their key; a queue of latch nodes sorts as Curator sorts it.
+#[test]
+fn curator_latch_names() {
+    use crate::protocol::{Protocol, Queue};
+    let id = Uuid::new_v4();
+    let prefix = Queue::latch().prefix(id);
+    assert_eq!(prefix, format!("_c_{}-latch-", id.hyphenated()));
+    let name = format!("{prefix}0000000042");
+    assert_eq!(
+        Layout::Curator.parse(&name),
+        Some(ParsedNode {
+            kind: NodeKind::Lock,
+            attempt: id,
+            seq: Some(42),
+            key: SortKey::Text("0000000042".into()),
+            weight: 1,
+        })
+    );
+    assert_eq!(Family::of(&name), Some(Family::CuratorLock));
+    assert!(Queue::latch().made_by(&name, id));
+}

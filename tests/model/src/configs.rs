@@ -538,6 +538,19 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             by_walks: false,
         },
         Sensitivity {
+            problem: "11, in an election (its leader's check of the term's lease switched off): a candidate of one \
+                      process comes to lead on a watch event while its process's resignation is in flight, after a \
+                      stall, and acts as leader with a lease already over, while the next leader may act too",
+            mutants: &[Mutant::NoLeaseConfirm],
+            config: Config::new(
+                "one-session-election",
+                vec![Program::Tasks(vec![Program::Stand, Program::Stand]), Program::Stand],
+            )
+            .with_faults(1, &[FaultKind::Delay]),
+            shows_as: "a guard that is not valid",
+            by_walks: true,
+        },
+        Sensitivity {
             problem: "5, in an election: a candidate's create sent on an expired session becomes an ephemeral of the \
                       new one (an orphan that leads for nobody)",
             mutants: &[Mutant::UnboundRequests],

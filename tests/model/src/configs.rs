@@ -80,8 +80,8 @@ pub fn exhaustive() -> Vec<Config> {
         Config::new("election", vec![Program::Stand, Program::Stand]).with_faults(1, FAULTS),
         // An observer beside a candidate (beside two, the schedules pass the bound: walked at random, in `random()`).
         Config::new("election-observed", vec![Program::Stand, Program::Observe { reads: 3 }]).with_faults(1, FAULTS),
-        // Curator's `LeaderLatch` names, and a `LeaderSelector`-style candidate (its mutex) on the same path.
-        Config::new("curator-latch", vec![Program::StandLatch, Program::Stand])
+        // Two candidates as Curator's `LeaderLatch` (its `latch-` names, a family of their own).
+        Config::new("curator-latch", vec![Program::StandLatch, Program::StandLatch])
             .with_layout(Layout::Curator)
             .with_faults(1, FAULTS),
     ]

@@ -331,4 +331,29 @@ pub async fn election_as_curator_leader_latch(h: &dyn Harness) {
             "{layout}"
         );
     }
+    // Curator orders a latch's nodes and a mutex's differently (each by the text after its own marker): a latch
+    // beside a `LeaderSelector`'s node, or the other way round, would let both lead (found by review). Each refuses.
+    let on = b.locks.backend().current();
+    for (peer_marker, latch) in [("lock-", true), ("latch-", false)] {
+        let peer = on
+            .create(
+                &format!("{path}/_c_{}-{peer_marker}", uuid::Uuid::new_v4().hyphenated()),
+                b"peer",
+                CreateMode::EphemeralSequential,
+            )
+            .await
+            .unwrap();
+        let mut election = la.election(&path).unwrap();
+        if latch {
+            election = election.latch().unwrap();
+        }
+        let r = election.candidate("mixed").unwrap().try_leadership().await;
+        assert!(
+            matches!(r, Err(Error::ForeignLock { .. })),
+            "a {} candidate beside a {peer_marker} node: {r:?}",
+            if latch { "latch" } else { "LeaderSelector" }
+        );
+        on.delete(&peer.path).await.unwrap();
+    }
+    wait_children(h, &path, 0).await;
 }

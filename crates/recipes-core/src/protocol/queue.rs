@@ -91,6 +91,9 @@ impl Queue {
 
 impl Protocol for Queue {
     fn family(&self) -> Family {
+        if self.latch {
+            return Family::CuratorLatch;
+        }
         self.layout.family(self.kind)
     }
 

@@ -23,6 +23,11 @@ pub enum Family {
     CuratorLock,
     /// Curator's semaphore leases: `_c_<uuid>-lease-<seq>`.
     CuratorLease,
+    /// Curator's `LeaderLatch` candidates: `_c_<uuid>-latch-<seq>`. A family of its own: Curator orders a `latch-`
+    /// node ahead of every `lock-` node in a latch and behind them in a mutex (each of its recipes sorts by the text
+    /// after its own marker, and a name without it by the whole name), so the two on one path would let a latch and
+    /// a `LeaderSelector` lead at once (found by review).
+    CuratorLatch,
     /// A Curator semaphore's path holds its leases in the child `leases` (and its mutex in `locks`, which needs no
     /// family: `leases` is there as long as any lease is). A recipe that finds a child of that name confirms that it
     /// holds leases before it refuses (it may be a lock path nested in its own, of no family).
@@ -77,6 +82,7 @@ impl Family {
             Family::NativeSemaphore => "native semaphore",
             Family::CuratorLock => "Curator mutex or read/write",
             Family::CuratorLease => "Curator semaphore lease",
+            Family::CuratorLatch => "Curator LeaderLatch candidate",
             Family::CuratorSemaphore => "Curator semaphore (its leases)",
             Family::Kazoo => "kazoo lock",
             Family::KazooLease => "kazoo semaphore lease",
@@ -115,7 +121,7 @@ fn curator_family(name: &str) -> Option<Family> {
         ("__READ__", Family::CuratorLock),
         ("__WRIT__", Family::CuratorLock),
         ("lease-", Family::CuratorLease),
-        (super::CURATOR_LATCH_MARKER, Family::CuratorLock),
+        (super::CURATOR_LATCH_MARKER, Family::CuratorLatch),
     ] {
         if let Some(seq) = rest.strip_prefix(marker) {
             return parse_seq(seq).map(|_| family);

@@ -87,7 +87,8 @@ const CURATOR_MARKERS: [(&str, NodeKind); 5] = [
     ("__READ__", NodeKind::Read),
     ("lock-", NodeKind::Lock),
     ("lease-", NodeKind::Permit),
-    // `LeaderLatch`'s candidates: a lock's contenders to everyone (Curator's recipes count every child).
+    // `LeaderLatch`'s candidates: a lock's contenders (Curator's recipes count every child), of a family of their own
+    // (`Family::CuratorLatch`), which every other recipe refuses to hold beside.
     (CURATOR_LATCH_MARKER, NodeKind::Lock),
 ];
 

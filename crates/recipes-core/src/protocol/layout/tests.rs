@@ -216,6 +216,7 @@ fn curator_latch_names() {
             weight: 1,
         })
     );
-    assert_eq!(Family::of(&name), Some(Family::CuratorLock));
+    assert_eq!(Family::of(&name), Some(Family::CuratorLatch));
+    assert_eq!(Queue::latch().family(), Family::CuratorLatch);
     assert!(Queue::latch().made_by(&name, id));
 }

@@ -167,6 +167,9 @@ impl Election {
     /// # Notable errors
     /// [`Error::SequenceWrapped`] in the Curator and kazoo layouts when a node's sequence has wrapped: those layouts
     /// order such nodes wrongly (as their peers do), so no leader can be named (the lock refuses to hold so too).
+    /// [`Error::ForeignLock`] when the path holds lock nodes of another family (another layout's, another recipe's,
+    /// or Curator's `LeaderLatch` beside its `LeaderSelector`): read with the layout (and [`latch`](Election::latch))
+    /// the candidates stand with.
     pub async fn leader(&self) -> Result<Option<Leader>> {
         Ok(self.read(true).await?.into_iter().next())
     }
@@ -192,6 +195,21 @@ impl Election {
             Err(Error::NoNode(_)) => return Ok(Vec::new()),
             Err(e) => return Err(e),
         };
+        // The family this election's candidates are of: another's nodes on the path are no candidates of it, and its
+        // candidates refuse to stand beside them, so no leader can be named (`zklock leader` in the wrong layout).
+        let own = if self.latch {
+            crate::layout::Family::CuratorLatch
+        } else {
+            self.ctx.layout.queue_family()
+        };
+        if let Some((node, family)) = crate::protocol::foreign(own, &children) {
+            return Err(Error::ForeignLock {
+                path: path.to_owned(),
+                node,
+                found: family.describe().to_owned(),
+                ours: own.describe().to_owned(),
+            });
+        }
         let queue = crate::protocol::contenders(self.ctx.layout, &children);
         let wrapped =
             crate::protocol::wrapped(self.ctx.layout, &queue).filter(|_| !is_active(Mutant::ObserverIgnoresWrap));
@@ -215,6 +233,8 @@ impl Election {
             data.truncate(DATA_READ);
             let (id, data) = match NodeInfo::decode(&data) {
                 Some(info) => (info.candidate.unwrap_or_default(), info.candidate_data),
+                // A leader asked to let go (`Locks::revoke`): its data no longer says who it is.
+                None if data == crate::REVOKE_MESSAGE => (String::new(), Vec::new()),
                 None => (String::from_utf8_lossy(&data).into_owned(), Vec::new()),
             };
             out.push(Leader {

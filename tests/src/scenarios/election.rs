@@ -316,8 +316,19 @@ pub async fn election_as_curator_leader_latch(h: &dyn Harness) {
         names.iter().all(|n| n.starts_with("_c_") && n.contains("-latch-")),
         "{names:?}"
     );
-    let seen = lb.election(&path).unwrap().leader().await.unwrap().expect("a leader");
+    let seen = lb
+        .election(&path)
+        .unwrap()
+        .latch()
+        .unwrap()
+        .leader()
+        .await
+        .unwrap()
+        .expect("a leader");
     assert_eq!((seen.id.as_str(), seen.term), ("first", leading.term()));
+    // Read as a `LeaderSelector`'s election, the latch's nodes are another family's: no leader is named.
+    let seen = lb.election(&path).unwrap().leader().await;
+    assert!(matches!(seen, Err(Error::ForeignLock { .. })), "{seen:?}");
     let term = leading.term();
     leading.resign().await.unwrap();
     let next = bounded(h, "the second leads", waiting).await.unwrap();
@@ -353,6 +364,9 @@ pub async fn election_as_curator_leader_latch(h: &dyn Harness) {
             "a {} candidate beside a {peer_marker} node: {r:?}",
             if latch { "latch" } else { "LeaderSelector" }
         );
+        // An observer of the other flavour names no leader either.
+        let seen = election.leader().await;
+        assert!(matches!(seen, Err(Error::ForeignLock { .. })), "{seen:?}");
         on.delete(&peer.path).await.unwrap();
     }
     wait_children(h, &path, 0).await;

@@ -198,9 +198,12 @@ fn short(name: &str) -> String {
 
 /// `zklock leader PATH`: prints the candidate that leads the election at `path` (id, term, node; JSON for scripts).
 /// Exit status 0, or 75 when nobody stands.
-pub async fn leader(c: &Conn, path: &LockPath, json: bool) -> Result<u8, Fail> {
+pub async fn leader(c: &Conn, path: &LockPath, json: bool, latch: bool) -> Result<u8, Fail> {
     let (backend, locks) = connect(c).await?;
-    let r = match locks.election(path.as_str()) {
+    let election = locks
+        .election(path.as_str())
+        .and_then(|e| if latch { e.latch() } else { Ok(e) });
+    let r = match election {
         Ok(e) => e.leader().await,
         Err(e) => Err(e),
     };

@@ -93,6 +93,9 @@ Examples:
   # Who leads (75 when nobody stands):
   zklock leader /services/billing/leader
 
+  # Beside Java services that use Curator's LeaderLatch on the same path:
+  zklock --layout curator --elect \"$(hostname)\" --latch /services/billing/leader -- ./consume
+
   # Ask the holder to let go: a zklock holding it sends its command SIGTERM (--revoke-signal) and releases the lock
   # once the command's processes have ended; Curator's makeRevocable holders are asked the same way:
   zklock revoke /deploy/web
@@ -139,6 +142,10 @@ struct Cli {
     /// The candidate's data, for those who read who leads (an address to reach the leader at); with --elect
     #[arg(long, value_name = "DATA", requires = "elect")]
     elect_data: Option<String>,
+    /// Stand as Curator's LeaderLatch does (its `latch-` nodes; with --elect and --layout curator); without it, the
+    /// Curator layout's election is its LeaderSelector's
+    #[arg(long, requires = "elect")]
+    latch: bool,
     /// Give up after this long (500ms, 10s, 2m; 0 = try once) [default: wait forever]
     #[arg(short = 'w', long, value_name = "DURATION", allow_hyphen_values = true)]
     wait: Option<String>,
@@ -179,6 +186,9 @@ enum Sub {
         /// Print one JSON object (path, id, data, term, node), for scripts
         #[arg(long)]
         json: bool,
+        /// Read an election of Curator's LeaderLatch (its `latch-` nodes; with --layout curator)
+        #[arg(long)]
+        latch: bool,
     },
     /// Ask the holders of PATH to let go (Curator's revocation protocol); prints the nodes asked
     Revoke {
@@ -340,10 +350,10 @@ fn main() -> ExitCode {
                 let c = conn(&cli.common)?;
                 inspect::inspect(&c, &path, json).await
             }
-            Some(Sub::Leader { path, json }) => {
+            Some(Sub::Leader { path, json, latch }) => {
                 let path = LockPath::new(&path)?;
                 let c = conn(&cli.common)?;
-                inspect::leader(&c, &path, json).await
+                inspect::leader(&c, &path, json, latch).await
             }
             Some(Sub::Revoke { path, node }) => {
                 let path = LockPath::new(&path)?;
@@ -375,7 +385,11 @@ fn main() -> ExitCode {
                     wait,
                     term_grace,
                     command: cli.command,
-                    candidate: cli.elect.map(|id| (id, cli.elect_data.unwrap_or_default())),
+                    candidate: cli.elect.map(|id| run::Standing {
+                        id,
+                        data: cli.elect_data.unwrap_or_default(),
+                        latch: cli.latch,
+                    }),
                     quiet: cli.quiet,
                     verbose: cli.verbose,
                 };

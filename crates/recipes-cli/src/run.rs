@@ -48,6 +48,17 @@ pub fn term_grace(asked: Option<Duration>, timeout: Duration, margin: f64) -> Re
     }
 }
 
+/// How `zklock --elect` stands: the candidate's id and data, and whether as Curator's `LeaderLatch`.
+#[derive(Debug)]
+pub struct Standing {
+    /// The candidate's id.
+    pub id: String,
+    /// The candidate's data (an address to reach the leader at).
+    pub data: String,
+    /// Curator's `LeaderLatch` names (`--latch`, with `--layout curator`).
+    pub latch: bool,
+}
+
 /// What `zklock PATH -- COMMAND` was asked to do.
 #[derive(Debug)]
 pub struct Job {
@@ -65,8 +76,8 @@ pub struct Job {
     pub term_grace: Option<Duration>,
     /// The command and its arguments.
     pub command: Vec<OsString>,
-    /// Stand in the election at `path` as this candidate (id, data) instead of taking the lock.
-    pub candidate: Option<(String, String)>,
+    /// Stand in the election at `path` as this candidate instead of taking the lock.
+    pub candidate: Option<Standing>,
     /// Say nothing when the wait runs out, nor warn.
     pub quiet: bool,
     /// Say which node holds the lock, its token and the time waited.
@@ -137,10 +148,10 @@ async fn command_env(backend: &ZkBackend, guard: &LockGuard, job: &Job) -> Vec<(
         ("ZKLOCK_FENCING_TOKEN", guard.fencing_token().to_string()),
         ("ZKLOCK_SESSION_TIMEOUT_MS", timeout.as_millis().to_string()),
     ];
-    if let Some((id, _)) = &job.candidate {
+    if let Some(c) = &job.candidate {
         // The term is the fencing token of the leader's node.
         env.push(("ZKLOCK_TERM", guard.fencing_token().to_string()));
-        env.push(("ZKLOCK_CANDIDATE", id.clone()));
+        env.push(("ZKLOCK_CANDIDATE", c.id.clone()));
     }
     env
 }

@@ -33,11 +33,14 @@ impl Signals {
 /// lock; the guard it is held by.
 pub(crate) async fn take(locks: &Locks, job: &Job, signals: &mut Signals) -> Result<LockGuard, Fail> {
     match &job.candidate {
-        Some((id, data)) => {
-            let candidate = locks
-                .election(&job.path)?
-                .candidate(id.clone())?
-                .with_data(data.clone().into_bytes())?;
+        Some(c) => {
+            let mut election = locks.election(&job.path)?;
+            if c.latch {
+                election = election.latch()?;
+            }
+            let candidate = election
+                .candidate(c.id.clone())?
+                .with_data(c.data.clone().into_bytes())?;
             let leadership = async {
                 match job.wait {
                     None => candidate.leadership().await.map(Some),
@@ -70,25 +73,30 @@ async fn wait_for<G>(
     signals: &mut Signals,
 ) -> Result<G, Fail> {
     let (path, wait) = (&job.path, job.wait);
+    let what = if job.candidate.is_some() {
+        "leadership of the election"
+    } else {
+        "lock"
+    };
     tokio::select! {
         r = acquire => match r {
             Ok(Some(g)) => Ok(g),
             Ok(None) => {
-                let what = match wait {
+                let why = match wait {
                     Some(d) if d.is_zero() => "it is held (tried once)".to_string(),
                     Some(d) => format!("not acquired within {d:?}"),
                     None => "not acquired".to_string(),
                 };
-                Err(Fail { status: status::TEMPFAIL, message: format!("lock at {path}: {what}") })
+                Err(Fail { status: status::TEMPFAIL, message: format!("{what} at {path}: {why}") })
             }
             Err(Error::ConnectionLoss) if wait.is_some_and(|d| d.is_zero()) => Err(Fail {
                 status: status::UNAVAILABLE,
-                message: format!("lock at {path}: ZooKeeper did not answer the try"),
+                message: format!("{what} at {path}: ZooKeeper did not answer the try"),
             }),
             Err(e) => Err(e.into()),
         },
-        _ = signals.int.recv() => Err(Fail { status: status::INTERRUPTED, message: format!("interrupted while waiting for the lock at {path}") }),
-        _ = signals.term.recv() => Err(Fail { status: status::TERMINATED, message: format!("terminated while waiting for the lock at {path}") }),
-        _ = signals.hup.recv() => Err(Fail { status: status::HANGUP, message: format!("hung up while waiting for the lock at {path}") }),
+        _ = signals.int.recv() => Err(Fail { status: status::INTERRUPTED, message: format!("interrupted while waiting for the {what} at {path}") }),
+        _ = signals.term.recv() => Err(Fail { status: status::TERMINATED, message: format!("terminated while waiting for the {what} at {path}") }),
+        _ = signals.hup.recv() => Err(Fail { status: status::HANGUP, message: format!("hung up while waiting for the {what} at {path}") }),
     }
 }

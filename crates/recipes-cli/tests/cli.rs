@@ -1287,3 +1287,53 @@ fn elect_runs_the_command_while_leading() {
     assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `zklock --elect ID --latch` stands as Curator's LeaderLatch (`latch-` nodes) with `--layout curator`, is bad usage
+/// in another layout, and `zklock leader --latch` reads it (without `--latch`, the latch's nodes are another family's:
+/// exit 76).
+#[test]
+fn elect_as_a_curator_leader_latch() {
+    let Some(zk) = server() else { return };
+    let path = unique("latch");
+    let dir = tempdir("latch");
+    let leading = dir.join("leading");
+    let child = zklock(
+        &zk,
+        &[
+            "--layout",
+            "curator",
+            "--elect",
+            "java-like",
+            "--latch",
+            &path,
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "touch {r}; while [ ! -e {r}.go ]; do sleep 0.02; done",
+                r = leading.display()
+            ),
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    wait_for_file(&leading, Duration::from_secs(30));
+    let out = run(zklock(&zk, &["--layout", "curator", "inspect", "--json", &path]));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let node = report["participants"][0]["node"].as_str().unwrap().to_owned();
+    assert!(node.starts_with("_c_") && node.contains("-latch-"), "{node}");
+    assert_eq!(report["participants"][0]["candidate"].as_str(), Some("java-like"));
+    let out = run(zklock(&zk, &["--layout", "curator", "leader", "--latch", &path]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("java-like (term "));
+    let out = run(zklock(&zk, &["--layout", "curator", "leader", &path]));
+    assert_eq!(out.status.code(), Some(76), "{}", stderr(&out));
+    std::fs::File::create(dir.join("leading.go")).unwrap();
+    let out = wait_output(child, Duration::from_secs(60));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run(zklock(&zk, &["--elect", "x", "--latch", &path, "--", "true"]));
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -290,11 +290,7 @@ impl Candidate {
 
     fn stand(&self, p: Patience) -> impl Future<Output = Result<Option<Leadership>>> + Send + '_ {
         let e = &self.election;
-        let standing = driver::Standing {
-            lines: &self.lines,
-            latch: e.latch,
-        };
-        futures::FutureExt::map(driver::stand(&e.ctx, &e.path, p, standing), |held| {
+        futures::FutureExt::map(driver::stand(&e.ctx, &e.path, p, &self.lines, e.latch), |held| {
             Ok(held?.map(|h| Leadership {
                 guard: LockGuard::plain(h),
                 id: self.id.clone(),

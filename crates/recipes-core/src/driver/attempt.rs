@@ -68,7 +68,11 @@ impl<'a> Attempt<'a> {
     pub fn new(ctx: &'a Arc<Ctx>, path: &'a LockPath, claim: Claim, patience: Patience) -> Self {
         let recipe = claim.recipe;
         let tags = ctx.counters.tags(path, recipe);
-        let protocol = protocol::of(ctx.layout, recipe, claim.weight, claim.permits);
+        let protocol = if claim.latch {
+            protocol::AnyProtocol::Queue(protocol::Queue::latch())
+        } else {
+            protocol::of(ctx.layout, recipe, claim.weight, claim.permits)
+        };
         let fixed = protocol.fixed_name().is_some();
         Attempt {
             ctx,

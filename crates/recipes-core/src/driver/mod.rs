@@ -95,6 +95,8 @@ pub(crate) struct Claim {
     pub recipe: Recipe,
     pub permits: u32,
     pub weight: u32,
+    /// A fair lock's node named as Curator's `LeaderLatch` names its candidates' (an election's, [`Claim::latch`]).
+    pub latch: bool,
 }
 
 impl Claim {
@@ -104,6 +106,15 @@ impl Claim {
             recipe,
             permits: 1,
             weight: 1,
+            latch: false,
+        }
+    }
+
+    /// A candidate's node of Curator's `LeaderLatch` (Curator layout): a fair lock's, named `_c_<uuid>-latch-<seq>`.
+    pub fn latch() -> Self {
+        Claim {
+            latch: true,
+            ..Claim::lock(Recipe::Fair)
         }
     }
 
@@ -113,6 +124,7 @@ impl Claim {
             recipe: Recipe::Semaphore,
             permits,
             weight,
+            latch: false,
         }
     }
 }
@@ -130,26 +142,24 @@ pub(crate) fn acquire_claim<'a>(
             return Either::Left(Box::pin(peer_semaphore::acquire(ctx, peer, path, claim, patience)));
         }
     }
-    Either::Right(acquire_on(ctx, path, claim, patience, None, None))
+    Either::Right(acquire_on(ctx, path, claim, patience, None, ""))
 }
 
-/// How an election's candidate stands: what its node's data says of it
-/// ([`candidate_lines`](crate::info::candidate_lines)), and whether its node is named as Curator's `LeaderLatch`
-/// names them.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Standing<'a> {
-    pub lines: &'a str,
-    pub latch: bool,
-}
-
-/// As [`acquire`] of a fair lock, for an election's candidate.
+/// As [`acquire`] of a fair lock, for an election's candidate: `candidate`, what its node's data says of it
+/// ([`candidate_lines`](crate::info::candidate_lines)); `latch`, its node named as Curator's `LeaderLatch` names them.
 pub(crate) fn stand<'a>(
     ctx: &'a Arc<Ctx>,
     path: &'a LockPath,
     patience: Patience,
-    standing: Standing<'a>,
+    candidate: &'a str,
+    latch: bool,
 ) -> impl Future<Output = Result<Option<HeldNode>>> + Send + 'a {
-    acquire_on(ctx, path, Claim::lock(Recipe::Fair), patience, None, Some(standing))
+    let claim = if latch {
+        Claim::latch()
+    } else {
+        Claim::lock(Recipe::Fair)
+    };
+    acquire_on(ctx, path, claim, patience, None, candidate)
 }
 
 /// How an attempt comes to hold when not by its protocol's own node (the fixed node, or a place in the queue): a
@@ -168,15 +178,15 @@ pub(crate) trait Procedure: Send {
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Step<Option<HeldNode>>> + Send + 's>>;
 }
 
-/// As [`acquire_claim`]; `procedure`: how the attempt comes to hold, when not by its protocol's node; `standing`: an
-/// election candidate's (`None` for a lock).
+/// As [`acquire_claim`]; `procedure`: how the attempt comes to hold, when not by its protocol's node; `candidate`:
+/// an election candidate's lines in the node's data (empty for a lock).
 async fn acquire_on(
     ctx: &Arc<Ctx>,
     path: &LockPath,
     claim: Claim,
     patience: Patience,
     procedure: Option<&mut dyn Procedure>,
-    standing: Option<Standing<'_>>,
+    candidate: &str,
 ) -> Result<Option<HeldNode>> {
     let recipe = claim.recipe;
     let span = tracing::debug_span!(
@@ -190,12 +200,7 @@ async fn acquire_on(
     let mut held = async move {
         let mut attempt = Attempt::new(ctx, path, claim, patience);
         attempt.held_as = procedure.as_ref().map(|p| p.resource().clone());
-        if let Some(s) = standing {
-            attempt.candidate = s.lines;
-            if s.latch {
-                attempt.protocol = crate::protocol::AnyProtocol::Queue(crate::protocol::Queue::latch());
-            }
-        }
+        attempt.candidate = candidate;
         let outcome = attempt
             .run(procedure)
             .await

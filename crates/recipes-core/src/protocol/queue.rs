@@ -103,12 +103,7 @@ impl Protocol for Queue {
 
     fn prefix(&self, attempt: Uuid) -> String {
         if self.latch {
-            let mut buf = Uuid::encode_buffer();
-            return format!(
-                "_c_{}-{}",
-                attempt.hyphenated().encode_lower(&mut buf),
-                crate::layout::CURATOR_LATCH_MARKER
-            );
+            return crate::layout::curator_prefix(attempt, crate::layout::CURATOR_LATCH_MARKER);
         }
         self.layout.weighted_prefix(self.kind, attempt, self.weight)
     }

@@ -57,7 +57,7 @@ pub(crate) async fn acquire(
         Err(Stop::Fail(e)) => return Err(e),
     }
     drop(first);
-    let Some(mutex) = acquire_on(ctx, &mutex_path, Claim::lock(Recipe::Fair), patience, None, None).await? else {
+    let Some(mutex) = acquire_on(ctx, &mutex_path, Claim::lock(Recipe::Fair), patience, None, "").await? else {
         return Ok(None);
     };
     let mut lease = LeaseUnderMutex {
@@ -93,7 +93,7 @@ pub(crate) async fn acquire(
     }
     // The lease releases the mutex once it holds, before it is confirmed; otherwise the mutex goes here, once the
     // lease's create has its outcome and what it made is cleaned up.
-    let outcome = acquire_on(ctx, &leases_path, claim, patience, Some(&mut lease), None).await;
+    let outcome = acquire_on(ctx, &leases_path, claim, patience, Some(&mut lease), "").await;
     lease.release_mutex(release_by(lease.deadline)).await;
     outcome
 }

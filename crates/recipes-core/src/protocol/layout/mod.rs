@@ -95,6 +95,14 @@ const CURATOR_MARKERS: [(&str, NodeKind); 5] = [
 /// The marker of Curator's `LeaderLatch` nodes: `_c_<uuid>-latch-<seq>`.
 pub(crate) const CURATOR_LATCH_MARKER: &str = "latch-";
 
+/// A Curator node's name before its sequence, as its protection mode makes it: `_c_<uuid>-<marker>`.
+pub(crate) fn curator_prefix(attempt: Uuid, marker: &str) -> String {
+    format!(
+        "_c_{}-{marker}",
+        attempt.hyphenated().encode_lower(&mut Uuid::encode_buffer())
+    )
+}
+
 impl Layout {
     /// Every layout.
     pub const ALL: [Layout; 3] = [Layout::Native, Layout::Curator, Layout::Kazoo];
@@ -127,15 +135,15 @@ impl Layout {
                 }
                 s
             }
-            Layout::Curator => {
-                let marker = match kind {
+            Layout::Curator => curator_prefix(
+                attempt,
+                match kind {
                     NodeKind::Lock => "lock-",
                     NodeKind::Read => "__READ__",
                     NodeKind::Write => "__WRIT__",
                     NodeKind::Permit => "lease-",
-                };
-                format!("_c_{}-{marker}", attempt.hyphenated().encode_lower(&mut buf))
-            }
+                },
+            ),
             Layout::Kazoo => {
                 let marker = match kind {
                     NodeKind::Read => "__rlock__",

@@ -197,8 +197,8 @@ proptest! {
     }
 }
 
-/// Curator's `LeaderLatch` names parse as a lock's contenders of the Curator family, with the attempt id and the text
-/// after `latch-` as their key; a queue of latch nodes sorts as Curator sorts it.
+/// Curator's `LeaderLatch` names parse as a lock's contenders, with the attempt id and the text after `latch-` as
+/// their key, of a family of their own (`CuratorLatch`), and are recognised as ours after a lost reply.
 #[test]
 fn curator_latch_names() {
     use crate::protocol::{Protocol, Queue};

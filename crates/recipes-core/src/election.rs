@@ -20,6 +20,7 @@ use crate::error::{Error, LostReason, Result};
 use crate::guard::LockGuard;
 use crate::info::{candidate_lines, NodeInfo};
 use crate::mutants::{is_active, Mutant};
+use crate::participants::{is_lock_node, may_be_nested};
 use crate::path::LockPath;
 use crate::patience::{forever, Patience};
 
@@ -84,8 +85,8 @@ pub struct Leadership {
 /// Who leads (or stands) in an election, as an observer reads it from the store.
 ///
 /// Ids are the candidates' own and nothing keeps two candidates from giving the same one: to tell one leadership from
-/// another, compare `term` (or `node`), not `id`. A node of this library that no candidate made (a fair lock on the
-/// election's path) has an empty id.
+/// another, compare `term` (or `node`), not `id`. A node that no candidate made (a fair lock's on the election's path,
+/// or a persistent node named like one, which the candidates wait behind too) has an empty id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Leader {
@@ -190,7 +191,7 @@ impl Election {
             Ok(()) => on.children(path).await,
             Err(e) => Err(e),
         };
-        let children = match listed {
+        let mut children = match listed {
             Ok(c) => c,
             Err(Error::NoNode(_)) => return Ok(Vec::new()),
             Err(e) => return Err(e),
@@ -202,6 +203,17 @@ impl Election {
         } else {
             self.ctx.layout.queue_family()
         };
+        // A lock path nested here under a lock node's name is no lock node: the candidates stand beside it, as the
+        // driver screens it (found by review: the observer refused such a path).
+        if children.iter().any(|c| may_be_nested(c, own)) {
+            let mut kept = Vec::with_capacity(children.len());
+            for c in children {
+                if !may_be_nested(&c, own) || is_lock_node(&on, path, &c).await? {
+                    kept.push(c);
+                }
+            }
+            children = kept;
+        }
         if let Some((node, family)) = crate::protocol::foreign(own, &children) {
             return Err(Error::ForeignLock {
                 path: path.to_owned(),
@@ -226,10 +238,9 @@ impl Election {
             let Some((mut data, stat)) = on.get(&self.path.child(&c.name)).await? else {
                 continue;
             };
-            if stat.ephemeral_owner == 0 {
-                // A persistent node with a lock node's name (a path nested here): no candidate.
-                continue;
-            }
+            // A persistent node with a lock node's name is a contender to the lock too (it waits behind it): reported
+            // as the lock sees it, with the id its data gives, not passed over (found by review: the candidate
+            // waiting behind it was named the leader).
             data.truncate(DATA_READ);
             let (id, data) = match NodeInfo::decode(&data) {
                 Some(info) => (info.candidate.unwrap_or_default(), info.candidate_data),

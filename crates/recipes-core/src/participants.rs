@@ -3,7 +3,7 @@
 use crate::backend::{Backend, BackendExt, SessionRef};
 use crate::error::{Error, Result};
 use crate::info::NodeInfo;
-use crate::layout::{is_kazoo_lease, Layout, NodeKind, SortKey, EXCLUSIVE_NODE};
+use crate::layout::{is_kazoo_lease, may_be_unqueued, Family, Layout, NodeKind, SortKey, EXCLUSIVE_NODE};
 use crate::path::LockPath;
 use crate::protocol::{contenders, decide, Decision, PeerSemaphore};
 
@@ -91,6 +91,28 @@ pub(crate) async fn stored_permits(on: &SessionRef<'_>, path: &LockPath) -> Resu
         .await?
         .and_then(|(data, _)| crate::info::decode_permits(&data))
         .unwrap_or(1))
+}
+
+/// Whether a child name looks like a lock node of another family than `own` but may not be one: the exclusive
+/// recipe's `lock` and a kazoo lease are ephemeral, a Curator semaphore's `leases` holds leases; a lock path nested
+/// under such a name (`/jobs/lock` under `/jobs`) is neither, and no reason to refuse ([`is_lock_node`] asks).
+pub(crate) fn may_be_nested(name: &str, own: Family) -> bool {
+    may_be_unqueued(name)
+        && matches!(Family::of(name), Some(f @ (Family::Exclusive | Family::KazooLease | Family::CuratorSemaphore)) if f != own)
+}
+
+/// Whether `parent/name`, a name [`may_be_nested`] suspects, is the lock node it looks like: ephemeral, or (a Curator
+/// semaphore's `leases`) holding leases.
+pub(crate) async fn is_lock_node(on: &SessionRef<'_>, parent: &str, name: &str) -> Result<bool> {
+    let node = format!("{parent}/{name}");
+    if Family::of(name) != Some(Family::CuratorSemaphore) {
+        return Ok(on.get(&node).await?.is_some_and(|(_, stat)| stat.ephemeral_owner != 0));
+    }
+    match on.children(&node).await {
+        Ok(leases) => Ok(leases.iter().any(|l| Family::of(l) == Some(Family::CuratorLease))),
+        Err(Error::NoNode(_)) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// Reads the participants of `path` with `layout`'s rules, on the backend's current session.

@@ -371,3 +371,57 @@ pub async fn election_as_curator_leader_latch(h: &dyn Harness) {
     }
     wait_children(h, &path, 0).await;
 }
+
+/// A persistent node named like a queue node is a contender to the lock (a candidate behind it waits): the observer
+/// names it as the head, never the candidate that waits behind it (found by review: it was passed over).
+pub async fn election_observer_names_the_head_the_lock_waits_on(h: &dyn Harness) {
+    let path = h.path("election-persistent-head");
+    let (a, admin) = (h.client().await, h.client().await);
+    let on = admin.locks.backend().current();
+    let mut at = String::new();
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        at.push('/');
+        at.push_str(part);
+        let _ = on.create(&at, b"", CreateMode::Container).await;
+    }
+    let nested = format!("{path}/L-0123456789abcdef0123456789abcdef-0000000000");
+    on.create(&nested, b"", CreateMode::Persistent).await.unwrap();
+    let cand = a.locks.election(&path).unwrap().candidate("a").unwrap();
+    let mut waiting = Box::pin(cand.leadership());
+    assert_pending(h, "the candidate waits behind the persistent node", &mut waiting).await;
+    let seen = a.locks.election(&path).unwrap().leader().await;
+    drop(waiting);
+    on.delete(&nested).await.unwrap();
+    wait_children(h, &path, 0).await;
+    let head = seen.unwrap().expect("the persistent node heads the queue");
+    assert_eq!(
+        (head.id.as_str(), head.node.as_str()),
+        ("", "L-0123456789abcdef0123456789abcdef-0000000000")
+    );
+}
+
+/// A lock path nested in the election's, under the exclusive recipe's name `lock`: the candidates stand beside it (it
+/// is no lock node), and so does the observer (found by review: it refused it as an exclusive lock's node).
+pub async fn election_observer_stands_beside_a_nested_lock_path(h: &dyn Harness) {
+    let (parent, nested) = (h.path("election-nested"), h.path("election-nested/lock"));
+    let (a, b) = (h.client().await, h.client().await);
+    let inner = a.locks.fair(&nested).unwrap().acquire().await.unwrap();
+    let cand = b.locks.election(&parent).unwrap().candidate("b").unwrap();
+    let leading = bounded(h, "the candidate leads beside a nested path", cand.leadership())
+        .await
+        .unwrap();
+    let seen = b
+        .locks
+        .election(&parent)
+        .unwrap()
+        .leader()
+        .await
+        .map(|l| l.map(|l| l.id));
+    leading.resign().await.unwrap();
+    inner.release().await.unwrap();
+    assert!(
+        matches!(&seen, Ok(Some(id)) if id == "b"),
+        "leader() beside a nested path: {seen:?}"
+    );
+    wait_children(h, &nested, 0).await;
+}

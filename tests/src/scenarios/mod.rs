@@ -114,7 +114,8 @@ macro_rules! __for_each_scenario {
             election_resign_lets_the_next_lead election_leader_lost_on_session_expiry election_bad_candidates_refused
             election_in_every_layout election_observer_refuses_a_wrapped_peer_queue
             election_cut_off_leader_knows_before_the_next_leads election_observer_after_reconnect_never_goes_back
-            election_as_curator_leader_latch
+            election_as_curator_leader_latch election_observer_names_the_head_the_lock_waits_on
+            election_observer_stands_beside_a_nested_lock_path
         );
     };
 }

@@ -13,8 +13,9 @@ use super::{session, Claim, Ctx, HeldNode, CLEANUP_GRACE, TRY_BOUND};
 use crate::backend::{Backend, BackendExt, CreateAndList, CreateMode, SessionId};
 use crate::error::{Error, Result, RetryReason};
 use crate::info::NodeInfo;
-use crate::layout::{may_be_unqueued, Family};
+use crate::layout::Family;
 use crate::metrics::{Count, Tags};
+use crate::participants::{is_lock_node, may_be_nested};
 use crate::path::LockPath;
 use crate::patience::Patience;
 use crate::protocol::{self, Refusal};
@@ -328,31 +329,15 @@ impl<'a> Attempt<'a> {
     pub async fn screen(&self, parent: &str, children: Vec<String>, sid: SessionId) -> Step<Vec<String>> {
         let own = self.own_family();
         // Checked first, so that a long queue's names are not parsed once more here.
-        let suspect = |name: &str| {
-            may_be_unqueued(name)
-                && matches!(Family::of(name), Some(f @ (Family::Exclusive | Family::KazooLease | Family::CuratorSemaphore)) if f != own)
-        };
-        if !children.iter().any(|c| suspect(c)) {
+        if !children.iter().any(|c| may_be_nested(c, own)) {
             return Ok(children);
         }
         let on = self.backend().on(sid);
         let mut kept = Vec::with_capacity(children.len());
         for name in children {
-            if suspect(&name) {
-                let node = format!("{parent}/{name}");
+            if may_be_nested(&name, own) {
                 let confirmed = loop {
-                    let asked = async {
-                        if Family::of(&name) != Some(Family::CuratorSemaphore) {
-                            Ok(on.get(&node).await?.is_some_and(|(_, stat)| stat.ephemeral_owner != 0))
-                        } else {
-                            match on.children(&node).await {
-                                Ok(leases) => Ok(leases.iter().any(|l| Family::of(l) == Some(Family::CuratorLease))),
-                                Err(Error::NoNode(_)) => Ok(false),
-                                Err(e) => Err(e),
-                            }
-                        }
-                    };
-                    match self.call(asked).await {
+                    match self.call(is_lock_node(&on, parent, &name)).await {
                         Ok(c) => break c,
                         Err(Stop::Fail(Error::ConnectionLoss)) => self.reconnected(sid).await?,
                         Err(e) => return Err(e),

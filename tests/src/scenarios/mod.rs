@@ -15,6 +15,7 @@
 //! - [`multi`]: the multi-lock: all or none, no deadlock, mixed recipes, cleanup.
 //! - [`cohort`]: the fair lock's cohorts: passes within a process, the bound, losses and cancellations.
 //! - [`election`]: leader election: one leader at a time, terms, observers, resignation, loss, layouts.
+//! - [`election_watch`]: an observer's stream of leader changes; the blocking forms of the election's calls.
 //!
 //! `__for_each_scenario!` below lists every scenario by name; [`conformance_suite!`](crate::conformance_suite) makes
 //! each one a test on a backend. A new scenario goes into its theme's file and into that list;
@@ -34,6 +35,7 @@ use crate::util::{bounded, hold_exclusive, wait_children, Occupancy};
 pub mod cancellation;
 pub mod cohort;
 pub mod election;
+pub mod election_watch;
 pub mod exclusion;
 pub mod faults;
 pub mod multi;
@@ -48,6 +50,7 @@ pub mod sessions;
 pub use cancellation::*;
 pub use cohort::*;
 pub use election::*;
+pub use election_watch::*;
 pub use exclusion::*;
 pub use faults::*;
 pub use multi::*;
@@ -115,7 +118,8 @@ macro_rules! __for_each_scenario {
             election_in_every_layout election_observer_refuses_a_wrapped_peer_queue
             election_cut_off_leader_knows_before_the_next_leads election_observer_after_reconnect_never_goes_back
             election_as_curator_leader_latch election_observer_names_the_head_the_lock_waits_on
-            election_observer_stands_beside_a_nested_lock_path
+            election_observer_stands_beside_a_nested_lock_path election_changes_follow_the_leader
+            election_blocking_forms
         );
     };
 }

@@ -14,15 +14,17 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::BackendExt;
 use crate::driver::{self, Ctx};
 use crate::error::{Error, LostReason, Result};
 use crate::guard::LockGuard;
-use crate::info::{candidate_lines, NodeInfo};
-use crate::mutants::{is_active, Mutant};
-use crate::participants::{is_lock_node, may_be_nested};
+use crate::info::candidate_lines;
 use crate::path::LockPath;
 use crate::patience::{forever, Patience};
+
+mod blocking;
+mod observe;
+
+pub use observe::Leader;
 
 /// The most of a node's data read as a candidate's (this library's nodes carry a few lines; a peer's id is short).
 const DATA_READ: usize = 4096;
@@ -82,25 +84,6 @@ pub struct Leadership {
     id: String,
 }
 
-/// Who leads (or stands) in an election, as an observer reads it from the store.
-///
-/// Ids are the candidates' own and nothing keeps two candidates from giving the same one: to tell one leadership from
-/// another, compare `term` (or `node`), not `id`. A node that no candidate made (a fair lock's on the election's path,
-/// or a persistent node named like one, which the candidates wait behind too) has an empty id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Leader {
-    /// The candidate's id. A node made by a peer library (Curator's `LeaderSelector`, kazoo's `Election`) carries its
-    /// participant id as its whole data: that, read as UTF-8.
-    pub id: String,
-    /// The candidate's data (empty when it has none, and for a peer's node).
-    pub data: Vec<u8>,
-    /// The term: the fencing token of its node ([`Leadership::term`] of its holder).
-    pub term: u128,
-    /// The node's name under the election's path.
-    pub node: String,
-}
-
 impl Election {
     pub(crate) fn new(ctx: Arc<Ctx>, path: LockPath) -> Self {
         Election {
@@ -158,107 +141,6 @@ impl Election {
             id,
             data: Vec::new(),
         })
-    }
-
-    /// The candidate that leads now, or `None` when nobody stands. Read from the store (a `sync`, so that the server
-    /// answering has caught up with the leader of the ensemble, one list, and one read per node until the leader's
-    /// is found), so it may be a moment behind: a leader that has just resigned may still be reported, never one
-    /// whose node the server had deleted before the `sync`.
-    ///
-    /// # Notable errors
-    /// [`Error::SequenceWrapped`] in the Curator and kazoo layouts when a node's sequence has wrapped: those layouts
-    /// order such nodes wrongly (as their peers do), so no leader can be named (the lock refuses to hold so too).
-    /// [`Error::ForeignLock`] when the path holds lock nodes of another family (another layout's, another recipe's,
-    /// or Curator's `LeaderLatch` beside its `LeaderSelector`): read with the layout (and [`latch`](Election::latch))
-    /// the candidates stand with.
-    pub async fn leader(&self) -> Result<Option<Leader>> {
-        Ok(self.read(true).await?.into_iter().next())
-    }
-
-    /// Every candidate standing, the leader first, then in the order they will lead.
-    ///
-    /// # Notable errors
-    /// As [`leader`](Election::leader).
-    pub async fn candidates(&self) -> Result<Vec<Leader>> {
-        self.read(false).await
-    }
-
-    /// The candidates in queue order; only the first when `first_only`.
-    async fn read(&self, first_only: bool) -> Result<Vec<Leader>> {
-        let on = self.ctx.backend.current();
-        let path = self.path.as_str();
-        let listed = match on.sync(path).await {
-            Ok(()) => on.children(path).await,
-            Err(e) => Err(e),
-        };
-        let mut children = match listed {
-            Ok(c) => c,
-            Err(Error::NoNode(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(e),
-        };
-        // The family this election's candidates are of: another's nodes on the path are no candidates of it, and its
-        // candidates refuse to stand beside them, so no leader can be named (`zklock leader` in the wrong layout).
-        let own = if self.latch {
-            crate::layout::Family::CuratorLatch
-        } else {
-            self.ctx.layout.queue_family()
-        };
-        // A lock path nested here under a lock node's name is no lock node: the candidates stand beside it, as the
-        // driver screens it (found by review: the observer refused such a path).
-        if children.iter().any(|c| may_be_nested(c, own)) {
-            let mut kept = Vec::with_capacity(children.len());
-            for c in children {
-                if !may_be_nested(&c, own) || is_lock_node(&on, path, &c).await? {
-                    kept.push(c);
-                }
-            }
-            children = kept;
-        }
-        if let Some((node, family)) = crate::protocol::foreign(own, &children) {
-            return Err(Error::ForeignLock {
-                path: path.to_owned(),
-                node,
-                found: family.describe().to_owned(),
-                ours: own.describe().to_owned(),
-            });
-        }
-        let queue = crate::protocol::contenders(self.ctx.layout, &children);
-        let wrapped =
-            crate::protocol::wrapped(self.ctx.layout, &queue).filter(|_| !is_active(Mutant::ObserverIgnoresWrap));
-        if let Some(w) = wrapped {
-            return Err(Error::SequenceWrapped {
-                path: path.to_owned(),
-                node: w.name.clone(),
-                layout: self.ctx.layout,
-            });
-        }
-        let mut out = Vec::new();
-        for c in queue {
-            // A node may go between the list and the read: it stands no more.
-            let Some((mut data, stat)) = on.get(&self.path.child(&c.name)).await? else {
-                continue;
-            };
-            // A persistent node with a lock node's name is a contender to the lock too (it waits behind it): reported
-            // as the lock sees it, with the id its data gives, not passed over (found by review: the candidate
-            // waiting behind it was named the leader).
-            data.truncate(DATA_READ);
-            let (id, data) = match NodeInfo::decode(&data) {
-                Some(info) => (info.candidate.unwrap_or_default(), info.candidate_data),
-                // A leader asked to let go (`Locks::revoke`): its data no longer says who it is.
-                None if data == crate::REVOKE_MESSAGE => (String::new(), Vec::new()),
-                None => (String::from_utf8_lossy(&data).into_owned(), Vec::new()),
-            };
-            out.push(Leader {
-                id,
-                data,
-                term: crate::guard::token(stat.czxid, 0),
-                node: c.name,
-            });
-            if first_only {
-                break;
-            }
-        }
-        Ok(out)
     }
 }
 

@@ -1,0 +1,224 @@
+//! Observing an election without standing in it: who leads now, every candidate in order, and a stream of changes.
+
+use std::time::Duration;
+
+use futures::Stream;
+
+use super::{Election, DATA_READ};
+use crate::backend::BackendExt;
+use crate::error::{Error, Result};
+use crate::info::NodeInfo;
+use crate::mutants::{is_active, Mutant};
+use crate::participants::{is_lock_node, may_be_nested};
+
+/// Who leads (or stands) in an election, as an observer reads it from the store.
+///
+/// Ids are the candidates' own and nothing keeps two candidates from giving the same one: to tell one leadership from
+/// another, compare `term` (or `node`), not `id`. A node that no candidate made (a fair lock's on the election's path,
+/// or a persistent node named like one, which the candidates wait behind too) has an empty id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leader {
+    /// The candidate's id. A node made by a peer library (Curator's `LeaderSelector`, kazoo's `Election`) carries its
+    /// participant id as its whole data: that, read as UTF-8.
+    pub id: String,
+    /// The candidate's data (empty when it has none, and for a peer's node).
+    pub data: Vec<u8>,
+    /// The term: the fencing token of its node ([`Leadership::term`](super::Leadership::term) of its holder).
+    pub term: u128,
+    /// The node's name under the election's path.
+    pub node: String,
+}
+
+impl Election {
+    /// How often [`changes`](Election::changes) reads again while nobody stands (there is no node to watch), and
+    /// after an error.
+    pub const POLL: Duration = Duration::from_millis(250);
+
+    /// The longest [`changes`](Election::changes) trusts its watch of the leader's node before it reads again.
+    pub const RECHECK: Duration = Duration::from_secs(2);
+
+    /// The candidate that leads now, or `None` when nobody stands. Read from the store (a `sync`, so that the server
+    /// answering has caught up with the leader of the ensemble, one list, and one read per node until the leader's
+    /// is found), so it may be a moment behind: a leader that has just resigned may still be reported, never one
+    /// whose node the server had deleted before the `sync`.
+    ///
+    /// # Notable errors
+    /// [`Error::SequenceWrapped`] in the Curator and kazoo layouts when a node's sequence has wrapped: those layouts
+    /// order such nodes wrongly (as their peers do), so no leader can be named (the lock refuses to hold so too).
+    /// [`Error::ForeignLock`] when the path holds lock nodes of another family (another layout's, another recipe's,
+    /// or Curator's `LeaderLatch` beside its `LeaderSelector`): read with the layout (and [`latch`](Election::latch))
+    /// the candidates stand with.
+    pub async fn leader(&self) -> Result<Option<Leader>> {
+        Ok(self.read(true).await?.into_iter().next())
+    }
+
+    /// Every candidate standing, the leader first, then in the order they will lead.
+    ///
+    /// # Notable errors
+    /// As [`leader`](Election::leader).
+    pub async fn candidates(&self) -> Result<Vec<Leader>> {
+        self.read(false).await
+    }
+
+    /// The candidates in queue order; only the first when `first_only`.
+    async fn read(&self, first_only: bool) -> Result<Vec<Leader>> {
+        let on = self.ctx.backend.current();
+        let path = self.path.as_str();
+        let listed = match on.sync(path).await {
+            Ok(()) => on.children(path).await,
+            Err(e) => Err(e),
+        };
+        let mut children = match listed {
+            Ok(c) => c,
+            Err(Error::NoNode(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        // The family this election's candidates are of: another's nodes on the path are no candidates of it, and its
+        // candidates refuse to stand beside them, so no leader can be named (`zklock leader` in the wrong layout).
+        let own = if self.latch {
+            crate::layout::Family::CuratorLatch
+        } else {
+            self.ctx.layout.queue_family()
+        };
+        // A lock path nested here under a lock node's name is no lock node: the candidates stand beside it, as the
+        // driver screens it (found by review: the observer refused such a path).
+        if children.iter().any(|c| may_be_nested(c, own)) {
+            let mut kept = Vec::with_capacity(children.len());
+            for c in children {
+                if !may_be_nested(&c, own) || is_lock_node(&on, path, &c).await? {
+                    kept.push(c);
+                }
+            }
+            children = kept;
+        }
+        if let Some((node, family)) = crate::protocol::foreign(own, &children) {
+            return Err(Error::ForeignLock {
+                path: path.to_owned(),
+                node,
+                found: family.describe().to_owned(),
+                ours: own.describe().to_owned(),
+            });
+        }
+        let queue = crate::protocol::contenders(self.ctx.layout, &children);
+        let wrapped =
+            crate::protocol::wrapped(self.ctx.layout, &queue).filter(|_| !is_active(Mutant::ObserverIgnoresWrap));
+        if let Some(w) = wrapped {
+            return Err(Error::SequenceWrapped {
+                path: path.to_owned(),
+                node: w.name.clone(),
+                layout: self.ctx.layout,
+            });
+        }
+        let mut out = Vec::new();
+        for c in queue {
+            // A node may go between the list and the read: it stands no more.
+            let Some((mut data, stat)) = on.get(&self.path.child(&c.name)).await? else {
+                continue;
+            };
+            // A persistent node with a lock node's name is a contender to the lock too (it waits behind it): reported
+            // as the lock sees it, with the id its data gives, not passed over (found by review: the candidate
+            // waiting behind it was named the leader).
+            data.truncate(DATA_READ);
+            let (id, data) = match NodeInfo::decode(&data) {
+                Some(info) => (info.candidate.unwrap_or_default(), info.candidate_data),
+                // A leader asked to let go (`Locks::revoke`): its data no longer says who it is.
+                None if data == crate::REVOKE_MESSAGE => (String::new(), Vec::new()),
+                None => (String::from_utf8_lossy(&data).into_owned(), Vec::new()),
+            };
+            out.push(Leader {
+                id,
+                data,
+                term: crate::guard::token(stat.czxid, 0),
+                node: c.name,
+            });
+            if first_only {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The leader each time it changes: first the leader now (or `None` when nobody stands), then the next one
+    /// each time another candidate leads, nobody does, or the leader's node changes (a leader asked to let go). Each
+    /// item is a read as [`leader`](Election::leader) makes it, so terms never go back from one item to the next, and
+    /// a change is seen as soon as the watch of the leader's node fires; while nobody stands, the stream reads
+    /// again every [`POLL`](Election::POLL) (nothing can be watched until a candidate stands).
+    ///
+    /// A failed read is an item too (the leader may have changed unseen; [`Error::ConnectionLoss`] while the
+    /// connection is down); the stream reads again after [`POLL`](Election::POLL), and ends after
+    /// [`Error::Closed`]. Leaders already reported may be reported again after a failed read.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use futures::StreamExt;
+    /// use recipes_core::Locks;
+    /// let cluster = recipes_mem::MemCluster::new();
+    /// let (a, observer) = (Locks::new(cluster.client()), Locks::new(cluster.client()));
+    /// let mut changes = Box::pin(observer.election("/jobs/leader")?.changes());
+    /// assert_eq!(changes.next().await.unwrap()?, None);
+    /// let leading = a.election("/jobs/leader")?.candidate("worker-1")?.leadership().await?;
+    /// let seen = changes.next().await.unwrap()?.expect("a leader");
+    /// assert_eq!((seen.id.as_str(), seen.term), ("worker-1", leading.term()));
+    /// leading.resign().await?;
+    /// assert_eq!(changes.next().await.unwrap()?, None);
+    /// # Ok::<(), recipes_core::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn changes(&self) -> impl Stream<Item = Result<Option<Leader>>> + Send + 'static {
+        /// The stream's state: what it reported last, and whether it waits before its next read.
+        struct Watching {
+            election: Election,
+            last: Option<Option<Leader>>,
+            pause: bool,
+            done: bool,
+        }
+        let start = Watching {
+            election: self.clone(),
+            last: None,
+            pause: false,
+            done: false,
+        };
+        futures::stream::unfold(start, |mut w| async move {
+            if w.done {
+                return None;
+            }
+            if std::mem::take(&mut w.pause) {
+                tokio::time::sleep(Election::POLL).await;
+            }
+            loop {
+                let now = match w.election.leader().await {
+                    Ok(now) => now,
+                    Err(e) => {
+                        w.done = matches!(e, Error::Closed);
+                        w.pause = true;
+                        w.last = None;
+                        return Some((Err(e), w));
+                    }
+                };
+                if w.last.as_ref() != Some(&now) {
+                    w.last = Some(now.clone());
+                    return Some((Ok(now), w));
+                }
+                w.election.until_changed(now.as_ref()).await;
+            }
+        })
+    }
+
+    /// Waits until `leader`'s node changes or goes (a watch, at most [`RECHECK`](Election::RECHECK)), or for
+    /// [`POLL`](Election::POLL) when nobody leads or the watch cannot be set.
+    async fn until_changed(&self, leader: Option<&Leader>) {
+        if let Some(l) = leader {
+            let on = self.ctx.backend.current();
+            match on.get_and_watch(&self.path.child(&l.node)).await {
+                Ok(Some((_, watch))) => {
+                    let _ = tokio::time::timeout(Election::RECHECK, watch).await;
+                    return;
+                }
+                Ok(None) => return,
+                Err(_) => {}
+            }
+        }
+        tokio::time::sleep(Election::POLL).await;
+    }
+}

@@ -7,6 +7,9 @@
 // it has leadership, closed; COUNT times)
 // (semaphoreN: an InterProcessSemaphoreV2 of N leases; a holder makes a file under DIR/S and counts the files there:
 // more than N is an overlap; prints "acquisitions N overlaps M most K", K the most holders it saw in at once)
+// (selector-hold, latch-hold: the same candidate, which leads once and holds leadership until the process is killed:
+// entered exclusively, DIR/leader-<pid> made; an overlap makes DIR/overlap-<pid> at once, since a killed peer prints
+// nothing. The session timeout is PEER_SESSION_MS, 10000 when unset)
 // DIR/ready-<pid> is created once connected; DIR/go is awaited before starting (at most 60 s).
 // Prints "acquisitions N overlaps M" and exits 0 (3 on overlaps).
 //
@@ -41,7 +44,9 @@ public class CuratorPeer {
         String connect = args[0], path = args[1], role = args[2];
         int count = Integer.parseInt(args[3]);
         File dir = new File(args[4]);
-        CuratorFramework client = CuratorFrameworkFactory.newClient(connect, 10000, 5000, new RetryNTimes(5, 100));
+        String sessionMs = System.getenv("PEER_SESSION_MS");
+        int session = sessionMs == null ? 10000 : Integer.parseInt(sessionMs);
+        CuratorFramework client = CuratorFrameworkFactory.newClient(connect, session, 5000, new RetryNTimes(5, 100));
         client.start();
         if (!client.blockUntilConnected(20, TimeUnit.SECONDS)) {
             System.err.println("not connected");
@@ -74,6 +79,9 @@ public class CuratorPeer {
             client.close();
             System.out.println(revoked ? "revoked" : "not asked");
             System.exit(revoked ? 0 : 75);
+        }
+        if (role.equals("selector-hold") || role.equals("latch-hold")) {
+            System.exit(hold(client, path, role.startsWith("latch"), dir));
         }
         if (role.equals("selector")) {
             System.exit(selector(client, path, count, dir));
@@ -179,6 +187,39 @@ public class CuratorPeer {
         client.close();
         System.out.println("acquisitions " + count + " overlaps " + overlaps);
         return overlaps == 0 ? 0 : 3;
+    }
+
+    static int hold(CuratorFramework client, String path, boolean asLatch, File dir) throws Exception {
+        String id = "java-" + ProcessHandle.current().pid();
+        CountDownLatch forever = new CountDownLatch(1);
+        awaitGo(dir);
+        if (asLatch) {
+            LeaderLatch latch = new LeaderLatch(client, path, id);
+            latch.start();
+            latch.await();
+            lead(dir, id, "java-latch");
+        } else {
+            LeaderSelector selector = new LeaderSelector(client, path, new LeaderSelectorListenerAdapter() {
+                @Override
+                public void takeLeadership(CuratorFramework c) throws Exception {
+                    lead(dir, id, "java-selector");
+                    forever.await();
+                }
+            });
+            selector.setId(id);
+            selector.start();
+        }
+        forever.await(150, TimeUnit.SECONDS);
+        System.err.println("never killed");
+        return 75;
+    }
+
+    static void lead(File dir, String id, String tag) throws IOException {
+        if (!new File(dir, "W").mkdir()) new File(dir, "overlap-" + id).createNewFile();
+        try (FileOutputStream log = new FileOutputStream(new File(dir, "log"), true)) {
+            log.write((tag + "\n").getBytes());
+        }
+        new File(dir, "leader-" + id).createNewFile();
     }
 
     static void awaitGo(File dir) throws Exception {

@@ -5,6 +5,9 @@ usage: kazoo_peer.py CONNECT PATH mutex|read|write|election|semaphoreN COUNT DIR
 (semaphoreN: a kazoo Semaphore of N leases; a holder makes a file under DIR/S and counts the files there: more than N
 is an overlap; prints "acquisitions N overlaps M most K", K the most holders it saw in at once)
 (election: a kazoo Election, identifier "python-<pid>", whose leadership function enters exclusively COUNT times)
+(election-hold: a kazoo Election that leads once and holds leadership until the process is killed: entered
+exclusively, DIR/leader-python-<pid> made; an overlap makes DIR/overlap-python-<pid> at once, since a killed peer
+prints nothing. The session timeout is PEER_SESSION_MS, 10000 when unset)
 DIR/ready-<pid> is created once connected; DIR/go is awaited before starting (at most 60 s).
 Prints "acquisitions N overlaps M" and exits 0 (3 on overlaps).
 """
@@ -18,10 +21,12 @@ from kazoo.client import KazooClient
 
 def main():
     connect, path, role, count, directory = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
-    zk = KazooClient(hosts=connect, timeout=10)
+    zk = KazooClient(hosts=connect, timeout=int(os.environ.get("PEER_SESSION_MS", "10000")) / 1000.0)
     zk.start(timeout=20)
     if role.startswith("semaphore"):
         sys.exit(semaphore(zk, path, int(role[len("semaphore"):]), count, directory))
+    if role == "election-hold":
+        sys.exit(election_hold(zk, path, directory))
     if role == "election":
         sys.exit(election(zk, path, count, directory))
     if role == "mutex":
@@ -131,6 +136,26 @@ def election(zk, path, count, directory):
     zk.close()
     print("acquisitions %d overlaps %d" % (count, overlaps[0]))
     return 0 if overlaps[0] == 0 else 3
+
+
+def election_hold(zk, path, directory):
+    me = "python-%d" % os.getpid()
+    contender = zk.Election(path, me)
+    await_go(directory)
+
+    def lead():
+        try:
+            os.mkdir(os.path.join(directory, "W"))
+        except FileExistsError:
+            open(os.path.join(directory, "overlap-" + me), "w").close()
+        with open(os.path.join(directory, "log"), "a") as log:
+            log.write("python-election\n")
+        open(os.path.join(directory, "leader-" + me), "w").close()
+        time.sleep(150)
+
+    contender.run(lead)
+    print("never killed", file=sys.stderr)
+    return 75
 
 
 if __name__ == "__main__":

@@ -20,18 +20,18 @@ use recipes_core::{Backend, Layout, Lock, Locks, Recipe};
 use recipes_zk::{ZkBackend, ZkOptions};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Peer {
+pub(super) enum Peer {
     Curator,
     Kazoo,
 }
 
-struct Setup {
-    zk: String,
-    java_cp: String,
-    python: String,
+pub(super) struct Setup {
+    pub(super) zk: String,
+    pub(super) java_cp: String,
+    pub(super) python: String,
 }
 
-fn setup() -> Option<Setup> {
+pub(super) fn setup() -> Option<Setup> {
     let zk = match recipes_conformance::zk::server() {
         Ok(s) => s,
         Err(why) => {
@@ -51,7 +51,7 @@ fn setup() -> Option<Setup> {
     }
 }
 
-fn workdir(name: &str) -> PathBuf {
+pub(super) fn workdir(name: &str) -> PathBuf {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -64,7 +64,7 @@ fn workdir(name: &str) -> PathBuf {
 
 /// What a contender takes: the lock alone, a share of it beside other readers, or one of a semaphore's permits.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Mode {
+pub(super) enum Mode {
     Exclusive,
     Shared,
     Permit(u32),
@@ -74,7 +74,7 @@ enum Mode {
 /// and sees no reader; a reader makes a file under `R/` and sees no `W`; a permit holder makes a file under `S/` and
 /// sees at most the permits' number of files there. Returns the overlaps seen, how many were in at once (as seen),
 /// and the marker to remove on exit.
-fn enter(dir: &Path, mode: Mode, tag: &str, log: &mut std::fs::File) -> (u64, u64, Option<PathBuf>) {
+pub(super) fn enter(dir: &Path, mode: Mode, tag: &str, log: &mut std::fs::File) -> (u64, u64, Option<PathBuf>) {
     let mut overlaps = 0;
     let mut inside = 1;
     let mine = match mode {
@@ -109,12 +109,28 @@ fn enter(dir: &Path, mode: Mode, tag: &str, log: &mut std::fs::File) -> (u64, u6
     (overlaps, inside, mine)
 }
 
-fn exit(dir: &Path, mine: Option<PathBuf>) {
+pub(super) fn exit(dir: &Path, mine: Option<PathBuf>) {
     // Tolerant: after an overlap the marker may already be gone; the overlap itself was counted.
     let _ = match mine {
         None => std::fs::remove_dir(dir.join("W")),
         Some(f) => std::fs::remove_file(f),
     };
+}
+
+/// The command that starts a peer process (its arguments follow).
+pub(super) fn peer_command(s: &Setup, peer: Peer) -> Command {
+    match peer {
+        Peer::Curator => {
+            let mut c = Command::new("java");
+            c.arg("-cp").arg(&s.java_cp).arg("CuratorPeer");
+            c
+        }
+        Peer::Kazoo => {
+            let mut c = Command::new(&s.python);
+            c.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/interop/kazoo_peer.py"));
+            c
+        }
+    }
 }
 
 fn uuid_like() -> u128 {
@@ -188,18 +204,7 @@ async fn contend_with(s: &Setup, layout: Layout, peers: &[(Peer, &str)], rust: &
     };
     let mut children = Vec::new();
     for (peer, role) in peers {
-        let mut c = match peer {
-            Peer::Curator => {
-                let mut c = Command::new("java");
-                c.arg("-cp").arg(&s.java_cp).arg("CuratorPeer");
-                c
-            }
-            Peer::Kazoo => {
-                let mut c = Command::new(&s.python);
-                c.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/interop/kazoo_peer.py"));
-                c
-            }
-        };
+        let mut c = peer_command(s, *peer);
         c.arg(&s.zk).arg(&path).arg(role).arg(count.to_string()).arg(&dir);
         c.stdout(Stdio::piped()).stderr(Stdio::piped());
         children.push((

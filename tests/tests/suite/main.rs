@@ -7,6 +7,7 @@ mod contract;
 mod election_data;
 mod fencing_postgres;
 mod interop;
+mod interop_kills;
 mod runtime_gone;
 mod suite_complete;
 mod zk_acl;

@@ -6,6 +6,8 @@
 //! every process; a dead leader's marker is removed by the test once the process is gone. An observer's stream of
 //! changes must see the terms only go up, and no node is left at the end.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -42,7 +44,13 @@ fn spawn_peer(s: &Setup, peer: Peer, role: &str, path: &str, dir: &Path) -> Chil
 fn marked(dir: &Path, prefix: &str) -> Vec<String> {
     std::fs::read_dir(dir)
         .unwrap()
-        .filter_map(|e| e.unwrap().file_name().to_string_lossy().strip_prefix(prefix).map(str::to_owned))
+        .filter_map(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .strip_prefix(prefix)
+                .map(str::to_owned)
+        })
         .collect()
 }
 
@@ -203,7 +211,11 @@ async fn killed_and_cut_off(peer: Peer, role: &str, latch: bool) {
         let who = the_leader(&dir, &overlaps).await;
         let seen = election.leader().await.unwrap().expect("a leader");
         assert_eq!(seen.id, who, "the observer names another leader");
-        assert!(seen.term > last_term, "terms went back: {} after {last_term}", seen.term);
+        assert!(
+            seen.term > last_term,
+            "terms went back: {} after {last_term}",
+            seen.term
+        );
         last_term = seen.term;
         if let Some(k) = who.strip_prefix("rust-") {
             let k: usize = k.parse().unwrap();
@@ -213,7 +225,10 @@ async fn killed_and_cut_off(peer: Peer, role: &str, latch: bool) {
             let t0 = Instant::now();
             while file.exists() {
                 no_overlap(&dir, &overlaps);
-                assert!(t0.elapsed() < Duration::from_secs(30), "{who} never learned it was cut off");
+                assert!(
+                    t0.elapsed() < Duration::from_secs(30),
+                    "{who} never learned it was cut off"
+                );
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         } else {
@@ -244,8 +259,14 @@ async fn killed_and_cut_off(peer: Peer, role: &str, latch: bool) {
         terms.len()
     );
     no_overlap(&dir, &overlaps);
-    assert!(killed >= EACH && cut >= EACH, "only {killed} killed and {cut} cut off in {ROUNDS} rounds");
-    assert!(terms.windows(2).all(|w| w[0] < w[1]), "the observer's terms went back: {terms:?}");
+    assert!(
+        killed >= EACH && cut >= EACH,
+        "only {killed} killed and {cut} cut off in {ROUNDS} rounds"
+    );
+    assert!(
+        terms.windows(2).all(|w| w[0] < w[1]),
+        "the observer's terms went back: {terms:?}"
+    );
     assert!(terms.len() >= killed + cut, "the observer missed leaders: {terms:?}");
     // Every candidate is gone; its node went with its session.
     let t0 = Instant::now();

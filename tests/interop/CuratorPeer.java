@@ -9,7 +9,8 @@
 // more than N is an overlap; prints "acquisitions N overlaps M most K", K the most holders it saw in at once)
 // (selector-hold, latch-hold: the same candidate, which leads once and holds leadership until the process is killed:
 // entered exclusively, DIR/leader-<pid> made; an overlap makes DIR/overlap-<pid> at once, since a killed peer prints
-// nothing. The session timeout is PEER_SESSION_MS, 10000 when unset)
+// nothing. Leadership lost with the connection removes both, as a careful application stops. The session timeout is
+// PEER_SESSION_MS, 10000 when unset)
 // DIR/ready-<pid> is created once connected; DIR/go is awaited before starting (at most 60 s).
 // Prints "acquisitions N overlaps M" and exits 0 (3 on overlaps).
 //
@@ -195,6 +196,11 @@ public class CuratorPeer {
         awaitGo(dir);
         if (asLatch) {
             LeaderLatch latch = new LeaderLatch(client, path, id);
+            // Leadership lost with the connection (a stall under load): leave as a careful application would.
+            latch.addListener(new org.apache.curator.framework.recipes.leader.LeaderLatchListener() {
+                public void isLeader() {}
+                public void notLeader() { leave(dir, id); }
+            });
             latch.start();
             latch.await();
             lead(dir, id, "java-latch");
@@ -203,13 +209,18 @@ public class CuratorPeer {
                 @Override
                 public void takeLeadership(CuratorFramework c) throws Exception {
                     lead(dir, id, "java-selector");
-                    forever.await();
+                    try {
+                        forever.await();
+                    } finally {
+                        // Interrupted: leadership lost with the connection (the adapter cancels it).
+                        leave(dir, id);
+                    }
                 }
             });
             selector.setId(id);
             selector.start();
         }
-        forever.await(150, TimeUnit.SECONDS);
+        forever.await(300, TimeUnit.SECONDS);
         System.err.println("never killed");
         return 75;
     }
@@ -220,6 +231,10 @@ public class CuratorPeer {
             log.write((tag + "\n").getBytes());
         }
         new File(dir, "leader-" + id).createNewFile();
+    }
+
+    static void leave(File dir, String id) {
+        if (new File(dir, "leader-" + id).delete()) new File(dir, "W").delete();
     }
 
     static void awaitGo(File dir) throws Exception {

@@ -188,6 +188,12 @@ impl MemCluster {
         self.peek(|st, _| st.requests)
     }
 
+    /// How many watches the server keeps. A watch goes when it fires, when its session ends, and when its receiver
+    /// was dropped and another watch is set on its node (ZooKeeper's client removes a dropped watcher's watch).
+    pub fn watches(&self) -> usize {
+        self.peek(|st, _| st.watches.count())
+    }
+
     /// Whether `path` exists.
     pub fn exists(&self, path: &str) -> bool {
         self.with(|st, _| st.tree.node(path).is_some())

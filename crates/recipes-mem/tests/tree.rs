@@ -161,3 +161,22 @@ async fn lost_create_reply_applies_the_create() {
     assert_eq!(a.session_id(), sid);
     a.current().create("/p/f", b"", CreateMode::Ephemeral).await.unwrap();
 }
+
+/// A watch whose receiver was dropped does not stay: re-arming a watch on a node that stays keeps one (as the
+/// ZooKeeper client removes a dropped watcher's watch on the server; found by review: an election observer piled
+/// up one watch per recheck).
+#[tokio::test]
+async fn dropped_watches_do_not_pile_up() {
+    let c = MemCluster::new();
+    let a = c.client();
+    a.current().create("/w", b"", CreateMode::Persistent).await.unwrap();
+    for _ in 0..100 {
+        let (_, watch) = a.current().get_and_watch("/w").await.unwrap().unwrap();
+        drop(watch);
+    }
+    assert_eq!(c.watches(), 1, "dropped watches piled up");
+    let (_, watch) = a.current().get_and_watch("/w").await.unwrap().unwrap();
+    a.current().set_data("/w", b"x").await.unwrap();
+    watch.await.unwrap();
+    assert_eq!(c.watches(), 0);
+}

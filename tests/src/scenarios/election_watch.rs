@@ -18,7 +18,8 @@ where
 }
 
 /// An observer's stream names each leader in turn with its term (terms only go up), says when nobody leads, stays
-/// quiet while only the queue behind the leader changes, and follows a leader lost with its session.
+/// quiet while only the queue behind the leader changes or the leader is asked to let go, follows a leader lost with
+/// its session, and ends when the observer's `Locks` is dropped.
 pub async fn election_changes_follow_the_leader(h: &dyn Harness) {
     let path = h.path("election-changes");
     let (a, b, observer) = (h.client().await, h.client().await, h.client().await);
@@ -38,6 +39,9 @@ pub async fn election_changes_follow_the_leader(h: &dyn Harness) {
     let seen = next_change(h, "b leads", &mut changes).await.expect("a leader");
     assert_eq!((seen.id.as_str(), seen.term), ("b", second.term()));
     assert!(seen.term > first_term, "terms went back");
+    // Asked to let go, b still leads until it goes: the stream stays with it (its node no longer says who it is).
+    assert_eq!(observer.locks.revoke(&path).await.unwrap().len(), 1);
+    assert_pending(h, "a revoked leader is still the one reported", &mut changes.next()).await;
     b.faults.expire_session().await;
     assert_eq!(bounded(h, "b's loss", second.lost()).await, LostReason::SessionExpired);
     assert_eq!(
@@ -52,6 +56,9 @@ pub async fn election_changes_follow_the_leader(h: &dyn Harness) {
     again.resign().await.unwrap();
     assert_eq!(next_change(h, "nobody leads at the end", &mut changes).await, None);
     wait_children(h, &path, 0).await;
+    // The stream keeps no session alive: it ends with the observer's `Locks`.
+    drop(observer);
+    assert!(bounded(h, "the stream ends", changes.next()).await.is_none());
 }
 
 /// The blocking forms lead, try, time out, read the leader, learn a loss and resign, each on a thread of its own

@@ -24,8 +24,11 @@ use tokio::sync::watch;
 
 use super::interop::{enter, exit, peer_command, setup, workdir, Mode, Peer, Setup};
 
-/// Every session of the test (the peers' and ours): short, so that a killed leader's node goes soon.
+/// The Rust candidates' sessions: short, so that a cut-off leader's node goes soon.
 const SESSION: Duration = Duration::from_millis(2000);
+/// The peers' sessions: short, so that a killed leader's node goes soon, and longer than ours, so that a peer whose
+/// process stalls while a JVM starts beside it keeps its connection.
+const PEER_SESSION: Duration = Duration::from_millis(4000);
 /// Leaders taken down of each side before the test ends.
 const EACH: usize = 3;
 /// At most this many leaders in one test.
@@ -35,7 +38,7 @@ const ROUNDS: usize = 16;
 fn spawn_peer(s: &Setup, peer: Peer, role: &str, path: &str, dir: &Path) -> Child {
     let mut c = peer_command(s, peer);
     c.arg(&s.zk).arg(path).arg(role).arg("1").arg(dir);
-    c.env("PEER_SESSION_MS", SESSION.as_millis().to_string());
+    c.env("PEER_SESSION_MS", PEER_SESSION.as_millis().to_string());
     c.stdout(Stdio::null()).stderr(Stdio::null());
     c.spawn().expect("start peer")
 }
@@ -166,9 +169,14 @@ async fn killed_and_cut_off(peer: Peer, role: &str, latch: bool) {
     for k in 0..2 {
         let proxy = Proxy::start(upstream).await.unwrap();
         let options = ZkOptions::new(proxy.addr().to_string()).session_timeout(SESSION);
-        let locks = Locks::builder(ZkBackend::connect(options).await.unwrap())
-            .layout(layout)
-            .build();
+        let backend = ZkBackend::connect(options).await.unwrap();
+        // A partition of two session timeouts must outlast the session the server granted.
+        assert_eq!(
+            backend.session_timeout(),
+            SESSION,
+            "the server bounds the session timeout"
+        );
+        let locks = Locks::builder(backend).layout(layout).build();
         proxies.push(proxy);
         tasks.push(tokio::spawn(rust_candidate(
             locks,
@@ -190,10 +198,15 @@ async fn killed_and_cut_off(peer: Peer, role: &str, latch: bool) {
         let mut changes = Box::pin(election.changes());
         async move {
             let mut terms = Vec::new();
+            let mut last = None;
             loop {
                 tokio::select! {
                     c = changes.next() => match c {
-                        Some(Ok(Some(l))) => terms.push(l.term),
+                        // After a failed read the stream may report the same leader again.
+                        Some(Ok(Some(l))) if last.as_ref() != Some(&(l.term, l.node.clone())) => {
+                            terms.push(l.term);
+                            last = Some((l.term, l.node));
+                        }
                         Some(_) => {}
                         None => break,
                     },
@@ -208,9 +221,21 @@ async fn killed_and_cut_off(peer: Peer, role: &str, latch: bool) {
         if killed >= EACH && cut >= EACH {
             break;
         }
-        let who = the_leader(&dir, &overlaps).await;
-        let seen = election.leader().await.unwrap().expect("a leader");
-        assert_eq!(seen.id, who, "the observer names another leader");
+        // The leader as the detector and the observer see it: the same one (a leader may be gone between the two
+        // reads under load; read both again).
+        let t0 = Instant::now();
+        let (who, seen) = loop {
+            let who = the_leader(&dir, &overlaps).await;
+            let seen = election.leader().await.unwrap();
+            match seen {
+                Some(l) if l.id == who => break (who, l),
+                _ => assert!(
+                    t0.elapsed() < Duration::from_secs(30),
+                    "the observer names {seen:?}, the detector {who}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
         assert!(
             seen.term > last_term,
             "terms went back: {} after {last_term}",
@@ -239,8 +264,9 @@ async fn killed_and_cut_off(peer: Peer, role: &str, latch: bool) {
             child.wait().unwrap();
             killed += 1;
             // The dead leader's marker, removed for it now that it cannot act.
-            std::fs::remove_file(dir.join(format!("leader-{who}"))).unwrap();
-            std::fs::remove_dir(dir.join("W")).unwrap();
+            if std::fs::remove_file(dir.join(format!("leader-{who}"))).is_ok() {
+                std::fs::remove_dir(dir.join("W")).unwrap();
+            }
             let c = spawn_peer(&s, peer, role, &path, &dir);
             peers.push((c.id(), c));
         }

@@ -1,15 +1,18 @@
 //! Observing an election without standing in it: who leads now, every candidate in order, and a stream of changes.
 
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures::Stream;
 
 use super::{Election, DATA_READ};
 use crate::backend::BackendExt;
+use crate::driver::Ctx;
 use crate::error::{Error, Result};
 use crate::info::NodeInfo;
 use crate::mutants::{is_active, Mutant};
 use crate::participants::{is_lock_node, may_be_nested};
+use crate::path::LockPath;
 
 /// Who leads (or stands) in an election, as an observer reads it from the store.
 ///
@@ -113,19 +116,13 @@ impl Election {
         let mut out = Vec::new();
         for c in queue {
             // A node may go between the list and the read: it stands no more.
-            let Some((mut data, stat)) = on.get(&self.path.child(&c.name)).await? else {
+            let Some((data, stat)) = on.get(&self.path.child(&c.name)).await? else {
                 continue;
             };
             // A persistent node with a lock node's name is a contender to the lock too (it waits behind it): reported
             // as the lock sees it, with the id its data gives, not passed over (found by review: the candidate
             // waiting behind it was named the leader).
-            data.truncate(DATA_READ);
-            let (id, data) = match NodeInfo::decode(&data) {
-                Some(info) => (info.candidate.unwrap_or_default(), info.candidate_data),
-                // A leader asked to let go (`Locks::revoke`): its data no longer says who it is.
-                None if data == crate::REVOKE_MESSAGE => (String::new(), Vec::new()),
-                None => (String::from_utf8_lossy(&data).into_owned(), Vec::new()),
-            };
+            let (id, data) = candidate_of(&data);
             out.push(Leader {
                 id,
                 data,
@@ -140,14 +137,22 @@ impl Election {
     }
 
     /// The leader each time it changes: first the leader now (or `None` when nobody stands), then the next one
-    /// each time another candidate leads, nobody does, or the leader's node changes (a leader asked to let go). Each
-    /// item is a read as [`leader`](Election::leader) makes it, so terms never go back from one item to the next, and
-    /// a change is seen as soon as the watch of the leader's node fires; while nobody stands, the stream reads
-    /// again every [`POLL`](Election::POLL) (nothing can be watched until a candidate stands).
+    /// each time another candidate leads or nobody does. Each item is a read as [`leader`](Election::leader) makes
+    /// it, made again when the watch of the leader's node fires (it resigned, its session ended, its data changed),
+    /// every [`POLL`](Election::POLL) while nobody stands (there is no node to watch), and at least every
+    /// [`RECHECK`](Election::RECHECK) while someone leads. So a leader that came and went between two reads is not
+    /// reported, the first leader after nobody stood is seen within a poll, and each read costs a `sync`, a list and
+    /// a read on the server.
+    ///
+    /// The terms of the items never go back while only candidates stand on the path; a node no candidate made,
+    /// named like a queue node ahead of the leader (an operator's), is reported as it stands (with an empty id and
+    /// its own creation as its term), and the leader behind it again once it goes. A leader asked to let go
+    /// ([`Locks::revoke`](crate::Locks::revoke)) keeps the id and data it was reported with.
     ///
     /// A failed read is an item too (the leader may have changed unseen; [`Error::ConnectionLoss`] while the
-    /// connection is down); the stream reads again after [`POLL`](Election::POLL), and ends after
-    /// [`Error::Closed`]. Leaders already reported may be reported again after a failed read.
+    /// connection is down), after which the stream reads again every [`POLL`](Election::POLL), and may report the
+    /// same leader again. The stream ends after [`Error::Closed`], and when the [`Locks`](crate::Locks) it was made
+    /// from is dropped with every election, candidate and guard made from it.
     ///
     /// ```
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -166,15 +171,20 @@ impl Election {
     /// # }).unwrap();
     /// ```
     pub fn changes(&self) -> impl Stream<Item = Result<Option<Leader>>> + Send + 'static {
-        /// The stream's state: what it reported last, and whether it waits before its next read.
+        /// The stream's state: the election (its context held weakly: the stream keeps no session alive), what it
+        /// reported last, and whether it waits before its next read.
         struct Watching {
-            election: Election,
+            ctx: Weak<Ctx>,
+            path: LockPath,
+            latch: bool,
             last: Option<Option<Leader>>,
             pause: bool,
             done: bool,
         }
         let start = Watching {
-            election: self.clone(),
+            ctx: Arc::downgrade(&self.ctx),
+            path: self.path.clone(),
+            latch: self.latch,
             last: None,
             pause: false,
             done: false,
@@ -187,7 +197,12 @@ impl Election {
                 tokio::time::sleep(Election::POLL).await;
             }
             loop {
-                let now = match w.election.leader().await {
+                let election = Election {
+                    ctx: w.ctx.upgrade()?,
+                    path: w.path.clone(),
+                    latch: w.latch,
+                };
+                let mut now = match election.leader().await {
                     Ok(now) => now,
                     Err(e) => {
                         w.done = matches!(e, Error::Closed);
@@ -196,23 +211,36 @@ impl Election {
                         return Some((Err(e), w));
                     }
                 };
+                if let (Some(n), Some(Some(l))) = (&mut now, &w.last) {
+                    // A revoked leader's node no longer says who it is: it is still the one reported.
+                    if n.node == l.node && n.term == l.term && n.id.is_empty() && n.data.is_empty() {
+                        n.id.clone_from(&l.id);
+                        n.data.clone_from(&l.data);
+                    }
+                }
                 if w.last.as_ref() != Some(&now) {
                     w.last = Some(now.clone());
                     return Some((Ok(now), w));
                 }
-                w.election.until_changed(now.as_ref()).await;
+                election.until_changed(now.as_ref()).await;
             }
         })
     }
 
     /// Waits until `leader`'s node changes or goes (a watch, at most [`RECHECK`](Election::RECHECK)), or for
-    /// [`POLL`](Election::POLL) when nobody leads or the watch cannot be set.
+    /// [`POLL`](Election::POLL) when nobody leads or the watch cannot be set. A node whose data already differs
+    /// from what was read when the watch is set (it changed in between) ends the wait at once.
     async fn until_changed(&self, leader: Option<&Leader>) {
         if let Some(l) = leader {
             let on = self.ctx.backend.current();
             match on.get_and_watch(&self.path.child(&l.node)).await {
-                Ok(Some((_, watch))) => {
-                    let _ = tokio::time::timeout(Election::RECHECK, watch).await;
+                Ok(Some((data, watch))) => {
+                    let (id, data) = candidate_of(&data);
+                    // A revoked node says nobody (the stream reports it as it was reported before it was revoked).
+                    let revoked = id.is_empty() && data.is_empty();
+                    if revoked || (id == l.id && data == l.data) {
+                        let _ = tokio::time::timeout(Election::RECHECK, watch).await;
+                    }
                     return;
                 }
                 Ok(None) => return,
@@ -220,5 +248,17 @@ impl Election {
             }
         }
         tokio::time::sleep(Election::POLL).await;
+    }
+}
+
+/// The candidate's id and data that a node's data gives: this library's node data says them; a peer's node (Curator's
+/// `LeaderSelector` and `LeaderLatch`, kazoo's `Election`) carries its participant id as its whole data.
+fn candidate_of(data: &[u8]) -> (String, Vec<u8>) {
+    let data = &data[..data.len().min(DATA_READ)];
+    match NodeInfo::decode(data) {
+        Some(info) => (info.candidate.unwrap_or_default(), info.candidate_data),
+        // A leader asked to let go (`Locks::revoke`): its data no longer says who it is.
+        None if data == crate::REVOKE_MESSAGE => (String::new(), Vec::new()),
+        None => (String::from_utf8_lossy(data).into_owned(), Vec::new()),
     }
 }

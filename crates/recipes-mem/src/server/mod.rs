@@ -121,7 +121,7 @@ pub(crate) struct State {
     pub tree: Tree,
     pub sessions: BTreeMap<SessionId, Session>,
     next_session: SessionId,
-    watches: Watches,
+    pub(crate) watches: Watches,
     pub latency: Duration,
     pub watch_delay: Duration,
     pub reap_delay: Duration,

@@ -229,7 +229,7 @@ struct Watch {
 
 /// The watches set on the nodes, by path, each path's in the order they were set.
 #[derive(Debug, Default)]
-pub(super) struct Watches(BTreeMap<String, Vec<Watch>>);
+pub(crate) struct Watches(BTreeMap<String, Vec<Watch>>);
 
 impl Watches {
     /// Takes out the watches on `path` that `event` fires, in order.
@@ -243,6 +243,11 @@ impl Watches {
             self.0.remove(path);
         }
         fire
+    }
+
+    /// How many watches are set.
+    pub(crate) fn count(&self) -> usize {
+        self.0.values().map(Vec::len).sum()
     }
 
     /// Takes out every watch of session `sid`, path by path.
@@ -337,11 +342,11 @@ impl State {
     /// node); returns the node.
     fn watch(&mut self, sid: SessionId, path: String, kind: WatchKind, tx: WatchTx) -> Option<&Node> {
         let node = self.tree.node(&path)?;
-        self.watches
-            .0
-            .entry(path)
-            .or_default()
-            .push(Watch { session: sid, kind, tx });
+        let watches = self.watches.0.entry(path).or_default();
+        // Watches whose receiver was dropped go, as the ZooKeeper client removes a dropped watcher's watch (found by
+        // review: an observer re-arming its watch of a leader that stays piled them up).
+        watches.retain(|w| !w.tx.is_closed());
+        watches.push(Watch { session: sid, kind, tx });
         Some(node)
     }
 

@@ -97,3 +97,74 @@ pub async fn election_blocking_forms(h: &dyn Harness) {
     drop(held);
     wait_children(h, &path, 0).await;
 }
+
+/// A known peer failure: a leader whose connection broke and came back within its session stood again beside its
+/// surviving node (two nodes of one participant; two leaders when the other one led). Here the leader keeps its one
+/// node and its leadership across the reconnection, the next candidate keeps waiting, and leads after the resignation.
+pub async fn election_leader_reconnected_within_its_session_keeps_one_node(h: &dyn Harness) {
+    if !h.capabilities().disconnect {
+        return crate::util::skip(
+            h,
+            "election_leader_reconnected_within_its_session_keeps_one_node",
+            "disconnects",
+        );
+    }
+    let path = h.path("election-reconnected");
+    let (a, b) = (h.client().await, h.client().await);
+    let ca = a.locks.election(&path).unwrap().candidate("a").unwrap();
+    let cb = b.locks.election(&path).unwrap().candidate("b").unwrap();
+    let leading = ca.leadership().await.unwrap();
+    let mut waiting = Box::pin(cb.leadership());
+    assert_pending(h, "b waits", &mut waiting).await;
+    a.faults.disconnect_for(a.faults.session_timeout() / 5).await;
+    crate::util::eventually(h, "a's lease is current again", || async { leading.is_valid() }).await;
+    assert_pending(h, "b still waits after a's reconnection", &mut waiting).await;
+    assert_eq!(h.children(&path).await.len(), 2, "a stood again beside its node");
+    let seen = b
+        .locks
+        .election(&path)
+        .unwrap()
+        .leader()
+        .await
+        .unwrap()
+        .expect("a leader");
+    assert_eq!((seen.id.as_str(), seen.term), ("a", leading.term()));
+    leading.resign().await.unwrap();
+    let next = bounded(h, "b leads", waiting).await.unwrap();
+    next.resign().await.unwrap();
+    wait_children(h, &path, 0).await;
+}
+
+/// A known peer failure: a resignation over a broken connection left the node behind (the next candidate waited for
+/// a leader that had gone). Here the resignation either deletes the node or reports the loss, and no node is left.
+pub async fn election_resign_over_a_broken_connection_leaves_no_node(h: &dyn Harness) {
+    if !h.capabilities().disconnect {
+        return crate::util::skip(
+            h,
+            "election_resign_over_a_broken_connection_leaves_no_node",
+            "disconnects",
+        );
+    }
+    let path = h.path("election-resign-broken");
+    let (a, b) = (h.client().await, h.client().await);
+    let ca = a.locks.election(&path).unwrap().candidate("a").unwrap();
+    let cb = b.locks.election(&path).unwrap().candidate("b").unwrap();
+    let leading = ca.leadership().await.unwrap();
+    let waiting = tokio::spawn(async move { cb.leadership().await.map(|l| l.term()) });
+    wait_children(h, &path, 2).await;
+    let session = a.locks.backend().session_status().id;
+    // The connection breaks, then the leader resigns while it is down: its session lives on (the break is short),
+    // so its node would stay for as long as the session does if the resignation gave up.
+    a.faults.disconnect_for(a.faults.session_timeout() / 5).await;
+    let _ = bounded(h, "the resignation ends", leading.resign()).await;
+    bounded(h, "b leads once a's node is gone", waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        a.locks.backend().session_status().id,
+        session,
+        "a's session was replaced: the test proves nothing"
+    );
+    wait_children(h, &path, 0).await;
+}

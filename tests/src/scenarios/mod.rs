@@ -119,7 +119,8 @@ macro_rules! __for_each_scenario {
             election_cut_off_leader_knows_before_the_next_leads election_observer_after_reconnect_never_goes_back
             election_as_curator_leader_latch election_observer_names_the_head_the_lock_waits_on
             election_observer_stands_beside_a_nested_lock_path election_changes_follow_the_leader
-            election_blocking_forms
+            election_blocking_forms election_leader_reconnected_within_its_session_keeps_one_node
+            election_resign_over_a_broken_connection_leaves_no_node
         );
     };
 }

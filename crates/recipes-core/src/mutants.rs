@@ -105,6 +105,10 @@ pub enum Mutant {
     /// An election's observer names the first node of a peer layout's queue even when a sequence has wrapped (found by
     /// review: it reported a newcomer whose wrapped node sorts first as the leader, then the older leader again).
     ObserverIgnoresWrap,
+    /// A holder trusts its hold (a leader its term) for three session timeouts from its lease's base instead of
+    /// less than one: the check of the term against the session's lease switched off, in effect, for an election's
+    /// sensitivity check (a leader cut off past its session goes on leading beside the next one).
+    TermPastLease,
 }
 
 impl Mutant {

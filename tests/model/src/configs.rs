@@ -551,6 +551,17 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             by_walks: true,
         },
         Sensitivity {
+            problem:
+                "in an election, the leader's check of its term against its session's lease switched off (trusted \
+                      for three session timeouts): a leader cut off past its session still leads once the server has \
+                      deleted its node, and the next candidate is free to lead beside it (the checker stops there)",
+            mutants: &[Mutant::TermPastLease],
+            config: Config::new("election", vec![Program::Stand, Program::Stand])
+                .with_faults(1, &[FaultKind::Partition]),
+            shows_as: "guard is valid but its node",
+            by_walks: false,
+        },
+        Sensitivity {
             problem: "5, in an election: a candidate's create sent on an expired session becomes an ephemeral of the \
                       new one (an orphan that leads for nobody)",
             mutants: &[Mutant::UnboundRequests],

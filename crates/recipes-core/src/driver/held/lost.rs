@@ -110,7 +110,11 @@ impl HeldNode {
         if lease.session != self.session {
             return None;
         }
-        let trusted = lease.session_timeout.mul_f64(1.0 - self.ctx.lease_margin);
+        let trusted = if is_active(Mutant::TermPastLease) {
+            lease.session_timeout * 3
+        } else {
+            lease.session_timeout.mul_f64(1.0 - self.ctx.lease_margin)
+        };
         lease.answered_send.map(|t| (t + trusted, lease.session_timeout))
     }
 

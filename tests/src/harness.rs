@@ -79,6 +79,11 @@ pub trait Harness: Send + Sync {
     fn container_reap_delay(&self) -> Option<Duration> {
         None
     }
+    /// Why this backend cannot express the scenario or contract check `name` (the suite then reports it as not
+    /// expressible, with the reason), or `None`: every backend runs every check it can.
+    fn cannot_express(&self, _name: &str) -> Option<&'static str> {
+        None
+    }
     /// Checks after each scenario that no lock node of the test is left, and releases resources.
     async fn finish(&self);
 }

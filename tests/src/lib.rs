@@ -11,6 +11,7 @@
 
 pub mod campaign;
 pub mod contract;
+pub mod etcd;
 pub mod harness;
 pub mod history;
 pub mod mem;
@@ -52,6 +53,10 @@ macro_rules! conformance_suite {
                 let h = $h;
                 if let Some(why) = $crate::Harness::skip_reason(&h) {
                     eprintln!("SKIPPED {}::{}: {why}", $crate::Harness::name(&h), stringify!($name));
+                    return;
+                }
+                if let Some(why) = $crate::Harness::cannot_express(&h, stringify!($name)) {
+                    eprintln!("NOT EXPRESSIBLE {}::{}: {why}", $crate::Harness::name(&h), stringify!($name));
                     return;
                 }
                 $crate::util::within(&h, stringify!($name), $crate::$module::$name(&h)).await;

@@ -31,6 +31,8 @@ struct Ctl {
     blackhole_until: Mutex<Option<Instant>>,
     generation: watch::Sender<u64>,
     cuts: AtomicU32,
+    /// Bytes passed as they come (any protocol: etcd's gRPC), not ZooKeeper's frames; no reply can be lost.
+    raw: bool,
 }
 
 /// A running proxy; dropping it stops it and cuts its connections.
@@ -44,6 +46,15 @@ pub struct Proxy {
 impl Proxy {
     /// Starts a proxy on 127.0.0.1 (a free port) to `upstream`.
     pub async fn start(upstream: SocketAddr) -> std::io::Result<Proxy> {
+        Proxy::start_with(upstream, false).await
+    }
+
+    /// Starts a proxy of any TCP protocol (etcd's gRPC): cuts and partitions work, losing a create's reply does not.
+    pub async fn start_raw(upstream: SocketAddr) -> std::io::Result<Proxy> {
+        Proxy::start_with(upstream, true).await
+    }
+
+    async fn start_with(upstream: SocketAddr, raw: bool) -> std::io::Result<Proxy> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let (generation, _) = watch::channel(0);
@@ -54,6 +65,7 @@ impl Proxy {
             blackhole_until: Mutex::new(None),
             generation,
             cuts: AtomicU32::new(0),
+            raw,
         });
         let c = ctl.clone();
         let task = tokio::spawn(async move {
@@ -113,6 +125,21 @@ impl Drop for Proxy {
     fn drop(&mut self) {
         self.task.abort();
         self.ctl.generation.send_modify(|g| *g += 1);
+    }
+}
+
+/// The next unit to pass on: a ZooKeeper frame, or (raw) whatever bytes have come.
+async fn read_unit(raw: bool, r: &mut OwnedReadHalf) -> Option<Vec<u8>> {
+    if !raw {
+        return read_frame(r).await;
+    }
+    let mut buf = vec![0u8; 16 * 1024];
+    match r.read(&mut buf).await {
+        Ok(0) | Err(_) => None,
+        Ok(n) => {
+            buf.truncate(n);
+            Some(buf)
+        }
     }
 }
 
@@ -176,11 +203,11 @@ async fn serve(ctl: Arc<Ctl>, inbound: TcpStream) {
 
 async fn pump_requests(ctl: Arc<Ctl>, mut from: OwnedReadHalf, mut to: OwnedWriteHalf, doomed: Arc<AtomicI64>) {
     let mut first = true;
-    while let Some(frame) = read_frame(&mut from).await {
+    while let Some(frame) = read_unit(ctl.raw, &mut from).await {
         if ctl.swallowed_by_blackhole().await {
             return;
         }
-        if !first {
+        if !first && !ctl.raw {
             if let (Some(xid), Some(op)) = (i32_at(&frame, 4), i32_at(&frame, 8)) {
                 let lose = CREATE_OPS.contains(&op)
                     && ctl
@@ -201,11 +228,11 @@ async fn pump_requests(ctl: Arc<Ctl>, mut from: OwnedReadHalf, mut to: OwnedWrit
 
 async fn pump_replies(ctl: Arc<Ctl>, mut from: OwnedReadHalf, mut to: OwnedWriteHalf, doomed: Arc<AtomicI64>) {
     let mut first = true;
-    while let Some(frame) = read_frame(&mut from).await {
+    while let Some(frame) = read_unit(ctl.raw, &mut from).await {
         if ctl.swallowed_by_blackhole().await {
             return;
         }
-        if !first {
+        if !first && !ctl.raw {
             // Reply header: xid, zxid (8 bytes), err.
             if let (Some(xid), Some(err)) = (i32_at(&frame, 4), i32_at(&frame, 16)) {
                 if i64::from(xid) == doomed.load(Ordering::SeqCst) {

@@ -15,3 +15,10 @@ mod zk {
         test = tokio::test(flavor = "multi_thread", worker_threads = 2)
     );
 }
+
+mod etcd {
+    recipes_conformance::contract_suite!(
+        harness = recipes_conformance::etcd::EtcdHarness::new(),
+        test = tokio::test(flavor = "multi_thread", worker_threads = 2)
+    );
+}

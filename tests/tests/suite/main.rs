@@ -5,6 +5,7 @@ mod campaign;
 mod conformance;
 mod contract;
 mod election_data;
+mod etcd_backend;
 mod fencing_postgres;
 mod interop;
 mod interop_kills;

@@ -182,3 +182,18 @@ pub async fn wrapped(
     let names: Vec<String> = scenarios_in(text).into_iter().map(|(_, n)| n).collect();
     assert_eq!(names, ["plain", "private_scenario", "wrapped"]);
 }
+
+/// What etcd's harness lists as not expressible names checks and scenarios of the suite, once each, with a reason.
+#[test]
+fn what_etcd_cannot_express_is_in_the_suite() {
+    use recipes_conformance::scenarios::SCENARIO_NAMES;
+    let listed = recipes_conformance::etcd::CANNOT_EXPRESS;
+    for (i, (name, why)) in listed.iter().enumerate() {
+        assert!(
+            CONTRACT_NAMES.contains(name) || SCENARIO_NAMES.contains(name),
+            "etcd cannot express {name}, which is not in the suite"
+        );
+        assert!(why.len() > 20, "{name}: say why etcd cannot express it");
+        assert!(!listed[..i].iter().any(|(n, _)| n == name), "{name} is listed twice");
+    }
+}

@@ -1,0 +1,193 @@
+//! The trait's requests as etcd's: the transactions of the writes, what a refused one means, keys, and errors.
+
+use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
+use recipes_core::backend::{SessionId, Stat};
+use recipes_core::{Error, Result};
+
+use crate::sender::Op;
+
+/// A key as a node: its data and stat.
+#[derive(Debug)]
+pub(crate) struct Node {
+    pub data: Vec<u8>,
+    pub stat: Stat,
+}
+
+pub(crate) fn node(kv: &etcd_client::KeyValue) -> Node {
+    Node {
+        data: kv.value().to_vec(),
+        stat: crate::sender::stat(kv),
+    }
+}
+
+/// The sequence key of session `id` (attached to its lease).
+pub(crate) fn session_key(id: SessionId) -> String {
+    format!("/__recipes/sessions/{id:016x}")
+}
+
+/// Makes session `id`'s sequence key (version 1), attached to its lease.
+pub(crate) async fn make_session_key(client: &Client, key: &str, id: SessionId) -> Result<()> {
+    let txn = Txn::new()
+        .when(vec![Compare::create_revision(key, CompareOp::Equal, 0)])
+        .and_then(vec![TxnOp::put(key, "", Some(PutOptions::new().with_lease(id)))]);
+    let mut c = client.clone();
+    let resp = c.txn(txn).await.map_err(error)?;
+    if resp.succeeded() {
+        Ok(())
+    } else {
+        Err(Error::Backend(format!("the session key {key} exists already")))
+    }
+}
+
+/// The prefix of `path`'s children's keys.
+pub(crate) fn children_prefix(path: &str) -> String {
+    if path.ends_with('/') {
+        path.to_owned()
+    } else {
+        format!("{path}/")
+    }
+}
+
+/// The end of the range of keys that start with `prefix` (its last byte below 0xff incremented).
+fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// A key's name under `prefix`, when it is a direct child.
+pub(crate) fn child_name(prefix: &str, key: &[u8]) -> Option<String> {
+    let rest = key.strip_prefix(prefix.as_bytes())?;
+    if rest.is_empty() || rest.contains(&b'/') {
+        return None;
+    }
+    String::from_utf8(rest.to_vec()).ok()
+}
+
+/// A write's conditions, its operations, and the reads that say why it was refused.
+pub(crate) fn write_txn(op: &Op, session: SessionId) -> (Vec<Compare>, Vec<TxnOp>, Vec<TxnOp>) {
+    match op {
+        Op::Create { path, data, ephemeral } => {
+            let options = ephemeral.then(|| PutOptions::new().with_lease(session));
+            (
+                vec![Compare::create_revision(path.as_str(), CompareOp::Equal, 0)],
+                vec![TxnOp::put(path.as_str(), data.clone(), options)],
+                vec![TxnOp::get(path.as_str(), None)],
+            )
+        }
+        Op::Set { path, data, version } => {
+            // ZooKeeper's data version is 0 until the data is first set; etcd's version is 1 at the create.
+            let check = match version {
+                Some(v) => Compare::version(path.as_str(), CompareOp::Equal, i64::from(*v) + 1),
+                None => Compare::version(path.as_str(), CompareOp::Greater, 0),
+            };
+            (
+                vec![check],
+                vec![TxnOp::put(
+                    path.as_str(),
+                    data.clone(),
+                    Some(PutOptions::new().with_ignore_lease()),
+                )],
+                vec![TxnOp::get(path.as_str(), None)],
+            )
+        }
+        Op::Delete { paths, mark } => {
+            // Each key exists, and has no key under it: ZooKeeper refuses to delete a node with children, and a flat
+            // key space must not delete a "parent" from under its children either.
+            // A key under it that the same transaction deletes is no obstacle (ZooKeeper's `multi` deletes in order):
+            // the check covers the ranges between those keys.
+            let mut checks = Vec::new();
+            let mut reads = Vec::new();
+            for p in paths {
+                let under = children_prefix(p);
+                checks.push(Compare::version(p.as_str(), CompareOp::Greater, 0));
+                let mut going: Vec<&str> = paths
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|k| k.starts_with(under.as_str()))
+                    .collect();
+                going.sort_unstable();
+                let mut from = under.clone().into_bytes();
+                for k in going {
+                    if from.as_slice() < k.as_bytes() {
+                        checks.push(Compare::version(from.clone(), CompareOp::Equal, 0).with_range(k));
+                    }
+                    from = [k.as_bytes(), b"\0"].concat();
+                }
+                checks.push(Compare::version(from, CompareOp::Equal, 0).with_range(prefix_end(&under)));
+                reads.push(TxnOp::get(p.as_str(), None));
+                reads.push(TxnOp::get(
+                    under.as_str(),
+                    Some(GetOptions::new().with_prefix().with_count_only()),
+                ));
+            }
+            let mut writes = Vec::new();
+            if let (Some(m), Some(p)) = (mark, paths.first()) {
+                writes.push(TxnOp::put(
+                    p.as_str(),
+                    m.clone(),
+                    Some(PutOptions::new().with_ignore_lease()),
+                ));
+            }
+            writes.extend(paths.iter().map(|p| TxnOp::delete(p.as_str(), None)));
+            (checks, writes, reads)
+        }
+        _ => (Vec::new(), Vec::new(), Vec::new()),
+    }
+}
+
+/// Why a write's own conditions failed, from its reads.
+pub(crate) fn refusal(op: &Op, answers: &[TxnOpResponse]) -> Error {
+    let exists = |i: usize| matches!(answers.get(i), Some(TxnOpResponse::Get(g)) if !g.kvs().is_empty());
+    match op {
+        Op::Create { path, .. } => Error::NodeExists(path.clone()),
+        Op::Set {
+            path, version: Some(_), ..
+        } if exists(0) => Error::Refused(format!("{path}: not at the data version asked")),
+        Op::Set { path, .. } => Error::NoNode(path.clone()),
+        Op::Delete { paths, .. } => {
+            // The first delete that fails is the transaction's error, as in ZooKeeper's `multi`.
+            let under_count = |i: usize| match answers.get(i) {
+                Some(TxnOpResponse::Get(g)) => g.count(),
+                _ => 0,
+            };
+            for (i, p) in paths.iter().enumerate() {
+                if !exists(2 * i) {
+                    return Error::NoNode(p.clone());
+                }
+                let under = children_prefix(p);
+                let going = paths.iter().filter(|k| k.starts_with(under.as_str())).count();
+                if under_count(2 * i + 1) > i64::try_from(going).unwrap_or(i64::MAX) {
+                    return Error::NotEmpty(p.clone());
+                }
+            }
+            Error::Backend("a delete refused with every key there".to_owned())
+        }
+        _ => Error::Backend("a read refused as a write".to_owned()),
+    }
+}
+
+/// The trait's error for etcd's: transport failures are connection loss (the outcome unknown); a lease etcd no longer
+/// knows is the session's end.
+pub(crate) fn error(e: etcd_client::Error) -> Error {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => match s.code() {
+            tonic_code::NotFound if s.message().contains("lease not found") => Error::SessionExpired,
+            tonic_code::Unavailable
+            | tonic_code::DeadlineExceeded
+            | tonic_code::Cancelled
+            | tonic_code::Unknown
+            | tonic_code::Aborted => Error::ConnectionLoss,
+            _ => Error::Backend(format!("etcd: {}", s.message())),
+        },
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => Error::ConnectionLoss,
+        other => Error::Backend(format!("etcd: {other}")),
+    }
+}
+
+use tonic::Code as tonic_code;

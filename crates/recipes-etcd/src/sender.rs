@@ -1,0 +1,334 @@
+//! One session's requests, one at a time in the order they were issued, each write guarded by the session's sequence
+//! key (see the crate's documentation).
+
+use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
+use recipes_core::backend::{CreateMode, Created, SessionId, SessionState, SessionStatus, Stat};
+use recipes_core::{Error, Result};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::ops::{self, Node};
+
+/// A request of the trait, as the sender runs it.
+#[derive(Debug)]
+pub(crate) enum Op {
+    /// A key: ephemeral (attached to the lease) or not.
+    Create {
+        path: String,
+        data: Vec<u8>,
+        ephemeral: bool,
+    },
+    /// A container parent: etcd has no hierarchy (decision 0065, point 4), so nothing is written.
+    Container {
+        path: String,
+    },
+    Children(String),
+    Get(String),
+    Sync,
+    /// Overwrites a key's data, keeping its lease; only at ZooKeeper's data `version` when given.
+    Set {
+        path: String,
+        data: Vec<u8>,
+        version: Option<i32>,
+    },
+    /// Deletes keys, all or none; with `mark`, writes it to the one key first, in the same transaction.
+    Delete {
+        paths: Vec<String>,
+        mark: Option<Vec<u8>>,
+    },
+}
+
+impl Op {
+    pub fn create(path: &str, data: &[u8], mode: CreateMode) -> Result<Op> {
+        let path = path.to_owned();
+        Ok(match mode {
+            CreateMode::Persistent => Op::Create {
+                path,
+                data: data.to_vec(),
+                ephemeral: false,
+            },
+            CreateMode::Ephemeral => Op::Create {
+                path,
+                data: data.to_vec(),
+                ephemeral: true,
+            },
+            CreateMode::Container => Op::Container { path },
+            CreateMode::EphemeralSequential => {
+                return Err(Error::InvalidArgument(format!(
+                    "sequential nodes are ZooKeeper's: on etcd a queue is ordered by create revision (decision 0065), \
+                     not by a sequence in the name ({path})"
+                )))
+            }
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "a create mode etcd has no counterpart of ({path})"
+                )))
+            }
+        })
+    }
+
+    pub fn set(path: &str, data: &[u8], version: Option<i32>) -> Op {
+        Op::Set {
+            path: path.to_owned(),
+            data: data.to_vec(),
+            version,
+        }
+    }
+
+    pub fn delete(paths: Vec<String>, mark: Option<Vec<u8>>) -> Op {
+        Op::Delete { paths, mark }
+    }
+
+    fn is_write(&self) -> bool {
+        matches!(self, Op::Create { .. } | Op::Set { .. } | Op::Delete { .. })
+    }
+}
+
+/// A request's answer.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    Created(Created),
+    Children(Vec<String>),
+    Node(Option<Node>),
+    Done,
+}
+
+/// An answer of the wrong kind (a bug of this crate).
+pub(crate) fn unexpected(r: &Reply) -> Error {
+    Error::Backend(format!("the etcd backend answered a request with {r:?}"))
+}
+
+struct Job {
+    session: SessionId,
+    op: Op,
+    reply: Option<oneshot::Sender<Result<Reply>>>,
+}
+
+enum Msg {
+    Job(Job),
+    /// A new session: its lease id; answered once its sequence key exists.
+    Session(SessionId, oneshot::Sender<Result<()>>),
+}
+
+/// The queue of one backend's requests.
+#[derive(Debug, Clone)]
+pub(crate) struct Sender {
+    tx: mpsc::UnboundedSender<Msg>,
+}
+
+impl Sender {
+    pub fn start(client: Client, status: watch::Receiver<SessionStatus>, rt: &tokio::runtime::Handle) -> Sender {
+        let (tx, rx) = mpsc::unbounded_channel();
+        rt.spawn(run(client, status, rx));
+        Sender { tx }
+    }
+
+    /// Queues `op` for `session` now, and waits for its answer. Dropping the future does not take it back.
+    pub async fn call(&self, session: SessionId, op: Op) -> Result<Reply> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Msg::Job(Job {
+                session,
+                op,
+                reply: Some(reply),
+            }))
+            .map_err(|_| Error::Closed)?;
+        answer.await.map_err(|_| Error::Closed)?
+    }
+
+    /// Queues `op` for `session` now; its outcome is not reported.
+    pub fn send(&self, session: SessionId, op: Op) {
+        let _ = self.tx.send(Msg::Job(Job {
+            session,
+            op,
+            reply: None,
+        }));
+    }
+
+    /// Starts session `id` (a lease just granted): makes its sequence key.
+    pub async fn new_session(&self, id: SessionId) -> Result<()> {
+        let (done, answer) = oneshot::channel();
+        self.tx.send(Msg::Session(id, done)).map_err(|_| Error::Closed)?;
+        answer.await.map_err(|_| Error::Closed)?
+    }
+}
+
+/// The sender's state for the current session.
+struct Seq {
+    session: SessionId,
+    key: String,
+    /// The sequence key's version the next write expects.
+    version: i64,
+    /// A write's reply was lost: the sequence must be sealed before anything else is sent.
+    unsure: bool,
+}
+
+async fn run(client: Client, status: watch::Receiver<SessionStatus>, mut rx: mpsc::UnboundedReceiver<Msg>) {
+    let mut seq: Option<Seq> = None;
+    while let Some(msg) = rx.recv().await {
+        match msg {
+            Msg::Session(id, done) => {
+                let key = ops::session_key(id);
+                let r = ops::make_session_key(&client, &key, id).await;
+                seq = r.as_ref().ok().map(|()| Seq {
+                    session: id,
+                    key,
+                    version: 1,
+                    unsure: false,
+                });
+                let _ = done.send(r);
+            }
+            Msg::Job(job) => {
+                let now = *status.borrow();
+                let r = match &mut seq {
+                    _ if now.state == SessionState::Closed => Err(Error::Closed),
+                    Some(s)
+                        if s.session == job.session && job.session == now.id && now.state != SessionState::Expired =>
+                    {
+                        run_job(&client, s, &job.op).await
+                    }
+                    _ => Err(Error::SessionExpired),
+                };
+                if let Some(reply) = job.reply {
+                    let _ = reply.send(r);
+                }
+            }
+        }
+    }
+}
+
+async fn run_job(client: &Client, s: &mut Seq, op: &Op) -> Result<Reply> {
+    if s.unsure {
+        seal(client, s).await?;
+    }
+    if !op.is_write() {
+        return read(client, op).await;
+    }
+    if let Op::Delete { paths, mark: Some(_) } = op {
+        return Err(Error::Refused(format!(
+            "{}: etcd cannot write and delete one key in one transaction (its \"duplicate key\" rule); the release's \
+             mark needs another form on etcd",
+            paths.first().map_or("", String::as_str)
+        )));
+    }
+    if let Op::Delete { paths, .. } = op {
+        // etcd refuses a transaction that names a key twice; ZooKeeper's `multi` fails on the second delete of one
+        // node (it is gone by then), and so applies nothing: the same answer, without sending.
+        if let Some((_, p)) = paths.iter().enumerate().find(|(i, p)| paths[..*i].contains(p)) {
+            return Err(Error::NoNode(p.clone()));
+        }
+    }
+    let (checks, writes, reads) = ops::write_txn(op, s.session);
+    let mut when = vec![Compare::version(s.key.clone(), CompareOp::Equal, s.version)];
+    when.extend(checks);
+    let mut then = vec![TxnOp::put(
+        s.key.clone(),
+        "",
+        Some(PutOptions::new().with_lease(s.session)),
+    )];
+    then.extend(writes);
+    let mut otherwise = vec![TxnOp::get(s.key.clone(), None)];
+    otherwise.extend(reads);
+    let txn = Txn::new().when(when).and_then(then).or_else(otherwise);
+    let mut c = client.clone();
+    match c.txn(txn).await {
+        Ok(resp) if resp.succeeded() => {
+            s.version += 1;
+            let revision = resp.header().map_or(0, |h| h.revision());
+            Ok(match op {
+                Op::Create { path, .. } => Reply::Created(Created {
+                    path: path.clone(),
+                    czxid: revision,
+                }),
+                _ => Reply::Done,
+            })
+        }
+        Ok(resp) => {
+            let answers = resp.op_responses();
+            let version = match answers.first() {
+                Some(TxnOpResponse::Get(g)) => g.kvs().first().map_or(0, |kv| kv.version()),
+                _ => 0,
+            };
+            if version == 0 {
+                // The sequence key went with the lease: the session is over.
+                return Err(Error::SessionExpired);
+            }
+            if version != s.version {
+                return Err(Error::Backend(format!(
+                    "the session's sequence is at {version}, not {}: another writer on this session's key",
+                    s.version
+                )));
+            }
+            Err(ops::refusal(op, &answers[1..]))
+        }
+        Err(e) => {
+            let e = ops::error(e);
+            if matches!(e, Error::ConnectionLoss) {
+                s.unsure = true;
+            }
+            Err(e)
+        }
+    }
+}
+
+/// After a lost reply: moves the sequence on (a write that lands later then does nothing), or finds that the lost
+/// write moved it.
+async fn seal(client: &Client, s: &mut Seq) -> Result<()> {
+    let txn = Txn::new()
+        .when(vec![Compare::version(s.key.clone(), CompareOp::Equal, s.version)])
+        .and_then(vec![TxnOp::put(
+            s.key.clone(),
+            "",
+            Some(PutOptions::new().with_lease(s.session)),
+        )])
+        .or_else(vec![TxnOp::get(s.key.clone(), None)]);
+    let mut c = client.clone();
+    let resp = c.txn(txn).await.map_err(ops::error)?;
+    if resp.succeeded() {
+        s.version += 1;
+    } else {
+        let version = match resp.op_responses().first() {
+            Some(TxnOpResponse::Get(g)) => g.kvs().first().map_or(0, |kv| kv.version()),
+            _ => 0,
+        };
+        if version == 0 {
+            return Err(Error::SessionExpired);
+        }
+        s.version = version;
+    }
+    s.unsure = false;
+    Ok(())
+}
+
+async fn read(client: &Client, op: &Op) -> Result<Reply> {
+    let mut c = client.clone();
+    match op {
+        Op::Sync => Ok(Reply::Done),
+        Op::Container { path } => Ok(Reply::Created(Created {
+            path: path.clone(),
+            czxid: 0,
+        })),
+        Op::Get(path) => {
+            let resp = c.get(path.as_str(), None).await.map_err(ops::error)?;
+            Ok(Reply::Node(resp.kvs().first().map(ops::node)))
+        }
+        Op::Children(path) => {
+            let prefix = ops::children_prefix(path);
+            let resp = c
+                .get(prefix.as_str(), Some(GetOptions::new().with_prefix().with_keys_only()))
+                .await
+                .map_err(ops::error)?;
+            Ok(Reply::Children(
+                resp.kvs()
+                    .iter()
+                    .filter_map(|kv| ops::child_name(&prefix, kv.key()))
+                    .collect(),
+            ))
+        }
+        _ => Err(Error::Backend("a write sent as a read".to_owned())),
+    }
+}
+
+/// The stat etcd gives a key.
+pub(crate) fn stat(kv: &etcd_client::KeyValue) -> Stat {
+    Stat::new(kv.create_revision(), kv.lease(), 0)
+}

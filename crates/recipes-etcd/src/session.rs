@@ -1,0 +1,231 @@
+//! The session: an etcd lease, granted at connect and again after it expires, kept alive by a task of its own; and
+//! the lease the recipes compute validity from.
+//!
+//! The lease's base is the send time of the last keep-alive that etcd answered with a TTL above zero: the leader
+//! renewed the lease to its full TTL when it handled that keep-alive, after it was sent, so the lease cannot expire
+//! before `base + TTL` (decision 0065, point 6). Only keep-alive answers move it, never a read. A new lease's base is
+//! the send time of its grant.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions};
+use parking_lot::Mutex;
+use recipes_core::backend::{Lease, SessionId, SessionState, SessionStatus};
+use recipes_core::{Error, Result};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use crate::sender::Sender;
+use crate::EtcdOptions;
+
+/// What the backend's handles share.
+pub(crate) struct Shared {
+    pub client: Client,
+    pub status: watch::Sender<SessionStatus>,
+    pub sender: Sender,
+    pub runtime: tokio::runtime::Handle,
+    lease: Mutex<Lease>,
+    ttl: i64,
+    closed: AtomicBool,
+}
+
+/// Connects, grants the first lease, and starts the keep-alive task and the sender.
+pub(crate) async fn start(options: EtcdOptions) -> Result<Arc<Shared>> {
+    let connect = ConnectOptions::new()
+        .with_connect_timeout(options.connect_timeout)
+        .with_timeout(options.connect_timeout);
+    let client = tokio::time::timeout(
+        options.connect_timeout,
+        Client::connect(options.endpoints.clone(), Some(connect)),
+    )
+    .await
+    .map_err(|_| Error::ConnectionLoss)?
+    .map_err(|e| Error::Backend(format!("could not connect to etcd at {:?}: {e}", options.endpoints)))?;
+    let ttl = options.ttl();
+    let (id, granted, base) = grant(&client, ttl, options.connect_timeout).await?;
+    let (status, _) = watch::channel(SessionStatus {
+        id,
+        state: SessionState::Connected,
+    });
+    let runtime = tokio::runtime::Handle::current();
+    let shared = Arc::new(Shared {
+        sender: Sender::start(client.clone(), status.subscribe(), &runtime),
+        client,
+        status,
+        runtime,
+        lease: Mutex::new(Lease {
+            session: id,
+            answered_send: Some(base),
+            session_timeout: granted,
+        }),
+        ttl,
+        closed: AtomicBool::new(false),
+    });
+    shared.sender.new_session(id).await?;
+    shared.runtime.spawn(keep_alive(Arc::downgrade(&shared)));
+    Ok(shared)
+}
+
+/// Grants a lease of `ttl` seconds: its id, the TTL granted, and the send time of the grant.
+async fn grant(client: &Client, ttl: i64, patience: Duration) -> Result<(SessionId, Duration, Instant)> {
+    let mut client = client.clone();
+    let sent = Instant::now();
+    let granted = tokio::time::timeout(patience, client.lease_grant(ttl, None))
+        .await
+        .map_err(|_| Error::ConnectionLoss)?
+        .map_err(crate::ops::error)?;
+    let secs = u64::try_from(granted.ttl()).unwrap_or(0);
+    Ok((granted.id(), Duration::from_secs(secs), sent))
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdSession")
+            .field("status", &*self.status.borrow())
+            .field("lease", &self.lease())
+            .finish()
+    }
+}
+
+impl Shared {
+    pub fn lease(&self) -> Lease {
+        *self.lease.lock()
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    fn publish(&self, id: SessionId, state: SessionState) {
+        self.status.send_replace(SessionStatus { id, state });
+    }
+
+    /// Revokes the current lease (an operator's `etcdctl lease revoke`).
+    pub async fn revoke_current(&self) -> Result<()> {
+        let id = self.lease().session;
+        let mut client = self.client.clone();
+        client.lease_revoke(id).await.map_err(crate::ops::error)?;
+        Ok(())
+    }
+
+    /// Closes the session: revokes the lease (etcd deletes its keys at once), waiting a bounded time.
+    pub async fn close(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let id = self.lease().session;
+        self.publish(id, SessionState::Closed);
+        let mut client = self.client.clone();
+        let _ = tokio::time::timeout(Duration::from_secs(3), client.lease_revoke(id)).await;
+    }
+}
+
+/// Keeps the current lease alive, a keep-alive every quarter of the TTL; on expiry, grants a new lease (a new
+/// session). Ends when the backend is dropped or closed.
+async fn keep_alive(shared: Weak<Shared>) {
+    loop {
+        let Some(s) = shared.upgrade() else { return };
+        if s.is_closed() {
+            return;
+        }
+        let lease = s.lease();
+        let every = (lease.session_timeout / 4).max(Duration::from_millis(250));
+        let mut client = s.client.clone();
+        drop(s);
+        let opened = tokio::time::timeout(every, client.lease_keep_alive(lease.session)).await;
+        let (mut keeper, mut stream) = match opened {
+            Ok(Ok(pair)) => pair,
+            _ => {
+                let Some(s) = shared.upgrade() else { return };
+                suspended_or_expired(&s, lease.session).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        loop {
+            let Some(s) = shared.upgrade() else { return };
+            if s.is_closed() {
+                return;
+            }
+            let sent = Instant::now();
+            let answer = tokio::time::timeout(every, async {
+                keeper.keep_alive().await?;
+                stream.message().await
+            })
+            .await;
+            match answer {
+                Ok(Ok(Some(r))) if r.ttl() > 0 => {
+                    let mut l = s.lease.lock();
+                    if l.session == lease.session && l.answered_send.map_or(true, |t| t < sent) {
+                        l.answered_send = Some(sent);
+                    }
+                    drop(l);
+                    if s.status.borrow().state != SessionState::Connected {
+                        s.publish(lease.session, SessionState::Connected);
+                    }
+                }
+                Ok(Ok(Some(_))) => {
+                    // etcd answered that the lease is gone: the session expired (or was revoked).
+                    expired(&s, lease.session).await;
+                    break;
+                }
+                _ => {
+                    suspended_or_expired(&s, lease.session).await;
+                    break;
+                }
+            }
+            drop(s);
+            tokio::time::sleep(every.saturating_sub(sent.elapsed())).await;
+        }
+    }
+}
+
+/// No answer: the session is suspended, or expired when its lease has run out on our clock too.
+async fn suspended_or_expired(s: &Arc<Shared>, id: SessionId) {
+    let lease = s.lease();
+    let over = lease
+        .answered_send
+        .map_or(true, |t| Instant::now() > t + lease.session_timeout);
+    if over {
+        expired(s, id).await;
+    } else if s.status.borrow().state == SessionState::Connected {
+        debug!(
+            session = format!("{id:#x}"),
+            "etcd keep-alive unanswered: session suspended"
+        );
+        s.publish(id, SessionState::Suspended);
+    }
+}
+
+/// The lease `id` is gone: says so, then grants a new one (retrying until it gets one or the backend is closed).
+async fn expired(s: &Arc<Shared>, id: SessionId) {
+    if s.lease().session != id || s.is_closed() {
+        return;
+    }
+    warn!(session = format!("{id:#x}"), "etcd session expired");
+    s.publish(id, SessionState::Expired);
+    loop {
+        if s.is_closed() {
+            return;
+        }
+        let patience = s.lease().session_timeout.max(Duration::from_secs(1));
+        match grant(&s.client, s.ttl, patience).await {
+            Ok((new, granted, base)) => {
+                *s.lease.lock() = Lease {
+                    session: new,
+                    answered_send: Some(base),
+                    session_timeout: granted,
+                };
+                if s.sender.new_session(new).await.is_ok() {
+                    s.publish(new, SessionState::Connected);
+                    return;
+                }
+            }
+            Err(e) => debug!(%e, "etcd lease grant failed; retrying"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

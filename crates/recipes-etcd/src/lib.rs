@@ -85,6 +85,21 @@ pub struct EtcdBackend {
 impl EtcdBackend {
     /// Connects, grants the session's lease, and starts keeping it alive.
     ///
+    /// ```no_run
+    /// # async fn f() -> recipes_core::Result<()> {
+    /// use std::time::Duration;
+    /// use recipes_core::backend::{BackendExt, CreateMode};
+    /// use recipes_core::Backend;
+    /// use recipes_etcd::{EtcdBackend, EtcdOptions};
+    /// let etcd = EtcdBackend::connect(EtcdOptions::new("http://127.0.0.1:2379").session_timeout(Duration::from_secs(6)))
+    ///     .await?;
+    /// // A key attached to the session's lease: it goes when the session ends.
+    /// etcd.current().create("/services/a", b"10.0.0.1:80", CreateMode::Ephemeral).await?;
+    /// etcd.close().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Notable errors
     /// [`Error::InvalidArgument`] without an endpoint; [`Error::ConnectionLoss`] when no member answered within the
     /// connect timeout.

@@ -45,3 +45,38 @@ async fn keys_on_etcd_are_the_sessions() {
     );
     observer.close().await;
 }
+
+/// A session outlives the client's per-request timeout: its keep-alive stream and a watch, both longer than it,
+/// stay up (the session is never reported suspended) and the watch still fires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_outlive_the_request_timeout() {
+    let Some(endpoints) = std::env::var("ETCD_ENDPOINTS").ok().or_else(|| {
+        recipes_conformance::etcd::server()
+            .map_err(|why| eprintln!("SKIPPED: {why}"))
+            .ok()
+    }) else {
+        return;
+    };
+    let patience = std::time::Duration::from_secs(1);
+    let b = EtcdBackend::connect(EtcdOptions::new(&endpoints).connect_timeout(patience))
+        .await
+        .unwrap();
+    let mut status = b.session();
+    let on = b.current();
+    let p = recipes_conformance::zk::unique_path("etcd-backend", "streams");
+    let node = format!("{p}/n");
+    on.create(&node, b"", CreateMode::Ephemeral).await.unwrap();
+    let (_, watch) = on.watch_deletion(&node).await.unwrap().unwrap();
+    let changed = tokio::time::timeout(patience * 4, status.changed()).await;
+    assert!(
+        changed.is_err(),
+        "the session changed while idle: {:?}",
+        *status.borrow()
+    );
+    on.delete(&node).await.unwrap();
+    tokio::time::timeout(patience * 4, watch)
+        .await
+        .expect("the watch fires")
+        .unwrap();
+    b.close().await;
+}

@@ -152,13 +152,39 @@ impl Backend for EtcdBackend {
     }
 
     async fn create_and_list(&self, session: SessionId, path: &str, data: &[u8], mode: CreateMode) -> CreateAndList {
-        let created = self.create(session, path, data, mode).await;
-        let listed = match &created {
-            Ok(_) => self.children(session, recipes_core::backend::parent_path(path)).await,
-            // The list would have been sent behind the create, on the same session: it fails as the create did.
-            Err(e) => Err(e.clone()),
+        // One transaction: the put, then the range of the parent's children, which sees it (decision 0065, point 1).
+        let op = match Op::create(path, data, mode) {
+            Ok(op) => op.and_list(),
+            Err(e) => {
+                return CreateAndList {
+                    created: Err(e.clone()),
+                    listed: Err(e),
+                }
+            }
         };
-        CreateAndList { created, listed }
+        match self.call(session, op).await {
+            Ok(Reply::CreatedListed(c, names)) => CreateAndList {
+                created: Ok(c),
+                listed: Ok(names),
+            },
+            Ok(Reply::Created(c)) => {
+                // A container: nothing was written; list as a second request.
+                let listed = self.children(session, recipes_core::backend::parent_path(path)).await;
+                CreateAndList { created: Ok(c), listed }
+            }
+            Ok(other) => {
+                let e = sender::unexpected(&other);
+                CreateAndList {
+                    created: Err(e.clone()),
+                    listed: Err(e),
+                }
+            }
+            // The list would have been sent behind the create, on the same session: it fails as the create did.
+            Err(e) => CreateAndList {
+                created: Err(e.clone()),
+                listed: Err(e),
+            },
+        }
     }
 
     async fn children(&self, session: SessionId, path: &str) -> Result<Vec<String>> {

@@ -72,7 +72,7 @@ pub(crate) fn child_name(prefix: &str, key: &[u8]) -> Option<String> {
 /// A write's conditions, its operations, and the reads that say why it was refused.
 pub(crate) fn write_txn(op: &Op, session: SessionId) -> (Vec<Compare>, Vec<TxnOp>, Vec<TxnOp>) {
     match op {
-        Op::Create { path, data, ephemeral } => {
+        Op::Create { path, data, ephemeral } | Op::CreateList { path, data, ephemeral } => {
             let options = ephemeral.then(|| PutOptions::new().with_lease(session));
             (
                 vec![Compare::create_revision(path.as_str(), CompareOp::Equal, 0)],
@@ -145,7 +145,7 @@ pub(crate) fn write_txn(op: &Op, session: SessionId) -> (Vec<Compare>, Vec<TxnOp
 pub(crate) fn refusal(op: &Op, answers: &[TxnOpResponse]) -> Error {
     let exists = |i: usize| matches!(answers.get(i), Some(TxnOpResponse::Get(g)) if !g.kvs().is_empty());
     match op {
-        Op::Create { path, .. } => Error::NodeExists(path.clone()),
+        Op::Create { path, .. } | Op::CreateList { path, .. } => Error::NodeExists(path.clone()),
         Op::Set {
             path, version: Some(_), ..
         } if exists(0) => Error::Refused(format!("{path}: not at the data version asked")),
@@ -172,22 +172,36 @@ pub(crate) fn refusal(op: &Op, answers: &[TxnOpResponse]) -> Error {
     }
 }
 
-/// The trait's error for etcd's: transport failures are connection loss (the outcome unknown); a lease etcd no longer
-/// knows is the session's end.
-pub(crate) fn error(e: etcd_client::Error) -> Error {
-    match e {
-        etcd_client::Error::GRpcStatus(s) => match s.code() {
-            tonic_code::NotFound if s.message().contains("lease not found") => Error::SessionExpired,
-            tonic_code::Unavailable
-            | tonic_code::DeadlineExceeded
-            | tonic_code::Cancelled
-            | tonic_code::Unknown
-            | tonic_code::Aborted => Error::ConnectionLoss,
-            _ => Error::Backend(format!("etcd: {}", s.message())),
-        },
-        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => Error::ConnectionLoss,
-        other => Error::Backend(format!("etcd: {other}")),
-    }
+/// Whether etcd answered that the lease is gone.
+pub(crate) fn lease_gone(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(s) if s.code() == tonic::Code::NotFound && s.message().contains("lease not found"))
 }
 
-use tonic::Code as tonic_code;
+/// The trait's error for etcd's. Only etcd's own refusals are definite (the request was not applied): those of its
+/// status codes that etcd sends, with its own message. Everything else (a transport failure, a reset stream, a reply
+/// that could not be read) leaves the outcome unknown: connection loss (found by review: tonic reports a reset HTTP/2
+/// stream as `Internal`, possibly after etcd applied the request). A lease etcd no longer knows is the session's end.
+pub(crate) fn error(e: etcd_client::Error) -> Error {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => {
+            let etcds = s.message().starts_with("etcdserver:") || s.message().starts_with("mvcc:");
+            match s.code() {
+                tonic::Code::NotFound if s.message().contains("lease not found") => Error::SessionExpired,
+                tonic::Code::NotFound if etcds => Error::Backend(format!("etcd: {}", s.message())),
+                tonic::Code::InvalidArgument
+                | tonic::Code::FailedPrecondition
+                | tonic::Code::ResourceExhausted
+                | tonic::Code::PermissionDenied
+                | tonic::Code::Unauthenticated
+                | tonic::Code::OutOfRange
+                    if etcds =>
+                {
+                    Error::Backend(format!("etcd: {}", s.message()))
+                }
+                _ => Error::ConnectionLoss,
+            }
+        }
+        etcd_client::Error::InvalidArgs(m) => Error::InvalidArgument(format!("etcd: {m}")),
+        _ => Error::ConnectionLoss,
+    }
+}

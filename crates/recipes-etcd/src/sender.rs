@@ -17,6 +17,12 @@ pub(crate) enum Op {
         data: Vec<u8>,
         ephemeral: bool,
     },
+    /// A key, and its parent's children listed after it, in one transaction (`create_and_list`).
+    CreateList {
+        path: String,
+        data: Vec<u8>,
+        ephemeral: bool,
+    },
     /// A container parent: etcd has no hierarchy (decision 0065, point 4), so nothing is written.
     Container {
         path: String,
@@ -79,7 +85,18 @@ impl Op {
     }
 
     fn is_write(&self) -> bool {
-        matches!(self, Op::Create { .. } | Op::Set { .. } | Op::Delete { .. })
+        matches!(
+            self,
+            Op::Create { .. } | Op::CreateList { .. } | Op::Set { .. } | Op::Delete { .. }
+        )
+    }
+
+    /// This create, with its parent's children listed after it in the same transaction.
+    pub fn and_list(self) -> Op {
+        match self {
+            Op::Create { path, data, ephemeral } => Op::CreateList { path, data, ephemeral },
+            other => other,
+        }
     }
 }
 
@@ -87,6 +104,7 @@ impl Op {
 #[derive(Debug)]
 pub(crate) enum Reply {
     Created(Created),
+    CreatedListed(Created, Vec<String>),
     Children(Vec<String>),
     Node(Option<Node>),
     Done,
@@ -200,9 +218,6 @@ async fn run_job(client: &Client, s: &mut Seq, op: &Op) -> Result<Reply> {
     if s.unsure {
         seal(client, s).await?;
     }
-    if !op.is_write() {
-        return read(client, op).await;
-    }
     if let Op::Delete { paths, mark: Some(_) } = op {
         return Err(Error::Refused(format!(
             "{}: etcd cannot write and delete one key in one transaction (its \"duplicate key\" rule); the release's \
@@ -217,28 +232,88 @@ async fn run_job(client: &Client, s: &mut Seq, op: &Op) -> Result<Reply> {
             return Err(Error::NoNode(p.clone()));
         }
     }
-    let (checks, writes, reads) = ops::write_txn(op, s.session);
+    if let Op::Container { path } = op {
+        return Ok(Reply::Created(Created {
+            path: path.clone(),
+            czxid: 0,
+        }));
+    }
+    // Every request, reads included, is guarded by the session's sequence: a read on a lease etcd has revoked fails
+    // as the session's end rather than answer (found by review: reads answered on a revoked lease).
+    let write = op.is_write();
+    let (checks, mut then, reads) = if write {
+        let (checks, writes, reads) = ops::write_txn(op, s.session);
+        let mut then = vec![TxnOp::put(
+            s.key.clone(),
+            "",
+            Some(PutOptions::new().with_lease(s.session)),
+        )];
+        then.extend(writes);
+        (checks, then, reads)
+    } else {
+        (Vec::new(), read_ops(op), Vec::new())
+    };
+    let listed_at = if let Op::CreateList { path, .. } = op {
+        let prefix = ops::children_prefix(recipes_core::backend::parent_path(path));
+        then.push(TxnOp::get(
+            prefix.as_str(),
+            Some(GetOptions::new().with_prefix().with_keys_only()),
+        ));
+        Some(prefix)
+    } else {
+        None
+    };
     let mut when = vec![Compare::version(s.key.clone(), CompareOp::Equal, s.version)];
     when.extend(checks);
-    let mut then = vec![TxnOp::put(
-        s.key.clone(),
-        "",
-        Some(PutOptions::new().with_lease(s.session)),
-    )];
-    then.extend(writes);
     let mut otherwise = vec![TxnOp::get(s.key.clone(), None)];
     otherwise.extend(reads);
     let txn = Txn::new().when(when).and_then(then).or_else(otherwise);
     let mut c = client.clone();
     match c.txn(txn).await {
         Ok(resp) if resp.succeeded() => {
-            s.version += 1;
+            if write {
+                s.version += 1;
+            }
             let revision = resp.header().map_or(0, |h| h.revision());
+            let answers = resp.op_responses();
             Ok(match op {
                 Op::Create { path, .. } => Reply::Created(Created {
                     path: path.clone(),
                     czxid: revision,
                 }),
+                Op::CreateList { path, .. } => {
+                    let prefix = listed_at.unwrap_or_default();
+                    let names = match answers.last() {
+                        Some(TxnOpResponse::Get(g)) => g
+                            .kvs()
+                            .iter()
+                            .filter_map(|kv| ops::child_name(&prefix, kv.key()))
+                            .collect(),
+                        _ => Vec::new(),
+                    };
+                    Reply::CreatedListed(
+                        Created {
+                            path: path.clone(),
+                            czxid: revision,
+                        },
+                        names,
+                    )
+                }
+                Op::Get(_) => Reply::Node(match answers.first() {
+                    Some(TxnOpResponse::Get(g)) => g.kvs().first().map(ops::node),
+                    _ => None,
+                }),
+                Op::Children(path) => {
+                    let prefix = ops::children_prefix(path);
+                    Reply::Children(match answers.first() {
+                        Some(TxnOpResponse::Get(g)) => g
+                            .kvs()
+                            .iter()
+                            .filter_map(|kv| ops::child_name(&prefix, kv.key()))
+                            .collect(),
+                        _ => Vec::new(),
+                    })
+                }
                 _ => Reply::Done,
             })
         }
@@ -253,20 +328,35 @@ async fn run_job(client: &Client, s: &mut Seq, op: &Op) -> Result<Reply> {
                 return Err(Error::SessionExpired);
             }
             if version != s.version {
-                return Err(Error::Backend(format!(
-                    "the session's sequence is at {version}, not {}: another writer on this session's key",
-                    s.version
-                )));
+                // A write reported as failed was applied after all: take the sequence as it is; this request's
+                // outcome is unknown to its caller.
+                s.version = version;
+                return Err(Error::ConnectionLoss);
             }
             Err(ops::refusal(op, &answers[1..]))
         }
         Err(e) => {
             let e = ops::error(e);
-            if matches!(e, Error::ConnectionLoss) {
+            if write && matches!(e, Error::ConnectionLoss) {
                 s.unsure = true;
             }
             Err(e)
         }
+    }
+}
+
+/// The operations of a read, in a transaction's branch.
+fn read_ops(op: &Op) -> Vec<TxnOp> {
+    match op {
+        Op::Get(path) => vec![TxnOp::get(path.as_str(), None)],
+        Op::Children(path) => {
+            let prefix = ops::children_prefix(path);
+            vec![TxnOp::get(
+                prefix.as_str(),
+                Some(GetOptions::new().with_prefix().with_keys_only()),
+            )]
+        }
+        _ => Vec::new(),
     }
 }
 
@@ -297,35 +387,6 @@ async fn seal(client: &Client, s: &mut Seq) -> Result<()> {
     }
     s.unsure = false;
     Ok(())
-}
-
-async fn read(client: &Client, op: &Op) -> Result<Reply> {
-    let mut c = client.clone();
-    match op {
-        Op::Sync => Ok(Reply::Done),
-        Op::Container { path } => Ok(Reply::Created(Created {
-            path: path.clone(),
-            czxid: 0,
-        })),
-        Op::Get(path) => {
-            let resp = c.get(path.as_str(), None).await.map_err(ops::error)?;
-            Ok(Reply::Node(resp.kvs().first().map(ops::node)))
-        }
-        Op::Children(path) => {
-            let prefix = ops::children_prefix(path);
-            let resp = c
-                .get(prefix.as_str(), Some(GetOptions::new().with_prefix().with_keys_only()))
-                .await
-                .map_err(ops::error)?;
-            Ok(Reply::Children(
-                resp.kvs()
-                    .iter()
-                    .filter_map(|kv| ops::child_name(&prefix, kv.key()))
-                    .collect(),
-            ))
-        }
-        _ => Err(Error::Backend("a write sent as a read".to_owned())),
-    }
 }
 
 /// The stat etcd gives a key.

@@ -30,13 +30,43 @@ pub(crate) struct Shared {
     lease: Mutex<Lease>,
     ttl: i64,
     closed: AtomicBool,
+    /// Held while a state is published, so that nothing is published after a close.
+    publishing: Mutex<()>,
 }
 
-/// Connects, grants the first lease, and starts the keep-alive task and the sender.
+/// The backend's own runtime: every session's connection, keep-alive and sender run here, whatever runtime (or
+/// none) the application calls from (as the ZooKeeper backend's, decision 0042).
+fn io_runtime() -> Result<&'static tokio::runtime::Runtime> {
+    static RT: std::sync::OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = std::sync::OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("recipes-etcd")
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|e| Error::Backend(format!("could not start the etcd backend's runtime: {e}")))
+}
+
+/// Connects (on the backend's own runtime), grants the first lease, and starts the keep-alive task and the sender.
 pub(crate) async fn start(options: EtcdOptions) -> Result<Arc<Shared>> {
+    let rt = io_runtime()?;
+    let task = rt.spawn(start_here(options, rt.handle().clone()));
+    task.await
+        .map_err(|e| Error::Backend(format!("the etcd backend's connect task failed: {e}")))?
+}
+
+async fn start_here(options: EtcdOptions, runtime: tokio::runtime::Handle) -> Result<Arc<Shared>> {
+    // HTTP/2 pings find a connection that died silently (no reset): without them a request would wait for the
+    // request timeout, and the connection stay, until the kernel gives up on it.
+    let ping = (options.session_timeout / 4).max(Duration::from_millis(250));
     let connect = ConnectOptions::new()
         .with_connect_timeout(options.connect_timeout)
-        .with_timeout(options.connect_timeout);
+        .with_timeout(options.connect_timeout)
+        .with_keep_alive(ping, ping)
+        .with_keep_alive_while_idle(true);
     let client = tokio::time::timeout(
         options.connect_timeout,
         Client::connect(options.endpoints.clone(), Some(connect)),
@@ -50,7 +80,6 @@ pub(crate) async fn start(options: EtcdOptions) -> Result<Arc<Shared>> {
         id,
         state: SessionState::Connected,
     });
-    let runtime = tokio::runtime::Handle::current();
     let shared = Arc::new(Shared {
         sender: Sender::start(client.clone(), status.subscribe(), &runtime),
         client,
@@ -63,8 +92,12 @@ pub(crate) async fn start(options: EtcdOptions) -> Result<Arc<Shared>> {
         }),
         ttl,
         closed: AtomicBool::new(false),
+        publishing: Mutex::new(()),
     });
-    shared.sender.new_session(id).await?;
+    if let Err(e) = shared.sender.new_session(id).await {
+        let _ = shared.client.clone().lease_revoke(id).await;
+        return Err(e);
+    }
     shared.runtime.spawn(keep_alive(Arc::downgrade(&shared)));
     Ok(shared)
 }
@@ -99,7 +132,13 @@ impl Shared {
         self.closed.load(Ordering::Acquire)
     }
 
+    /// Publishes a state of session `id`, unless the backend is closed (nothing undoes a close: a keep-alive
+    /// answered after it, or a new lease granted during it, is not published; found by review).
     fn publish(&self, id: SessionId, state: SessionState) {
+        let _held = self.publishing.lock();
+        if self.is_closed() {
+            return;
+        }
         self.status.send_replace(SessionStatus { id, state });
     }
 
@@ -112,14 +151,30 @@ impl Shared {
     }
 
     /// Closes the session: revokes the lease (etcd deletes its keys at once), waiting a bounded time.
+    /// Closes the session: revokes the lease (etcd deletes its keys at once), waiting a bounded time, and not at all
+    /// when the session was not connected (etcd has not been answering).
     pub async fn close(&self) {
-        if self.closed.swap(true, Ordering::AcqRel) {
+        let was = {
+            let _held = self.publishing.lock();
+            if self.closed.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            let was = *self.status.borrow();
+            self.status.send_replace(SessionStatus {
+                id: was.id,
+                state: SessionState::Closed,
+            });
+            was
+        };
+        if was.state != SessionState::Connected {
+            let mut client = self.client.clone();
+            self.runtime.spawn(async move {
+                let _ = tokio::time::timeout(Duration::from_secs(3), client.lease_revoke(was.id)).await;
+            });
             return;
         }
-        let id = self.lease().session;
-        self.publish(id, SessionState::Closed);
         let mut client = self.client.clone();
-        let _ = tokio::time::timeout(Duration::from_secs(3), client.lease_revoke(id)).await;
+        let _ = tokio::time::timeout(Duration::from_secs(3), client.lease_revoke(was.id)).await;
     }
 }
 
@@ -138,6 +193,12 @@ async fn keep_alive(shared: Weak<Shared>) {
         let opened = tokio::time::timeout(every, client.lease_keep_alive(lease.session)).await;
         let (mut keeper, mut stream) = match opened {
             Ok(Ok(pair)) => pair,
+            Ok(Err(e)) if crate::ops::lease_gone(&e) => {
+                // etcd says the lease is gone: the session expired (found by review: this waited for our clock).
+                let Some(s) = shared.upgrade() else { return };
+                expired(&s, lease.session).await;
+                continue;
+            }
             _ => {
                 let Some(s) = shared.upgrade() else { return };
                 suspended_or_expired(&s, lease.session).await;
@@ -207,22 +268,40 @@ async fn expired(s: &Arc<Shared>, id: SessionId) {
     }
     warn!(session = format!("{id:#x}"), "etcd session expired");
     s.publish(id, SessionState::Expired);
+    // Our clock may say the lease ran out while etcd still holds it (keep-alives whose answers were lost renewed it;
+    // a leader change resets it): revoke it before a new session's writes begin, so that none of its own can land
+    // after them and its keys go now (found by review).
+    let patience = s.lease().session_timeout.max(Duration::from_secs(1));
     loop {
         if s.is_closed() {
             return;
         }
-        let patience = s.lease().session_timeout.max(Duration::from_secs(1));
+        let mut client = s.client.clone();
+        match tokio::time::timeout(patience, client.lease_revoke(id)).await {
+            Ok(Ok(_)) => break,
+            Ok(Err(e)) if crate::ops::lease_gone(&e) => break,
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+    loop {
+        if s.is_closed() {
+            return;
+        }
         match grant(&s.client, s.ttl, patience).await {
             Ok((new, granted, base)) => {
-                *s.lease.lock() = Lease {
-                    session: new,
-                    answered_send: Some(base),
-                    session_timeout: granted,
-                };
-                if s.sender.new_session(new).await.is_ok() {
+                if s.sender.new_session(new).await.is_ok() && !s.is_closed() {
+                    *s.lease.lock() = Lease {
+                        session: new,
+                        answered_send: Some(base),
+                        session_timeout: granted,
+                    };
                     s.publish(new, SessionState::Connected);
-                    return;
+                    if !s.is_closed() {
+                        return;
+                    }
                 }
+                // Not usable, or closed meanwhile: the lease must not outlive this.
+                let _ = s.client.clone().lease_revoke(new).await;
             }
             Err(e) => debug!(%e, "etcd lease grant failed; retrying"),
         }

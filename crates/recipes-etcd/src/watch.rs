@@ -27,7 +27,13 @@ pub(crate) async fn deletion(
         return Ok(None);
     };
     let stat = crate::sender::stat(&kv);
-    let w = watch(shared, session, path.to_owned(), revision, Until::Deleted);
+    let w = watch(
+        shared,
+        session,
+        path.to_owned(),
+        (kv.create_revision(), revision),
+        Until::Deleted,
+    );
     Ok(Some((stat, Box::pin(async move { w.await.map(|_| ()) }))))
 }
 
@@ -36,7 +42,13 @@ pub(crate) async fn node(shared: Arc<Shared>, session: SessionId, path: &str) ->
     let Some((kv, revision)) = read(&shared, session, path).await? else {
         return Ok(None);
     };
-    let w = watch(shared, session, path.to_owned(), revision, Until::Changed);
+    let w = watch(
+        shared,
+        session,
+        path.to_owned(),
+        (kv.create_revision(), revision),
+        Until::Changed,
+    );
     Ok(Some((kv.value().to_vec(), Box::pin(w))))
 }
 
@@ -60,58 +72,82 @@ async fn read(shared: &Shared, session: SessionId, path: &str) -> Result<Option<
     }
 }
 
-/// Watches `path` from the revision after `revision` until `until` happens, or the session ends.
-async fn watch(
+/// A watch of `path`, whose key of create revision `created` was read at revision `read`, until `until` happens or
+/// the session ends. The session's status is subscribed to now, so an end that comes before the first poll is seen
+/// (found by review).
+fn watch(
     shared: Arc<Shared>,
     session: SessionId,
     path: String,
-    revision: i64,
+    (created, read_at): (i64, i64),
     until: Until,
-) -> Result<NodeEvent> {
+) -> impl std::future::Future<Output = Result<NodeEvent>> + Send + 'static {
     let mut status = shared.status.subscribe();
-    let mut from = revision + 1;
-    loop {
-        let mut c = shared.client.clone();
-        let options = WatchOptions::new().with_start_revision(from);
-        let mut stream = match c.watch(path.as_str(), Some(options)).await {
-            Ok(s) => s,
-            Err(_) => {
-                ended(&shared, session)?;
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+    async move {
+        let mut from = read_at + 1;
         loop {
-            tokio::select! {
-                m = stream.message() => match m {
-                    Ok(Some(resp)) => {
-                        if resp.canceled() || resp.compact_revision() > 0 {
-                            // Compacted past our revision: what happened is read from the store.
-                            return compacted(&shared, session, &path, until).await;
-                        }
-                        for e in resp.events() {
-                            match e.event_type() {
-                                EventType::Delete => return Ok(NodeEvent::Deleted),
-                                EventType::Put if until == Until::Changed => return Ok(NodeEvent::DataChanged),
-                                EventType::Put => {}
-                            }
-                            if let Some(kv) = e.kv() {
-                                from = from.max(kv.mod_revision() + 1);
-                            }
-                        }
+            ended(&shared, session)?;
+            let mut c = shared.client.clone();
+            let options = WatchOptions::new().with_start_revision(from);
+            let mut stream = tokio::select! {
+                s = c.watch(path.as_str(), Some(options)) => match s {
+                    Ok(s) => s,
+                    Err(_) => {
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        continue;
                     }
-                    // The stream broke: watch again from where it was (no event is lost: it starts at `from`).
-                    _ => break,
                 },
                 changed = status.changed() => {
                     if changed.is_err() {
                         return Err(Error::Closed);
                     }
-                    ended(&shared, session)?;
+                    continue;
+                }
+            };
+            loop {
+                tokio::select! {
+                    m = stream.message() => match m {
+                        Ok(Some(resp)) => {
+                            if resp.canceled() || resp.compact_revision() > 0 {
+                                // The events are gone (compacted): what happened is read from the store. The same key
+                                // (its create revision) still there has not been deleted; another is a new key.
+                                match current(&shared, session, &path).await? {
+                                    Some((c, _)) if c != created => return Ok(NodeEvent::Deleted),
+                                    None => return Ok(NodeEvent::Deleted),
+                                    Some((_, at)) => {
+                                        // A data watch cannot tell whether the data changed meanwhile: it says so,
+                                        // as a watch that fired for nothing (the caller reads again).
+                                        if until == Until::Changed {
+                                            return Ok(NodeEvent::DataChanged);
+                                        }
+                                        from = at + 1;
+                                        break;
+                                    }
+                                }
+                            }
+                            for e in resp.events() {
+                                match e.event_type() {
+                                    EventType::Delete => return Ok(NodeEvent::Deleted),
+                                    EventType::Put if until == Until::Changed => return Ok(NodeEvent::DataChanged),
+                                    EventType::Put => {}
+                                }
+                                if let Some(kv) = e.kv() {
+                                    from = from.max(kv.mod_revision() + 1);
+                                }
+                            }
+                        }
+                        // The stream broke: watch again from where it was (no event is lost: it starts at `from`).
+                        _ => break,
+                    },
+                    changed = status.changed() => {
+                        if changed.is_err() {
+                            return Err(Error::Closed);
+                        }
+                        ended(&shared, session)?;
+                    }
                 }
             }
         }
-        ended(&shared, session)?;
     }
 }
 
@@ -125,13 +161,9 @@ fn ended(shared: &Shared, session: SessionId) -> Result<()> {
     }
 }
 
-/// After a compaction hid the events: the key gone is a deletion; a key still there has changed (a data watch) or
-/// is watched again from now (a deletion watch cannot tell, so it reports a change no caller of it expects: it reads
-/// the key again instead).
-async fn compacted(shared: &Arc<Shared>, session: SessionId, path: &str, until: Until) -> Result<NodeEvent> {
-    match read(shared, session, path).await? {
-        None => Ok(NodeEvent::Deleted),
-        Some(_) if until == Until::Changed => Ok(NodeEvent::DataChanged),
-        Some((_, revision)) => Box::pin(watch(shared.clone(), session, path.to_owned(), revision, until)).await,
-    }
+/// The key at `path` now: its create revision and the revision of the read.
+async fn current(shared: &Shared, session: SessionId, path: &str) -> Result<Option<(i64, i64)>> {
+    Ok(read(shared, session, path)
+        .await?
+        .map(|(kv, at)| (kv.create_revision(), at)))
 }

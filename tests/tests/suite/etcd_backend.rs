@@ -80,3 +80,90 @@ async fn streams_outlive_the_request_timeout() {
         .unwrap();
     b.close().await;
 }
+
+/// The members' endpoints, or `None` (skipped) outside CI.
+fn endpoints() -> Option<String> {
+    std::env::var("ETCD_ENDPOINTS").ok().or_else(|| {
+        recipes_conformance::etcd::server()
+            .map_err(|why| eprintln!("SKIPPED: {why}"))
+            .ok()
+    })
+}
+
+async fn connect(endpoints: &str) -> EtcdBackend {
+    EtcdBackend::connect(EtcdOptions::new(endpoints).session_timeout(std::time::Duration::from_secs(4)))
+        .await
+        .unwrap()
+}
+
+/// Found by review (helper-39): a deletion watch first polled after its session ended waited for the key instead of
+/// failing with the session's end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_polled_after_its_session_ended_fails() {
+    let Some(endpoints) = endpoints() else { return };
+    let p = recipes_conformance::zk::unique_path("etcd-backend", "watch-after-end");
+    let (b, other) = (connect(&endpoints).await, connect(&endpoints).await);
+    other.current().create(&p, b"", CreateMode::Ephemeral).await.unwrap();
+    let old = b.session_status().id;
+    let (_, watch) = b.current().watch_deletion(&p).await.unwrap().unwrap();
+    b.revoke_session_for_test().await.unwrap();
+    let t0 = std::time::Instant::now();
+    while b.session_status().id == old {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(20), "no new session");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let r = tokio::time::timeout(std::time::Duration::from_secs(3), watch).await;
+    assert_eq!(r.expect("the watch ended"), Err(Error::SessionExpired));
+    other.close().await;
+    b.close().await;
+}
+
+/// Found by review (helper-39): a compaction that hid a delete and re-create of the watched key left the deletion
+/// watch waiting for a key that was a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_hidden_by_a_compaction_is_seen() {
+    let Some(endpoints) = endpoints() else { return };
+    let p = recipes_conformance::zk::unique_path("etcd-backend", "compacted");
+    let (b, other) = (connect(&endpoints).await, connect(&endpoints).await);
+    other.current().create(&p, b"", CreateMode::Ephemeral).await.unwrap();
+    let (_, watch) = b.current().watch_deletion(&p).await.unwrap().unwrap();
+    other.current().delete(&p).await.unwrap();
+    let again = other.current().create(&p, b"", CreateMode::Ephemeral).await.unwrap();
+    let compacted = std::process::Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg("--endpoints")
+        .arg(&endpoints)
+        .args(["compact", &again.czxid.to_string()])
+        .output()
+        .expect("etcdctl (Debian's etcd-client, installed by scripts/etcd)");
+    assert!(
+        compacted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&compacted.stderr)
+    );
+    let r = tokio::time::timeout(std::time::Duration::from_secs(5), watch).await;
+    assert_eq!(r.expect("the watch fired"), Ok(()));
+    other.close().await;
+    b.close().await;
+}
+
+/// Found by review (helper-39): reads of a session whose lease etcd revoked answered (the node gone, the children
+/// empty) until the keep-alive noticed; they fail as the session's end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_of_a_revoked_session_fail() {
+    let Some(endpoints) = endpoints() else { return };
+    let p = recipes_conformance::zk::unique_path("etcd-backend", "revoked-reads");
+    let b = connect(&endpoints).await;
+    let id = b.session_status().id;
+    b.current().create(&p, b"x", CreateMode::Ephemeral).await.unwrap();
+    b.revoke_session_for_test().await.unwrap();
+    let on = b.on(id);
+    assert_eq!(on.get(&p).await, Err(Error::SessionExpired));
+    assert_eq!(on.sync(&p).await, Err(Error::SessionExpired));
+    assert!(matches!(on.watch_deletion(&p).await, Err(Error::SessionExpired)));
+    assert_eq!(
+        on.children(recipes_core::backend::parent_path(&p)).await,
+        Err(Error::SessionExpired)
+    );
+    b.close().await;
+}

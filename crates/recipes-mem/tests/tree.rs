@@ -162,7 +162,7 @@ async fn lost_create_reply_applies_the_create() {
     a.current().create("/p/f", b"", CreateMode::Ephemeral).await.unwrap();
 }
 
-/// A watch whose receiver was dropped does not stay: re-arming a watch on a node that stays keeps one (as the
+/// A watch whose receiver was dropped does not stay: re-arming a watch on a node that stays keeps a few (as the
 /// ZooKeeper client removes a dropped watcher's watch on the server; found by review: an election observer piled
 /// up one watch per recheck).
 #[tokio::test]
@@ -174,7 +174,8 @@ async fn dropped_watches_do_not_pile_up() {
         let (_, watch) = a.current().get_and_watch("/w").await.unwrap().unwrap();
         drop(watch);
     }
-    assert_eq!(c.watches(), 1, "dropped watches piled up");
+    // Pruned each time the node's list reaches 8 or a power of two above it: never more than 8 here.
+    assert!(c.watches() <= 8, "dropped watches piled up: {}", c.watches());
     let (_, watch) = a.current().get_and_watch("/w").await.unwrap().unwrap();
     a.current().set_data("/w", b"x").await.unwrap();
     watch.await.unwrap();

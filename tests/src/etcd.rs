@@ -41,11 +41,6 @@ pub const CANNOT_EXPRESS: &[(&str, &str)] = &[
         "etcd refuses a transaction that writes and deletes one key (\"duplicate key given in txn request\"): the \
          release's mark needs another form on etcd",
     ),
-    (
-        "lost_reply_returns_to_same_session",
-        "the test loses a create's reply by reading ZooKeeper's frames; on etcd a lost reply is sealed by the \
-         session's sequence key instead (recipes-etcd's documentation)",
-    ),
 ];
 
 /// The client endpoints of the test members, or why there are none. Panics in CI when there are none.
@@ -136,8 +131,9 @@ impl Faults for EtcdFaults {
         .await;
         assert!(seen.is_ok(), "client did not learn of its revoked lease");
     }
-    async fn lose_next_create_replies(&self, _n: u32) {
-        panic!("etcd's harness cannot lose a reply (Capabilities::lose_create_reply is false)");
+    async fn lose_next_create_replies(&self, n: u32) {
+        // The raw proxy loses the reply of the next call the client opens: the test's create.
+        self.proxy.lose_next_create_replies(n);
     }
     async fn disconnect_for(&self, d: Duration) {
         self.proxy.cut_for(d);
@@ -157,7 +153,7 @@ impl Harness for EtcdHarness {
     }
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            lose_create_reply: false,
+            lose_create_reply: true,
             disconnect: true,
             watch_delay: false,
             latency: false,

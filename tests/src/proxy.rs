@@ -20,6 +20,8 @@ use tokio::time::Instant;
 /// ZooKeeper op codes of plain creates (`create`, `create2`); container and TTL creates are left alone, so a test
 /// can aim the fault at lock nodes rather than at their parents.
 const CREATE_OPS: [i32; 2] = [1, 15];
+/// A raw chunk from the client at least this large opens a call (etcd's gRPC: HTTP/2 headers and data).
+const RAW_REQUEST_AT_LEAST: usize = 40;
 /// Frames larger than this are not ZooKeeper traffic of ours.
 const MAX_FRAME: usize = 16 << 20;
 
@@ -49,7 +51,9 @@ impl Proxy {
         Proxy::start_with(upstream, false).await
     }
 
-    /// Starts a proxy of any TCP protocol (etcd's gRPC): cuts and partitions work, losing a create's reply does not.
+    /// Starts a proxy of any TCP protocol (etcd's gRPC): cuts and partitions as for ZooKeeper; losing a reply loses
+    /// that of the next call the client opens (the next chunk it sends that is large enough to open one), whatever it
+    /// is, and cuts the connection 300 ms later.
     pub async fn start_raw(upstream: SocketAddr) -> std::io::Result<Proxy> {
         Proxy::start_with(upstream, true).await
     }
@@ -207,6 +211,23 @@ async fn pump_requests(ctl: Arc<Ctl>, mut from: OwnedReadHalf, mut to: OwnedWrit
         if ctl.swallowed_by_blackhole().await {
             return;
         }
+        if ctl.raw && frame.len() >= RAW_REQUEST_AT_LEAST && !first {
+            // Raw (etcd's gRPC): a chunk this large opens a call (HTTP/2 headers); pings, window updates and a lease
+            // stream's keep-alives are smaller. Its reply, and everything after, is swallowed, and the connection cut
+            // a moment later, once the server has applied the request.
+            let lose = ctl
+                .lose_create_replies
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if lose {
+                doomed.store(0, Ordering::SeqCst);
+                let c = ctl.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    c.generation.send_modify(|g| *g += 1);
+                });
+            }
+        }
         if !first && !ctl.raw {
             if let (Some(xid), Some(op)) = (i32_at(&frame, 4), i32_at(&frame, 8)) {
                 let lose = CREATE_OPS.contains(&op)
@@ -231,6 +252,10 @@ async fn pump_replies(ctl: Arc<Ctl>, mut from: OwnedReadHalf, mut to: OwnedWrite
     while let Some(frame) = read_unit(ctl.raw, &mut from).await {
         if ctl.swallowed_by_blackhole().await {
             return;
+        }
+        if ctl.raw && doomed.load(Ordering::SeqCst) != i64::MIN {
+            // A request's reply is being lost (raw): nothing more reaches the client on this connection.
+            continue;
         }
         if !first && !ctl.raw {
             // Reply header: xid, zxid (8 bytes), err.

@@ -196,7 +196,7 @@ impl Backend for EtcdBackend {
 
     async fn get(&self, session: SessionId, path: &str) -> Result<Option<(Vec<u8>, Stat)>> {
         match self.call(session, Op::Get(path.to_owned())).await? {
-            Reply::Node(n) => Ok(n.map(|n| (n.data, n.stat))),
+            Reply::Node(n, _) => Ok(n.map(|n| (n.data, n.stat))),
             other => Err(sender::unexpected(&other)),
         }
     }

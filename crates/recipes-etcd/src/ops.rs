@@ -174,7 +174,14 @@ pub(crate) fn refusal(op: &Op, answers: &[TxnOpResponse]) -> Error {
 
 /// Whether etcd answered that the lease is gone.
 pub(crate) fn lease_gone(e: &etcd_client::Error) -> bool {
-    matches!(e, etcd_client::Error::GRpcStatus(s) if s.code() == tonic::Code::NotFound && s.message().contains("lease not found"))
+    match e {
+        etcd_client::Error::GRpcStatus(s) => {
+            s.code() == tonic::Code::NotFound && s.message().contains("lease not found")
+        }
+        // A keep-alive answered with TTL 0 when its stream opens (found by review: this waited for our clock).
+        etcd_client::Error::LeaseKeepAliveError(m) => m.contains("lease not found"),
+        _ => false,
+    }
 }
 
 /// The trait's error for etcd's. Only etcd's own refusals are definite (the request was not applied): those of its
@@ -182,6 +189,9 @@ pub(crate) fn lease_gone(e: &etcd_client::Error) -> bool {
 /// that could not be read) leaves the outcome unknown: connection loss (found by review: tonic reports a reset HTTP/2
 /// stream as `Internal`, possibly after etcd applied the request). A lease etcd no longer knows is the session's end.
 pub(crate) fn error(e: etcd_client::Error) -> Error {
+    if lease_gone(&e) {
+        return Error::SessionExpired;
+    }
     match e {
         etcd_client::Error::GRpcStatus(s) => {
             let etcds = s.message().starts_with("etcdserver:") || s.message().starts_with("mvcc:");

@@ -106,7 +106,8 @@ pub(crate) enum Reply {
     Created(Created),
     CreatedListed(Created, Vec<String>),
     Children(Vec<String>),
-    Node(Option<Node>),
+    /// A key, and the revision the read saw the store at.
+    Node(Option<Node>, i64),
     Done,
 }
 
@@ -218,6 +219,11 @@ async fn run_job(client: &Client, s: &mut Seq, op: &Op) -> Result<Reply> {
     if s.unsure {
         seal(client, s).await?;
     }
+    if matches!(op, Op::Container { .. } | Op::Delete { mark: Some(_), .. }) || has_duplicate(op) {
+        // Answered here, without a request of its own: first the guard alone, so that an ended session fails as
+        // every other request does (found by review).
+        guard_only(client, s).await?;
+    }
     if let Op::Delete { paths, mark: Some(_) } = op {
         return Err(Error::Refused(format!(
             "{}: etcd cannot write and delete one key in one transaction (its \"duplicate key\" rule); the release's \
@@ -299,10 +305,13 @@ async fn run_job(client: &Client, s: &mut Seq, op: &Op) -> Result<Reply> {
                         names,
                     )
                 }
-                Op::Get(_) => Reply::Node(match answers.first() {
-                    Some(TxnOpResponse::Get(g)) => g.kvs().first().map(ops::node),
-                    _ => None,
-                }),
+                Op::Get(_) => Reply::Node(
+                    match answers.first() {
+                        Some(TxnOpResponse::Get(g)) => g.kvs().first().map(ops::node),
+                        _ => None,
+                    },
+                    revision,
+                ),
                 Op::Children(path) => {
                     let prefix = ops::children_prefix(path);
                     Reply::Children(match answers.first() {
@@ -343,6 +352,32 @@ async fn run_job(client: &Client, s: &mut Seq, op: &Op) -> Result<Reply> {
             Err(e)
         }
     }
+}
+
+/// Whether a delete names a key twice.
+fn has_duplicate(op: &Op) -> bool {
+    matches!(op, Op::Delete { paths, .. } if paths.iter().enumerate().any(|(i, p)| paths[..i].contains(p)))
+}
+
+/// The session's guard alone: a transaction that only compares the sequence key's version.
+async fn guard_only(client: &Client, s: &mut Seq) -> Result<()> {
+    let txn = Txn::new()
+        .when(vec![Compare::version(s.key.clone(), CompareOp::Equal, s.version)])
+        .or_else(vec![TxnOp::get(s.key.clone(), None)]);
+    let mut c = client.clone();
+    let resp = c.txn(txn).await.map_err(ops::error)?;
+    if resp.succeeded() {
+        return Ok(());
+    }
+    let version = match resp.op_responses().first() {
+        Some(TxnOpResponse::Get(g)) => g.kvs().first().map_or(0, |kv| kv.version()),
+        _ => 0,
+    };
+    if version == 0 {
+        return Err(Error::SessionExpired);
+    }
+    s.version = version;
+    Err(Error::ConnectionLoss)
 }
 
 /// The operations of a read, in a transaction's branch.

@@ -196,12 +196,14 @@ async fn keep_alive(shared: Weak<Shared>) {
             Ok(Err(e)) if crate::ops::lease_gone(&e) => {
                 // etcd says the lease is gone: the session expired (found by review: this waited for our clock).
                 let Some(s) = shared.upgrade() else { return };
-                expired(&s, lease.session).await;
+                drop(s);
+                expired(&shared, lease.session).await;
                 continue;
             }
             _ => {
                 let Some(s) = shared.upgrade() else { return };
-                suspended_or_expired(&s, lease.session).await;
+                drop(s);
+                suspended_or_expired(&shared, lease.session).await;
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
@@ -230,11 +232,13 @@ async fn keep_alive(shared: Weak<Shared>) {
                 }
                 Ok(Ok(Some(_))) => {
                     // etcd answered that the lease is gone: the session expired (or was revoked).
-                    expired(&s, lease.session).await;
+                    drop(s);
+                    expired(&shared, lease.session).await;
                     break;
                 }
                 _ => {
-                    suspended_or_expired(&s, lease.session).await;
+                    drop(s);
+                    suspended_or_expired(&shared, lease.session).await;
                     break;
                 }
             }
@@ -245,13 +249,15 @@ async fn keep_alive(shared: Weak<Shared>) {
 }
 
 /// No answer: the session is suspended, or expired when its lease has run out on our clock too.
-async fn suspended_or_expired(s: &Arc<Shared>, id: SessionId) {
+async fn suspended_or_expired(shared: &Weak<Shared>, id: SessionId) {
+    let Some(s) = shared.upgrade() else { return };
     let lease = s.lease();
     let over = lease
         .answered_send
         .map_or(true, |t| Instant::now() > t + lease.session_timeout);
     if over {
-        expired(s, id).await;
+        drop(s);
+        expired(shared, id).await;
     } else if s.status.borrow().state == SessionState::Connected {
         debug!(
             session = format!("{id:#x}"),
@@ -261,8 +267,10 @@ async fn suspended_or_expired(s: &Arc<Shared>, id: SessionId) {
     }
 }
 
-/// The lease `id` is gone: says so, then grants a new one (retrying until it gets one or the backend is closed).
-async fn expired(s: &Arc<Shared>, id: SessionId) {
+/// The lease `id` is gone: says so, then grants a new one (retrying until it gets one, the backend is closed, or
+/// every handle of it is dropped: the loops hold it weakly between tries, found by review).
+async fn expired(shared: &Weak<Shared>, id: SessionId) {
+    let Some(s) = shared.upgrade() else { return };
     if s.lease().session != id || s.is_closed() {
         return;
     }
@@ -272,11 +280,13 @@ async fn expired(s: &Arc<Shared>, id: SessionId) {
     // a leader change resets it): revoke it before a new session's writes begin, so that none of its own can land
     // after them and its keys go now (found by review).
     let patience = s.lease().session_timeout.max(Duration::from_secs(1));
+    drop(s);
     loop {
-        if s.is_closed() {
+        let Some(s) = shared.upgrade().filter(|s| !s.is_closed()) else {
             return;
-        }
+        };
         let mut client = s.client.clone();
+        drop(s);
         match tokio::time::timeout(patience, client.lease_revoke(id)).await {
             Ok(Ok(_)) => break,
             Ok(Err(e)) if crate::ops::lease_gone(&e) => break,
@@ -284,9 +294,9 @@ async fn expired(s: &Arc<Shared>, id: SessionId) {
         }
     }
     loop {
-        if s.is_closed() {
+        let Some(s) = shared.upgrade().filter(|s| !s.is_closed()) else {
             return;
-        }
+        };
         match grant(&s.client, s.ttl, patience).await {
             Ok((new, granted, base)) => {
                 if s.sender.new_session(new).await.is_ok() && !s.is_closed() {
@@ -305,6 +315,7 @@ async fn expired(s: &Arc<Shared>, id: SessionId) {
             }
             Err(e) => debug!(%e, "etcd lease grant failed; retrying"),
         }
+        drop(s);
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

@@ -23,51 +23,44 @@ pub(crate) async fn deletion(
     session: SessionId,
     path: &str,
 ) -> Result<Option<(Stat, DeletionWatch)>> {
-    let Some((kv, revision)) = read(&shared, session, path).await? else {
+    let Some((node, revision)) = read(&shared, session, path).await? else {
         return Ok(None);
     };
-    let stat = crate::sender::stat(&kv);
     let w = watch(
         shared,
         session,
         path.to_owned(),
-        (kv.create_revision(), revision),
+        (node.stat.czxid, revision),
         Until::Deleted,
     );
-    Ok(Some((stat, Box::pin(async move { w.await.map(|_| ()) }))))
+    Ok(Some((node.stat, Box::pin(async move { w.await.map(|_| ()) }))))
 }
 
 /// `get_and_watch`: the key's data and a watch of its next change or deletion, or `None` when it does not exist.
 pub(crate) async fn node(shared: Arc<Shared>, session: SessionId, path: &str) -> Result<Option<(Vec<u8>, NodeWatch)>> {
-    let Some((kv, revision)) = read(&shared, session, path).await? else {
+    let Some((node, revision)) = read(&shared, session, path).await? else {
         return Ok(None);
     };
     let w = watch(
         shared,
         session,
         path.to_owned(),
-        (kv.create_revision(), revision),
+        (node.stat.czxid, revision),
         Until::Changed,
     );
-    Ok(Some((kv.value().to_vec(), Box::pin(w))))
+    Ok(Some((node.data, Box::pin(w))))
 }
 
-/// Reads the key through the session's queue (in order with its writes): the key and the revision of the read.
-async fn read(shared: &Shared, session: SessionId, path: &str) -> Result<Option<(etcd_client::KeyValue, i64)>> {
+/// Reads the key through the session's queue (in order with its writes, guarded by its sequence): the key and the
+/// revision the read saw the store at, from which the watch starts (one read: a second one outside the queue could
+/// see a later write of the session, which the watch would then never report; found by review).
+async fn read(shared: &Shared, session: SessionId, path: &str) -> Result<Option<(crate::ops::Node, i64)>> {
     match shared
         .sender
         .call(session, crate::sender::Op::Get(path.to_owned()))
         .await?
     {
-        crate::sender::Reply::Node(None) => Ok(None),
-        crate::sender::Reply::Node(Some(_)) => {
-            // The queue's read answers the node without its revision: read it again with the header, in order after
-            // it (nothing of this session's can come between, and another's change is what the watch reports).
-            let mut c = shared.client.clone();
-            let resp = c.get(path, None).await.map_err(crate::ops::error)?;
-            let revision = resp.header().map_or(0, |h| h.revision());
-            Ok(resp.kvs().first().map(|kv| (kv.clone(), revision)))
-        }
+        crate::sender::Reply::Node(node, revision) => Ok(node.map(|n| (n, revision))),
         other => Err(crate::sender::unexpected(&other)),
     }
 }
@@ -108,7 +101,13 @@ fn watch(
                 tokio::select! {
                     m = stream.message() => match m {
                         Ok(Some(resp)) => {
-                            if resp.canceled() || resp.compact_revision() > 0 {
+                            if resp.canceled() && resp.compact_revision() == 0 {
+                                // Cancelled for another reason (the server shutting down): watch again, after a
+                                // pause (found by review: this took the compaction's path, in a loop).
+                                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                                break;
+                            }
+                            if resp.compact_revision() > 0 {
                                 // The events are gone (compacted): what happened is read from the store. The same key
                                 // (its create revision) still there has not been deleted; another is a new key.
                                 match current(&shared, session, &path).await? {
@@ -136,8 +135,12 @@ fn watch(
                                 }
                             }
                         }
-                        // The stream broke: watch again from where it was (no event is lost: it starts at `from`).
-                        _ => break,
+                        // The stream broke: watch again from where it was (no event is lost: it starts at `from`),
+                        // after a pause, so that a stream that keeps breaking is no busy loop.
+                        _ => {
+                            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                            break;
+                        }
                     },
                     changed = status.changed() => {
                         if changed.is_err() {
@@ -163,7 +166,5 @@ fn ended(shared: &Shared, session: SessionId) -> Result<()> {
 
 /// The key at `path` now: its create revision and the revision of the read.
 async fn current(shared: &Shared, session: SessionId, path: &str) -> Result<Option<(i64, i64)>> {
-    Ok(read(shared, session, path)
-        .await?
-        .map(|(kv, at)| (kv.create_revision(), at)))
+    Ok(read(shared, session, path).await?.map(|(n, at)| (n.stat.czxid, at)))
 }

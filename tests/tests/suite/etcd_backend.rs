@@ -167,3 +167,43 @@ async fn reads_of_a_revoked_session_fail() {
     );
     b.close().await;
 }
+
+/// Found by review (helper-40): a lease revoked while the keep-alive stream was down was taken for a suspension (etcd
+/// answers a reopened keep-alive of a lease it no longer knows with a TTL of 0) until our clock ran the lease out;
+/// the session's end is seen as soon as the stream is open again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_revoked_while_cut_off_ends_the_session_on_reconnection() {
+    let Some(endpoints) = endpoints() else { return };
+    let upstream: std::net::SocketAddr = endpoints
+        .split(',')
+        .next()
+        .unwrap()
+        .trim_start_matches("http://")
+        .parse()
+        .unwrap();
+    let proxy = recipes_conformance::proxy::Proxy::start_raw(upstream).await.unwrap();
+    let ttl = std::time::Duration::from_secs(6);
+    let b = EtcdBackend::connect(EtcdOptions::new(&format!("http://{}", proxy.addr())).session_timeout(ttl))
+        .await
+        .unwrap();
+    let old = b.session_status().id;
+    proxy.cut_for(std::time::Duration::from_millis(500));
+    let revoked = std::process::Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg("--endpoints")
+        .arg(&endpoints)
+        .args(["lease", "revoke", &format!("{old:x}")])
+        .output()
+        .expect("etcdctl (Debian's etcd-client, installed by scripts/etcd)");
+    assert!(revoked.status.success(), "{}", String::from_utf8_lossy(&revoked.stderr));
+    let t0 = std::time::Instant::now();
+    while b.session_status().id == old {
+        assert!(
+            t0.elapsed() < ttl / 2,
+            "the revoked session was still taken for a suspension after {:?}",
+            t0.elapsed()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    b.close().await;
+}

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use recipes_core::backend::{BackendExt, SessionState};
+use recipes_core::backend::BackendExt;
 use recipes_core::{Backend, Locks};
 use recipes_etcd::{EtcdBackend, EtcdOptions};
 use tokio::sync::OnceCell;
@@ -116,20 +116,7 @@ impl Faults for EtcdFaults {
         // it, as the in-memory backend reports it at once.
         let old = self.backend.session_status().id;
         self.backend.revoke_session_for_test().await.expect("revoke the lease");
-        let mut rx = self.backend.session();
-        let seen = tokio::time::timeout(Duration::from_secs(20), async {
-            loop {
-                let st = *rx.borrow_and_update();
-                if st.id != old || st.state == SessionState::Expired {
-                    return;
-                }
-                if rx.changed().await.is_err() {
-                    return;
-                }
-            }
-        })
-        .await;
-        assert!(seen.is_ok(), "client did not learn of its revoked lease");
+        crate::util::until_session_ended(&*self.backend, old).await;
     }
     async fn lose_next_create_replies(&self, n: u32) {
         // The raw proxy loses the reply of the next call the client opens: the test's create.

@@ -168,3 +168,22 @@ pub async fn path_kept_at_sequence(h: &dyn Harness, on: SessionRef<'_>, path: &s
     h.set_next_sequence(path, next);
     keep
 }
+
+/// Waits (at most 20 s) until `backend` has seen its session `old` end: a new session, or `old` reported expired.
+/// The harnesses' `expire_session` ends with it, as the in-memory backend reports an expiry at once.
+pub async fn until_session_ended(backend: &dyn recipes_core::Backend, old: recipes_core::backend::SessionId) {
+    let mut rx = backend.session();
+    let seen = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let st = *rx.borrow_and_update();
+            if st.id != old || st.state == recipes_core::backend::SessionState::Expired {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(seen.is_ok(), "the client did not learn that its session {old:#x} ended");
+}

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use recipes_core::backend::BackendExt;
-use recipes_core::{Backend, Locks};
+use recipes_core::Locks;
 use recipes_zk::{ZkBackend, ZkOptions};
 use tokio::sync::OnceCell;
 
@@ -134,20 +134,7 @@ impl Faults for ZkFaults {
         }
         // Wait until the client itself has seen the expiry, as the in-memory backend reports it at once.
         let old = self.backend.session_id();
-        let mut rx = self.backend.session();
-        let seen = tokio::time::timeout(Duration::from_secs(20), async {
-            loop {
-                let st = *rx.borrow_and_update();
-                if st.id != old || st.state == recipes_core::backend::SessionState::Expired {
-                    return;
-                }
-                if rx.changed().await.is_err() {
-                    return;
-                }
-            }
-        })
-        .await;
-        assert!(seen.is_ok(), "client did not learn of its expired session");
+        crate::util::until_session_ended(&*self.backend, old).await;
     }
     async fn lose_next_create_replies(&self, n: u32) {
         self.proxy.lose_next_create_replies(n);

@@ -16,6 +16,7 @@
 //! lands late finds the version moved and does nothing: no write of a session is ever applied after a later one.
 
 mod ops;
+mod request;
 mod sender;
 mod session;
 mod watch;

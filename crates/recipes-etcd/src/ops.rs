@@ -16,7 +16,7 @@ pub(crate) struct Node {
 pub(crate) fn node(kv: &etcd_client::KeyValue) -> Node {
     Node {
         data: kv.value().to_vec(),
-        stat: crate::sender::stat(kv),
+        stat: Stat::new(kv.create_revision(), kv.lease(), 0),
     }
 }
 

@@ -2,119 +2,12 @@
 //! key (see the crate's documentation).
 
 use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
-use recipes_core::backend::{CreateMode, Created, SessionId, SessionState, SessionStatus, Stat};
+use recipes_core::backend::{Created, SessionId, SessionState, SessionStatus};
 use recipes_core::{Error, Result};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::ops::{self, Node};
-
-/// A request of the trait, as the sender runs it.
-#[derive(Debug)]
-pub(crate) enum Op {
-    /// A key: ephemeral (attached to the lease) or not.
-    Create {
-        path: String,
-        data: Vec<u8>,
-        ephemeral: bool,
-    },
-    /// A key, and its parent's children listed after it, in one transaction (`create_and_list`).
-    CreateList {
-        path: String,
-        data: Vec<u8>,
-        ephemeral: bool,
-    },
-    /// A container parent: etcd has no hierarchy (decision 0065, point 4), so nothing is written.
-    Container {
-        path: String,
-    },
-    Children(String),
-    Get(String),
-    Sync,
-    /// Overwrites a key's data, keeping its lease; only at ZooKeeper's data `version` when given.
-    Set {
-        path: String,
-        data: Vec<u8>,
-        version: Option<i32>,
-    },
-    /// Deletes keys, all or none; with `mark`, writes it to the one key first, in the same transaction.
-    Delete {
-        paths: Vec<String>,
-        mark: Option<Vec<u8>>,
-    },
-}
-
-impl Op {
-    pub fn create(path: &str, data: &[u8], mode: CreateMode) -> Result<Op> {
-        let path = path.to_owned();
-        Ok(match mode {
-            CreateMode::Persistent => Op::Create {
-                path,
-                data: data.to_vec(),
-                ephemeral: false,
-            },
-            CreateMode::Ephemeral => Op::Create {
-                path,
-                data: data.to_vec(),
-                ephemeral: true,
-            },
-            CreateMode::Container => Op::Container { path },
-            CreateMode::EphemeralSequential => {
-                return Err(Error::InvalidArgument(format!(
-                    "sequential nodes are ZooKeeper's: on etcd a queue is ordered by create revision (decision 0065), \
-                     not by a sequence in the name ({path})"
-                )))
-            }
-            _ => {
-                return Err(Error::InvalidArgument(format!(
-                    "a create mode etcd has no counterpart of ({path})"
-                )))
-            }
-        })
-    }
-
-    pub fn set(path: &str, data: &[u8], version: Option<i32>) -> Op {
-        Op::Set {
-            path: path.to_owned(),
-            data: data.to_vec(),
-            version,
-        }
-    }
-
-    pub fn delete(paths: Vec<String>, mark: Option<Vec<u8>>) -> Op {
-        Op::Delete { paths, mark }
-    }
-
-    fn is_write(&self) -> bool {
-        matches!(
-            self,
-            Op::Create { .. } | Op::CreateList { .. } | Op::Set { .. } | Op::Delete { .. }
-        )
-    }
-
-    /// This create, with its parent's children listed after it in the same transaction.
-    pub fn and_list(self) -> Op {
-        match self {
-            Op::Create { path, data, ephemeral } => Op::CreateList { path, data, ephemeral },
-            other => other,
-        }
-    }
-}
-
-/// A request's answer.
-#[derive(Debug)]
-pub(crate) enum Reply {
-    Created(Created),
-    CreatedListed(Created, Vec<String>),
-    Children(Vec<String>),
-    /// A key, and the revision the read saw the store at.
-    Node(Option<Node>, i64),
-    Done,
-}
-
-/// An answer of the wrong kind (a bug of this crate).
-pub(crate) fn unexpected(r: &Reply) -> Error {
-    Error::Backend(format!("the etcd backend answered a request with {r:?}"))
-}
+use crate::ops;
+pub(crate) use crate::request::{unexpected, Op, Reply};
 
 struct Job {
     session: SessionId,
@@ -179,6 +72,33 @@ struct Seq {
     version: i64,
     /// A write's reply was lost: the sequence must be sealed before anything else is sent.
     unsure: bool,
+}
+
+impl Seq {
+    /// The guard of every request: the sequence is where this backend expects it.
+    fn guard(&self) -> Compare {
+        Compare::version(self.key.clone(), CompareOp::Equal, self.version)
+    }
+
+    /// A write's step of the sequence (the key stays on the session's lease).
+    fn step(&self) -> TxnOp {
+        TxnOp::put(self.key.clone(), "", Some(PutOptions::new().with_lease(self.session)))
+    }
+
+    /// The read of the sequence in a refused request's other branch.
+    fn read_back(&self) -> TxnOp {
+        TxnOp::get(self.key.clone(), None)
+    }
+
+    /// Where a refused request found the sequence (its other branch's first answer): the session's end when the key
+    /// is gone with the lease.
+    fn found(answers: &[TxnOpResponse]) -> Result<i64> {
+        match answers.first() {
+            Some(TxnOpResponse::Get(g)) => g.kvs().first().map(|kv| kv.version()),
+            _ => None,
+        }
+        .ok_or(Error::SessionExpired)
+    }
 }
 
 async fn run(client: Client, status: watch::Receiver<SessionStatus>, mut rx: mpsc::UnboundedReceiver<Msg>) {
@@ -249,11 +169,7 @@ async fn run_job(client: &Client, s: &mut Seq, op: &Op) -> Result<Reply> {
     let write = op.is_write();
     let (checks, mut then, reads) = if write {
         let (checks, writes, reads) = ops::write_txn(op, s.session);
-        let mut then = vec![TxnOp::put(
-            s.key.clone(),
-            "",
-            Some(PutOptions::new().with_lease(s.session)),
-        )];
+        let mut then = vec![s.step()];
         then.extend(writes);
         (checks, then, reads)
     } else {
@@ -269,9 +185,9 @@ async fn run_job(client: &Client, s: &mut Seq, op: &Op) -> Result<Reply> {
     } else {
         None
     };
-    let mut when = vec![Compare::version(s.key.clone(), CompareOp::Equal, s.version)];
+    let mut when = vec![s.guard()];
     when.extend(checks);
-    let mut otherwise = vec![TxnOp::get(s.key.clone(), None)];
+    let mut otherwise = vec![s.read_back()];
     otherwise.extend(reads);
     let txn = Txn::new().when(when).and_then(then).or_else(otherwise);
     let mut c = client.clone();
@@ -328,14 +244,7 @@ async fn run_job(client: &Client, s: &mut Seq, op: &Op) -> Result<Reply> {
         }
         Ok(resp) => {
             let answers = resp.op_responses();
-            let version = match answers.first() {
-                Some(TxnOpResponse::Get(g)) => g.kvs().first().map_or(0, |kv| kv.version()),
-                _ => 0,
-            };
-            if version == 0 {
-                // The sequence key went with the lease: the session is over.
-                return Err(Error::SessionExpired);
-            }
+            let version = Seq::found(&answers)?;
             if version != s.version {
                 // A write reported as failed was applied after all: take the sequence as it is; this request's
                 // outcome is unknown to its caller.
@@ -361,22 +270,12 @@ fn has_duplicate(op: &Op) -> bool {
 
 /// The session's guard alone: a transaction that only compares the sequence key's version.
 async fn guard_only(client: &Client, s: &mut Seq) -> Result<()> {
-    let txn = Txn::new()
-        .when(vec![Compare::version(s.key.clone(), CompareOp::Equal, s.version)])
-        .or_else(vec![TxnOp::get(s.key.clone(), None)]);
-    let mut c = client.clone();
-    let resp = c.txn(txn).await.map_err(ops::error)?;
+    let txn = Txn::new().when(vec![s.guard()]).or_else(vec![s.read_back()]);
+    let resp = client.clone().txn(txn).await.map_err(ops::error)?;
     if resp.succeeded() {
         return Ok(());
     }
-    let version = match resp.op_responses().first() {
-        Some(TxnOpResponse::Get(g)) => g.kvs().first().map_or(0, |kv| kv.version()),
-        _ => 0,
-    };
-    if version == 0 {
-        return Err(Error::SessionExpired);
-    }
-    s.version = version;
+    s.version = Seq::found(&resp.op_responses())?;
     Err(Error::ConnectionLoss)
 }
 
@@ -399,32 +298,15 @@ fn read_ops(op: &Op) -> Vec<TxnOp> {
 /// write moved it.
 async fn seal(client: &Client, s: &mut Seq) -> Result<()> {
     let txn = Txn::new()
-        .when(vec![Compare::version(s.key.clone(), CompareOp::Equal, s.version)])
-        .and_then(vec![TxnOp::put(
-            s.key.clone(),
-            "",
-            Some(PutOptions::new().with_lease(s.session)),
-        )])
-        .or_else(vec![TxnOp::get(s.key.clone(), None)]);
-    let mut c = client.clone();
-    let resp = c.txn(txn).await.map_err(ops::error)?;
+        .when(vec![s.guard()])
+        .and_then(vec![s.step()])
+        .or_else(vec![s.read_back()]);
+    let resp = client.clone().txn(txn).await.map_err(ops::error)?;
     if resp.succeeded() {
         s.version += 1;
     } else {
-        let version = match resp.op_responses().first() {
-            Some(TxnOpResponse::Get(g)) => g.kvs().first().map_or(0, |kv| kv.version()),
-            _ => 0,
-        };
-        if version == 0 {
-            return Err(Error::SessionExpired);
-        }
-        s.version = version;
+        s.version = Seq::found(&resp.op_responses())?;
     }
     s.unsure = false;
     Ok(())
-}
-
-/// The stat etcd gives a key.
-pub(crate) fn stat(kv: &etcd_client::KeyValue) -> Stat {
-    Stat::new(kv.create_revision(), kv.lease(), 0)
 }

@@ -23,32 +23,35 @@ pub(crate) async fn deletion(
     session: SessionId,
     path: &str,
 ) -> Result<Option<(Stat, DeletionWatch)>> {
-    let Some((node, revision)) = read(&shared, session, path).await? else {
-        return Ok(None);
-    };
-    let w = watch(
-        shared,
-        session,
-        path.to_owned(),
-        (node.stat.czxid, revision),
-        Until::Deleted,
-    );
-    Ok(Some((node.stat, Box::pin(async move { w.await.map(|_| ()) }))))
+    Ok(read_and_watch(shared, session, path, Until::Deleted)
+        .await?
+        .map(|(node, w)| (node.stat, Box::pin(async move { w.await.map(|_| ()) }) as DeletionWatch)))
 }
 
 /// `get_and_watch`: the key's data and a watch of its next change or deletion, or `None` when it does not exist.
 pub(crate) async fn node(shared: Arc<Shared>, session: SessionId, path: &str) -> Result<Option<(Vec<u8>, NodeWatch)>> {
+    Ok(read_and_watch(shared, session, path, Until::Changed)
+        .await?
+        .map(|(node, w)| (node.data, Box::pin(w) as NodeWatch)))
+}
+
+/// The key, and a watch from the revision its read saw the store at, or `None` when it does not exist.
+async fn read_and_watch(
+    shared: Arc<Shared>,
+    session: SessionId,
+    path: &str,
+    until: Until,
+) -> Result<
+    Option<(
+        crate::ops::Node,
+        impl std::future::Future<Output = Result<NodeEvent>> + Send + 'static,
+    )>,
+> {
     let Some((node, revision)) = read(&shared, session, path).await? else {
         return Ok(None);
     };
-    let w = watch(
-        shared,
-        session,
-        path.to_owned(),
-        (node.stat.czxid, revision),
-        Until::Changed,
-    );
-    Ok(Some((node.data, Box::pin(w))))
+    let w = watch(shared, session, path.to_owned(), (node.stat.czxid, revision), until);
+    Ok(Some((node, w)))
 }
 
 /// Reads the key through the session's queue (in order with its writes, guarded by its sequence): the key and the

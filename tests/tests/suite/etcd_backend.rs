@@ -11,13 +11,7 @@ use recipes_etcd::{EtcdBackend, EtcdOptions};
 /// makes nothing (no hierarchy); the keys go with the session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_on_etcd_are_the_sessions() {
-    let Some(endpoints) = std::env::var("ETCD_ENDPOINTS").ok().or_else(|| {
-        recipes_conformance::etcd::server()
-            .map_err(|why| eprintln!("SKIPPED: {why}"))
-            .ok()
-    }) else {
-        return;
-    };
+    let Some(endpoints) = endpoints() else { return };
     let b = EtcdBackend::connect(EtcdOptions::new(&endpoints)).await.unwrap();
     let on = b.current();
     let p = recipes_conformance::zk::unique_path("etcd-backend", "keys");
@@ -50,13 +44,7 @@ async fn keys_on_etcd_are_the_sessions() {
 /// stay up (the session is never reported suspended) and the watch still fires.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_outlive_the_request_timeout() {
-    let Some(endpoints) = std::env::var("ETCD_ENDPOINTS").ok().or_else(|| {
-        recipes_conformance::etcd::server()
-            .map_err(|why| eprintln!("SKIPPED: {why}"))
-            .ok()
-    }) else {
-        return;
-    };
+    let Some(endpoints) = endpoints() else { return };
     let patience = std::time::Duration::from_secs(1);
     let b = EtcdBackend::connect(EtcdOptions::new(&endpoints).connect_timeout(patience))
         .await
@@ -90,6 +78,22 @@ fn endpoints() -> Option<String> {
     })
 }
 
+/// Runs `etcdctl` (Debian's etcd-client, installed by scripts/etcd) against `endpoints`, which must succeed.
+fn etcdctl(endpoints: &str, args: &[&str]) {
+    let out = std::process::Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg("--endpoints")
+        .arg(endpoints)
+        .args(args)
+        .output()
+        .expect("etcdctl (Debian's etcd-client, installed by scripts/etcd)");
+    assert!(
+        out.status.success(),
+        "etcdctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 async fn connect(endpoints: &str) -> EtcdBackend {
     EtcdBackend::connect(EtcdOptions::new(endpoints).session_timeout(std::time::Duration::from_secs(4)))
         .await
@@ -107,11 +111,7 @@ async fn a_watch_polled_after_its_session_ended_fails() {
     let old = b.session_status().id;
     let (_, watch) = b.current().watch_deletion(&p).await.unwrap().unwrap();
     b.revoke_session_for_test().await.unwrap();
-    let t0 = std::time::Instant::now();
-    while b.session_status().id == old {
-        assert!(t0.elapsed() < std::time::Duration::from_secs(20), "no new session");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    recipes_conformance::util::until_session_ended(&b, old).await;
     let r = tokio::time::timeout(std::time::Duration::from_secs(3), watch).await;
     assert_eq!(r.expect("the watch ended"), Err(Error::SessionExpired));
     other.close().await;
@@ -129,18 +129,7 @@ async fn a_deletion_hidden_by_a_compaction_is_seen() {
     let (_, watch) = b.current().watch_deletion(&p).await.unwrap().unwrap();
     other.current().delete(&p).await.unwrap();
     let again = other.current().create(&p, b"", CreateMode::Ephemeral).await.unwrap();
-    let compacted = std::process::Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .arg("--endpoints")
-        .arg(&endpoints)
-        .args(["compact", &again.czxid.to_string()])
-        .output()
-        .expect("etcdctl (Debian's etcd-client, installed by scripts/etcd)");
-    assert!(
-        compacted.status.success(),
-        "{}",
-        String::from_utf8_lossy(&compacted.stderr)
-    );
+    etcdctl(&endpoints, &["compact", &again.czxid.to_string()]);
     let r = tokio::time::timeout(std::time::Duration::from_secs(5), watch).await;
     assert_eq!(r.expect("the watch fired"), Ok(()));
     other.close().await;
@@ -188,14 +177,7 @@ async fn a_lease_revoked_while_cut_off_ends_the_session_on_reconnection() {
         .unwrap();
     let old = b.session_status().id;
     proxy.cut_for(std::time::Duration::from_millis(500));
-    let revoked = std::process::Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .arg("--endpoints")
-        .arg(&endpoints)
-        .args(["lease", "revoke", &format!("{old:x}")])
-        .output()
-        .expect("etcdctl (Debian's etcd-client, installed by scripts/etcd)");
-    assert!(revoked.status.success(), "{}", String::from_utf8_lossy(&revoked.stderr));
+    etcdctl(&endpoints, &["lease", "revoke", &format!("{old:x}")]);
     let t0 = std::time::Instant::now();
     while b.session_status().id == old {
         assert!(

@@ -1,0 +1,114 @@
+//! The trait's requests as the sender runs them, and their answers.
+
+use recipes_core::backend::{CreateMode, Created};
+use recipes_core::{Error, Result};
+
+use crate::ops::Node;
+
+/// A request of the trait, as the sender runs it.
+#[derive(Debug)]
+pub(crate) enum Op {
+    /// A key: ephemeral (attached to the lease) or not.
+    Create {
+        path: String,
+        data: Vec<u8>,
+        ephemeral: bool,
+    },
+    /// A key, and its parent's children listed after it, in one transaction (`create_and_list`).
+    CreateList {
+        path: String,
+        data: Vec<u8>,
+        ephemeral: bool,
+    },
+    /// A container parent: etcd has no hierarchy (decision 0065, point 4), so nothing is written.
+    Container {
+        path: String,
+    },
+    Children(String),
+    Get(String),
+    Sync,
+    /// Overwrites a key's data, keeping its lease; only at ZooKeeper's data `version` when given.
+    Set {
+        path: String,
+        data: Vec<u8>,
+        version: Option<i32>,
+    },
+    /// Deletes keys, all or none; with `mark`, writes it to the one key first, in the same transaction.
+    Delete {
+        paths: Vec<String>,
+        mark: Option<Vec<u8>>,
+    },
+}
+
+impl Op {
+    pub fn create(path: &str, data: &[u8], mode: CreateMode) -> Result<Op> {
+        let path = path.to_owned();
+        Ok(match mode {
+            CreateMode::Persistent => Op::Create {
+                path,
+                data: data.to_vec(),
+                ephemeral: false,
+            },
+            CreateMode::Ephemeral => Op::Create {
+                path,
+                data: data.to_vec(),
+                ephemeral: true,
+            },
+            CreateMode::Container => Op::Container { path },
+            CreateMode::EphemeralSequential => {
+                return Err(Error::InvalidArgument(format!(
+                    "sequential nodes are ZooKeeper's: on etcd a queue is ordered by create revision (decision 0065), \
+                     not by a sequence in the name ({path})"
+                )))
+            }
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "a create mode etcd has no counterpart of ({path})"
+                )))
+            }
+        })
+    }
+
+    pub fn set(path: &str, data: &[u8], version: Option<i32>) -> Op {
+        Op::Set {
+            path: path.to_owned(),
+            data: data.to_vec(),
+            version,
+        }
+    }
+
+    pub fn delete(paths: Vec<String>, mark: Option<Vec<u8>>) -> Op {
+        Op::Delete { paths, mark }
+    }
+
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self,
+            Op::Create { .. } | Op::CreateList { .. } | Op::Set { .. } | Op::Delete { .. }
+        )
+    }
+
+    /// This create, with its parent's children listed after it in the same transaction.
+    pub fn and_list(self) -> Op {
+        match self {
+            Op::Create { path, data, ephemeral } => Op::CreateList { path, data, ephemeral },
+            other => other,
+        }
+    }
+}
+
+/// A request's answer.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    Created(Created),
+    CreatedListed(Created, Vec<String>),
+    Children(Vec<String>),
+    /// A key, and the revision the read saw the store at.
+    Node(Option<Node>, i64),
+    Done,
+}
+
+/// An answer of the wrong kind (a bug of this crate).
+pub(crate) fn unexpected(r: &Reply) -> Error {
+    Error::Backend(format!("the etcd backend answered a request with {r:?}"))
+}

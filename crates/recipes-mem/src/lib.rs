@@ -189,8 +189,8 @@ impl MemCluster {
     }
 
     /// How many watches the server keeps. A watch goes when it fires, when its session ends, and when its receiver
-    /// was dropped and its node's list of watches has grown to 8 or a power of two above it (ZooKeeper's client
-    /// removes a dropped watcher's watch; the list is pruned as it doubles, so that a herd on one node stays linear).
+    /// was dropped and its node's list of watches has doubled since it was last pruned (from 8 on): ZooKeeper's client
+    /// removes a dropped watcher's watch; pruning as the list doubles keeps a herd on one node linear.
     pub fn watches(&self) -> usize {
         self.peek(|st, _| st.watches.count())
     }

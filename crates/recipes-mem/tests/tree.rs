@@ -174,7 +174,7 @@ async fn dropped_watches_do_not_pile_up() {
         let (_, watch) = a.current().get_and_watch("/w").await.unwrap().unwrap();
         drop(watch);
     }
-    // Pruned each time the node's list reaches 8 or a power of two above it: never more than 8 here.
+    // Pruned from 8 on, each time the node's list has doubled since: never more than 8 here.
     assert!(c.watches() <= 8, "dropped watches piled up: {}", c.watches());
     let (_, watch) = a.current().get_and_watch("/w").await.unwrap().unwrap();
     a.current().set_data("/w", b"x").await.unwrap();

@@ -227,12 +227,19 @@ struct Watch {
     tx: WatchTx,
 }
 
-/// A path's list of watches is pruned of dropped ones when it reaches this length, and each power of two above it.
+/// A path's list of watches is pruned of dropped ones once it is this long, and then each time it has doubled since.
 const PRUNE_FROM: usize = 8;
 
 /// The watches set on the nodes, by path, each path's in the order they were set.
 #[derive(Debug, Default)]
-pub(crate) struct Watches(BTreeMap<String, Vec<Watch>>);
+pub(crate) struct Watches(BTreeMap<String, PathWatches>);
+
+/// One path's watches, in the order they were set, and the length at which dropped ones are pruned next.
+#[derive(Debug, Default)]
+pub(crate) struct PathWatches {
+    list: Vec<Watch>,
+    prune_at: usize,
+}
 
 impl Watches {
     /// Takes out the watches on `path` that `event` fires, in order.
@@ -240,40 +247,45 @@ impl Watches {
         let Some(ws) = self.0.get_mut(path) else {
             return Vec::new();
         };
-        let (fire, keep): (Vec<_>, Vec<_>) = std::mem::take(ws).into_iter().partition(|w| w.kind.fires_on(event));
-        *ws = keep;
-        if ws.is_empty() {
+        let (fire, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut ws.list)
+            .into_iter()
+            .partition(|w| w.kind.fires_on(event));
+        ws.list = keep;
+        if ws.list.is_empty() {
             self.0.remove(path);
         }
         fire
     }
 
     /// Sets a watch on `path`. Watches whose receiver was dropped go, as the ZooKeeper client removes a dropped
-    /// watcher's watch (found by review: an observer re-arming its watch of a leader that stays piled them up): once
-    /// the path's list has doubled since it was last pruned, so that a herd of live watches on one node costs O(1) a
-    /// watch, not a scan each (the in-memory backend's drain must stay linear).
+    /// watcher's watch (found by review: an observer re-arming its watch of a leader that stays piled them up): when
+    /// the path's list has doubled since it was last pruned, so that each watch costs O(1) amortised however the live
+    /// and the dropped ones interleave (found by review: pruning at fixed lengths rescanned a list that stayed at one;
+    /// pruning at every watch made a herd on one node quadratic).
     fn add(&mut self, path: String, watch: Watch) {
-        let list = self.0.entry(path).or_default();
-        if list.len() >= PRUNE_FROM && list.len().is_power_of_two() {
-            list.retain(|w| !w.tx.is_closed());
+        let ws = self.0.entry(path).or_default();
+        if ws.list.len() >= ws.prune_at.max(PRUNE_FROM) {
+            ws.list.retain(|w| !w.tx.is_closed());
+            ws.prune_at = 2 * ws.list.len();
         }
-        list.push(watch);
+        ws.list.push(watch);
     }
 
     /// How many watches are set.
     pub(crate) fn count(&self) -> usize {
-        self.0.values().map(Vec::len).sum()
+        self.0.values().map(|ws| ws.list.len()).sum()
     }
 
     /// Takes out every watch of session `sid`, path by path.
     pub(super) fn take_session(&mut self, sid: SessionId) -> Vec<WatchTx> {
         let mut taken = Vec::new();
         for ws in self.0.values_mut() {
-            let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(ws).into_iter().partition(|w| w.session == sid);
-            *ws = rest;
+            let (mine, rest): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut ws.list).into_iter().partition(|w| w.session == sid);
+            ws.list = rest;
             taken.extend(mine.into_iter().map(|w| w.tx));
         }
-        self.0.retain(|_, ws| !ws.is_empty());
+        self.0.retain(|_, ws| !ws.list.is_empty());
         taken
     }
 }

@@ -107,7 +107,7 @@ pub(crate) fn is_kazoo_lease(name: &str) -> bool {
 }
 
 /// Curator's protected names `_c_<uuid>-<marker><seq>`, and the unprotected `<marker><seq>`.
-fn curator_family(name: &str) -> Option<Family> {
+pub(super) fn curator_family(name: &str) -> Option<Family> {
     let rest = match name.strip_prefix("_c_") {
         Some(r) => {
             let uuid = r.get(..36)?;

@@ -261,6 +261,11 @@ fn parse_curator(name: &str) -> Option<ParsedNode> {
     let (kind, at, marker) = CURATOR_MARKERS
         .iter()
         .find_map(|(m, k)| name.rfind(m).map(|i| (*k, i, *m)))?;
+    // `LeaderLatch`'s names are only ever Curator's protected ones (`_c_<uuid>-latch-<seq>`): a name that merely
+    // contains the marker is no candidate (found by review: a stray `x-latch-` sorted ahead of every node).
+    if marker == CURATOR_LATCH_MARKER && family::curator_family(name) != Some(Family::CuratorLatch) {
+        return None;
+    }
     let suffix = &name[at + marker.len()..];
     let attempt = name
         .strip_prefix("_c_")

@@ -219,4 +219,15 @@ fn curator_latch_names() {
     assert_eq!(Family::of(&name), Some(Family::CuratorLatch));
     assert_eq!(Queue::latch().family(), Family::CuratorLatch);
     assert!(Queue::latch().made_by(&name, id));
+    // Found by review (helper-41): a name that only contains `latch-` is no candidate, or a stray `x-latch-` (its
+    // empty suffix sorting first) would keep every Curator-layout queue waiting; Curator's own recipes sort it by
+    // its whole name, behind their nodes.
+    for stray in [
+        "x-latch-",
+        "x-latch-0",
+        "notes-latch--5",
+        "_c_not-a-uuid-latch-0000000001",
+    ] {
+        assert_eq!(Layout::Curator.parse(stray), None, "{stray}");
+    }
 }

@@ -145,9 +145,13 @@ impl Harness for EtcdHarness {
             watch_delay: false,
             latency: false,
             set_sequence: false,
+            hierarchy: false,
         }
     }
     fn cannot_express(&self, name: &str) -> Option<&'static str> {
+        if crate::scenarios::PEER_LAYOUTS_ONLY.contains(&name) {
+            return Some(crate::scenarios::PEER_LAYOUTS_ONLY_WHY);
+        }
         CANNOT_EXPRESS.iter().find(|(n, _)| *n == name).map(|(_, why)| *why)
     }
     async fn client(&self) -> TestClient {

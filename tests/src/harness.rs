@@ -20,6 +20,9 @@ pub struct Capabilities {
     pub latency: bool,
     /// [`Harness::set_next_sequence`] works.
     pub set_sequence: bool,
+    /// A lock path is a node of its own that stays while anything is under it (ZooKeeper's containers); etcd's flat
+    /// keys have none (decision 0065, point 4).
+    pub hierarchy: bool,
 }
 
 /// Fault injection on one client.

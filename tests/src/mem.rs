@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use recipes_core::backend::ChildOrder;
 use recipes_core::Locks;
 use recipes_mem::{MemClient, MemCluster};
 
@@ -30,6 +31,18 @@ impl MemHarness {
         let cluster = MemCluster::new();
         cluster.set_container_reap_delay(REAP_DELAY);
         MemHarness { cluster }
+    }
+
+    /// As [`new`](MemHarness::new), on a cluster that orders children by creation, as etcd does
+    /// ([`MemCluster::ordered_by`]): every scenario runs on that order in memory too.
+    pub fn by_creation() -> Self {
+        let harness = Self::new();
+        let cluster = harness.cluster.clone().ordered_by(ChildOrder::Creation);
+        MemHarness { cluster }
+    }
+
+    fn by_creation_mode(&self) -> bool {
+        self.cluster.child_order() == ChildOrder::Creation
     }
 
     /// The cluster.
@@ -59,7 +72,11 @@ impl Faults for MemFaults {
 #[async_trait]
 impl Harness for MemHarness {
     fn name(&self) -> &'static str {
-        "mem"
+        if self.by_creation_mode() {
+            "mem-by-creation"
+        } else {
+            "mem"
+        }
     }
     fn capabilities(&self) -> Capabilities {
         Capabilities {
@@ -67,7 +84,9 @@ impl Harness for MemHarness {
             disconnect: true,
             watch_delay: true,
             latency: true,
-            set_sequence: true,
+            // No sequences when children are ordered by creation.
+            set_sequence: !self.by_creation_mode(),
+            hierarchy: true,
         }
     }
     async fn client(&self) -> TestClient {
@@ -103,6 +122,10 @@ impl Harness for MemHarness {
     }
     fn container_reap_delay(&self) -> Option<Duration> {
         Some(REAP_DELAY)
+    }
+    fn cannot_express(&self, name: &str) -> Option<&'static str> {
+        let peers_only = self.by_creation_mode() && crate::scenarios::PEER_LAYOUTS_ONLY.contains(&name);
+        peers_only.then_some(crate::scenarios::PEER_LAYOUTS_ONLY_WHY)
     }
     async fn finish(&self) {
         // Background cleanups run on the (paused) clock: give them time, then nothing ephemeral may remain

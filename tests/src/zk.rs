@@ -162,6 +162,7 @@ impl Harness for ZkHarness {
             watch_delay: false,
             latency: false,
             set_sequence: false,
+            hierarchy: true,
         }
     }
     async fn client(&self) -> TestClient {

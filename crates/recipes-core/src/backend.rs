@@ -37,7 +37,9 @@ pub use types::*;
 ///   future is first polled, and is applied even if the caller drops the future afterwards (its outcome is then
 ///   unknown to the caller, as with a lost reply).
 /// - `create` of [`CreateMode::EphemeralSequential`] appends ZooKeeper's sequence: `%010d` of a signed 32-bit
-///   counter kept per parent. `czxid`s strictly increase across all creates.
+///   counter kept per parent; or, on a backend whose [`child_order`](Backend::child_order) is
+///   [`ChildOrder::Creation`], makes the name as given and lists children in creation order. `czxid`s strictly
+///   increase across all creates.
 /// - A create whose reply is lost returns [`Error::ConnectionLoss`](crate::Error::ConnectionLoss); the node may
 ///   or may not exist. Any error while disconnected is reported as connection loss.
 /// - `watch_deletion` registers its watch *before* it checks that the node exists, so a deletion between the
@@ -123,6 +125,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// # Notable errors
     /// `NoNode`, `NotEmpty`, `ConnectionLoss`, `SessionExpired`.
     async fn delete(&self, session: SessionId, path: &str) -> Result<()>;
+
+    /// How this backend orders a path's children (see [`ChildOrder`]): [`ChildOrder::Sequence`] (the default,
+    /// ZooKeeper's) unless it says otherwise. Constant for the life of the backend.
+    fn child_order(&self) -> ChildOrder {
+        ChildOrder::Sequence
+    }
 
     /// The backend's transactions (ZooKeeper's `multi`), or `None` (the default) when it has none: a multi-lock's
     /// release then deletes its nodes one by one.
@@ -230,6 +238,11 @@ impl SessionRef<'_> {
     /// The session these requests are bound to.
     pub fn id(&self) -> SessionId {
         self.id
+    }
+
+    /// See [`Backend::child_order`].
+    pub fn child_order(&self) -> ChildOrder {
+        self.backend.child_order()
     }
 
     /// See [`Backend::create`].

@@ -119,12 +119,23 @@ impl Locks {
         self.ctx.counters.snapshot()
     }
 
+    /// `path` as a lock path of this `Locks`: a valid path, in a layout the backend can order.
+    ///
+    /// # Notable errors
+    /// [`Error::InvalidPath`]; [`Error::InvalidArgument`] for a layout of ZooKeeper's peers (Curator, kazoo) on a
+    /// backend that orders children by creation (etcd), which cannot make their sequential names.
+    pub(crate) fn lock_path(&self, path: impl AsRef<str>) -> Result<LockPath> {
+        let path = LockPath::new(path)?;
+        crate::protocol::layout_fits(self.ctx.layout, self.ctx.backend.child_order())?;
+        Ok(path)
+    }
+
     /// An [`ExclusiveLock`] at `path`.
     ///
     /// # Notable errors
     /// [`Error::InvalidPath`]; [`Error::InvalidArgument`] with a layout other than native.
     pub fn exclusive(&self, path: impl AsRef<str>) -> Result<ExclusiveLock> {
-        let path = LockPath::new(path)?;
+        let path = self.lock_path(path)?;
         if !crate::protocol::Fixed::in_layout(self.ctx.layout) {
             return Err(Error::InvalidArgument(format!(
                 "the exclusive recipe has no {} layout (its peers have no such lock): use fair, or the native layout",
@@ -139,7 +150,7 @@ impl Locks {
     /// # Notable errors
     /// [`Error::InvalidPath`].
     pub fn fair(&self, path: impl AsRef<str>) -> Result<FairLock> {
-        let path = LockPath::new(path)?;
+        let path = self.lock_path(path)?;
         let plain = match self.cohorts {
             Some(bound) => {
                 let cohort = self.registry.cohort(path, Recipe::Fair, bound);
@@ -157,7 +168,7 @@ impl Locks {
     /// # Notable errors
     /// [`Error::InvalidPath`].
     pub fn election(&self, path: impl AsRef<str>) -> Result<Election> {
-        Ok(Election::new(self.ctx.clone(), LockPath::new(path)?))
+        Ok(Election::new(self.ctx.clone(), self.lock_path(path)?))
     }
 
     /// The most holds in a row of a cohort's node, when cohorts are on ([`LocksBuilder::cohorts`]).
@@ -177,7 +188,7 @@ impl Locks {
     /// # Notable errors
     /// [`Error::InvalidPath`].
     pub fn reentrant(&self, path: impl AsRef<str>) -> Result<ReentrantLock> {
-        let holds = self.registry.holds(OwnedPath::Reentrant(LockPath::new(path)?));
+        let holds = self.registry.holds(OwnedPath::Reentrant(self.lock_path(path)?));
         Ok(ReentrantLock::new(Owned::new(self.ctx.clone(), holds)))
     }
 
@@ -186,7 +197,7 @@ impl Locks {
     /// # Notable errors
     /// [`Error::InvalidPath`].
     pub fn read_write(&self, path: impl AsRef<str>) -> Result<ReadWriteLock> {
-        let path = LockPath::new(path)?;
+        let path = self.lock_path(path)?;
         let cohorts = self.cohorts.map(|bound| {
             let side = |recipe| self.registry.cohort(path.clone(), recipe, bound);
             (side(Recipe::Read), side(Recipe::Write))
@@ -202,7 +213,7 @@ impl Locks {
     /// # Notable errors
     /// [`Error::InvalidPath`]; [`Error::InvalidArgument`] for zero permits.
     pub fn semaphore(&self, path: impl AsRef<str>, permits: u32) -> Result<Semaphore> {
-        Semaphore::new(self.ctx.clone(), LockPath::new(path)?, permits)
+        Semaphore::new(self.ctx.clone(), self.lock_path(path)?, permits)
     }
 
     /// A [`MultiLock`] over `members` (path and recipe each, in any order): all of them held at once, or none.

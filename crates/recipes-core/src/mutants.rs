@@ -109,6 +109,9 @@ pub enum Mutant {
     /// less than one: the check of the term against the session's lease switched off, in effect, for an election's
     /// sensitivity check (a leader cut off past its session goes on leading beside the next one).
     TermPastLease,
+    /// On a backend that orders children by creation (etcd), a waiter orders the listing by name instead of taking
+    /// its order: a contender whose attempt id sorts first holds, whenever it came.
+    CreationOrderIgnored,
 }
 
 impl Mutant {

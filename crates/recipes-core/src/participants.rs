@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::info::NodeInfo;
 use crate::layout::{is_kazoo_lease, may_be_unqueued, Family, Layout, NodeKind, SortKey, EXCLUSIVE_NODE};
 use crate::path::LockPath;
-use crate::protocol::{contenders, decide, Decision, PeerSemaphore};
+use crate::protocol::{contenders_in, decide, Decision, PeerSemaphore};
 
 /// The lock nodes on a path, in the order the lock is granted (see [`Locks::participants`](crate::Locks::participants)).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,7 +153,7 @@ pub(crate) async fn participants(backend: &dyn Backend, layout: Layout, path: &L
     for lease in &leases {
         roles.push((lease.clone(), Some(NodeKind::Permit), Role::Holder));
     }
-    let queue = contenders(layout, &children);
+    let queue = contenders_in(layout, backend.child_order(), &children);
     // A semaphore's permit count is the path's data.
     let permits = if queue.iter().any(|c| c.kind == NodeKind::Permit) {
         stored_permits(&on, path).await?

@@ -1,9 +1,9 @@
 //! The etcd backend of `recipes-core` (issue 27; decisions 0063 and 0065): one etcd lease is the session, a key
 //! attached to it is an ephemeral node, and one session's requests are applied in the order they were issued.
 //!
-//! **Work in progress:** the session, the lease, the order of requests, the node operations and the watches are
-//! here, with the backend-contract tests on a real etcd; the order of a queue by create revision (decision 0065,
-//! point 2) is not, so `CreateMode::EphemeralSequential` is refused and no lock recipe runs on etcd yet.
+//! The queue's order is etcd's create revision: a sequential create makes the name as given, and the children of a
+//! path are listed in the order of their creation ([`ChildOrder::Creation`], decision 0068), so the native layout's
+//! recipes run here as they do on ZooKeeper, their waiters listing again after every wake-up.
 //!
 //! # The order of one session's requests
 //! etcd applies concurrent requests of one client in any order (decision 0065 measured 192 of 1,550 pairs
@@ -26,7 +26,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use recipes_core::backend::{
-    CreateAndList, CreateMode, Created, DeletionWatch, Lease, NodeWatch, SessionId, SessionStatus, Stat, Transactions,
+    ChildOrder, CreateAndList, CreateMode, Created, DeletionWatch, Lease, NodeWatch, SessionId, SessionStatus, Stat,
+    Transactions,
 };
 use recipes_core::{Backend, Error, Result};
 use tokio::sync::watch as channel;
@@ -235,6 +236,10 @@ impl Backend for EtcdBackend {
             Reply::Done => Ok(()),
             other => Err(sender::unexpected(&other)),
         }
+    }
+
+    fn child_order(&self) -> ChildOrder {
+        ChildOrder::Creation
     }
 
     fn transactions(&self) -> Option<&dyn Transactions> {

@@ -69,6 +69,17 @@ pub(crate) fn child_name(prefix: &str, key: &[u8]) -> Option<String> {
     String::from_utf8(rest.to_vec()).ok()
 }
 
+/// The names of the direct children under `prefix` among `kvs`, in the order of their creation (ascending create
+/// revision: `ChildOrder::Creation`, decision 0068).
+pub(crate) fn children_by_creation(prefix: &str, kvs: &[etcd_client::KeyValue]) -> Vec<String> {
+    let mut found: Vec<(i64, String)> = kvs
+        .iter()
+        .filter_map(|kv| Some((kv.create_revision(), child_name(prefix, kv.key())?)))
+        .collect();
+    found.sort_unstable();
+    found.into_iter().map(|(_, name)| name).collect()
+}
+
 /// A write's conditions, its operations, and the reads that say why it was refused.
 pub(crate) fn write_txn(op: &Op, session: SessionId) -> (Vec<Compare>, Vec<TxnOp>, Vec<TxnOp>) {
     match op {

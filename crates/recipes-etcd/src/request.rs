@@ -20,7 +20,7 @@ pub(crate) enum Op {
         data: Vec<u8>,
         ephemeral: bool,
     },
-    /// A container parent: etcd has no hierarchy (decision 0065, point 4), so nothing is written.
+    /// A container parent without data: etcd has no hierarchy (decision 0065, point 4), so nothing is written.
     Container {
         path: String,
     },
@@ -49,18 +49,21 @@ impl Op {
                 data: data.to_vec(),
                 ephemeral: false,
             },
-            CreateMode::Ephemeral => Op::Create {
+            // A sequential node is made with the name as given: etcd orders a path's children by creation (its create
+            // revision), and lists them in that order (`ChildOrder::Creation`, decision 0068).
+            CreateMode::Ephemeral | CreateMode::EphemeralSequential => Op::Create {
                 path,
                 data: data.to_vec(),
                 ephemeral: true,
             },
+            // A container with data (a native semaphore's permit count) is a persistent key: the count must stay
+            // while any claim is there, and etcd has no container to reap it (decision 0068). Without data, nothing.
+            CreateMode::Container if !data.is_empty() => Op::Create {
+                path,
+                data: data.to_vec(),
+                ephemeral: false,
+            },
             CreateMode::Container => Op::Container { path },
-            CreateMode::EphemeralSequential => {
-                return Err(Error::InvalidArgument(format!(
-                    "sequential nodes are ZooKeeper's: on etcd a queue is ordered by create revision (decision 0065), \
-                     not by a sequence in the name ({path})"
-                )))
-            }
             _ => {
                 return Err(Error::InvalidArgument(format!(
                     "a create mode etcd has no counterpart of ({path})"

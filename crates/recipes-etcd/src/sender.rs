@@ -4,10 +4,13 @@
 use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 use recipes_core::backend::{Created, SessionId, SessionState, SessionStatus};
 use recipes_core::{Error, Result};
+use std::sync::Weak;
+
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::ops;
 pub(crate) use crate::request::{unexpected, Op, Reply};
+use crate::session::Shared;
 
 struct Job {
     session: SessionId,
@@ -28,9 +31,15 @@ pub(crate) struct Sender {
 }
 
 impl Sender {
-    pub fn start(client: Client, status: watch::Receiver<SessionStatus>, rt: &tokio::runtime::Handle) -> Sender {
+    /// Starts the sender's task on `rt`; it tells `shared` of a broken connection (see [`Shared::suspend`]).
+    pub fn start(
+        client: Client,
+        status: watch::Receiver<SessionStatus>,
+        shared: Weak<Shared>,
+        rt: &tokio::runtime::Handle,
+    ) -> Sender {
         let (tx, rx) = mpsc::unbounded_channel();
-        rt.spawn(run(client, status, rx));
+        rt.spawn(run(client, status, shared, rx));
         Sender { tx }
     }
 
@@ -101,7 +110,12 @@ impl Seq {
     }
 }
 
-async fn run(client: Client, status: watch::Receiver<SessionStatus>, mut rx: mpsc::UnboundedReceiver<Msg>) {
+async fn run(
+    client: Client,
+    status: watch::Receiver<SessionStatus>,
+    shared: Weak<Shared>,
+    mut rx: mpsc::UnboundedReceiver<Msg>,
+) {
     let mut seq: Option<Seq> = None;
     while let Some(msg) = rx.recv().await {
         match msg {
@@ -127,6 +141,12 @@ async fn run(client: Client, status: watch::Receiver<SessionStatus>, mut rx: mps
                     }
                     _ => Err(Error::SessionExpired),
                 };
+                // Before the caller hears of it: it then waits for the connection, or for the next session.
+                match (&r, shared.upgrade()) {
+                    (Err(Error::ConnectionLoss), Some(shared)) => shared.suspend(job.session),
+                    (Err(Error::SessionExpired), Some(shared)) => shared.gone(job.session),
+                    _ => {}
+                }
                 if let Some(reply) = job.reply {
                     let _ = reply.send(r);
                 }
@@ -206,11 +226,7 @@ async fn run_job(client: &Client, s: &mut Seq, op: &Op) -> Result<Reply> {
                 Op::CreateList { path, .. } => {
                     let prefix = listed_at.unwrap_or_default();
                     let names = match answers.last() {
-                        Some(TxnOpResponse::Get(g)) => g
-                            .kvs()
-                            .iter()
-                            .filter_map(|kv| ops::child_name(&prefix, kv.key()))
-                            .collect(),
+                        Some(TxnOpResponse::Get(g)) => ops::children_by_creation(&prefix, g.kvs()),
                         _ => Vec::new(),
                     };
                     Reply::CreatedListed(
@@ -231,11 +247,7 @@ async fn run_job(client: &Client, s: &mut Seq, op: &Op) -> Result<Reply> {
                 Op::Children(path) => {
                     let prefix = ops::children_prefix(path);
                     Reply::Children(match answers.first() {
-                        Some(TxnOpResponse::Get(g)) => g
-                            .kvs()
-                            .iter()
-                            .filter_map(|kv| ops::child_name(&prefix, kv.key()))
-                            .collect(),
+                        Some(TxnOpResponse::Get(g)) => ops::children_by_creation(&prefix, g.kvs()),
                         _ => Vec::new(),
                     })
                 }

@@ -80,8 +80,8 @@ async fn start_here(options: EtcdOptions, runtime: tokio::runtime::Handle) -> Re
         id,
         state: SessionState::Connected,
     });
-    let shared = Arc::new(Shared {
-        sender: Sender::start(client.clone(), status.subscribe(), &runtime),
+    let shared = Arc::new_cyclic(|me| Shared {
+        sender: Sender::start(client.clone(), status.subscribe(), me.clone(), &runtime),
         client,
         status,
         runtime,
@@ -140,6 +140,25 @@ impl Shared {
             return;
         }
         self.status.send_replace(SessionStatus { id, state });
+    }
+
+    /// A request of session `id` found the connection broken: the session is suspended until a keep-alive is answered
+    /// again, as ZooKeeper's client reports a broken connection at once, so that callers wait for the connection
+    /// instead of retrying into it (found on etcd: an acquire used up its retries in milliseconds while cut off).
+    pub fn suspend(&self, id: SessionId) {
+        let now = *self.status.borrow();
+        if now.id == id && now.state == SessionState::Connected {
+            self.publish(id, SessionState::Suspended);
+        }
+    }
+
+    /// A request of session `id` found its lease gone (the sequence key went with it, or etcd said so): the session
+    /// is over now, before the keep-alive notices; the keep-alive then grants the next one.
+    pub fn gone(&self, id: SessionId) {
+        let now = *self.status.borrow();
+        if now.id == id && matches!(now.state, SessionState::Connected | SessionState::Suspended) {
+            self.publish(id, SessionState::Expired);
+        }
     }
 
     /// Revokes the current lease (an operator's `etcdctl lease revoke`).
@@ -221,13 +240,24 @@ async fn keep_alive(shared: Weak<Shared>) {
             .await;
             match answer {
                 Ok(Ok(Some(r))) if r.ttl() > 0 => {
-                    let mut l = s.lease.lock();
-                    if l.session == lease.session && l.answered_send.map_or(true, |t| t < sent) {
-                        l.answered_send = Some(sent);
+                    {
+                        let mut l = s.lease.lock();
+                        if l.session == lease.session && l.answered_send.map_or(true, |t| t < sent) {
+                            l.answered_send = Some(sent);
+                        }
                     }
-                    drop(l);
-                    if s.status.borrow().state != SessionState::Connected {
-                        s.publish(lease.session, SessionState::Connected);
+                    let state = s.status.borrow().state;
+                    match state {
+                        SessionState::Suspended => s.publish(lease.session, SessionState::Connected),
+                        // A request found the session over (see `Shared::gone`) while etcd keeps its lease (its
+                        // sequence key deleted by hand): no keep-alive undoes that end; the lease is revoked, so that
+                        // its keys go, and the next session granted.
+                        SessionState::Expired => {
+                            drop(s);
+                            expired(&shared, lease.session).await;
+                            break;
+                        }
+                        _ => {}
                     }
                 }
                 Ok(Ok(Some(_))) => {

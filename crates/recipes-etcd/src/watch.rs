@@ -50,7 +50,13 @@ async fn read_and_watch(
     let Some((node, revision)) = read(&shared, session, path).await? else {
         return Ok(None);
     };
-    let w = watch(shared, session, path.to_owned(), (node.stat.czxid, revision), until);
+    let w = watch(
+        shared,
+        session,
+        path.to_owned(),
+        (node.stat.czxid, node.stat.ephemeral_owner, revision),
+        until,
+    );
     Ok(Some((node, w)))
 }
 
@@ -68,14 +74,18 @@ async fn read(shared: &Shared, session: SessionId, path: &str) -> Result<Option<
     }
 }
 
-/// A watch of `path`, whose key of create revision `created` was read at revision `read`, until `until` happens or
-/// the session ends. The session's status is subscribed to now, so an end that comes before the first poll is seen
-/// (found by review).
+/// A watch of `path`, whose key of create revision `created` on lease `owner` was read at revision `read`, until
+/// `until` happens or the session ends. The session's status is subscribed to now, so an end that comes before the
+/// first poll is seen (found by review).
+///
+/// The deletion of a key of the watch's own session is checked against the session (one guarded request): when the
+/// lease went, it is the session's end (`SessionExpired`), as ZooKeeper reports it, not a deletion (etcd deletes a
+/// revoked lease's keys at once, and the keep-alive learns of it up to a quarter of the TTL later).
 fn watch(
     shared: Arc<Shared>,
     session: SessionId,
     path: String,
-    (created, read_at): (i64, i64),
+    (created, owner, read_at): (i64, SessionId, i64),
     until: Until,
 ) -> impl std::future::Future<Output = Result<NodeEvent>> + Send + 'static {
     let mut status = shared.status.subscribe();
@@ -129,6 +139,9 @@ fn watch(
                             }
                             for e in resp.events() {
                                 match e.event_type() {
+                                    EventType::Delete if owner == session => {
+                                        return own_deleted(&shared, session).await
+                                    }
                                     EventType::Delete => return Ok(NodeEvent::Deleted),
                                     EventType::Put if until == Until::Changed => return Ok(NodeEvent::DataChanged),
                                     EventType::Put => {}
@@ -154,6 +167,14 @@ fn watch(
                 }
             }
         }
+    }
+}
+
+/// A key of the watch's own session was deleted: by its session's end (its lease is gone), or by a request.
+async fn own_deleted(shared: &Shared, session: SessionId) -> Result<NodeEvent> {
+    match shared.sender.call(session, crate::sender::Op::Sync).await {
+        Err(e @ (Error::SessionExpired | Error::Closed)) => Err(e),
+        _ => Ok(NodeEvent::Deleted),
     }
 }
 

@@ -130,6 +130,10 @@ async fn watch_event(rx: oneshot::Receiver<Result<NodeEvent>>) -> Result<NodeEve
 
 #[async_trait]
 impl Backend for MemClient {
+    fn child_order(&self) -> recipes_core::backend::ChildOrder {
+        self.cluster.child_order()
+    }
+
     async fn create(&self, session: SessionId, path: &str, data: &[u8], mode: CreateMode) -> Result<Created> {
         self.request(session, Op::create(path, data, mode))
             .await

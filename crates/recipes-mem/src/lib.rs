@@ -139,7 +139,8 @@ impl MemCluster {
         MemClient::new(self.clone(), timeout)
     }
 
-    /// The names of `path`'s children, sorted (empty when it does not exist).
+    /// The names of `path`'s children, sorted by name, or in creation order when the cluster orders by creation (empty
+    /// when it does not exist).
     pub fn children(&self, path: &str) -> Vec<String> {
         self.with(|st, _| st.tree.children(path).unwrap_or_default())
     }
@@ -245,6 +246,37 @@ impl MemCluster {
     /// [`Error::NoNode`](recipes_core::Error::NoNode) when `parent` does not exist.
     pub fn set_next_sequence(&self, parent: &str, next: i32) -> Result<()> {
         self.with(|st, _| st.tree.set_next_sequence(parent, next))
+    }
+
+    /// Orders children as a backend that orders by creation does (etcd: [`ChildOrder::Creation`]): a sequential
+    /// create makes the name as given, with no sequence appended, and lists of children come in the order of creation
+    /// (ascending czxid). The default is ZooKeeper's ([`ChildOrder::Sequence`]). Call it before making clients; the
+    /// model checker explores the recipes on both orders.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use recipes_core::backend::ChildOrder;
+    /// use recipes_core::Locks;
+    /// use recipes_mem::MemCluster;
+    ///
+    /// let cluster = MemCluster::new().ordered_by(ChildOrder::Creation);
+    /// let guard = Locks::new(cluster.client()).fair("/jobs/etl")?.acquire().await?;
+    /// // `L-<attempt id>-`: no sequence; the listing's order is the queue's.
+    /// assert!(guard.node().ends_with('-'));
+    /// # Ok::<(), recipes_core::Error>(())
+    /// # }).unwrap();
+    /// ```
+    ///
+    /// [`ChildOrder::Creation`]: recipes_core::backend::ChildOrder::Creation
+    /// [`ChildOrder::Sequence`]: recipes_core::backend::ChildOrder::Sequence
+    pub fn ordered_by(self, order: recipes_core::backend::ChildOrder) -> Self {
+        self.with(|st, _| st.tree.order = order);
+        self
+    }
+
+    /// How this cluster orders children (see [`ordered_by`](MemCluster::ordered_by)).
+    pub fn child_order(&self) -> recipes_core::backend::ChildOrder {
+        self.peek(|st, _| st.tree.order)
     }
 
     /// Switches the cluster to the controlled mode and returns its controller: from now on nothing happens by

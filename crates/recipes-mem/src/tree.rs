@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use recipes_core::backend::{CreateMode, Created, SessionId, Stat};
+use recipes_core::backend::{ChildOrder, CreateMode, Created, SessionId, Stat};
 use recipes_core::{Error, Result};
 use tokio::time::Instant;
 
@@ -79,6 +79,9 @@ pub(crate) struct Tree {
     /// Empty containers that once had a child, and when they became empty: ZooKeeper's reaper deletes them on a
     /// later pass, not at once.
     emptied: BTreeMap<String, Instant>,
+    /// How sequential nodes are named and children listed: ZooKeeper's sequence in the name, or etcd's order of
+    /// creation (no suffix; lists in czxid order).
+    pub order: ChildOrder,
 }
 
 impl Default for Tree {
@@ -89,6 +92,7 @@ impl Default for Tree {
             nodes,
             zxid: 0,
             emptied: BTreeMap::new(),
+            order: ChildOrder::Sequence,
         }
     }
 }
@@ -118,7 +122,7 @@ impl Tree {
             )));
         }
         let full = match mode {
-            CreateMode::EphemeralSequential => {
+            CreateMode::EphemeralSequential if self.order == ChildOrder::Sequence => {
                 let mut full = String::with_capacity(path.len() + 11);
                 full.push_str(path);
                 // Ten digits at least (a negative sequence number after the counter wraps takes eleven).
@@ -202,11 +206,17 @@ impl Tree {
         Ok(())
     }
 
+    /// The names of `path`'s children: sorted by name (ZooKeeper's order is none in particular), or in the order of
+    /// their creation when the tree orders by creation (etcd's listing sorted by create revision).
     pub fn children(&self, path: &str) -> Result<Vec<String>> {
-        self.nodes
-            .get(path)
-            .map(|n| n.children.iter().cloned().collect())
-            .ok_or_else(|| Error::NoNode(path.to_owned()))
+        let node = self.nodes.get(path).ok_or_else(|| Error::NoNode(path.to_owned()))?;
+        let mut names: Vec<String> = node.children.iter().cloned().collect();
+        if self.order == ChildOrder::Creation {
+            let base = if path == "/" { "" } else { path };
+            let czxid = |name: &String| self.nodes.get(&format!("{base}/{name}")).map_or(0, |n| n.czxid);
+            names.sort_by_cached_key(czxid);
+        }
+        Ok(names)
     }
 
     /// The ephemeral nodes of `sid`.

@@ -77,6 +77,20 @@ pub fn exhaustive() -> Vec<Config> {
         semaphore_many(),
         multi_beside_a_holder(),
         counts_beside_the_reaper(),
+        // etcd's order (decision 0068): the names without a sequence, the queue in the order of the listing, every
+        // waiter listing again after its wake-up.
+        Config::new("fair-by-creation", vec![plain(Recipe::Fair), plain(Recipe::Fair)])
+            .with_setup(ordered_by_creation)
+            .with_faults(1, FAULTS),
+        Config::new(
+            "read-write-by-creation",
+            vec![plain(Recipe::Read), plain(Recipe::Write)],
+        )
+        .with_setup(ordered_by_creation)
+        .with_faults(1, FAULTS),
+        Config::new("semaphore-by-creation", vec![permits(1, 1), permits(1, 1)])
+            .with_setup(ordered_by_creation)
+            .with_faults(1, FAULTS),
         Config::new("election", vec![Program::Stand, Program::Stand]).with_faults(1, FAULTS),
         // An observer beside a candidate (beside two, the schedules pass the bound: walked at random, in `random()`).
         Config::new("election-observed", vec![Program::Stand, Program::Observe { reads: 3 }]).with_faults(1, FAULTS),
@@ -461,6 +475,12 @@ fn wrapped_counter(cluster: &recipes_mem::MemCluster) -> std::pin::Pin<Box<dyn s
     counter_at(cluster.clone(), -3)
 }
 
+/// Children ordered by creation, as on etcd ([`ChildOrder::Creation`](recipes_core::backend::ChildOrder::Creation)).
+fn ordered_by_creation(cluster: &recipes_mem::MemCluster) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
+    cluster.clone().ordered_by(recipes_core::backend::ChildOrder::Creation);
+    Box::pin(async {})
+}
+
 /// The counter one step before the wrap of its signed 32-bit value.
 fn counter_at_the_wrap(cluster: &recipes_mem::MemCluster) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
     counter_at(cluster.clone(), i32::MAX)
@@ -559,6 +579,15 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             config: Config::new("election", vec![Program::Stand, Program::Stand])
                 .with_faults(1, &[FaultKind::Partition]),
             shows_as: "guard is valid but its node",
+            by_walks: false,
+        },
+        Sensitivity {
+            problem: "on etcd's order (by creation), a waiter that sorts the listing by name instead of taking its \
+                      order: a later contender whose attempt id sorts first holds beside the first",
+            mutants: &[Mutant::CreationOrderIgnored],
+            config: Config::new("fair-by-creation", vec![plain(Recipe::Fair), plain(Recipe::Fair)])
+                .with_setup(ordered_by_creation),
+            shows_as: "two holders",
             by_walks: false,
         },
         Sensitivity {

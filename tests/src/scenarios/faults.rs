@@ -363,11 +363,22 @@ pub async fn disconnect_past_timeout_loses_lock(h: &dyn Harness) {
     let g = a.locks.fair(&path).unwrap().acquire().await.unwrap();
     let timeout = a.faults.session_timeout();
     a.faults.disconnect_for(timeout * 2).await;
-    let gb = bounded(h, "b takes over", b.locks.fair(&path).unwrap().acquire())
-        .await
-        .unwrap();
-    // First the lease runs out (the client cannot know yet that the server expired its session)...
-    assert_eq!(bounded(h, "a's lease", g.lost()).await, LostReason::LeaseExpired);
+    // First the lease runs out (the client cannot know yet that the server expired its session), before b takes over.
+    // Watched from the start: a backend that ends a session on its own clock (etcd's) reports that end soon after.
+    let lock_b = b.locks.fair(&path).unwrap();
+    let ((gb, b_held_at), (first, a_knew_at)) = tokio::join!(
+        async {
+            let gb = bounded(h, "b takes over", lock_b.acquire()).await;
+            (gb, tokio::time::Instant::now())
+        },
+        async {
+            let reason = bounded(h, "a's lease", g.lost()).await;
+            (reason, tokio::time::Instant::now())
+        }
+    );
+    let gb = gb.unwrap();
+    assert_eq!(first, LostReason::LeaseExpired);
+    assert!(a_knew_at <= b_held_at, "a knew of its loss only after b held");
     assert!(!g.is_valid());
     // ...then, once the connection is back, the client learns of the expiry.
     eventually(h, "a learns that its session expired", || async {

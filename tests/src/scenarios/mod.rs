@@ -26,7 +26,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::{LockGuard, Recipe};
+use recipes_core::backend::ChildOrder;
+use recipes_core::layout::Layout;
+use recipes_core::{LockGuard, Locks, Recipe};
 use tokio::task::JoinSet;
 
 use crate::harness::Harness;
@@ -61,6 +63,38 @@ pub use reentrancy::*;
 pub use safety::*;
 pub use semaphore::*;
 pub use sessions::*;
+
+/// The peer layouts (Curator, kazoo) that `locks`' backend can make: none on a backend that orders children by
+/// creation (etcd), where they are refused (decision 0068).
+pub(crate) fn peer_layouts(locks: &Locks) -> &'static [Layout] {
+    match locks.backend().child_order() {
+        ChildOrder::Sequence => &[Layout::Curator, Layout::Kazoo],
+        _ => &[],
+    }
+}
+
+/// Every layout that `locks`' backend can make (see [`peer_layouts`]).
+pub(crate) fn layouts_here(locks: &Locks) -> Vec<Layout> {
+    std::iter::once(Layout::Native)
+        .chain(peer_layouts(locks).iter().copied())
+        .collect()
+}
+
+/// The scenarios that exercise only the peer layouts (Curator, kazoo), which a backend that orders children by
+/// creation cannot make: its harness reports them as not expressible, with [`PEER_LAYOUTS_ONLY_WHY`].
+pub const PEER_LAYOUTS_ONLY: &[&str] = &[
+    "curator_semaphore_count_survives_the_reaper",
+    "election_as_curator_leader_latch",
+    "peer_semaphores_leave_nothing_behind",
+    "peer_semaphores_never_exceed_permits",
+    "peer_semaphores_refuse_what_they_cannot_share",
+    "revoke_node_refuses_a_native_node_beside_another_layouts_holder",
+];
+
+/// Why [`PEER_LAYOUTS_ONLY`] cannot be expressed on a backend that orders children by creation.
+pub const PEER_LAYOUTS_ONLY_WHY: &str = "only the peer layouts (Curator, kazoo) take part, and they name their nodes \
+     with ZooKeeper's sequence, which a backend that orders children by creation does not make: it refuses them \
+     (decision 0068)";
 
 /// Calls the macro `$m` with `@expand` arguments and the name of every scenario.
 #[doc(hidden)]

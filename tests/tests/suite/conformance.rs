@@ -9,6 +9,20 @@ mod mem {
     );
 }
 
+mod mem_by_creation {
+    recipes_conformance::conformance_suite!(
+        harness = recipes_conformance::mem::MemHarness::by_creation(),
+        test = tokio::test(start_paused = true)
+    );
+}
+
+mod etcd {
+    recipes_conformance::conformance_suite!(
+        harness = recipes_conformance::etcd::EtcdHarness::new(),
+        test = tokio::test(flavor = "multi_thread", worker_threads = 2)
+    );
+}
+
 mod zk {
     recipes_conformance::conformance_suite!(
         harness = recipes_conformance::zk::ZkHarness::new(),

@@ -2,13 +2,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use recipes_core::backend::{BackendExt, CreateMode};
+use recipes_core::backend::{BackendExt, ChildOrder, CreateMode};
 use recipes_core::{Backend, Error};
 use recipes_etcd::{EtcdBackend, EtcdOptions};
 
-/// A sequential create is refused with a typed error (a queue on etcd is ordered by create revision, decision
-/// 0065); an ephemeral key is attached to the session's lease and its create revision is its czxid; a container
-/// makes nothing (no hierarchy); the keys go with the session.
+/// A sequential create makes the name as given, and children are listed in creation order (decision 0068); an
+/// ephemeral key is attached to the session's lease and its create revision is its czxid; a container
+/// without data makes nothing (no hierarchy), one with data a persistent key; the keys go with the session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_on_etcd_are_the_sessions() {
     let Some(endpoints) = endpoints() else { return };
@@ -17,11 +17,35 @@ async fn keys_on_etcd_are_the_sessions() {
     let p = recipes_conformance::zk::unique_path("etcd-backend", "keys");
     on.create(&p, b"", CreateMode::Container).await.unwrap();
     assert!(on.get(&p).await.unwrap().is_none(), "a container made a key");
+    // Sequential: the name as given, and the listing in creation order (not by name).
+    let z = on
+        .create(&format!("{p}/z-"), b"", CreateMode::EphemeralSequential)
+        .await
+        .unwrap();
+    let a = on
+        .create(&format!("{p}/a-"), b"", CreateMode::EphemeralSequential)
+        .await
+        .unwrap();
+    assert_eq!(
+        (z.path.as_str(), a.path.as_str()),
+        (format!("{p}/z-").as_str(), format!("{p}/a-").as_str())
+    );
+    assert!(a.czxid > z.czxid);
+    assert_eq!(on.children(&p).await.unwrap(), ["z-", "a-"]);
+    assert_eq!(b.child_order(), ChildOrder::Creation);
     assert!(matches!(
-        on.create(&format!("{p}/L-"), b"", CreateMode::EphemeralSequential)
+        on.create(&format!("{p}/z-"), b"", CreateMode::EphemeralSequential)
             .await,
-        Err(Error::InvalidArgument(_))
+        Err(Error::NodeExists(_))
     ));
+    on.delete(&z.path).await.unwrap();
+    on.delete(&a.path).await.unwrap();
+    // A container with data (a semaphore's count) is a persistent key.
+    let counted = format!("{p}/sem");
+    on.create(&counted, b"3", CreateMode::Container).await.unwrap();
+    let (count, stat) = on.get(&counted).await.unwrap().unwrap();
+    assert_eq!((count.as_slice(), stat.ephemeral_owner), (b"3".as_slice(), 0));
+    on.delete(&counted).await.unwrap();
     let made = on.create(&format!("{p}/a"), b"x", CreateMode::Ephemeral).await.unwrap();
     let (data, stat) = on.get(&made.path).await.unwrap().unwrap();
     assert_eq!(

@@ -197,3 +197,15 @@ fn what_etcd_cannot_express_is_in_the_suite() {
         assert!(!listed[..i].iter().any(|(n, _)| n == name), "{name} is listed twice");
     }
 }
+
+#[test]
+fn the_peer_layouts_only_scenarios_are_in_the_suite() {
+    use recipes_conformance::scenarios::{PEER_LAYOUTS_ONLY, SCENARIO_NAMES};
+    for (i, name) in PEER_LAYOUTS_ONLY.iter().enumerate() {
+        assert!(
+            SCENARIO_NAMES.contains(name),
+            "{name} is listed as peer layouts only, but is no scenario"
+        );
+        assert!(!PEER_LAYOUTS_ONLY[..i].contains(name), "{name} is listed twice");
+    }
+}

@@ -23,6 +23,26 @@ pub enum CreateMode {
     EphemeralSequential,
 }
 
+/// How a backend orders a lock path's children, and so what a [`CreateMode::EphemeralSequential`] create makes.
+///
+/// The recipes' queues are ordered by creation. ZooKeeper writes that order into the name (a sequence appended by
+/// the server); etcd cannot (its order, the create revision, is known only in the reply), so it lists the children
+/// in creation order instead (decisions 0065 and 0068).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum ChildOrder {
+    /// ZooKeeper's: a sequential create appends `%010d` of a signed 32-bit counter kept per parent, and the queue is
+    /// ordered by that sequence; [`Backend::children`](crate::Backend::children) lists in no particular order.
+    #[default]
+    Sequence,
+    /// etcd's: a sequential create makes the name as given (no suffix; the name must be unique, as the recipes' names
+    /// are: they carry the attempt's id), and [`Backend::children`](crate::Backend::children) and
+    /// [`Backend::create_and_list`](crate::Backend::create_and_list) list the children in the order of their creation
+    /// (ascending czxid: etcd's create revision, global and never wrapping). A deleted name made again is a new node,
+    /// at the end of that order.
+    Creation,
+}
+
 /// The reply to a successful create.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Created {

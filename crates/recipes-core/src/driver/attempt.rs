@@ -72,7 +72,13 @@ impl<'a> Attempt<'a> {
         let protocol = if claim.latch {
             protocol::AnyProtocol::Queue(protocol::Queue::latch())
         } else {
-            protocol::of(ctx.layout, recipe, claim.weight, claim.permits)
+            protocol::of(
+                ctx.layout,
+                ctx.backend.child_order(),
+                recipe,
+                claim.weight,
+                claim.permits,
+            )
         };
         let fixed = protocol.fixed_name().is_some();
         Attempt {
@@ -276,40 +282,6 @@ impl<'a> Attempt<'a> {
             .call(async { Ok(on.create_and_list(&node, &data, mode).await) })
             .await?;
         Ok((id, outcome))
-    }
-
-    /// What the lock path stores: a native semaphore's permit count in decimal (as kazoo's semaphore does); empty for
-    /// a lock, and for the path of a peer semaphore's leases or mutex (the peer semaphore stores its count itself).
-    fn permit_count_data(&self) -> Vec<u8> {
-        self.protocol
-            .stored_count()
-            .map(crate::info::encode_permits)
-            .unwrap_or_default()
-    }
-
-    /// Checks that the semaphore path stores our permit count (a missing path passes: our create will make it with
-    /// ours). Asked again after our node is made, when the path cannot go away under it any more.
-    pub async fn check_permits(&self, sid: SessionId) -> Step<()> {
-        let Some(permits) = self.protocol.stored_count() else {
-            return Ok(());
-        };
-        let data = loop {
-            match self.call(self.backend().on(sid).get(self.path.as_str())).await {
-                Ok(d) => break d,
-                Err(Stop::Fail(Error::ConnectionLoss)) => self.reconnected(sid).await?,
-                Err(e) => return Err(e),
-            }
-        };
-        let Some((data, _)) = data else { return Ok(()) };
-        let stored = crate::info::decode_permits(&data);
-        if stored == Some(permits) {
-            return Ok(());
-        }
-        Err(Stop::Fail(Error::PermitsMismatch {
-            path: self.path.to_string(),
-            asked: permits,
-            stored,
-        }))
     }
 
     /// Lists the lock path on session `sid`, through connection losses of that session.

@@ -15,6 +15,7 @@ mod exclusive;
 mod handoff;
 mod held;
 mod peer_semaphore;
+mod permits;
 mod queue;
 pub(crate) mod session;
 mod wait;

@@ -42,7 +42,7 @@ impl Attempt<'_> {
             let verdict = self.protocol.newcomer(&children);
             match verdict {
                 Err(r) => return self.refused(r),
-                Ok(_) => self.check_permits(sid).await?,
+                Ok(_) => self.check_permits(sid, false).await?,
             }
             if matches!(verdict, Ok(true)) {
                 return Ok(None);
@@ -73,7 +73,7 @@ impl Attempt<'_> {
                 let next = self.protocol.judge(&children, &name);
                 mark |= self.protocol.marks_when_held(&children);
                 if !count_checked && !matches!(next, Verdict::Refuse(_)) {
-                    if let Err(e) = self.check_permits(q.id.session).await {
+                    if let Err(e) = self.check_permits(q.id.session, true).await {
                         if matches!(e, Stop::Fail(Error::PermitsMismatch { .. })) {
                             self.clean_up_now().await;
                         }

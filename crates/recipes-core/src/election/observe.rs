@@ -103,7 +103,7 @@ impl Election {
                 ours: own.describe().to_owned(),
             });
         }
-        let queue = crate::protocol::contenders(self.ctx.layout, &children);
+        let queue = crate::protocol::contenders_in(self.ctx.layout, self.ctx.backend.child_order(), &children);
         let wrapped =
             crate::protocol::wrapped(self.ctx.layout, &queue).filter(|_| !is_active(Mutant::ObserverIgnoresWrap));
         if let Some(w) = wrapped {

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::layout::{Family, Layout, NodeKind};
 use crate::participants::{self, Participants};
 use crate::path::LockPath;
-use crate::protocol::{contenders, decide, Decision};
+use crate::protocol::{contenders_in, decide, Decision};
 
 impl Locks {
     /// Who holds the lock at `path` and who waits, in the order the lock is granted, as this `Locks`' layout reads the
@@ -37,7 +37,7 @@ impl Locks {
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn participants(&self, path: impl AsRef<str>) -> Result<Participants> {
-        let path = LockPath::new(path)?;
+        let path = self.lock_path(path)?;
         participants::participants(&*self.ctx.backend, self.ctx.layout, &path).await
     }
 
@@ -95,7 +95,7 @@ impl Locks {
     /// # Cancel safety
     /// Cancel safe: dropping the future midway may leave the request to let go written or not, nothing else.
     pub async fn revoke_node(&self, path: impl AsRef<str>, node: &str) -> Result<bool> {
-        let path = LockPath::new(path)?;
+        let path = self.lock_path(path)?;
         let not_a_lock_node = || {
             Error::InvalidArgument(format!(
                 "{node:?} is not a lock node name (of any recipe or layout) under {path}: only a holder's node can be \
@@ -153,7 +153,7 @@ async fn native_holder(on: &SessionRef<'_>, path: &LockPath, node: &str) -> Resu
         Err(Error::NoNode(_)) => return Ok(None),
         Err(e) => return Err(e),
     };
-    let queue = contenders(Layout::Native, &children);
+    let queue = contenders_in(Layout::Native, on.child_order(), &children);
     // A semaphore's claim holds within the count its path stores (found by review: with one permit, a claim that held
     // beside another was refused as waiting).
     let permits = match parsed.kind {

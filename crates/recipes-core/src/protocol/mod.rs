@@ -20,10 +20,11 @@ use std::fmt;
 
 use uuid::Uuid;
 
+use crate::backend::ChildOrder;
 use crate::layout::{Family, Layout, EXCLUSIVE_NODE};
 use crate::recipe::Recipe;
 
-pub use order::{contenders, decide, foreign, permit_window, wrapped, Contender, Decision};
+pub use order::{contenders, contenders_in, decide, foreign, permit_window, wrapped, Contender, Decision};
 pub use peer::PeerSemaphore;
 pub(crate) use queue::made_by;
 pub use queue::Queue;
@@ -86,13 +87,31 @@ pub trait Protocol: Send + Sync + fmt::Debug {
     }
 }
 
-/// The protocol of `recipe` in `layout`, claiming `weight` of `permits` permits (1 of 1 for a lock).
-pub(crate) fn of(layout: Layout, recipe: Recipe, weight: u32, permits: u32) -> AnyProtocol {
+/// The protocol of `recipe` in `layout`, claiming `weight` of `permits` permits (1 of 1 for a lock), on a backend that
+/// orders children by `order`.
+pub(crate) fn of(layout: Layout, order: ChildOrder, recipe: Recipe, weight: u32, permits: u32) -> AnyProtocol {
     match recipe.node_kind() {
         None => AnyProtocol::Fixed(Fixed),
-        Some(crate::layout::NodeKind::Permit) => AnyProtocol::Queue(Queue::permits(layout, weight, permits)),
-        Some(kind) => AnyProtocol::Queue(Queue::lock(layout, kind)),
+        Some(crate::layout::NodeKind::Permit) => {
+            AnyProtocol::Queue(Queue::permits(layout, weight, permits).ordered_by(order))
+        }
+        Some(kind) => AnyProtocol::Queue(Queue::lock(layout, kind).ordered_by(order)),
     }
+}
+
+/// Whether `layout` can be kept on a backend that orders children by `order`: the peer layouts (Curator, kazoo) name
+/// their nodes with ZooKeeper's sequence, which a backend ordering by creation (etcd) cannot make.
+///
+/// # Errors
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument) naming the layout and the order.
+pub(crate) fn layout_fits(layout: Layout, order: ChildOrder) -> crate::Result<()> {
+    if order == ChildOrder::Creation && layout != Layout::Native {
+        return Err(crate::Error::InvalidArgument(format!(
+            "the {layout} layout names its nodes with ZooKeeper's sequence numbers, which this backend does not make \
+             (it orders a path's children by creation, as etcd does): use the native layout"
+        )));
+    }
+    Ok(())
 }
 
 /// One of the two protocols, kept by value (an acquire asks for it on every step; no allocation per acquire).
@@ -214,5 +233,7 @@ pub enum Verdict {
     Wait(Wait),
 }
 
+#[cfg(test)]
+mod by_creation_tests;
 #[cfg(test)]
 mod tests;

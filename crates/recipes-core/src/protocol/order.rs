@@ -1,5 +1,6 @@
 //! The order of a lock path's contenders, and the one decision on it: who holds, and whom a waiter watches. Pure.
 
+use crate::backend::ChildOrder;
 use crate::layout::{Family, Layout, NodeKind, SortKey};
 
 /// A queued lock node, parsed.
@@ -66,17 +67,25 @@ pub fn wrapped(layout: Layout, contenders: &[Contender]) -> Option<&Contender> {
 /// `unwrap_sequences`); the Curator and kazoo layouts compare them as text, exactly as those libraries do, so that
 /// every process on a shared path agrees on the queue (including, at the wrap, on the peers' wrong order).
 pub fn contenders<S: AsRef<str>>(layout: Layout, children: &[S]) -> Vec<Contender> {
-    contenders_and_foreign(layout, None, children).0
+    contenders_in(layout, ChildOrder::Sequence, children)
+}
+
+/// As [`contenders`], for a listing of a backend that orders children by `order`: with [`ChildOrder::Creation`],
+/// `children` are in the order of their creation (as that backend lists them), the native names carry no sequence,
+/// and each contender's key is its place in the listing.
+pub fn contenders_in<S: AsRef<str>>(layout: Layout, order: ChildOrder, children: &[S]) -> Vec<Contender> {
+    contenders_and_foreign(layout, order, None, children).0
 }
 
 /// [`contenders`] and, when `own` is given, [`foreign`]`(own, children)` of one listing, each name parsed once: a
 /// waiter judges every name of the queue after each listing, so this is what a long queue costs per listing.
 pub(crate) fn contenders_and_foreign<S: AsRef<str>>(
     layout: Layout,
+    order: ChildOrder,
     own: Option<Family>,
     children: &[S],
 ) -> (Vec<Contender>, Option<(String, Family)>) {
-    let (mut parsed, foreign) = parse_listing(layout, own, children);
+    let (mut parsed, foreign) = parse_listing(layout, order, own, children);
     parsed.sort_unstable_by(queue_order);
     (parsed.into_iter().map(Parsed::owned).collect(), foreign)
 }
@@ -99,8 +108,14 @@ pub(crate) struct Ahead {
 /// As [`contenders_and_foreign`], for a waiter judging its own node `ours`: only the contenders ahead of it are
 /// sorted and copied. After a wake-up a waiter near the front lists the whole queue again, and the names behind it
 /// need only be read (parsed, and checked for a foreign family) to be passed over.
-pub(crate) fn ahead_of<S: AsRef<str>>(layout: Layout, own: Family, children: &[S], ours: &str) -> Ahead {
-    let (parsed, foreign) = parse_listing(layout, Some(own), children);
+pub(crate) fn ahead_of<S: AsRef<str>>(
+    layout: Layout,
+    order: ChildOrder,
+    own: Family,
+    children: &[S],
+    ours: &str,
+) -> Ahead {
+    let (parsed, foreign) = parse_listing(layout, order, Some(own), children);
     let wrapped = if layout == Layout::Native {
         None
     } else {
@@ -164,14 +179,20 @@ fn queue_order(a: &Parsed<'_>, b: &Parsed<'_>) -> std::cmp::Ordering {
 
 /// Parses a listing once: its contenders (sequences unwrapped, unsorted) and, when `own` is given, its first lock
 /// node of another family.
+///
+/// With [`ChildOrder::Sequence`] a native name without a sequence is no contender (no ZooKeeper create makes one;
+/// it still counts for its family). With [`ChildOrder::Creation`] the listing is in creation order, and a contender's
+/// key is its place in it: only the order within one listing is ever compared.
 fn parse_listing<S: AsRef<str>>(
     layout: Layout,
+    order: ChildOrder,
     own: Option<Family>,
     children: &[S],
 ) -> (Vec<Parsed<'_>>, Option<(String, Family)>) {
     let mut out = Vec::with_capacity(children.len());
     let mut foreign = None;
-    for c in children {
+    let by_creation = order == ChildOrder::Creation;
+    for (place, c) in children.iter().enumerate() {
         let name = c.as_ref();
         let parsed = layout.parse(name);
         if let (Some(own), None) = (own, &foreign) {
@@ -184,16 +205,24 @@ fn parse_listing<S: AsRef<str>>(
                 foreign = Some((name.to_owned(), f));
             }
         }
+        let parsed = parsed.filter(|p| by_creation || layout != Layout::Native || p.seq.is_some());
         if let Some(p) = parsed {
+            let key = if by_creation && crate::mutants::is_active(crate::mutants::Mutant::CreationOrderIgnored) {
+                SortKey::Number(0)
+            } else if by_creation {
+                SortKey::Number(i64::try_from(place).unwrap_or(i64::MAX))
+            } else {
+                p.key
+            };
             out.push(Parsed {
                 name,
                 kind: p.kind,
-                key: p.key,
+                key,
                 weight: p.weight,
             });
         }
     }
-    if layout == Layout::Native {
+    if layout == Layout::Native && !by_creation {
         unwrap_sequences(&mut out);
     }
     (out, foreign)

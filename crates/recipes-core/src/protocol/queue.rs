@@ -5,6 +5,7 @@ use uuid::Uuid;
 
 use super::order::{ahead_of, blockers, contenders_and_foreign, foreign, wrapped, Contender};
 use super::{Protocol, Refusal, Verdict, Wait, MARK_FROM_QUEUE_LEN};
+use crate::backend::ChildOrder;
 use crate::layout::{Family, Layout, NodeKind};
 use crate::mutants::{is_active, Mutant};
 
@@ -31,6 +32,8 @@ pub struct Queue {
     permits: u32,
     /// Curator's `LeaderLatch` names: `_c_<uuid>-latch-` (an election's candidates, in the Curator layout).
     latch: bool,
+    /// How the backend orders the children (by the sequence in their names, or by creation in its listings).
+    order: ChildOrder,
 }
 
 impl Queue {
@@ -42,6 +45,7 @@ impl Queue {
             weight: 1,
             permits: 1,
             latch: false,
+            order: ChildOrder::Sequence,
         }
     }
 
@@ -61,7 +65,26 @@ impl Queue {
             weight,
             permits,
             latch: false,
+            order: ChildOrder::Sequence,
         }
+    }
+
+    /// The same claim on a backend that orders children by `order` (by default [`ChildOrder::Sequence`]).
+    ///
+    /// With [`ChildOrder::Creation`] the node is named without a sequence, its place is its place in the listing, and
+    /// no wait is in line: the waiter lists again after every wake-up (etcd orders no watch event against another
+    /// watch's, so "our node's deletion is seen before the blocker's" cannot be relied on; decision 0068). So no node
+    /// marks itself `first`, and no release hands over within the process.
+    pub fn ordered_by(self, order: ChildOrder) -> Self {
+        Queue { order, ..self }
+    }
+
+    /// Whether a held node may mark itself `first` for the node behind it (which waits in line): native locks' and
+    /// writers', on a backend that writes the order into the names.
+    fn may_mark(&self) -> bool {
+        self.layout == Layout::Native
+            && matches!(self.kind, NodeKind::Lock | NodeKind::Write)
+            && self.order == ChildOrder::Sequence
     }
 
     /// The verdict for our node, claiming `weight`, behind the contenders `ahead` (in queue order).
@@ -70,7 +93,8 @@ impl Queue {
         let Some((on, also)) = window.split_last() else {
             return Verdict::Acquired;
         };
-        let in_line = self.layout == Layout::Native && self.kind != NodeKind::Permit;
+        let in_line =
+            self.layout == Layout::Native && self.kind != NodeKind::Permit && self.order == ChildOrder::Sequence;
         Verdict::Wait(Wait {
             on: on.name.clone(),
             also: also.iter().map(|c| c.name.clone()).collect(),
@@ -83,7 +107,7 @@ impl Queue {
     /// A listing's contenders, and the refusal, if any, beside them: a lock node of another family, or (peer
     /// layouts) a wrapped sequence.
     fn parse<S: AsRef<str>>(&self, children: &[S]) -> (Vec<Contender>, Option<Refusal>) {
-        let (cs, foreign) = contenders_and_foreign(self.layout, Some(self.family()), children);
+        let (cs, foreign) = contenders_and_foreign(self.layout, self.order, Some(self.family()), children);
         let refusal = refusal(foreign, wrapped(self.layout, &cs).map(|c| c.name.clone()));
         (cs, refusal)
     }
@@ -137,7 +161,7 @@ impl Protocol for Queue {
     fn judge(&self, children: &[String], ours: &str) -> Verdict {
         // Only the contenders ahead of ours are sorted (see `ahead_of`): a waiter near the front of a long queue
         // lists it all again after a wake-up.
-        let listing = ahead_of(self.layout, self.family(), children, ours);
+        let listing = ahead_of(self.layout, self.order, self.family(), children, ours);
         if let Some(r) = refusal(listing.foreign, listing.wrapped) {
             return Verdict::Refuse(r);
         }
@@ -156,7 +180,7 @@ impl Protocol for Queue {
     /// would not say that nothing is ahead of it), nor a semaphore's claim, nor the peers' layouts (their waiters list
     /// again on every wake-up).
     fn marks_when_held(&self, children: &[String]) -> bool {
-        let in_line = self.layout == Layout::Native && matches!(self.kind, NodeKind::Lock | NodeKind::Write);
+        let in_line = self.may_mark();
         // Counted only as far as the threshold: a long queue's names are not all parsed again.
         let long = || {
             children.len() > MARK_FROM_QUEUE_LEN
@@ -177,7 +201,7 @@ impl Protocol for Queue {
             NodeKind::Read => is_active(Mutant::ReadersHandOver),
             NodeKind::Permit => false,
         };
-        self.layout == Layout::Native && kind_hands_over
+        self.layout == Layout::Native && self.order == ChildOrder::Sequence && kind_hands_over
     }
 }
 
@@ -189,209 +213,5 @@ pub(crate) fn made_by(layout: Layout, name: &str, attempt: Uuid) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::Fixed;
-    use super::*;
-    use uuid::Uuid;
-
-    type Next = Verdict;
-
-    fn owned<S: AsRef<str>>(q: &[S]) -> Vec<String> {
-        q.iter().map(|s| s.as_ref().to_owned()).collect()
-    }
-
-    fn judge<S: AsRef<str>>(layout: Layout, kind: NodeKind, q: &[S], ours: &str) -> Verdict {
-        Queue::lock(layout, kind).judge(&owned(q), ours)
-    }
-
-    fn judge_newcomer<S: AsRef<str>>(layout: Layout, kind: NodeKind, q: &[S]) -> Result<bool, Refusal> {
-        Queue::lock(layout, kind).newcomer(&owned(q))
-    }
-
-    fn judge_exclusive<S: AsRef<str>>(q: &[S]) -> Option<Refusal> {
-        match Fixed.judge(&owned(q), "lock") {
-            Verdict::Refuse(r) => Some(r),
-            _ => None,
-        }
-    }
-
-    fn node(layout: Layout, kind: NodeKind, seq: u32) -> String {
-        let id = Uuid::from_u128(u128::from(seq) + 1);
-        format!("{}{seq:010}", layout.prefix(kind, id))
-    }
-
-    fn wait(on: &str, in_line: bool, blocker_first: bool) -> Next {
-        Next::Wait(Wait {
-            on: on.to_owned(),
-            also: Vec::new(),
-            in_line,
-            blocker_first,
-            change_means_held: in_line && !on.starts_with("R-"),
-        })
-    }
-
-    #[test]
-    fn native_waits_in_line_and_peers_list_again() {
-        for layout in Layout::ALL {
-            let a = node(layout, NodeKind::Lock, 1);
-            let b = node(layout, NodeKind::Lock, 2);
-            let c = node(layout, NodeKind::Lock, 3);
-            let native = layout == Layout::Native;
-            let q = [&c, &a, &b];
-            assert_eq!(judge(layout, NodeKind::Lock, &q, &a), Next::Acquired, "{layout}");
-            assert_eq!(
-                judge(layout, NodeKind::Lock, &q, &b),
-                wait(&a, native, native),
-                "{layout}"
-            );
-            assert_eq!(
-                judge(layout, NodeKind::Lock, &q, &c),
-                wait(&b, native, false),
-                "{layout}"
-            );
-            let gone = node(layout, NodeKind::Lock, 9);
-            assert_eq!(judge(layout, NodeKind::Lock, &q, &gone), Next::Missing, "{layout}");
-        }
-    }
-
-    /// `judge` as first written: every contender parsed, sorted and copied.
-    fn judge_reference(q: &Queue, children: &[String], ours: &str) -> Verdict {
-        let (cs, refusal) = q.parse(children);
-        if let Some(r) = refusal {
-            return Verdict::Refuse(r);
-        }
-        let Some(position) = cs.iter().position(|c| c.name == ours) else {
-            return Verdict::Missing;
-        };
-        q.verdict(&cs[..position], cs[position].weight)
-    }
-
-    proptest::proptest! {
-        /// Judging only the contenders ahead gives the verdict of judging them all: for every layout and kind, on
-        /// queues of mixed kinds and weights, across the sequence wrap, with names of no family and of other
-        /// families, for a node of the queue and one that is not in it.
-        #[test]
-        fn judging_the_names_ahead_agrees_with_judging_all(
-            picks in proptest::collection::vec((0usize..40, 0u32..12, 1u32..4), 1..14),
-            layout in 0usize..3,
-            kind in 0usize..4,
-            permits in 1u32..4,
-            ours in 0usize..16,
-            wrap in proptest::bool::ANY,
-        ) {
-            let layout = Layout::ALL[layout];
-            let kind = [NodeKind::Lock, NodeKind::Read, NodeKind::Write, NodeKind::Permit][kind];
-            let names: Vec<String> = picks
-                .iter()
-                .enumerate()
-                .map(|(i, (pick, seq, weight))| {
-                    // Near the top of the counter or past its wrap, when `wrap`; sequences repeat (a Curator
-                    // downgraded reader shares its writer's), so that ties are broken by kind and name.
-                    let seq = if wrap && seq % 2 == 0 { i32::MAX - *seq as i32 } else if wrap { i32::MIN + *seq as i32 } else { *seq as i32 };
-                    let id = Uuid::from_u128(i as u128 + 1);
-                    // Mostly contenders of the queue's own family, now and then a name of none or of another.
-                    let node_kind = match (kind, pick) {
-                        (_, 38) => return format!("config-{i}"),
-                        (_, 39) => return format!("{}{seq:010}", Layout::ALL[(i + 1) % 3].prefix(NodeKind::Lock, id)),
-                        (NodeKind::Permit, _) => NodeKind::Permit,
-                        (_, 0..=12) => NodeKind::Lock,
-                        (_, 13..=25) => NodeKind::Read,
-                        _ => NodeKind::Write,
-                    };
-                    let node_kind = if node_kind == NodeKind::Lock && kind != NodeKind::Lock { NodeKind::Write } else { node_kind };
-                    format!("{}{seq:010}", layout.weighted_prefix(node_kind, id, *weight))
-                })
-                .collect();
-            let ours = names.get(ours).cloned().unwrap_or_else(|| "L-missing".to_owned());
-            let q = if kind == NodeKind::Permit { Queue::permits(layout, 1, permits) } else { Queue::lock(layout, kind) };
-            proptest::prop_assert_eq!(q.judge(&names, &ours), judge_reference(&q, &names, &ours), "{:?}", names);
-        }
-    }
-
-    #[test]
-    fn marks_only_after_a_long_listing_and_never_as_a_reader() {
-        let l = Layout::Native;
-        let q: Vec<String> = (0..=MARK_FROM_QUEUE_LEN as u32)
-            .map(|i| node(l, NodeKind::Write, i))
-            .collect();
-        let writer = Queue::lock(l, NodeKind::Write);
-        // More than MARK_FROM_QUEUE_LEN names, wherever ours is among them: the node behind a waiter that was second
-        // in such a list would list them all again.
-        assert!(writer.marks_when_held(&q));
-        assert!(Queue::lock(l, NodeKind::Lock).marks_when_held(&q));
-        assert_eq!(judge(l, NodeKind::Write, &q, &q[1]), wait(&q[0], true, true));
-        assert!(!writer.marks_when_held(&q[..MARK_FROM_QUEUE_LEN]));
-        // Children that are not contenders (lock paths nested here) do not count.
-        let mut beside: Vec<String> = q[..MARK_FROM_QUEUE_LEN].to_vec();
-        beside.extend((0..100).map(|i| format!("jobs-{i}")));
-        assert!(!writer.marks_when_held(&beside));
-        assert!(!Queue::lock(l, NodeKind::Read).marks_when_held(&q));
-        assert!(!Queue::permits(l, 1, 3).marks_when_held(&q));
-        for peer in [Layout::Curator, Layout::Kazoo] {
-            let q: Vec<String> = (0..=MARK_FROM_QUEUE_LEN as u32)
-                .map(|i| node(peer, NodeKind::Lock, i))
-                .collect();
-            assert!(!Queue::lock(peer, NodeKind::Lock).marks_when_held(&q), "{peer}");
-        }
-    }
-
-    #[test]
-    fn only_a_change_of_a_writers_data_means_it_held() {
-        let l = Layout::Native;
-        let (r, w, ours) = (
-            node(l, NodeKind::Read, 1),
-            node(l, NodeKind::Write, 2),
-            node(l, NodeKind::Write, 3),
-        );
-        let behind = |q: &[&String]| match judge(l, NodeKind::Write, q, &ours) {
-            Next::Wait(w) => w.change_means_held,
-            n => panic!("{n:?}"),
-        };
-        assert!(!behind(&[&r, &ours]), "a reader holds beside the readers ahead of it");
-        assert!(behind(&[&r, &w, &ours]));
-        for peer in [Layout::Curator, Layout::Kazoo] {
-            let (a, b) = (node(peer, NodeKind::Lock, 1), node(peer, NodeKind::Lock, 2));
-            match judge(peer, NodeKind::Lock, &[&a, &b], &b) {
-                Next::Wait(w) => assert!(!w.change_means_held, "{peer}: peers list again"),
-                n => panic!("{n:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn refusals_come_first() {
-        let l = Layout::Native;
-        let ours = node(l, NodeKind::Lock, 1);
-        let q = [ours.clone(), "lock".to_owned()];
-        let foreign = Refusal::Foreign {
-            node: "lock".into(),
-            family: Family::Exclusive,
-        };
-        assert_eq!(judge(l, NodeKind::Lock, &q, &ours), Next::Refuse(foreign.clone()));
-        assert_eq!(judge_newcomer(l, NodeKind::Lock, &q), Err(foreign));
-        assert_eq!(judge_exclusive(&["lock"]), None);
-        assert!(matches!(
-            judge_exclusive(&["lock", &ours]),
-            Some(Refusal::Foreign { .. })
-        ));
-        let c = Layout::Curator;
-        let ours = node(c, NodeKind::Lock, 1);
-        let wrapped_name = format!("{}-2147483648", c.prefix(NodeKind::Lock, Uuid::from_u128(7)));
-        let q = [ours.clone(), wrapped_name.clone()];
-        let want = Refusal::Wrapped { node: wrapped_name };
-        assert_eq!(judge(c, NodeKind::Lock, &q, &ours), Next::Refuse(want.clone()));
-        assert_eq!(judge_newcomer(c, NodeKind::Lock, &q), Err(want));
-    }
-
-    #[test]
-    fn newcomer_waits_only_behind_a_blocker() {
-        let l = Layout::Native;
-        let r = node(l, NodeKind::Read, 1);
-        let w = node(l, NodeKind::Write, 2);
-        let none: [&str; 0] = [];
-        assert_eq!(judge_newcomer(l, NodeKind::Write, &none), Ok(false));
-        assert_eq!(judge_newcomer(l, NodeKind::Read, &[&r]), Ok(false));
-        assert_eq!(judge_newcomer(l, NodeKind::Write, &[&r]), Ok(true));
-        assert_eq!(judge_newcomer(l, NodeKind::Read, &[&r, &w]), Ok(true));
-    }
-}
+#[path = "queue_tests.rs"]
+mod tests;

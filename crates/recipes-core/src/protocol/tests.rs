@@ -329,7 +329,7 @@ proptest::proptest! {
                     let unqueued = matches!(Family::of(n), Some(Family::Exclusive | Family::KazooLease | Family::CuratorSemaphore));
                     proptest::prop_assert!(!unqueued || crate::layout::may_be_unqueued(n), "{}", n);
                 }
-                let (cs, found) = super::order::contenders_and_foreign(layout, Some(own), &names);
+                let (cs, found) = super::order::contenders_and_foreign(layout, ChildOrder::Sequence, Some(own), &names);
                 proptest::prop_assert_eq!(&cs, &contenders_reference(layout, &names));
                 proptest::prop_assert_eq!(found, foreign(own, &names));
             }

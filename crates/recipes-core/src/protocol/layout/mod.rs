@@ -41,8 +41,9 @@ impl NodeKind {
 pub enum Layout {
     /// This library's own layout: `L-<id>-<seq>`, `R-<id>-<seq>`, `W-<id>-<seq>`, where `<id>` is the attempt's
     /// UUID in 32 lower-case hex digits and `<seq>` the server's sequence; ordered by the sequence as a number, in
-    /// creation order across the wrap of the server's signed counter. The exclusive recipe uses the fixed name
-    /// `lock`.
+    /// creation order across the wrap of the server's signed counter. On a backend that orders children by creation
+    /// (etcd: [`ChildOrder::Creation`](crate::backend::ChildOrder::Creation)) the names have no `<seq>` and the
+    /// listing's order is the queue's. The exclusive recipe uses the fixed name `lock`.
     #[default]
     Native,
     /// Apache Curator's: `InterProcessMutex` `_c_<uuid>-lock-<seq>`, `InterProcessReadWriteLock`
@@ -71,7 +72,8 @@ pub struct ParsedNode {
     pub kind: NodeKind,
     /// The attempt id embedded in the name (nil when the name carries none this library can read).
     pub attempt: Uuid,
-    /// The sequence number the server appended (negative after the counter wrapped), when it reads as one.
+    /// The sequence number the server appended (negative after the counter wrapped), when it reads as one; `None` for
+    /// a native name made without one (a backend that orders children by creation).
     pub seq: Option<i32>,
     /// Where the node sorts among its contenders.
     pub key: SortKey,
@@ -205,10 +207,15 @@ static HEX_DIGITS: [u8; 256] = {
     t
 };
 
+/// Parses a native name: `<tag>-<id>-[<weight>-]<seq>` as ZooKeeper makes it, or without the sequence,
+/// `<tag>-<id>-[<weight>-]`, as a backend that orders children by creation makes it ([`ChildOrder::Creation`]:
+/// `seq` is `None` and the key is a placeholder, `Number(0)`; the listing's order is the key).
+///
+/// [`ChildOrder::Creation`]: crate::backend::ChildOrder::Creation
 pub(crate) fn parse_native(name: &str) -> Option<ParsedNode> {
     let b = name.as_bytes();
-    // tag, '-', 32 hex, '-', [weight, '-',] seq (10 digits, or '-' and up to 10 digits)
-    if b.len() < 35 + 10 || b[1] != b'-' || b[34] != b'-' {
+    // tag, '-', 32 hex, '-', [weight, '-',] [seq (10 digits, or '-' and up to 10 digits)]
+    if b.len() < 35 || b[1] != b'-' || b[34] != b'-' {
         return None;
     }
     let kind = match b[0] {
@@ -245,12 +252,16 @@ pub(crate) fn parse_native(name: &str) -> Option<ParsedNode> {
         }
         _ => (1, rest),
     };
-    let seq = parse_seq(seq_text)?;
+    let seq = if seq_text.is_empty() {
+        None
+    } else {
+        Some(parse_seq(seq_text)?)
+    };
     Some(ParsedNode {
         kind,
         attempt: Uuid::from_u128(id),
-        seq: Some(seq),
-        key: SortKey::Number(i64::from(seq)),
+        seq,
+        key: SortKey::Number(seq.map_or(0, i64::from)),
         weight,
     })
 }

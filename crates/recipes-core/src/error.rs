@@ -142,7 +142,7 @@ pub enum Error {
     #[error("unknown recipe {0:?}: expected one of exclusive, fair, reentrant, read, write, semaphore")]
     UnknownRecipe(String),
     /// A layout name given at run time is not known.
-    #[error("unknown layout {0:?}: expected one of native, curator, kazoo")]
+    #[error("unknown layout {0:?}: expected one of native, curator, kazoo, etcd")]
     UnknownLayout(String),
     /// No server could be reached to open a session.
     #[error("could not reach the coordination service at {servers}: {why}")]

@@ -130,6 +130,18 @@ impl Locks {
         Ok(path)
     }
 
+    /// Refuses `what` in the etcd layout, which is Go's `concurrency.Mutex` alone (the package has no read/write
+    /// lock, no semaphore, and its election stores another value).
+    fn mutex_only(&self, what: &str) -> Result<()> {
+        if self.ctx.layout == Layout::Etcd {
+            return Err(Error::InvalidArgument(format!(
+                "the etcd layout is etcd's own lock (Go's concurrency.Mutex), which has no {what}: use fair or \
+                 reentrant, or the native layout"
+            )));
+        }
+        Ok(())
+    }
+
     /// An [`ExclusiveLock`] at `path`.
     ///
     /// # Notable errors
@@ -168,6 +180,7 @@ impl Locks {
     /// # Notable errors
     /// [`Error::InvalidPath`].
     pub fn election(&self, path: impl AsRef<str>) -> Result<Election> {
+        self.mutex_only("election that this library shares (its Election keeps the value proposed in the key)")?;
         Ok(Election::new(self.ctx.clone(), self.lock_path(path)?))
     }
 
@@ -198,6 +211,7 @@ impl Locks {
     /// [`Error::InvalidPath`].
     pub fn read_write(&self, path: impl AsRef<str>) -> Result<ReadWriteLock> {
         let path = self.lock_path(path)?;
+        self.mutex_only("read/write lock")?;
         let cohorts = self.cohorts.map(|bound| {
             let side = |recipe| self.registry.cohort(path.clone(), recipe, bound);
             (side(Recipe::Read), side(Recipe::Write))
@@ -213,7 +227,9 @@ impl Locks {
     /// # Notable errors
     /// [`Error::InvalidPath`]; [`Error::InvalidArgument`] for zero permits.
     pub fn semaphore(&self, path: impl AsRef<str>, permits: u32) -> Result<Semaphore> {
-        Semaphore::new(self.ctx.clone(), self.lock_path(path)?, permits)
+        let path = self.lock_path(path)?;
+        self.mutex_only("semaphore")?;
+        Semaphore::new(self.ctx.clone(), path, permits)
     }
 
     /// A [`MultiLock`] over `members` (path and recipe each, in any order): all of them held at once, or none.

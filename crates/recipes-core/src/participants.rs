@@ -98,7 +98,7 @@ pub(crate) async fn stored_permits(on: &SessionRef<'_>, path: &LockPath) -> Resu
 /// under such a name (`/jobs/lock` under `/jobs`) is neither, and no reason to refuse ([`is_lock_node`] asks).
 pub(crate) fn may_be_nested(name: &str, own: Family) -> bool {
     may_be_unqueued(name)
-        && matches!(Family::of(name), Some(f @ (Family::Exclusive | Family::KazooLease | Family::CuratorSemaphore)) if f != own)
+        && matches!(Family::of(name), Some(f @ (Family::Exclusive | Family::KazooLease | Family::CuratorSemaphore | Family::EtcdMutex)) if f != own)
 }
 
 /// Whether `parent/name`, a name [`may_be_nested`] suspects, is the lock node it looks like: ephemeral, or (a Curator

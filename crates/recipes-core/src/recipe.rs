@@ -79,7 +79,7 @@ impl FromStr for Layout {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self, Error> {
         let lower = s.to_ascii_lowercase();
-        Layout::ALL
+        Layout::EVERY
             .into_iter()
             .find(|l| l.to_string() == lower)
             .ok_or_else(|| Error::UnknownLayout(s.to_owned()))

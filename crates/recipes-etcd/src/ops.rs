@@ -107,7 +107,7 @@ pub(crate) fn write_txn(op: &Op, session: SessionId) -> (Vec<Compare>, Vec<TxnOp
                 vec![TxnOp::get(path.as_str(), None)],
             )
         }
-        Op::Delete { paths, mark } => {
+        Op::Delete { paths, mark, leased } => {
             // Each key exists, and has no key under it: ZooKeeper refuses to delete a node with children, and a flat
             // key space must not delete a "parent" from under its children either.
             // A key under it that the same transaction deletes is no obstacle (ZooKeeper's `multi` deletes in order):
@@ -117,6 +117,16 @@ pub(crate) fn write_txn(op: &Op, session: SessionId) -> (Vec<Compare>, Vec<TxnOp
             for p in paths {
                 let under = children_prefix(p);
                 checks.push(Compare::version(p.as_str(), CompareOp::Greater, 0));
+                if leased.contains(p) {
+                    // Still attached to a lease: the keys under it are no children of it.
+                    checks.push(Compare::lease(p.as_str(), CompareOp::NotEqual, 0));
+                    reads.push(TxnOp::get(p.as_str(), None));
+                    reads.push(TxnOp::get(
+                        under.as_str(),
+                        Some(GetOptions::new().with_prefix().with_count_only()),
+                    ));
+                    continue;
+                }
                 let mut going: Vec<&str> = paths
                     .iter()
                     .map(String::as_str)
@@ -161,7 +171,7 @@ pub(crate) fn refusal(op: &Op, answers: &[TxnOpResponse]) -> Error {
             path, version: Some(_), ..
         } if exists(0) => Error::Refused(format!("{path}: not at the data version asked")),
         Op::Set { path, .. } => Error::NoNode(path.clone()),
-        Op::Delete { paths, .. } => {
+        Op::Delete { paths, leased, .. } => {
             // The first delete that fails is the transaction's error, as in ZooKeeper's `multi`.
             let under_count = |i: usize| match answers.get(i) {
                 Some(TxnOpResponse::Get(g)) => g.count(),
@@ -173,7 +183,7 @@ pub(crate) fn refusal(op: &Op, answers: &[TxnOpResponse]) -> Error {
                 }
                 let under = children_prefix(p);
                 let going = paths.iter().filter(|k| k.starts_with(under.as_str())).count();
-                if under_count(2 * i + 1) > i64::try_from(going).unwrap_or(i64::MAX) {
+                if !leased.contains(p) && under_count(2 * i + 1) > i64::try_from(going).unwrap_or(i64::MAX) {
                     return Error::NotEmpty(p.clone());
                 }
             }
@@ -181,6 +191,15 @@ pub(crate) fn refusal(op: &Op, answers: &[TxnOpResponse]) -> Error {
         }
         _ => Error::Backend("a read refused as a write".to_owned()),
     }
+}
+
+/// Whether the key `path` of a refused delete was attached to a lease, by the delete's own reads.
+pub(crate) fn leased_in_refusal(op: &Op, path: &str, answers: &[TxnOpResponse]) -> bool {
+    let Op::Delete { paths, .. } = op else { return false };
+    let Some(i) = paths.iter().position(|p| p == path) else {
+        return false;
+    };
+    matches!(answers.get(2 * i), Some(TxnOpResponse::Get(g)) if g.kvs().first().is_some_and(|kv| kv.lease() != 0))
 }
 
 /// Whether etcd answered that the lease is gone.

@@ -33,10 +33,15 @@ pub(crate) enum Op {
         data: Vec<u8>,
         version: Option<i32>,
     },
-    /// Deletes keys, all or none; with `mark`, writes it to the one key first, in the same transaction.
+    /// Deletes keys, all or none; with `mark`, writes it to the one key first, in the same transaction. Keys under
+    /// one of them refuse its delete (`NotEmpty`, as ZooKeeper refuses to delete a node with children), except under
+    /// one of `leased`: keys found attached to a lease, which ZooKeeper's ephemerals never have children, so a key
+    /// under one is another lock path's, flat on etcd (found by review: an exclusive node `P/lock` beside a lock
+    /// nested at `P/lock` could not be released).
     Delete {
         paths: Vec<String>,
         mark: Option<Vec<u8>>,
+        leased: Vec<String>,
     },
 }
 
@@ -81,7 +86,11 @@ impl Op {
     }
 
     pub fn delete(paths: Vec<String>, mark: Option<Vec<u8>>) -> Op {
-        Op::Delete { paths, mark }
+        Op::Delete {
+            paths,
+            mark,
+            leased: Vec::new(),
+        }
     }
 
     pub fn is_write(&self) -> bool {

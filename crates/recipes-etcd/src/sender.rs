@@ -164,7 +164,10 @@ async fn run_job(client: &Client, s: &mut Seq, op: &Op) -> Result<Reply> {
         // every other request does (found by review).
         guard_only(client, s).await?;
     }
-    if let Op::Delete { paths, mark: Some(_) } = op {
+    if let Op::Delete {
+        paths, mark: Some(_), ..
+    } = op
+    {
         return Err(Error::Refused(format!(
             "{}: etcd cannot write and delete one key in one transaction (its \"duplicate key\" rule); the release's \
              mark needs another form on etcd",
@@ -263,7 +266,22 @@ async fn run_job(client: &Client, s: &mut Seq, op: &Op) -> Result<Reply> {
                 s.version = version;
                 return Err(Error::ConnectionLoss);
             }
-            Err(ops::refusal(op, &answers[1..]))
+            let refused = ops::refusal(op, &answers[1..]);
+            if let (Error::NotEmpty(p), Op::Delete { paths, mark, leased }) = (&refused, op) {
+                if !leased.contains(p) && ops::leased_in_refusal(op, p, &answers[1..]) {
+                    // An ephemeral key has no children: the keys under it are another lock path's. Again, without
+                    // that check for it (at most once per key).
+                    let mut leased = leased.clone();
+                    leased.push(p.clone());
+                    let again = Op::Delete {
+                        paths: paths.clone(),
+                        mark: mark.clone(),
+                        leased,
+                    };
+                    return Box::pin(run_job(client, s, &again)).await;
+                }
+            }
+            Err(refused)
         }
         Err(e) => {
             let e = ops::error(e);

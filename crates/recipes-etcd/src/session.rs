@@ -142,23 +142,30 @@ impl Shared {
         self.status.send_replace(SessionStatus { id, state });
     }
 
+    /// Publishes `to` for session `id` only while the session is `id` in one of the states `from`, checked under the
+    /// same lock as every publication (found by review: a keep-alive that read `Suspended`, then published `Connected`
+    /// after a request had published `Expired`, undid the session's end).
+    pub fn publish_from(&self, id: SessionId, from: &[SessionState], to: SessionState) {
+        let _held = self.publishing.lock();
+        let now = *self.status.borrow();
+        if self.is_closed() || now.id != id || !from.contains(&now.state) {
+            return;
+        }
+        self.status.send_replace(SessionStatus { id, state: to });
+    }
+
     /// A request of session `id` found the connection broken: the session is suspended until a keep-alive is answered
     /// again, as ZooKeeper's client reports a broken connection at once, so that callers wait for the connection
     /// instead of retrying into it (found on etcd: an acquire used up its retries in milliseconds while cut off).
     pub fn suspend(&self, id: SessionId) {
-        let now = *self.status.borrow();
-        if now.id == id && now.state == SessionState::Connected {
-            self.publish(id, SessionState::Suspended);
-        }
+        self.publish_from(id, &[SessionState::Connected], SessionState::Suspended);
     }
 
     /// A request of session `id` found its lease gone (the sequence key went with it, or etcd said so): the session
     /// is over now, before the keep-alive notices; the keep-alive then grants the next one.
     pub fn gone(&self, id: SessionId) {
-        let now = *self.status.borrow();
-        if now.id == id && matches!(now.state, SessionState::Connected | SessionState::Suspended) {
-            self.publish(id, SessionState::Expired);
-        }
+        let live = [SessionState::Connected, SessionState::Suspended];
+        self.publish_from(id, &live, SessionState::Expired);
     }
 
     /// Revokes the current lease (an operator's `etcdctl lease revoke`).
@@ -248,7 +255,9 @@ async fn keep_alive(shared: Weak<Shared>) {
                     }
                     let state = s.status.borrow().state;
                     match state {
-                        SessionState::Suspended => s.publish(lease.session, SessionState::Connected),
+                        SessionState::Suspended => {
+                            s.publish_from(lease.session, &[SessionState::Suspended], SessionState::Connected)
+                        }
                         // A request found the session over (see `Shared::gone`) while etcd keeps its lease (its
                         // sequence key deleted by hand): no keep-alive undoes that end; the lease is revoked, so that
                         // its keys go, and the next session granted.
@@ -288,12 +297,12 @@ async fn suspended_or_expired(shared: &Weak<Shared>, id: SessionId) {
     if over {
         drop(s);
         expired(shared, id).await;
-    } else if s.status.borrow().state == SessionState::Connected {
+    } else {
         debug!(
             session = format!("{id:#x}"),
             "etcd keep-alive unanswered: session suspended"
         );
-        s.publish(id, SessionState::Suspended);
+        s.publish_from(id, &[SessionState::Connected], SessionState::Suspended);
     }
 }
 

@@ -267,6 +267,8 @@ pub fn switched() -> Vec<(Vec<Mutant>, Config)> {
 /// The larger configurations for random walks: three and four clients, mixed recipes, two faults.
 pub fn random() -> Vec<Config> {
     vec![
+        // Tasks sharing one session: walked at random (their schedules do not replay exactly).
+        etcd_layout(),
         Config::new(
             "three-mixed",
             vec![plain(Recipe::Read), plain(Recipe::Write), Program::Reenter],
@@ -473,6 +475,21 @@ fn reader_ahead() -> Config {
 /// kept from being reaped by a child that is no lock node.
 fn wrapped_counter(cluster: &recipes_mem::MemCluster) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
     counter_at(cluster.clone(), -3)
+}
+
+/// etcd's own lock's layout (Go's `concurrency.Mutex`): two tasks of one session take turns on its one key, made
+/// again for each hold, beside another session.
+fn etcd_layout() -> Config {
+    Config::new(
+        "etcd-layout",
+        vec![
+            Program::Tasks(vec![plain(Recipe::Fair), plain(Recipe::Fair)]),
+            plain(Recipe::Fair),
+        ],
+    )
+    .with_layout(Layout::Etcd)
+    .with_setup(ordered_by_creation)
+    .with_faults(1, FAULTS)
 }
 
 /// Children ordered by creation, as on etcd ([`ChildOrder::Creation`](recipes_core::backend::ChildOrder::Creation)).

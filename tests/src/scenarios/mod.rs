@@ -16,6 +16,7 @@
 //! - [`cohort`]: the fair lock's cohorts: passes within a process, the bound, losses and cancellations.
 //! - [`election`]: leader election: one leader at a time, terms, observers, resignation, loss, layouts.
 //! - [`election_watch`]: an observer's stream of leader changes; the blocking forms of the election's calls.
+//! - [`etcd_layout`]: etcd's own lock's layout: one key per session, refusals.
 //!
 //! `__for_each_scenario!` below lists every scenario by name; [`conformance_suite!`](crate::conformance_suite) makes
 //! each one a test on a backend. A new scenario goes into its theme's file and into that list;
@@ -38,6 +39,7 @@ pub mod cancellation;
 pub mod cohort;
 pub mod election;
 pub mod election_watch;
+pub mod etcd_layout;
 pub mod exclusion;
 pub mod faults;
 pub mod multi;
@@ -53,6 +55,7 @@ pub use cancellation::*;
 pub use cohort::*;
 pub use election::*;
 pub use election_watch::*;
+pub use etcd_layout::*;
 pub use exclusion::*;
 pub use faults::*;
 pub use multi::*;
@@ -102,7 +105,7 @@ pub const PEER_LAYOUTS_ONLY_WHY: &str = "only the peer layouts (Curator, kazoo) 
 macro_rules! __for_each_scenario {
     ($m:path; $($args:tt)*) => {
         $m!($($args)* {scenarios}
-            exclusive_mutual_exclusion fair_mutual_exclusion reentrant_mutual_exclusion write_mutual_exclusion
+            exclusive_mutual_exclusion etcd_layout_excludes_with_one_key_per_session etcd_layout_refuses_what_it_cannot_share fair_mutual_exclusion reentrant_mutual_exclusion write_mutual_exclusion
             read_write_mutual_exclusion every_recipe_by_name_excludes fair_fifo_order write_fifo_order
             readers_share writer_excludes_readers write_waits_for_all_readers reader_waits_for_earlier_writer
             reader_never_waits_on_later_writer readers_wake_together_after_writer reentrant_counts_per_task

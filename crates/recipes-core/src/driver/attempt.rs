@@ -80,7 +80,9 @@ impl<'a> Attempt<'a> {
                 claim.permits,
             )
         };
-        let fixed = protocol.fixed_name().is_some();
+        // A node whose name is not the attempt's alone (the fixed node, etcd's session-named key) is checked by its
+        // data before any delete.
+        let fixed = protocol.fixed_name().is_some() || protocol.session_named();
         Attempt {
             ctx,
             path,
@@ -262,7 +264,7 @@ impl<'a> Attempt<'a> {
         let attempt = crate::mutants::attempt_id();
         let fixed = self.protocol.fixed_name();
         let id = Identity {
-            fixed: fixed.is_some(),
+            fixed: fixed.is_some() || self.protocol.session_named(),
             attempt,
             session: sid,
             czxid: None,
@@ -271,7 +273,7 @@ impl<'a> Attempt<'a> {
         let (node, mode) = match fixed {
             Some(name) => (self.path.child(name), CreateMode::Ephemeral),
             None => (
-                self.path.child(&self.protocol.prefix(attempt)),
+                self.path.child(&self.protocol.prefix(attempt, sid)),
                 CreateMode::EphemeralSequential,
             ),
         };

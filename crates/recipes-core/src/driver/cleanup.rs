@@ -19,7 +19,7 @@ use super::Ctx;
 use crate::backend::{BackendExt, SessionId, SessionState};
 use crate::error::{Error, Result, RetryReason};
 use crate::info::NodeInfo;
-use crate::layout::EXCLUSIVE_NODE;
+use crate::layout::{Layout, EXCLUSIVE_NODE};
 use crate::metrics::{Count, Tags};
 use crate::mutants::{is_active, Mutant};
 use crate::path::LockPath;
@@ -224,7 +224,12 @@ async fn delete_by_attempt(ctx: &Ctx, path: &LockPath, id: Identity) -> Result<(
             on.sync(path.as_str()).await?;
         }
         if id.fixed {
-            return delete_once(ctx, &path.child(EXCLUSIVE_NODE), id).await;
+            // The fixed node, or etcd's own lock's key named by the session: deleted only when its data says ours.
+            let name = match ctx.layout {
+                Layout::Etcd => Layout::session_name(id.session),
+                _ => EXCLUSIVE_NODE.to_owned(),
+            };
+            return delete_once(ctx, &path.child(&name), id).await;
         }
         let children = match on.children(path.as_str()).await {
             Ok(c) => c,

@@ -5,7 +5,7 @@ use uuid::Uuid;
 use super::attempt::{Attempt, Step, Stop};
 use super::cleanup::{is_ours, Pending};
 use super::HeldNode;
-use crate::backend::{BackendExt, CreateAndList, SessionId};
+use crate::backend::{BackendExt, ChildOrder, CreateAndList, SessionId};
 use crate::error::Error;
 use crate::layout::EXCLUSIVE_NODE;
 use crate::metrics::Count;
@@ -34,6 +34,7 @@ impl Attempt<'_> {
                             return self.refuse(r).await;
                         }
                     }
+                    self.nested_at_the_node(&node, sid).await?;
                     if self.try_once {
                         return Ok(None);
                     }
@@ -70,6 +71,30 @@ impl Attempt<'_> {
             }
             return Ok(Some(self.held(node, czxid, id)));
         }
+    }
+
+    /// Whether `P/lock`, found there by our create, is no lock node but a persistent node (a lock path nested under that name): on ZooKeeper a container,
+    /// which the server reaps once it is empty, so the wait goes on; on a backend without containers (etcd, ordered by
+    /// creation), nothing ever deletes it, and the wait would never end: refused (found by review: a drained
+    /// semaphore nested at `P/lock` left its count there, and the exclusive lock at `P` waited forever).
+    async fn nested_at_the_node(&self, node: &str, sid: SessionId) -> Step<()> {
+        if self.backend().child_order() == ChildOrder::Sequence {
+            return Ok(());
+        }
+        match self.call(self.backend().on(sid).get(node)).await {
+            Ok(Some((_, stat))) if stat.ephemeral_owner == 0 => {}
+            // Ephemeral (another holder: wait for it), gone (try again), or not known now (the wait finds out).
+            Ok(_) | Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        Err(Stop::Fail(Error::ForeignLock {
+            path: self.path.to_string(),
+            node: EXCLUSIVE_NODE.to_owned(),
+            found: "a persistent key of the exclusive node's name (a lock path nested there, such as a semaphore's \
+                    count), which no container reaper deletes on this backend"
+                .to_owned(),
+            ours: self.protocol.family().describe().to_owned(),
+        }))
     }
 
     /// After a lost create reply: whether `P/lock` is the node of this attempt, made by session `sid`.

@@ -5,7 +5,7 @@ use tracing::debug;
 use uuid::Uuid;
 
 use super::attempt::{Attempt, Step, Stop};
-use super::cleanup::{Identity, Pending};
+use super::cleanup::{is_ours, Identity, Pending};
 use super::wait::InLine;
 use super::{session, HeldNode};
 use crate::backend::{BackendExt, CreateAndList, NodeWatch, SessionId};
@@ -98,7 +98,7 @@ impl Attempt<'_> {
                 if !wait.in_line {
                     let mut watched = vec![self.path.child(&wait.on)];
                     watched.extend(wait.also.iter().map(|n| self.path.child(n)));
-                    self.wait_any_deleted(&watched, q.id.session).await?;
+                    self.wait_any_deleted(&watched, q.id.session, Some(q.czxid)).await?;
                     continue;
                 }
                 match self
@@ -175,6 +175,13 @@ impl Attempt<'_> {
                     self.failed()?;
                     self.recover_queued(id).await?
                 }
+                // A session-named node (etcd's own lock) of another task of this session: wait for it to go, then
+                // queue (the create was refused: nothing of ours was made).
+                Err(Error::NodeExists(node)) if self.protocol.session_named() => {
+                    self.cleanup.disarm();
+                    self.wait_any_deleted(&[node], sid, None).await?;
+                    None
+                }
                 Err(e) => return Err(e.into()),
             };
             if let Some((node, czxid, children)) = found {
@@ -230,6 +237,19 @@ impl Attempt<'_> {
             Err(Stop::Fail(Error::NoNode(_))) => return Ok(None),
             Err(e) => return Err(e),
         };
+        if self.protocol.session_named() {
+            // Named by the session: ours only when its data carries our attempt (another task of the session may
+            // hold a node of the name).
+            let name = self.protocol.prefix(attempt, sid);
+            if !children.contains(&name) {
+                return Ok(None);
+            }
+            let node = self.path.child(&name);
+            return Ok(match self.call(on.get(&node)).await? {
+                Some((data, stat)) if is_ours(&data, stat.ephemeral_owner, attempt, sid) => Some((node, stat.czxid)),
+                _ => None,
+            });
+        }
         for name in children {
             if self.protocol.made_by(&name, attempt) {
                 let node = self.path.child(&name);

@@ -40,12 +40,22 @@ fn written_by_us(data: &[u8]) -> bool {
 impl Attempt<'_> {
     /// Waits for the deletion of `node`: the watch is set before the existence check, so no wake-up is lost.
     pub async fn wait_deleted(&self, node: &str, pinned: SessionId) -> Step<()> {
-        self.wait_any_deleted(&[node], pinned).await
+        self.wait_any_deleted(&[node], pinned, None).await
     }
 
     /// Waits for the deletion of any of `nodes` (a semaphore's window), their watches set in one round trip, each
     /// before its existence check, so no wake-up is lost. Returns at once when one is already gone.
-    pub async fn wait_any_deleted<S: AsRef<str>>(&self, nodes: &[S], pinned: SessionId) -> Step<()> {
+    ///
+    /// `made_before`: the czxid of our own node, when the nodes waited for are contenders ahead of it (so made before
+    /// it). A node found under such a name but made after ours is another node of the name, made after the one we
+    /// saw ahead was deleted: that one is gone (found on etcd, where Go's `concurrency.Mutex` deletes and makes again
+    /// one key per session: waiting for the new key, which waits for ours, never ended).
+    pub async fn wait_any_deleted<S: AsRef<str>>(
+        &self,
+        nodes: &[S],
+        pinned: SessionId,
+        made_before: Option<i64>,
+    ) -> Step<()> {
         let on = self.backend().on(pinned);
         let mut rx = self.backend().session();
         loop {
@@ -55,6 +65,7 @@ impl Attempt<'_> {
             for r in set {
                 match r {
                     Ok(None) => return Ok(()),
+                    Ok(Some((stat, _))) if made_before.is_some_and(|ours| stat.czxid > ours) => return Ok(()),
                     Ok(Some((_, w))) => watches.push(w),
                     Err(e) => failed = failed.or(Some(e)),
                 }

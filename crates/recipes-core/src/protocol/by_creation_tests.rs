@@ -106,3 +106,50 @@ fn the_peer_layouts_are_refused_where_the_order_is_by_creation() {
         }
     }
 }
+
+#[test]
+fn the_etcd_layout_names_by_session_and_follows_the_listing() {
+    let q = Queue::lock(Layout::Etcd, NodeKind::Lock).ordered_by(ChildOrder::Creation);
+    assert!(q.session_named());
+    assert_eq!(q.prefix(Uuid::from_u128(7), 0x694d_7c1a_2b3c_4d5e), "694d7c1a2b3c4d5e");
+    assert!(
+        !q.made_by("694d7c1a2b3c4d5e", Uuid::from_u128(7)),
+        "the name says nothing of the attempt"
+    );
+    assert_eq!(q.family(), crate::layout::Family::EtcdMutex);
+    // Go's keys and ours alike, in the listing's order (by create revision).
+    let listing: Vec<String> = ["7587", "694d7c1a2b3c4d5e", "1f"].map(String::from).into();
+    assert_eq!(q.judge(&listing, "7587"), Verdict::Acquired);
+    assert!(matches!(q.judge(&listing, "1f"), Verdict::Wait(w) if w.on == "694d7c1a2b3c4d5e" && !w.in_line));
+    // A native node on the path is another family's: refused, and the native queue refuses beside etcd's keys.
+    let native = made(NodeKind::Lock, 1);
+    assert!(matches!(
+        q.judge(&[native.clone(), "1f".to_owned()], "1f"),
+        Verdict::Refuse(_)
+    ));
+    let nq = Queue::lock(Layout::Native, NodeKind::Lock).ordered_by(ChildOrder::Creation);
+    assert!(matches!(
+        nq.judge(&["1f".to_owned(), native.clone()], &native),
+        Verdict::Refuse(_)
+    ));
+}
+
+#[test]
+fn only_lease_ids_are_etcd_mutex_keys() {
+    use crate::layout::Family;
+    for name in ["1", "1f", "694d7c1a2b3c4d5e", "7fffffffffffffff"] {
+        assert_eq!(Family::of(name), Some(Family::EtcdMutex), "{name}");
+        assert!(Layout::Etcd.parse(name).is_some(), "{name}");
+    }
+    // A leading zero, upper case, more than 16 digits, other letters: not Go's `%x` of a lease id.
+    for name in ["0", "01f", "1F", "694d7c1a2b3c4d5e0", "lock", "leases", "g1", ""] {
+        assert_ne!(Family::of(name), Some(Family::EtcdMutex), "{name}");
+        assert!(Layout::Etcd.parse(name).is_none(), "{name}");
+    }
+    assert!(layout_fits(Layout::Etcd, ChildOrder::Creation).is_ok());
+    assert!(matches!(
+        layout_fits(Layout::Etcd, ChildOrder::Sequence),
+        Err(crate::Error::InvalidArgument(_))
+    ));
+    assert_eq!("etcd".parse::<Layout>().unwrap(), Layout::Etcd);
+}

@@ -20,7 +20,7 @@ use std::fmt;
 
 use uuid::Uuid;
 
-use crate::backend::ChildOrder;
+use crate::backend::{ChildOrder, SessionId};
 use crate::layout::{Family, Layout, EXCLUSIVE_NODE};
 use crate::recipe::Recipe;
 
@@ -55,8 +55,16 @@ pub trait Protocol: Send + Sync + fmt::Debug {
     /// [`prefix`](Protocol::prefix).
     fn fixed_name(&self) -> Option<&'static str>;
 
-    /// The name prefix of a sequential node of the attempt `attempt` (the server appends the sequence).
-    fn prefix(&self, attempt: Uuid) -> String;
+    /// The name prefix of a sequential node of the attempt `attempt` on session `session` (the server appends the
+    /// sequence, where it orders by sequence).
+    fn prefix(&self, attempt: Uuid, session: SessionId) -> String;
+
+    /// Whether the node is named by its session rather than its attempt (etcd's own lock: `<lease id in hex>`): its
+    /// name then says nothing of the attempt, another task of the session may hold a node of that name, and the
+    /// engine checks the node's data before it deletes or adopts it, as for the fixed node.
+    fn session_named(&self) -> bool {
+        false
+    }
 
     /// Whether the child `name` is the node an acquire with this attempt id made (found again after a lost reply).
     fn made_by(&self, name: &str, attempt: Uuid) -> bool;
@@ -105,10 +113,17 @@ pub(crate) fn of(layout: Layout, order: ChildOrder, recipe: Recipe, weight: u32,
 /// # Errors
 /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) naming the layout and the order.
 pub(crate) fn layout_fits(layout: Layout, order: ChildOrder) -> crate::Result<()> {
-    if order == ChildOrder::Creation && layout != Layout::Native {
+    if order == ChildOrder::Sequence && layout == Layout::Etcd {
+        return Err(crate::Error::InvalidArgument(
+            "the etcd layout is etcd's own lock's (Go's concurrency.Mutex): its order is etcd's create revision, and \
+             this backend orders children by sequence (ZooKeeper): use the native layout, or Curator's or kazoo's"
+                .to_owned(),
+        ));
+    }
+    if order == ChildOrder::Creation && !matches!(layout, Layout::Native | Layout::Etcd) {
         return Err(crate::Error::InvalidArgument(format!(
             "the {layout} layout names its nodes with ZooKeeper's sequence numbers, which this backend does not make \
-             (it orders a path's children by creation, as etcd does): use the native layout"
+             (it orders a path's children by creation, as etcd does): use the native layout, or the etcd layout"
         )));
     }
     Ok(())
@@ -153,7 +168,7 @@ impl Protocol for Fixed {
         Some(EXCLUSIVE_NODE)
     }
 
-    fn prefix(&self, _attempt: Uuid) -> String {
+    fn prefix(&self, _attempt: Uuid, _session: SessionId) -> String {
         EXCLUSIVE_NODE.to_owned()
     }
 

@@ -17,12 +17,14 @@ pub enum PeerSemaphore {
 }
 
 impl PeerSemaphore {
-    /// The peer semaphore of `layout`; `None` for the native layout, whose semaphore is a queue of claims.
+    /// The peer semaphore of `layout`; `None` for the native layout, whose semaphore is a queue of claims (and the etcd
+    /// layout, which has none).
     pub fn of(layout: Layout) -> Option<PeerSemaphore> {
         match layout {
             Layout::Curator => Some(PeerSemaphore::Curator),
             Layout::Kazoo => Some(PeerSemaphore::Kazoo),
-            Layout::Native => None,
+            // etcd's own lock has no semaphore: refused when the semaphore is made.
+            Layout::Native | Layout::Etcd => None,
         }
     }
 

@@ -5,7 +5,7 @@ use uuid::Uuid;
 
 use super::order::{ahead_of, blockers, contenders_and_foreign, foreign, wrapped, Contender};
 use super::{Protocol, Refusal, Verdict, Wait, MARK_FROM_QUEUE_LEN};
-use crate::backend::ChildOrder;
+use crate::backend::{ChildOrder, SessionId};
 use crate::layout::{Family, Layout, NodeKind};
 use crate::mutants::{is_active, Mutant};
 
@@ -125,7 +125,10 @@ impl Protocol for Queue {
         None
     }
 
-    fn prefix(&self, attempt: Uuid) -> String {
+    fn prefix(&self, attempt: Uuid, session: SessionId) -> String {
+        if self.layout == Layout::Etcd {
+            return Layout::session_name(session);
+        }
         if self.latch {
             return crate::layout::curator_prefix(attempt, crate::layout::CURATOR_LATCH_MARKER);
         }
@@ -134,6 +137,10 @@ impl Protocol for Queue {
 
     fn made_by(&self, name: &str, attempt: Uuid) -> bool {
         made_by(self.layout, name, attempt)
+    }
+
+    fn session_named(&self) -> bool {
+        self.layout == Layout::Etcd
     }
 
     fn stored_count(&self) -> Option<u32> {

@@ -220,7 +220,7 @@ impl LeaseUnderMutex {
             }
             // Every lease, ours too (deleted by someone else, it is made again), as Curator watches them all.
             let all: Vec<String> = children.iter().map(|c| a.path.child(c)).collect();
-            a.wait_any_deleted(&all, sid).await?;
+            a.wait_any_deleted(&all, sid, None).await?;
         }
     }
 
@@ -313,9 +313,9 @@ async fn wait_for_room(a: &Attempt<'_>, children: &[String], mine: Option<&str>,
         .map(|c| a.path.child(c))
         .collect();
     if children.iter().all(|c| Family::of(c) == Some(Family::KazooLease)) {
-        return a.wait_any_deleted(&watched, sid).await;
+        return a.wait_any_deleted(&watched, sid, None).await;
     }
-    match tokio::time::timeout(RECHECK, a.wait_any_deleted(&watched, sid)).await {
+    match tokio::time::timeout(RECHECK, a.wait_any_deleted(&watched, sid, None)).await {
         Ok(r) => r,
         Err(_) => Ok(()),
     }

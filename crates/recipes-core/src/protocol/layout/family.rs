@@ -37,6 +37,10 @@ pub enum Family {
     /// kazoo's semaphore leases: a bare `<uuid hex>` (32 lower-case hex digits). A recipe that finds such a child
     /// confirms that it is ephemeral before it refuses (it may be a lock path nested in its own).
     KazooLease,
+    /// etcd's own lock (Go's `concurrency.Mutex`, `etcdctl lock`): a bare lease id in lower-case hex (1 to 16 digits,
+    /// no leading zero). A recipe that finds such a child confirms that it is ephemeral before it refuses (a short
+    /// hex name may be a lock path nested in its own: `/jobs/42`).
+    EtcdMutex,
 }
 
 impl Family {
@@ -50,6 +54,7 @@ impl Family {
     /// assert_eq!(Family::of("0123456789abcdef0123456789abcdef__rlock__0000000007"), Some(Family::Kazoo));
     /// assert_eq!(Family::of("0123456789abcdef0123456789abcdef"), Some(Family::KazooLease));
     /// assert_eq!(Family::of("leases"), Some(Family::CuratorSemaphore));
+    /// assert_eq!(Family::of("694d7c1a2b3c4d5e"), Some(Family::EtcdMutex));
     /// assert_eq!(Family::of("config"), None);
     /// ```
     pub fn of(name: &str) -> Option<Family> {
@@ -71,6 +76,9 @@ impl Family {
         if name == CURATOR_SEMAPHORE_LEASES {
             return Some(Family::CuratorSemaphore);
         }
+        if is_etcd_lease_name(name) {
+            return Some(Family::EtcdMutex);
+        }
         None
     }
 
@@ -86,6 +94,7 @@ impl Family {
             Family::CuratorSemaphore => "Curator semaphore (its leases)",
             Family::Kazoo => "kazoo lock",
             Family::KazooLease => "kazoo semaphore lease",
+            Family::EtcdMutex => "etcd's own lock (Go concurrency.Mutex, etcdctl lock)",
         }
     }
 }
@@ -96,9 +105,17 @@ pub(crate) const CURATOR_SEMAPHORE_MUTEX: &str = "locks";
 pub(crate) const CURATOR_SEMAPHORE_LEASES: &str = "leases";
 
 /// Whether a name can be of a family with a name of its own: the exclusive node (`lock`), a Curator semaphore's
-/// `leases`, or a kazoo lease (32 characters). A test cheaper than [`Family::of`], for the names of a long queue.
+/// `leases`, a kazoo lease (32 characters), or etcd's own lock's key (at most 16). A test cheaper than [`Family::of`], for the names of a long queue.
 pub(crate) fn may_be_unqueued(name: &str) -> bool {
-    name.len() == 32 || name == EXCLUSIVE_NODE || name == CURATOR_SEMAPHORE_LEASES
+    name.len() == 32 || name.len() <= 16 || name == CURATOR_SEMAPHORE_LEASES
+}
+
+/// Whether a name is etcd's own lock's key under its prefix: a lease id as Go's `%x` writes it (a positive 64-bit
+/// id: 1 to 16 lower-case hex digits, no leading zero).
+pub(crate) fn is_etcd_lease_name(name: &str) -> bool {
+    (1..=16).contains(&name.len())
+        && !name.starts_with('0')
+        && name.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// Whether a name is a kazoo semaphore's lease: `uuid.uuid4().hex`, 32 lower-case hex digits.

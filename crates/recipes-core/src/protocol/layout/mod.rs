@@ -5,9 +5,13 @@ use std::fmt;
 use uuid::Uuid;
 
 mod family;
+mod parse;
 
 pub use family::Family;
 pub(crate) use family::{is_kazoo_lease, may_be_unqueued, CURATOR_SEMAPHORE_LEASES, CURATOR_SEMAPHORE_MUTEX};
+use parse::parse_curator;
+pub use parse::parse_seq;
+pub(crate) use parse::{parse_kazoo, parse_native};
 
 /// What a lock node stands for in the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -54,6 +58,12 @@ pub enum Layout {
     /// ending in `__lock__` or `__rlock__` and `-?` plus ten digits count, as in kazoo; ordered as kazoo orders
     /// them: by the text of that sequence.
     Kazoo,
+    /// etcd's own lock, Go's `concurrency.Mutex` (what `etcdctl lock` runs): `<prefix>/<lease id in hex>`, one key per
+    /// session, ordered by create revision (the first holds; a waiter waits for the key created before its own). Only
+    /// on a backend that orders children by creation (etcd), and only the fair and reentrant locks (the Go package has
+    /// no read/write lock or semaphore). A node's name is its session's ([`Layout::session_name`]), so a process's
+    /// tasks on one session take turns on one key.
+    Etcd,
 }
 
 /// The order of contenders under one layout (all keys of one layout are of one variant).
@@ -106,10 +116,24 @@ pub(crate) fn curator_prefix(attempt: Uuid, marker: &str) -> String {
 }
 
 impl Layout {
-    /// Every layout.
+    /// Every layout a ZooKeeper path can hold: the native one and its peers'.
     pub const ALL: [Layout; 3] = [Layout::Native, Layout::Curator, Layout::Kazoo];
 
-    /// The name prefix to create an ephemeral-sequential node with (the server appends the sequence).
+    /// Every layout, etcd's own lock's included.
+    pub const EVERY: [Layout; 4] = [Layout::Native, Layout::Curator, Layout::Kazoo, Layout::Etcd];
+
+    /// The name of a node of the session `session` in the etcd layout: its lease id in lower-case hex, as Go's
+    /// `concurrency.Mutex` names it (`fmt.Sprintf("%x", lease)`).
+    ///
+    /// ```
+    /// assert_eq!(recipes_core::layout::Layout::session_name(0x694d7c1a2b3c4d5e), "694d7c1a2b3c4d5e");
+    /// ```
+    pub fn session_name(session: i64) -> String {
+        format!("{session:x}")
+    }
+
+    /// The name prefix to create an ephemeral-sequential node with (the server appends the sequence). Empty in the etcd
+    /// layout, whose nodes are named by their session ([`Layout::session_name`]).
     pub fn prefix(self, kind: NodeKind, attempt: Uuid) -> String {
         self.weighted_prefix(kind, attempt, 1)
     }
@@ -153,6 +177,8 @@ impl Layout {
                 };
                 format!("{}{marker}", attempt.simple().encode_lower(&mut buf))
             }
+            // Named by the session, not the attempt: see `session_name`.
+            Layout::Etcd => String::new(),
         }
     }
 
@@ -162,6 +188,14 @@ impl Layout {
             Layout::Native => parse_native(name),
             Layout::Curator => parse_curator(name),
             Layout::Kazoo => parse_kazoo(name),
+            Layout::Etcd => family::is_etcd_lease_name(name).then_some(ParsedNode {
+                kind: NodeKind::Lock,
+                attempt: Uuid::nil(),
+                seq: None,
+                // The listing's order (by create revision) is the key: see `ChildOrder::Creation`.
+                key: SortKey::Number(0),
+                weight: 1,
+            }),
         }
     }
 
@@ -171,6 +205,7 @@ impl Layout {
             Layout::Native => Family::NativeQueue,
             Layout::Curator => Family::CuratorLock,
             Layout::Kazoo => Family::Kazoo,
+            Layout::Etcd => Family::EtcdMutex,
         }
     }
 
@@ -180,6 +215,7 @@ impl Layout {
             (Layout::Native, NodeKind::Permit) => Family::NativeSemaphore,
             (Layout::Curator, NodeKind::Permit) => Family::CuratorLease,
             (Layout::Kazoo, NodeKind::Permit) => Family::KazooLease,
+            (Layout::Etcd, _) => Family::EtcdMutex,
             _ => self.queue_family(),
         }
     }
@@ -190,186 +226,13 @@ impl Layout {
     }
 }
 
-/// The value of each ASCII hex digit (either case); `0xff` for every other byte.
-static HEX_DIGITS: [u8; 256] = {
-    let mut t = [0xffu8; 256];
-    let mut i = 0;
-    while i < 10 {
-        t[b'0' as usize + i] = i as u8;
-        i += 1;
-    }
-    let mut i = 0;
-    while i < 6 {
-        t[b'a' as usize + i] = 10 + i as u8;
-        t[b'A' as usize + i] = 10 + i as u8;
-        i += 1;
-    }
-    t
-};
-
-/// Parses a native name: `<tag>-<id>-[<weight>-]<seq>` as ZooKeeper makes it, or without the sequence,
-/// `<tag>-<id>-[<weight>-]`, as a backend that orders children by creation makes it ([`ChildOrder::Creation`]:
-/// `seq` is `None` and the key is a placeholder, `Number(0)`; the listing's order is the key).
-///
-/// [`ChildOrder::Creation`]: crate::backend::ChildOrder::Creation
-pub(crate) fn parse_native(name: &str) -> Option<ParsedNode> {
-    let b = name.as_bytes();
-    // tag, '-', 32 hex, '-', [weight, '-',] [seq (10 digits, or '-' and up to 10 digits)]
-    if b.len() < 35 || b[1] != b'-' || b[34] != b'-' {
-        return None;
-    }
-    let kind = match b[0] {
-        b'L' => NodeKind::Lock,
-        b'R' => NodeKind::Read,
-        b'W' => NodeKind::Write,
-        b'S' => NodeKind::Permit,
-        _ => return None,
-    };
-    // The attempt id, decoded as it is checked: every listing parses every name, so this is on the hot path (a table
-    // lookup per digit, one test for all 32 at the end).
-    let (mut id, mut bad) = (0u128, 0u8);
-    for &c in &b[2..34] {
-        let digit = HEX_DIGITS[usize::from(c)];
-        bad |= digit;
-        id = id << 4 | u128::from(digit & 0x0f);
-    }
-    if bad & 0x80 != 0 {
-        return None;
-    }
-    // Bytes 0..35 are ASCII (checked above), so 35 is a character boundary.
-    let rest = &name[35..];
-    // A permit node's weight above 1: digits and a '-' before the sequence (a sequence starts with a digit only when
-    // it is not negative, and then has no '-').
-    let split = if kind == NodeKind::Permit {
-        rest.split_once('-')
-    } else {
-        None
-    };
-    let (weight, seq_text) = match split {
-        Some((w, s)) if !w.is_empty() => {
-            let weight: u32 = w.parse().ok().filter(|n: &u32| *n > 1 && n.to_string() == w)?;
-            (weight, s)
-        }
-        _ => (1, rest),
-    };
-    let seq = if seq_text.is_empty() {
-        None
-    } else {
-        Some(parse_seq(seq_text)?)
-    };
-    Some(ParsedNode {
-        kind,
-        attempt: Uuid::from_u128(id),
-        seq,
-        key: SortKey::Number(seq.map_or(0, i64::from)),
-        weight,
-    })
-}
-
-fn parse_curator(name: &str) -> Option<ParsedNode> {
-    // Curator's own rule: a node is a contender of the kind whose marker it carries; it sorts by the text after the
-    // last occurrence of the marker.
-    let (kind, at, marker) = CURATOR_MARKERS
-        .iter()
-        .find_map(|(m, k)| name.rfind(m).map(|i| (*k, i, *m)))?;
-    // `LeaderLatch`'s names are only ever Curator's protected ones (`_c_<uuid>-latch-<seq>`): a name that merely
-    // contains the marker is no candidate (found by review: a stray `x-latch-` sorted ahead of every node).
-    if marker == CURATOR_LATCH_MARKER && family::curator_family(name) != Some(Family::CuratorLatch) {
-        return None;
-    }
-    let suffix = &name[at + marker.len()..];
-    let attempt = name
-        .strip_prefix("_c_")
-        .and_then(|rest| rest.get(..36))
-        .and_then(|u| Uuid::parse_str(u).ok())
-        .filter(|_| name.get(39..40) == Some("-"))
-        .unwrap_or(Uuid::nil());
-    Some(ParsedNode {
-        kind,
-        attempt,
-        seq: parse_seq(suffix),
-        key: SortKey::Text(suffix.to_owned()),
-        weight: 1,
-    })
-}
-
-fn parse_kazoo(name: &str) -> Option<ParsedNode> {
-    // kazoo's rule: `(__lock__|__rlock__)(-?\d{10})$`, searched anywhere in the name; and, beyond kazoo, the sequence
-    // as ZooKeeper writes it from -999999999 to -1 (`%010d`: a sign and nine digits), which kazoo does not match.
-    let (head, seq_text) = split_kazoo_seq(name)?;
-    let (kind, prefix) = if let Some(p) = head.strip_suffix("__rlock__") {
-        (NodeKind::Read, p)
-    } else if let Some(p) = head.strip_suffix("__lock__") {
-        (NodeKind::Lock, p)
-    } else {
-        return None;
-    };
-    let attempt = if prefix.len() == 32 && prefix.bytes().all(|c| c.is_ascii_hexdigit()) {
-        Uuid::parse_str(prefix).unwrap_or(Uuid::nil())
-    } else {
-        Uuid::nil()
-    };
-    Some(ParsedNode {
-        kind,
-        attempt,
-        seq: seq_text.parse().ok(),
-        key: SortKey::Text(seq_text.to_owned()),
-        weight: 1,
-    })
-}
-
-/// Splits a name ending in a sequence as ZooKeeper writes it (ten characters: ten digits, or a sign and nine or ten
-/// digits) into the head and the sequence text.
-fn split_kazoo_seq(name: &str) -> Option<(&str, &str)> {
-    let digits_at = name.len().checked_sub(10)?;
-    let tail = name.get(digits_at..)?;
-    let tail_digits = tail.strip_prefix('-').unwrap_or(tail);
-    if !tail_digits.bytes().all(|c| c.is_ascii_digit()) {
-        return None;
-    }
-    if tail.starts_with('-') {
-        // "-000000001" … "-999999999": nine digits after the sign.
-        if crate::mutants::is_active(crate::mutants::Mutant::KazooNineDigits) {
-            return None;
-        }
-        return Some((&name[..digits_at], tail));
-    }
-    // Ten digits, possibly after a sign (-1000000000 … -2147483648).
-    match name[..digits_at].strip_suffix('-') {
-        Some(h) => Some((h, &name[digits_at - 1..])),
-        None => Some((&name[..digits_at], tail)),
-    }
-}
-
-/// Parses ZooKeeper's sequence suffix: `%010d` of a signed 32-bit counter, so 10 digits, or a `-` and digits once
-/// the counter has wrapped past `i32::MAX`.
-pub fn parse_seq(s: &str) -> Option<i32> {
-    if let Some(digits) = s.strip_prefix('-') {
-        if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
-            return None;
-        }
-        return s.parse().ok();
-    }
-    // The common case, read in one pass: ten digits, at most `i32::MAX`.
-    if s.len() != 10 {
-        return None;
-    }
-    let mut n = 0i64;
-    for c in s.bytes() {
-        if !c.is_ascii_digit() {
-            return None;
-        }
-        n = n * 10 + i64::from(c - b'0');
-    }
-    i32::try_from(n).ok()
-}
-
 impl fmt::Display for Layout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Layout::Native => "native",
             Layout::Curator => "curator",
             Layout::Kazoo => "kazoo",
+            Layout::Etcd => "etcd",
         })
     }
 }

@@ -203,7 +203,7 @@ proptest! {
 fn curator_latch_names() {
     use crate::protocol::{Protocol, Queue};
     let id = Uuid::new_v4();
-    let prefix = Queue::latch().prefix(id);
+    let prefix = Queue::latch().prefix(id, 1);
     assert_eq!(prefix, format!("_c_{}-latch-", id.hyphenated()));
     let name = format!("{prefix}0000000042");
     assert_eq!(

@@ -150,7 +150,7 @@ pub(crate) enum Sub {
 
 #[derive(Debug, Args, Clone)]
 pub(crate) struct Common {
-    /// ZooKeeper connect string
+    /// ZooKeeper connect string (host:port[,…][/chroot]), or etcd://host:port[,host:port…] for etcd
     #[arg(
         short = 's',
         long,
@@ -160,10 +160,10 @@ pub(crate) struct Common {
         global = true
     )]
     pub(crate) servers: String,
-    /// Node layout: native | curator | kazoo
+    /// Node layout: native | curator | kazoo (ZooKeeper's peers) | etcd (etcd's own lock, `etcdctl lock`)
     #[arg(long, default_value = "native", value_name = "LAYOUT", global = true)]
     pub(crate) layout: String,
-    /// ZooKeeper session timeout (the servers may grant less)
+    /// Session timeout: ZooKeeper's (the servers may grant less), or the etcd lease's TTL (whole seconds, at least 2)
     #[arg(
         long,
         default_value = "10s",

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use recipes_core::{Backend, LockPath, NodeKind, Participant, Participants, Role};
+use recipes_core::{LockPath, NodeKind, Participant, Participants, Role};
 
 use crate::settings::{connect, Conn};
 use crate::Fail;
@@ -55,13 +55,17 @@ fn recipe_of(p: &Participant) -> String {
         .unwrap_or_else(|| by_name.to_owned())
 }
 
-/// Milliseconds since the participant's node was made (by the server's clock against ours).
-fn age_ms(p: &Participant) -> u64 {
+/// Milliseconds since the participant's node was made (by the server's clock against ours); `None` when the store
+/// keeps no creation time (etcd).
+fn age_ms(p: &Participant) -> Option<u64> {
+    if p.ctime_ms == 0 {
+        return None;
+    }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or_default();
-    (now - p.ctime_ms).max(0) as u64
+    Some((now - p.ctime_ms).max(0) as u64)
 }
 
 /// Prints the report (a table, or JSON for scripts); exit status 0.
@@ -169,7 +173,7 @@ fn as_table(c: &Conn, path: &LockPath, p: &Participants) -> String {
                 role,
                 printable(&recipe_of(n), FIELD_MAX),
                 printable(&owner, FIELD_MAX),
-                age(age_ms(n)),
+                age_ms(n).map_or_else(|| "-".to_owned(), age),
                 printable(&n.node, 2 * FIELD_MAX)
             ));
         }

@@ -26,6 +26,7 @@ mod procs;
 mod run;
 mod settings;
 mod stop;
+mod store;
 mod take;
 mod watchdog;
 

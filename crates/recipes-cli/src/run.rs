@@ -3,10 +3,10 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
+use crate::store::Store;
 use nix::sys::signal::Signal;
 use recipes_core::mutants::{is_active, Mutant};
-use recipes_core::{Backend, Error, LockGuard, LockPath, Recipe};
-use recipes_zk::ZkBackend;
+use recipes_core::{Error, LockGuard, LockPath, Recipe};
 use tokio::time::Instant;
 
 use crate::settings::{connect, Conn};
@@ -100,7 +100,7 @@ fn display(command: &[OsString]) -> String {
         .unwrap_or_default()
 }
 
-async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> Result<u8, Fail> {
+async fn locked(backend: &Store, locks: &recipes_core::Locks, job: &Job) -> Result<u8, Fail> {
     // Should the watchdog be killed, every process of the command comes back to zklock, which then kills them.
     #[cfg(target_os = "linux")]
     let _ = nix::sys::prctl::set_child_subreaper(true);
@@ -132,10 +132,10 @@ async fn locked(backend: &ZkBackend, locks: &recipes_core::Locks, job: &Job) -> 
 
 /// The command's environment. It is told the shortest timeout any server grants: zklock waits (briefly) for every
 /// server to have said.
-async fn command_env(backend: &ZkBackend, guard: &LockGuard, job: &Job) -> Vec<(&'static str, String)> {
+async fn command_env(backend: &Store, guard: &LockGuard, job: &Job) -> Vec<(&'static str, String)> {
     backend.timeouts_probed(PROBE_WAIT).await;
     let timeout = backend.session_timeout();
-    let asked = backend.options().asked_session_timeout();
+    let asked = backend.asked_session_timeout();
     if timeout != asked && !job.quiet {
         eprintln!(
             "zklock: warning: asked for a {asked:?} session, the servers grant {timeout:?} (their minSessionTimeout or \
@@ -158,7 +158,7 @@ async fn command_env(backend: &ZkBackend, guard: &LockGuard, job: &Job) -> Vec<(
 
 /// The lock is held: the command is started and watched over until it ends or the lock is lost.
 struct Holding<'a> {
-    backend: &'a ZkBackend,
+    backend: &'a Store,
     job: &'a Job,
     /// The grace between SIGTERM and SIGKILL, as first computed.
     grace: Duration,

@@ -1,16 +1,16 @@
 //! The command line's settings, validated: the connection (servers, timeouts, TLS, SASL, ACL, layout), the recipe
 //! and its permit count, the revocation signal. Every refusal is a usage error naming the option.
 
-use std::sync::Arc;
-
 use recipes_core::{Error, Layout, Locks, Recipe};
-use recipes_zk::{NodeAcl, ZkBackend, ZkOptions, ZkTls};
+use recipes_zk::{NodeAcl, ZkOptions, ZkTls};
+
+use crate::store::{Store, StoreOptions};
 
 use crate::{duration, Common, Fail};
 
 /// Settings shared by both subcommands, validated.
 pub(crate) struct Conn {
-    pub(crate) options: ZkOptions,
+    pub(crate) options: StoreOptions,
     pub(crate) layout: Layout,
 }
 
@@ -23,6 +23,9 @@ pub(crate) fn conn(common: &Common) -> Result<Conn, Fail> {
     };
     let session_timeout = positive("session-timeout", &common.session_timeout)?;
     let connect_timeout = positive("connect-timeout", &common.connect_timeout)?;
+    if let Some(endpoints) = crate::store::etcd_endpoints(&common.servers) {
+        return etcd_conn(common, endpoints?, session_timeout, connect_timeout, layout);
+    }
     if common.servers.trim().is_empty() {
         return Err(Fail::usage(
             "invalid --servers: the connect string is empty (host:port[,host:port…][/chroot])",
@@ -72,7 +75,51 @@ pub(crate) fn conn(common: &Common) -> Result<Conn, Fail> {
             common.acl
         )));
     }
-    Ok(Conn { options, layout })
+    Ok(Conn {
+        options: StoreOptions::Zk(Box::new(options)),
+        layout,
+    })
+}
+
+/// The settings for etcd: endpoints and timeouts; ZooKeeper's credentials, ACLs and TLS do not apply (etcd's own are
+/// not built yet).
+fn etcd_conn(
+    common: &Common,
+    endpoints: String,
+    session_timeout: std::time::Duration,
+    connect_timeout: std::time::Duration,
+    layout: Layout,
+) -> Result<Conn, Fail> {
+    let zk_only = [
+        ("--auth", common.auth.is_some()),
+        ("--sasl", common.sasl.is_some()),
+        ("--tls-ca", common.tls_ca.is_some()),
+        ("--tls-cert", common.tls_cert.is_some()),
+        ("--acl", common.acl != "open"),
+    ];
+    if let Some((name, _)) = zk_only.iter().find(|(_, given)| *given) {
+        return Err(Fail::usage(format!(
+            "{name} is ZooKeeper's: zklock on etcd (--servers etcd://…) takes no credentials, ACL or TLS yet"
+        )));
+    }
+    #[cfg(feature = "etcd")]
+    {
+        let options = recipes_etcd::EtcdOptions::new(&endpoints)
+            .session_timeout(session_timeout)
+            .connect_timeout(connect_timeout);
+        Ok(Conn {
+            options: StoreOptions::Etcd(options, session_timeout),
+            layout,
+        })
+    }
+    #[cfg(not(feature = "etcd"))]
+    {
+        let _ = (endpoints, session_timeout, connect_timeout, layout);
+        Err(Fail::usage(
+            "this zklock was built without etcd (the `etcd` feature, which needs protoc to build): use a ZooKeeper \
+             connect string",
+        ))
+    }
 }
 
 /// The recipes a command can hold.
@@ -152,8 +199,8 @@ fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
-pub(crate) async fn connect(c: &Conn) -> Result<(Arc<ZkBackend>, Locks), Fail> {
-    let backend = ZkBackend::connect(c.options.clone()).await?;
-    let locks = Locks::builder(backend.clone()).layout(c.layout).build();
-    Ok((backend, locks))
+pub(crate) async fn connect(c: &Conn) -> Result<(Store, Locks), Fail> {
+    let store = Store::connect(&c.options).await?;
+    let locks = Locks::builder(store.backend()).layout(c.layout).build();
+    Ok((store, locks))
 }

@@ -10,6 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
+
+mod etcd;
 use recipes_core::backend::BackendExt;
 use recipes_core::{Backend, Lock, Locks, Recipe};
 use recipes_zk::{ZkBackend, ZkOptions};
@@ -68,6 +70,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Figure {
+    /// The etcd figures (bench/run starts a member of its own)
+    Etcd {
+        #[command(subcommand)]
+        figure: etcd::Figure,
+    },
     /// Uncontended acquire + release latency
     Uncontended {
         #[arg(long)]
@@ -310,6 +317,7 @@ fn main() {
         .unwrap();
     rt.block_on(async move {
         match cli.figure {
+            Figure::Etcd { figure } => etcd::run(figure).await,
             Figure::Uncontended { servers, recipe, iters } => {
                 let b = zk(&servers).await;
                 let locks = Locks::new(b.clone());

@@ -1,6 +1,6 @@
 //! Who holds a lock and who waits for it: Curator's `getParticipantNodes`, with each node's role.
 
-use crate::backend::{Backend, BackendExt, SessionRef};
+use crate::backend::{Backend, BackendExt, ChildOrder, SessionRef};
 use crate::error::{Error, Result};
 use crate::info::NodeInfo;
 use crate::layout::{is_kazoo_lease, may_be_unqueued, Family, Layout, NodeKind, SortKey, EXCLUSIVE_NODE};
@@ -96,9 +96,9 @@ pub(crate) async fn stored_permits(on: &SessionRef<'_>, path: &LockPath) -> Resu
 /// Whether a child name looks like a lock node of another family than `own` but may not be one: the exclusive
 /// recipe's `lock` and a kazoo lease are ephemeral, a Curator semaphore's `leases` holds leases; a lock path nested
 /// under such a name (`/jobs/lock` under `/jobs`) is neither, and no reason to refuse ([`is_lock_node`] asks).
-pub(crate) fn may_be_nested(name: &str, own: Family) -> bool {
+pub(crate) fn may_be_nested(name: &str, own: Family, order: ChildOrder) -> bool {
     may_be_unqueued(name)
-        && matches!(Family::of(name), Some(f @ (Family::Exclusive | Family::KazooLease | Family::CuratorSemaphore | Family::EtcdMutex)) if f != own)
+        && matches!(Family::of_in(name, order), Some(f @ (Family::Exclusive | Family::KazooLease | Family::CuratorSemaphore | Family::EtcdMutex)) if f != own)
 }
 
 /// Whether `parent/name`, a name [`may_be_nested`] suspects, is the lock node it looks like: ephemeral, or (a Curator

@@ -303,13 +303,14 @@ impl<'a> Attempt<'a> {
     pub async fn screen(&self, parent: &str, children: Vec<String>, sid: SessionId) -> Step<Vec<String>> {
         let own = self.own_family();
         // Checked first, so that a long queue's names are not parsed once more here.
-        if !children.iter().any(|c| may_be_nested(c, own)) {
+        let order = self.backend().child_order();
+        if !children.iter().any(|c| may_be_nested(c, own, order)) {
             return Ok(children);
         }
         let on = self.backend().on(sid);
         let mut kept = Vec::with_capacity(children.len());
         for name in children {
-            if may_be_nested(&name, own) {
+            if may_be_nested(&name, own, order) {
                 let confirmed = loop {
                     match self.call(is_lock_node(&on, parent, &name)).await {
                         Ok(c) => break c,

@@ -49,7 +49,9 @@ impl Attempt<'_> {
             }
         }
         loop {
-            let mut q = self.create_queued().await?;
+            let Some(mut q) = self.create_queued().await? else {
+                return Ok(None);
+            };
             let name = q.name().to_owned();
             let mut prefetched = q.children.take();
             // Whether a listing we judged was long (then we mark ourselves first once we hold the lock).
@@ -83,6 +85,12 @@ impl Attempt<'_> {
                 }
                 let wait = match next {
                     Verdict::Refuse(r) => return self.refuse(r).await,
+                    // A session-named key (etcd's own lock) may be another task's of this session by now: made again
+                    // under our name after ours was deleted (found by review: two tasks of a session both held).
+                    Verdict::Acquired if self.protocol.session_named() && !self.still_ours(&q).await? => {
+                        self.vanished(&q.node).await?;
+                        break;
+                    }
                     Verdict::Acquired => return Ok(Some(self.won(q, mark, own))),
                     Verdict::Missing => {
                         self.vanished(&q.node).await?;
@@ -158,8 +166,9 @@ impl Attempt<'_> {
         self.failed()
     }
 
-    /// Creates our sequential node (protected: recognised by its attempt id after a lost reply).
-    async fn create_queued(&mut self) -> Step<Queued> {
+    /// Creates our sequential node (protected: recognised by its attempt id after a lost reply); `None` when a try
+    /// gives up without one.
+    async fn create_queued(&mut self) -> Step<Option<Queued>> {
         loop {
             let sid = self.connected().await?;
             let (id, CreateAndList { created, listed }) = self.create_and_list(sid).await?;
@@ -176,9 +185,13 @@ impl Attempt<'_> {
                     self.recover_queued(id).await?
                 }
                 // A session-named node (etcd's own lock) of another task of this session: wait for it to go, then
-                // queue (the create was refused: nothing of ours was made).
+                // queue (the create was refused: nothing of ours was made). A try does not wait (found by review: it
+                // waited for its bound, then failed).
                 Err(Error::NodeExists(node)) if self.protocol.session_named() => {
                     self.cleanup.disarm();
+                    if self.try_once {
+                        return Ok(None);
+                    }
                     self.wait_any_deleted(&[node], sid, None).await?;
                     None
                 }
@@ -187,12 +200,25 @@ impl Attempt<'_> {
             if let Some((node, czxid, children)) = found {
                 self.count(Count::Create);
                 self.cleanup.state = Pending::Created(node.clone(), id.attempt, sid, czxid);
-                return Ok(Queued {
+                return Ok(Some(Queued {
                     node,
                     czxid,
                     id,
                     children,
-                });
+                }));
+            }
+        }
+    }
+
+    /// Whether the key of our session-named node is still the one we made (its creation id), by a read after the
+    /// listing that judged it first.
+    async fn still_ours(&self, q: &Queued) -> Step<bool> {
+        let on = self.backend().on(q.id.session);
+        loop {
+            match self.call(on.get(&q.node)).await {
+                Ok(found) => return Ok(found.is_some_and(|(_, stat)| stat.czxid == q.czxid)),
+                Err(Stop::Fail(Error::ConnectionLoss)) => self.reconnected(q.id.session).await?,
+                Err(e) => return Err(e),
             }
         }
     }

@@ -86,16 +86,17 @@ impl Election {
         };
         // A lock path nested here under a lock node's name is no lock node: the candidates stand beside it, as the
         // driver screens it (found by review: the observer refused such a path).
-        if children.iter().any(|c| may_be_nested(c, own)) {
+        let order = self.ctx.backend.child_order();
+        if children.iter().any(|c| may_be_nested(c, own, order)) {
             let mut kept = Vec::with_capacity(children.len());
             for c in children {
-                if !may_be_nested(&c, own) || is_lock_node(&on, path, &c).await? {
+                if !may_be_nested(&c, own, order) || is_lock_node(&on, path, &c).await? {
                     kept.push(c);
                 }
             }
             children = kept;
         }
-        if let Some((node, family)) = crate::protocol::foreign(own, &children) {
+        if let Some((node, family)) = crate::protocol::foreign_in(own, order, &children) {
             return Err(Error::ForeignLock {
                 path: path.to_owned(),
                 node,

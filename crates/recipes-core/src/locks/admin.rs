@@ -102,9 +102,19 @@ impl Locks {
                  asked to let go"
             ))
         };
-        let family = Family::of(node);
+        let order = self.ctx.backend.child_order();
+        let family = Family::of_in(node, order);
         if node.is_empty() || node.contains('/') || matches!(family, None | Some(Family::CuratorSemaphore)) {
             return Err(not_a_lock_node());
+        }
+        if family == Some(Family::EtcdMutex) {
+            // As the exclusive node's (below): named by its session, its data is what tells an acquire whose key it
+            // is (found by review: a request written while its create's reply was lost left the acquire waiting on
+            // its own key). Go's Mutex has no revocation either.
+            return Err(Error::InvalidArgument(format!(
+                "{node:?} under {path} is etcd's own lock's key, which cannot be revoked: its data tells an acquire \
+                 whose key it is"
+            )));
         }
         let on = self.ctx.backend.current();
         let child = path.child(node);
@@ -170,7 +180,7 @@ async fn native_holder(on: &SessionRef<'_>, path: &LockPath, node: &str) -> Resu
     // it must not be told otherwise.
     for other in children
         .iter()
-        .filter(|c| Family::of(c).is_some_and(|f| f != Layout::Native.family(parsed.kind)))
+        .filter(|c| Family::of_in(c, on.child_order()).is_some_and(|f| f != Layout::Native.family(parsed.kind)))
     {
         if let Some((_, stat)) = on.get(&path.child(other)).await? {
             if stat.ephemeral_owner != 0 {

@@ -138,12 +138,22 @@ fn the_etcd_layout_names_by_session_and_follows_the_listing() {
 fn only_lease_ids_are_etcd_mutex_keys() {
     use crate::layout::Family;
     for name in ["1", "1f", "694d7c1a2b3c4d5e", "7fffffffffffffff"] {
-        assert_eq!(Family::of(name), Some(Family::EtcdMutex), "{name}");
+        assert_eq!(
+            Family::of_in(name, ChildOrder::Creation),
+            Some(Family::EtcdMutex),
+            "{name}"
+        );
+        // On ZooKeeper no such lock can be: the name is no lock node.
+        assert_eq!(Family::of(name), None, "{name}");
         assert!(Layout::Etcd.parse(name).is_some(), "{name}");
     }
     // A leading zero, upper case, more than 16 digits, other letters: not Go's `%x` of a lease id.
     for name in ["0", "01f", "1F", "694d7c1a2b3c4d5e0", "lock", "leases", "g1", ""] {
-        assert_ne!(Family::of(name), Some(Family::EtcdMutex), "{name}");
+        assert_ne!(
+            Family::of_in(name, ChildOrder::Creation),
+            Some(Family::EtcdMutex),
+            "{name}"
+        );
         assert!(Layout::Etcd.parse(name).is_none(), "{name}");
     }
     assert!(layout_fits(Layout::Etcd, ChildOrder::Creation).is_ok());

@@ -24,7 +24,7 @@ use crate::backend::{ChildOrder, SessionId};
 use crate::layout::{Family, Layout, EXCLUSIVE_NODE};
 use crate::recipe::Recipe;
 
-pub use order::{contenders, contenders_in, decide, foreign, permit_window, wrapped, Contender, Decision};
+pub use order::{contenders, contenders_in, decide, foreign, foreign_in, permit_window, wrapped, Contender, Decision};
 pub use peer::PeerSemaphore;
 pub(crate) use queue::made_by;
 pub use queue::Queue;
@@ -99,7 +99,7 @@ pub trait Protocol: Send + Sync + fmt::Debug {
 /// orders children by `order`.
 pub(crate) fn of(layout: Layout, order: ChildOrder, recipe: Recipe, weight: u32, permits: u32) -> AnyProtocol {
     match recipe.node_kind() {
-        None => AnyProtocol::Fixed(Fixed),
+        None => AnyProtocol::Fixed(Fixed::new(order)),
         Some(crate::layout::NodeKind::Permit) => {
             AnyProtocol::Queue(Queue::permits(layout, weight, permits).ordered_by(order))
         }
@@ -150,9 +150,17 @@ impl std::ops::Deref for AnyProtocol {
 /// The exclusive recipe's protocol: one fixed ephemeral node `P/lock`; whoever makes it holds, unless a lock node of
 /// another family is on the path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Fixed;
+pub struct Fixed {
+    /// How the backend orders children (which names are lock nodes: see [`Family::of_in`]).
+    order: ChildOrder,
+}
 
 impl Fixed {
+    /// The exclusive recipe's protocol on a backend that orders children by `order`.
+    pub fn new(order: ChildOrder) -> Self {
+        Fixed { order }
+    }
+
     /// Whether `layout` has the fixed node: only the native layout (the peers have no such lock).
     pub fn in_layout(layout: Layout) -> bool {
         layout == Layout::Native
@@ -178,14 +186,14 @@ impl Protocol for Fixed {
     }
 
     fn newcomer(&self, children: &[String]) -> Result<bool, Refusal> {
-        match queue::foreign_refusal(Family::Exclusive, children) {
+        match queue::foreign_refusal(Family::Exclusive, self.order, children) {
             Some(r) => Err(r),
             None => Ok(children.iter().any(|c| c == EXCLUSIVE_NODE)),
         }
     }
 
     fn judge(&self, children: &[String], _ours: &str) -> Verdict {
-        match queue::foreign_refusal(Family::Exclusive, children) {
+        match queue::foreign_refusal(Family::Exclusive, self.order, children) {
             Some(r) => Verdict::Refuse(r),
             None => Verdict::Acquired,
         }

@@ -39,9 +39,16 @@ pub enum Decision {
 /// contenders of different families, the one whose create came second lists a queue that holds the other's node,
 /// and refuses: at least one of any two racing contenders sees the other, and they never hold together.
 pub fn foreign<S: AsRef<str>>(own: Family, children: &[S]) -> Option<(String, Family)> {
+    foreign_in(own, ChildOrder::Sequence, children)
+}
+
+/// As [`foreign`], on a backend that orders children by `order` (see [`Family::of_in`]).
+pub fn foreign_in<S: AsRef<str>>(own: Family, order: ChildOrder, children: &[S]) -> Option<(String, Family)> {
     children.iter().find_map(|c| {
         let name = c.as_ref();
-        Family::of(name).filter(|f| *f != own).map(|f| (name.to_owned(), f))
+        Family::of_in(name, order)
+            .filter(|f| *f != own)
+            .map(|f| (name.to_owned(), f))
     })
 }
 
@@ -199,7 +206,7 @@ fn parse_listing<S: AsRef<str>>(
             // A name the native layout reads is of its family by `Family::of`'s own first rules (it is not `lock`).
             let family = match &parsed {
                 Some(p) if layout == Layout::Native => Some(Layout::Native.family(p.kind)),
-                _ => Family::of(name),
+                _ => Family::of_in(name, order),
             };
             if let Some(f) = family.filter(|f| *f != own) {
                 foreign = Some((name.to_owned(), f));

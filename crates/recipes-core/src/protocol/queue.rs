@@ -3,15 +3,15 @@
 
 use uuid::Uuid;
 
-use super::order::{ahead_of, blockers, contenders_and_foreign, foreign, wrapped, Contender};
+use super::order::{ahead_of, blockers, contenders_and_foreign, foreign_in, wrapped, Contender};
 use super::{Protocol, Refusal, Verdict, Wait, MARK_FROM_QUEUE_LEN};
 use crate::backend::{ChildOrder, SessionId};
 use crate::layout::{Family, Layout, NodeKind};
 use crate::mutants::{is_active, Mutant};
 
 /// The refusal for a contender of family `own` beside `children`, when one of them is a lock node of another family.
-pub(super) fn foreign_refusal<S: AsRef<str>>(own: Family, children: &[S]) -> Option<Refusal> {
-    refusal(foreign(own, children), None)
+pub(super) fn foreign_refusal<S: AsRef<str>>(own: Family, order: ChildOrder, children: &[S]) -> Option<Refusal> {
+    refusal(foreign_in(own, order, children), None)
 }
 
 /// The refusal for a listing with this first `foreign` lock node (another family's) and this first `wrapped`

@@ -19,7 +19,7 @@ fn judge_newcomer<S: AsRef<str>>(layout: Layout, kind: NodeKind, q: &[S]) -> Res
 }
 
 fn judge_exclusive<S: AsRef<str>>(q: &[S]) -> Option<Refusal> {
-    match Fixed.judge(&owned(q), "lock") {
+    match Fixed::default().judge(&owned(q), "lock") {
         Verdict::Refuse(r) => Some(r),
         _ => None,
     }

@@ -4,6 +4,7 @@
 use uuid::Uuid;
 
 use super::{parse_kazoo, parse_native, parse_seq, Layout, EXCLUSIVE_NODE};
+use crate::backend::ChildOrder;
 
 /// A family of lock nodes: the nodes of one recipe of one layout, which only that recipe (and its peers) honours.
 ///
@@ -38,8 +39,9 @@ pub enum Family {
     /// confirms that it is ephemeral before it refuses (it may be a lock path nested in its own).
     KazooLease,
     /// etcd's own lock (Go's `concurrency.Mutex`, `etcdctl lock`): a bare lease id in lower-case hex (1 to 16 digits,
-    /// no leading zero). A recipe that finds such a child confirms that it is ephemeral before it refuses (a short
-    /// hex name may be a lock path nested in its own: `/jobs/42`).
+    /// no leading zero), on a backend that orders children by creation only ([`Family::of_in`]). A recipe that finds
+    /// such a child confirms that it is ephemeral before it refuses (a short hex name may be a lock path nested in its
+    /// own: `/jobs/42`).
     EtcdMutex,
 }
 
@@ -54,7 +56,6 @@ impl Family {
     /// assert_eq!(Family::of("0123456789abcdef0123456789abcdef__rlock__0000000007"), Some(Family::Kazoo));
     /// assert_eq!(Family::of("0123456789abcdef0123456789abcdef"), Some(Family::KazooLease));
     /// assert_eq!(Family::of("leases"), Some(Family::CuratorSemaphore));
-    /// assert_eq!(Family::of("694d7c1a2b3c4d5e"), Some(Family::EtcdMutex));
     /// assert_eq!(Family::of("config"), None);
     /// ```
     pub fn of(name: &str) -> Option<Family> {
@@ -76,10 +77,23 @@ impl Family {
         if name == CURATOR_SEMAPHORE_LEASES {
             return Some(Family::CuratorSemaphore);
         }
-        if is_etcd_lease_name(name) {
-            return Some(Family::EtcdMutex);
-        }
         None
+    }
+
+    /// As [`of`](Family::of), for a child of a backend that orders children by `order`: there a bare lease id in hex
+    /// (1 to 16 lower-case digits) is etcd's own lock's key ([`Family::EtcdMutex`]). On ZooKeeper (by sequence) no
+    /// such lock can be, and such a name is no lock node (found by review: an ephemeral child `42` under a ZooKeeper
+    /// lock path made every recipe refuse).
+    ///
+    /// ```
+    /// use recipes_core::backend::ChildOrder;
+    /// use recipes_core::layout::Family;
+    /// assert_eq!(Family::of_in("694d7c1a2b3c4d5e", ChildOrder::Creation), Some(Family::EtcdMutex));
+    /// assert_eq!(Family::of_in("694d7c1a2b3c4d5e", ChildOrder::Sequence), None);
+    /// ```
+    pub fn of_in(name: &str, order: ChildOrder) -> Option<Family> {
+        Family::of(name)
+            .or_else(|| (order == ChildOrder::Creation && is_etcd_lease_name(name)).then_some(Family::EtcdMutex))
     }
 
     /// What the family is, for messages.

@@ -68,6 +68,9 @@ pub(crate) fn parse_native(name: &str) -> Option<ParsedNode> {
     };
     let seq = if seq_text.is_empty() {
         None
+    } else if b.len() < 35 + 10 {
+        // ZooKeeper's suffix is ten characters at least (`%010d`, a sign counted): shorter is no sequence.
+        return None;
     } else {
         Some(parse_seq(seq_text)?)
     };

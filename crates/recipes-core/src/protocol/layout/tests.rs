@@ -140,6 +140,12 @@ proptest! {
 /// read every name exactly as it did.
 fn parse_native_reference(name: &str) -> Option<ParsedNode> {
     let b = name.as_bytes();
+    // Made without a sequence (a backend ordered by creation): `<tag>-<id>-` or `S-<id>-<weight>-`.
+    if b.len() >= 35 && b[1] == b'-' && b[34] == b'-' {
+        if let Some(p) = unsequenced_reference(name) {
+            return Some(p);
+        }
+    }
     if b.len() < 35 + 10 || b[1] != b'-' || b[34] != b'-' {
         return None;
     }
@@ -180,10 +186,41 @@ fn parse_native_reference(name: &str) -> Option<ParsedNode> {
     })
 }
 
+/// The reference of a native name made without a sequence.
+fn unsequenced_reference(name: &str) -> Option<ParsedNode> {
+    let kind = match name.as_bytes()[0] {
+        b'L' => NodeKind::Lock,
+        b'R' => NodeKind::Read,
+        b'W' => NodeKind::Write,
+        b'S' => NodeKind::Permit,
+        _ => return None,
+    };
+    let hex = name.get(2..34)?;
+    if !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    let attempt = Uuid::parse_str(hex).ok()?;
+    let weight = match name.get(35..)? {
+        "" => 1,
+        w if kind == NodeKind::Permit => {
+            let w = w.strip_suffix('-')?;
+            w.parse().ok().filter(|n: &u32| *n > 1 && n.to_string() == w)?
+        }
+        _ => return None,
+    };
+    Some(ParsedNode {
+        kind,
+        attempt,
+        seq: None,
+        key: SortKey::Number(0),
+        weight,
+    })
+}
+
 proptest! {
     #[test]
     fn native_parser_reads_as_the_reference(
-        s in "[LRWSX]-[0-9a-fA-Fg]{31,33}-([0-9]{1,3}-|-)?-?[0-9]{8,12}|\\PC{0,60}",
+        s in "[LRWSX]-[0-9a-fA-Fg]{31,33}-([0-9]{1,3}-|-)?(-?[0-9]{8,12})?|\\PC{0,60}",
         bits in any::<u128>(),
         seq in any::<i64>(),
         tag in 0usize..5,

@@ -150,7 +150,7 @@ pub(crate) enum Sub {
 
 #[derive(Debug, Args, Clone)]
 pub(crate) struct Common {
-    /// ZooKeeper connect string (host:port[,…][/chroot]), or etcd://host:port[,host:port…] for etcd
+    /// ZooKeeper connect string (host:port,…/chroot), or etcd://host:port,… for etcd
     #[arg(
         short = 's',
         long,

@@ -43,11 +43,7 @@ pub(crate) enum Figure {
 }
 
 fn path(name: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("/bench/rust-etcd-{name}-{}-{nanos}", std::process::id())
+    super::unique(&format!("etcd-{name}"))
 }
 
 async fn locks(endpoints: &str, layout: &str) -> (Arc<EtcdBackend>, Locks) {

@@ -27,6 +27,28 @@ fn wait_for_file(p: &std::path::Path, limit: Duration) {
     }
 }
 
+/// `etcdctl lock path` holding for 2 s, started, once it holds (it touches `marker` when it does).
+fn etcdctl_holding(endpoint: &str, path: &str, marker: &std::path::Path) -> std::process::Child {
+    let child = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .env("M", marker)
+        .args([
+            "--endpoints",
+            endpoint,
+            "lock",
+            path,
+            "--",
+            "sh",
+            "-c",
+            "touch \"$M\"; sleep 2",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("etcdctl lock");
+    wait_for_file(marker, Duration::from_secs(20));
+    child
+}
+
 fn tempdir(name: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("zklock-etcd-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -104,15 +126,7 @@ fn zklock_in_the_etcd_layout_waits_for_etcdctl_lock() {
     );
     let path = unique("beside-etcdctl");
     let dir = tempdir("etcdctl");
-    let ctl = Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .env("D", &dir)
-        .args(["--endpoints", &endpoint, "lock", &path, "--", "sh", "-c"])
-        .arg("touch \"$D/ctl\"; sleep 2")
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("etcdctl lock");
-    wait_for_file(&dir.join("ctl"), Duration::from_secs(20));
+    let ctl = etcdctl_holding(&endpoint, &path, &dir.join("ctl"));
     let waited = zklock(&etcd, &["--layout", "etcd", "-w", "300ms", "-q", &path, "--", "true"])
         .status()
         .unwrap();
@@ -125,15 +139,7 @@ fn zklock_in_the_etcd_layout_waits_for_etcdctl_lock() {
     assert!(t0.elapsed() > Duration::from_millis(500), "it waited for etcdctl");
     assert!(ctl.wait_with_output().unwrap().status.success());
     // A native lock on the prefix refuses beside etcd's own (exit 76), as on ZooKeeper beside another layout.
-    let ctl = Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .env("D", &dir)
-        .args(["--endpoints", &endpoint, "lock", &path, "--", "sh", "-c"])
-        .arg("touch \"$D/ctl2\"; sleep 2")
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("etcdctl lock");
-    wait_for_file(&dir.join("ctl2"), Duration::from_secs(20));
+    let ctl = etcdctl_holding(&endpoint, &path, &dir.join("ctl2"));
     let native = zklock(&etcd, &["-w", "5s", &path, "--", "true"]).output().unwrap();
     assert_eq!(
         native.status.code(),

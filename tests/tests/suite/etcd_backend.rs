@@ -213,3 +213,33 @@ async fn a_lease_revoked_while_cut_off_ends_the_session_on_reconnection() {
     }
     b.close().await;
 }
+
+/// An operator who deletes a session's sequence key (docs/operations.md) ends the session: its next request fails
+/// with the session's end, its lease is revoked (its keys go, though etcd still kept the lease alive), and a new
+/// session follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_sequence_key_ends_the_session() {
+    let Some(endpoints) = endpoints() else { return };
+    let b = connect(&endpoints).await;
+    let old = b.session_status().id;
+    let p = recipes_conformance::zk::unique_path("etcd-backend", "sequence-key");
+    let node = format!("{p}/n");
+    b.current().create(&node, b"", CreateMode::Ephemeral).await.unwrap();
+    etcdctl(&endpoints, &["del", &format!("/__recipes/sessions/{old:016x}")]);
+    assert!(matches!(b.on(old).get(&node).await, Err(Error::SessionExpired)));
+    recipes_conformance::util::until_session_ended(&b, old).await;
+    let t0 = std::time::Instant::now();
+    loop {
+        let st = b.session_status();
+        let left = b.keys_with_leases(&format!("{p}/")).await.unwrap();
+        if st.id != old && st.state == recipes_core::backend::SessionState::Connected && left.is_empty() {
+            break;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(20),
+            "{st:?}, keys {left:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    b.close().await;
+}

@@ -80,9 +80,7 @@ impl<'a> Attempt<'a> {
                 claim.permits,
             )
         };
-        // A node whose name is not the attempt's alone (the fixed node, etcd's session-named key) is checked by its
-        // data before any delete.
-        let fixed = protocol.fixed_name().is_some() || protocol.session_named();
+        let fixed = protocol.name_is_shared();
         Attempt {
             ctx,
             path,
@@ -264,7 +262,7 @@ impl<'a> Attempt<'a> {
         let attempt = crate::mutants::attempt_id();
         let fixed = self.protocol.fixed_name();
         let id = Identity {
-            fixed: fixed.is_some() || self.protocol.session_named(),
+            fixed: self.protocol.name_is_shared(),
             attempt,
             session: sid,
             czxid: None,

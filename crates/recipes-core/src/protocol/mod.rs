@@ -66,6 +66,12 @@ pub trait Protocol: Send + Sync + fmt::Debug {
         false
     }
 
+    /// Whether the node's name is not the attempt's alone (the fixed node, or a session-named key): the engine then
+    /// checks a node of that name by its data or creation id before it deletes or adopts it.
+    fn name_is_shared(&self) -> bool {
+        self.fixed_name().is_some() || self.session_named()
+    }
+
     /// Whether the child `name` is the node an acquire with this attempt id made (found again after a lost reply).
     fn made_by(&self, name: &str, attempt: Uuid) -> bool;
 

@@ -79,12 +79,10 @@ impl Queue {
         Queue { order, ..self }
     }
 
-    /// Whether a held node may mark itself `first` for the node behind it (which waits in line): native locks' and
-    /// writers', on a backend that writes the order into the names.
-    fn may_mark(&self) -> bool {
-        self.layout == Layout::Native
-            && matches!(self.kind, NodeKind::Lock | NodeKind::Write)
-            && self.order == ChildOrder::Sequence
+    /// Whether this queue's waiters may wait in line (no list after a wake-up), and so its holders mark themselves and
+    /// hand over: the native layout, on a backend that writes the order into the names.
+    fn in_line_here(&self) -> bool {
+        self.layout == Layout::Native && self.order == ChildOrder::Sequence
     }
 
     /// The verdict for our node, claiming `weight`, behind the contenders `ahead` (in queue order).
@@ -93,8 +91,7 @@ impl Queue {
         let Some((on, also)) = window.split_last() else {
             return Verdict::Acquired;
         };
-        let in_line =
-            self.layout == Layout::Native && self.kind != NodeKind::Permit && self.order == ChildOrder::Sequence;
+        let in_line = self.in_line_here() && self.kind != NodeKind::Permit;
         Verdict::Wait(Wait {
             on: on.name.clone(),
             also: also.iter().map(|c| c.name.clone()).collect(),
@@ -187,7 +184,7 @@ impl Protocol for Queue {
     /// would not say that nothing is ahead of it), nor a semaphore's claim, nor the peers' layouts (their waiters list
     /// again on every wake-up).
     fn marks_when_held(&self, children: &[String]) -> bool {
-        let in_line = self.may_mark();
+        let in_line = self.in_line_here() && matches!(self.kind, NodeKind::Lock | NodeKind::Write);
         // Counted only as far as the threshold: a long queue's names are not all parsed again.
         let long = || {
             children.len() > MARK_FROM_QUEUE_LEN
@@ -208,7 +205,7 @@ impl Protocol for Queue {
             NodeKind::Read => is_active(Mutant::ReadersHandOver),
             NodeKind::Permit => false,
         };
-        self.layout == Layout::Native && self.order == ChildOrder::Sequence && kind_hands_over
+        self.in_line_here() && kind_hands_over
     }
 }
 

@@ -137,16 +137,11 @@ proptest! {
 }
 
 /// The native parser as first written (text checks, then `Uuid::parse_str` and `str::parse`): the one-pass parser must
-/// read every name exactly as it did.
+/// read every name exactly as it did; and a name made without a sequence (a backend ordered by creation:
+/// `<tag>-<id>-`, `S-<id>-<weight>-`) as having none.
 fn parse_native_reference(name: &str) -> Option<ParsedNode> {
     let b = name.as_bytes();
-    // Made without a sequence (a backend ordered by creation): `<tag>-<id>-` or `S-<id>-<weight>-`.
-    if b.len() >= 35 && b[1] == b'-' && b[34] == b'-' {
-        if let Some(p) = unsequenced_reference(name) {
-            return Some(p);
-        }
-    }
-    if b.len() < 35 + 10 || b[1] != b'-' || b[34] != b'-' {
+    if b.len() < 35 || b[1] != b'-' || b[34] != b'-' {
         return None;
     }
     let kind = match b[0] {
@@ -169,6 +164,18 @@ fn parse_native_reference(name: &str) -> Option<ParsedNode> {
         }
         _ => (1, rest),
     };
+    if seq_text.is_empty() {
+        return Some(ParsedNode {
+            kind,
+            attempt,
+            seq: None,
+            key: SortKey::Number(0),
+            weight,
+        });
+    }
+    if b.len() < 35 + 10 {
+        return None;
+    }
     let digits = seq_text.strip_prefix('-').unwrap_or(seq_text);
     if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
         return None;
@@ -182,37 +189,6 @@ fn parse_native_reference(name: &str) -> Option<ParsedNode> {
         attempt,
         seq: Some(seq),
         key: SortKey::Number(i64::from(seq)),
-        weight,
-    })
-}
-
-/// The reference of a native name made without a sequence.
-fn unsequenced_reference(name: &str) -> Option<ParsedNode> {
-    let kind = match name.as_bytes()[0] {
-        b'L' => NodeKind::Lock,
-        b'R' => NodeKind::Read,
-        b'W' => NodeKind::Write,
-        b'S' => NodeKind::Permit,
-        _ => return None,
-    };
-    let hex = name.get(2..34)?;
-    if !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
-        return None;
-    }
-    let attempt = Uuid::parse_str(hex).ok()?;
-    let weight = match name.get(35..)? {
-        "" => 1,
-        w if kind == NodeKind::Permit => {
-            let w = w.strip_suffix('-')?;
-            w.parse().ok().filter(|n: &u32| *n > 1 && n.to_string() == w)?
-        }
-        _ => return None,
-    };
-    Some(ParsedNode {
-        kind,
-        attempt,
-        seq: None,
-        key: SortKey::Number(0),
         weight,
     })
 }

@@ -87,7 +87,7 @@ impl Attempt<'_> {
                     Verdict::Refuse(r) => return self.refuse(r).await,
                     // A session-named key (etcd's own lock) may be another task's of this session by now: made again
                     // under our name after ours was deleted (found by review: two tasks of a session both held).
-                    Verdict::Acquired if self.protocol.session_named() && !self.still_ours(&q).await? => {
+                    Verdict::Acquired if self.protocol.session_named() && !Box::pin(self.still_ours(&q)).await? => {
                         self.vanished(&q.node).await?;
                         break;
                     }
@@ -104,9 +104,20 @@ impl Attempt<'_> {
                 // Keep only what the wait needs: the queue itself can be long.
                 drop(children);
                 if !wait.in_line {
-                    let mut watched = vec![self.path.child(&wait.on)];
-                    watched.extend(wait.also.iter().map(|n| self.path.child(n)));
-                    self.wait_any_deleted(&watched, q.id.session, Some(q.czxid)).await?;
+                    let stale = {
+                        let mut watched = vec![self.path.child(&wait.on)];
+                        watched.extend(wait.also.iter().map(|n| self.path.child(n)));
+                        let reused = self.protocol.session_named().then_some(q.czxid);
+                        self.wait_any_deleted(&watched, q.id.session, reused).await?
+                    };
+                    drop(wait);
+                    // A stale name ahead: ours may be stale too (an operator deleted our key while we waited, and
+                    // another task of the session made it again); waiting on would list again in a loop (found by
+                    // review).
+                    if stale && !Box::pin(self.still_ours(&q)).await? {
+                        self.vanished(&q.node).await?;
+                        break;
+                    }
                     continue;
                 }
                 match self
@@ -211,7 +222,8 @@ impl Attempt<'_> {
     }
 
     /// Whether the key of our session-named node is still the one we made (its creation id), by a read after the
-    /// listing that judged it first.
+    /// listing that judged it first. Boxed where it is awaited: only the etcd layout asks, and every waiting acquire
+    /// would otherwise carry its state (the future-size test).
     async fn still_ours(&self, q: &Queued) -> Step<bool> {
         let on = self.backend().on(q.id.session);
         loop {

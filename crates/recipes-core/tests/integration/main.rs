@@ -13,3 +13,4 @@ mod recorder_panics;
 mod reentrancy;
 mod regressions;
 mod revocation;
+mod stale_names;

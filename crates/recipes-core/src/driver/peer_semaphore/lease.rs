@@ -313,10 +313,10 @@ async fn wait_for_room(a: &Attempt<'_>, children: &[String], mine: Option<&str>,
         .map(|c| a.path.child(c))
         .collect();
     if children.iter().all(|c| Family::of(c) == Some(Family::KazooLease)) {
-        return a.wait_any_deleted(&watched, sid, None).await;
+        return a.wait_any_deleted(&watched, sid, None).await.map(drop);
     }
     match tokio::time::timeout(RECHECK, a.wait_any_deleted(&watched, sid, None)).await {
-        Ok(r) => r,
+        Ok(r) => r.map(drop),
         Err(_) => Ok(()),
     }
 }

@@ -16,6 +16,7 @@
 //! lands late finds the version moved and does nothing: no write of a session is ever applied after a later one.
 
 mod ops;
+mod options;
 mod request;
 mod sender;
 mod session;
@@ -29,54 +30,15 @@ use recipes_core::backend::{
     ChildOrder, CreateAndList, CreateMode, Created, DeletionWatch, Lease, NodeWatch, SessionId, SessionStatus, Stat,
     Transactions,
 };
-use recipes_core::{Backend, Error, Result};
+use recipes_core::{Backend, Result};
 use tokio::sync::watch as channel;
 
 use sender::{Op, Reply};
 use session::Shared;
 
-/// How to reach etcd, and the session to ask for.
-#[derive(Debug, Clone)]
-pub struct EtcdOptions {
-    endpoints: Vec<String>,
-    session_timeout: Duration,
-    connect_timeout: Duration,
-}
-
-impl EtcdOptions {
-    /// The members' client endpoints (`http://127.0.0.1:2379`, or `127.0.0.1:2379`), comma-separated.
-    pub fn new(endpoints: &str) -> Self {
-        EtcdOptions {
-            endpoints: endpoints
-                .split(',')
-                .map(str::trim)
-                .filter(|e| !e.is_empty())
-                .map(str::to_owned)
-                .collect(),
-            session_timeout: Duration::from_secs(10),
-            connect_timeout: Duration::from_secs(10),
-        }
-    }
-
-    /// The session timeout: the TTL of the session's lease, in whole seconds (rounded up; at least 2 s, etcd's
-    /// smallest TTL being about 1.5 s). Default 10 s.
-    pub fn session_timeout(mut self, timeout: Duration) -> Self {
-        self.session_timeout = timeout;
-        self
-    }
-
-    /// How long `connect` tries before it gives up. Default 10 s.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// The lease's TTL in seconds.
-    fn ttl(&self) -> i64 {
-        let ms = self.session_timeout.as_millis().max(2000);
-        i64::try_from(ms.div_ceil(1000)).unwrap_or(i64::MAX)
-    }
-}
+pub use options::EtcdOptions;
+#[cfg(feature = "tls")]
+pub use options::EtcdTls;
 
 /// A connection to etcd holding one session (an etcd lease) at a time: a [`Backend`] for `recipes-core`.
 #[derive(Debug, Clone)]
@@ -103,12 +65,15 @@ impl EtcdBackend {
     /// ```
     ///
     /// # Notable errors
-    /// [`Error::InvalidArgument`] without an endpoint; [`Error::ConnectionLoss`] when no member answered within the
-    /// connect timeout.
+    /// [`Error::InvalidArgument`](recipes_core::Error::InvalidArgument) without an endpoint, for an endpoint that is
+    /// not `[http://|https://]host:port`, or for a session timeout etcd refuses as a lease TTL;
+    /// [`Error::Unreachable`](recipes_core::Error::Unreachable) when no member granted a lease within the connect
+    /// timeout (the last transport error says why: refused, a TLS handshake that failed);
+    /// [`Error::AuthenticationFailed`](recipes_core::Error::AuthenticationFailed) when etcd refused the user or its
+    /// password; [`Error::NotAuthorized`](recipes_core::Error::NotAuthorized) when the user may not keep a session
+    /// (its roles must grant readwrite on `/__recipes/sessions/`).
     pub async fn connect(options: EtcdOptions) -> Result<EtcdBackend> {
-        if options.endpoints.is_empty() {
-            return Err(Error::InvalidArgument("no etcd endpoint".to_owned()));
-        }
+        options.urls()?;
         let shared = session::start(options).await?;
         Ok(EtcdBackend { shared })
     }

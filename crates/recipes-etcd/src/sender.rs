@@ -213,8 +213,12 @@ async fn run_job(client: &Client, s: &mut Seq, op: &Op) -> Result<Reply> {
     let mut otherwise = vec![s.read_back()];
     otherwise.extend(reads);
     let txn = Txn::new().when(when).and_then(then).or_else(otherwise);
-    let mut c = client.clone();
-    match c.txn(txn).await {
+    match ops::unless_unsent(|| {
+        let (mut c, t) = (client.clone(), txn.clone());
+        async move { c.txn(t).await }
+    })
+    .await
+    {
         Ok(resp) if resp.succeeded() => {
             if write {
                 s.version += 1;
@@ -301,7 +305,12 @@ fn has_duplicate(op: &Op) -> bool {
 /// The session's guard alone: a transaction that only compares the sequence key's version.
 async fn guard_only(client: &Client, s: &mut Seq) -> Result<()> {
     let txn = Txn::new().when(vec![s.guard()]).or_else(vec![s.read_back()]);
-    let resp = client.clone().txn(txn).await.map_err(ops::error)?;
+    let resp = ops::unless_unsent(|| {
+        let (mut c, t) = (client.clone(), txn.clone());
+        async move { c.txn(t).await }
+    })
+    .await
+    .map_err(ops::error)?;
     if resp.succeeded() {
         return Ok(());
     }
@@ -331,7 +340,12 @@ async fn seal(client: &Client, s: &mut Seq) -> Result<()> {
         .when(vec![s.guard()])
         .and_then(vec![s.step()])
         .or_else(vec![s.read_back()]);
-    let resp = client.clone().txn(txn).await.map_err(ops::error)?;
+    let resp = ops::unless_unsent(|| {
+        let (mut c, t) = (client.clone(), txn.clone());
+        async move { c.txn(t).await }
+    })
+    .await
+    .map_err(ops::error)?;
     if resp.succeeded() {
         s.version += 1;
     } else {

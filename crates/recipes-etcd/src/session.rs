@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::Client;
 use parking_lot::Mutex;
 use recipes_core::backend::{Lease, SessionId, SessionState, SessionStatus};
 use recipes_core::{Error, Result};
@@ -62,20 +62,42 @@ async fn start_here(options: EtcdOptions, runtime: tokio::runtime::Handle) -> Re
     // HTTP/2 pings find a connection that died silently (no reset): without them a request would wait for the
     // request timeout, and the connection stay, until the kernel gives up on it.
     let ping = (options.session_timeout / 4).max(Duration::from_millis(250));
-    let connect = ConnectOptions::new()
+    let urls = options.urls()?;
+    let servers = urls.join(",");
+    let connect = options
+        .connect_options()
         .with_connect_timeout(options.connect_timeout)
         .with_timeout(options.connect_timeout)
         .with_keep_alive(ping, ping)
         .with_keep_alive_while_idle(true);
-    let client = tokio::time::timeout(
-        options.connect_timeout,
-        Client::connect(options.endpoints.clone(), Some(connect)),
-    )
-    .await
-    .map_err(|_| Error::ConnectionLoss)?
-    .map_err(|e| Error::Backend(format!("could not connect to etcd at {:?}: {e}", options.endpoints)))?;
+    let unreachable = |why: String| Error::Unreachable {
+        servers: servers.clone(),
+        why,
+    };
+    // With a user, the connect authenticates (a request to a member); without, it only sets the channel up.
+    let client = match tokio::time::timeout(options.connect_timeout, Client::connect(urls.clone(), Some(connect))).await
+    {
+        Err(_) => {
+            return Err(unreachable(format!(
+                "no member answered within {:?}",
+                options.connect_timeout
+            )))
+        }
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) if options.has_user() && crate::ops::refused_credentials(&e) => {
+            return Err(Error::AuthenticationFailed {
+                servers: servers.clone(),
+                why: crate::ops::message(&e),
+            })
+        }
+        Ok(Err(e)) => return Err(unreachable(crate::ops::message(&e))),
+    };
     let ttl = options.ttl();
-    let (id, granted, base) = grant(&client, ttl, options.connect_timeout).await?;
+    let (id, granted, base) = match grant(&client, ttl, options.connect_timeout).await {
+        Ok(g) => g,
+        Err(Grant::Unanswered(why)) => return Err(unreachable(why)),
+        Err(Grant::Refused(e)) => return Err(e),
+    };
     let (status, _) = watch::channel(SessionStatus {
         id,
         state: SessionState::Connected,
@@ -102,16 +124,65 @@ async fn start_here(options: EtcdOptions, runtime: tokio::runtime::Handle) -> Re
     Ok(shared)
 }
 
-/// Grants a lease of `ttl` seconds: its id, the TTL granted, and the send time of the grant.
-async fn grant(client: &Client, ttl: i64, patience: Duration) -> Result<(SessionId, Duration, Instant)> {
-    let mut client = client.clone();
-    let sent = Instant::now();
-    let granted = tokio::time::timeout(patience, client.lease_grant(ttl, None))
-        .await
-        .map_err(|_| Error::ConnectionLoss)?
-        .map_err(crate::ops::error)?;
-    let secs = u64::try_from(granted.ttl()).unwrap_or(0);
-    Ok((granted.id(), Duration::from_secs(secs), sent))
+/// Why no lease was granted.
+#[derive(Debug)]
+enum Grant {
+    /// No member answered within the patience: the last transport error.
+    Unanswered(String),
+    /// etcd refused (a TTL it does not take, a user without the right to grant leases).
+    Refused(Error),
+}
+
+impl std::fmt::Display for Grant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Grant::Unanswered(why) => write!(f, "no answer: {why}"),
+            Grant::Refused(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Grants a lease of `ttl` seconds: its id, the TTL granted, and the send time of the grant. Asks again while etcd
+/// cannot answer (an election under way: "leader changed", "request timed out"; a member down), for up to `patience`
+/// (found by the etcd campaign: a zklock started while the leader was being replaced gave up at once). A lease
+/// granted by a request whose reply was lost has no key and expires unused.
+async fn grant(
+    client: &Client,
+    ttl: i64,
+    patience: Duration,
+) -> std::result::Result<(SessionId, Duration, Instant), Grant> {
+    let deadline = Instant::now() + patience;
+    let mut last = format!("no member answered within {patience:?}");
+    loop {
+        let sent = Instant::now();
+        let call = crate::ops::unless_unsent(|| {
+            let mut c = client.clone();
+            async move { c.lease_grant(ttl, None).await }
+        });
+        let granted = match tokio::time::timeout(deadline.saturating_duration_since(sent), call).await {
+            Err(_) => return Err(Grant::Unanswered(last)),
+            Ok(Ok(granted)) => granted,
+            Ok(Err(e)) => {
+                let text = crate::ops::message(&e);
+                match crate::ops::error(e) {
+                    Error::ConnectionLoss if Instant::now() + Duration::from_millis(100) < deadline => {
+                        last = text;
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                    Error::ConnectionLoss => return Err(Grant::Unanswered(text)),
+                    Error::Backend(m) if m.contains("TTL") => {
+                        return Err(Grant::Refused(Error::InvalidArgument(format!(
+                            "etcd refused a lease TTL of {ttl} s (the session timeout): {m}"
+                        ))))
+                    }
+                    e => return Err(Grant::Refused(e)),
+                }
+            }
+        };
+        let secs = u64::try_from(granted.ttl()).unwrap_or(0);
+        return Ok((granted.id(), Duration::from_secs(secs), sent));
+    }
 }
 
 impl std::fmt::Debug for Shared {
@@ -214,9 +285,13 @@ async fn keep_alive(shared: Weak<Shared>) {
         }
         let lease = s.lease();
         let every = (lease.session_timeout / 4).max(Duration::from_millis(250));
-        let mut client = s.client.clone();
+        let client = s.client.clone();
         drop(s);
-        let opened = tokio::time::timeout(every, client.lease_keep_alive(lease.session)).await;
+        let open = crate::ops::unless_unsent(|| {
+            let mut c = client.clone();
+            async move { c.lease_keep_alive(lease.session).await }
+        });
+        let opened = tokio::time::timeout(every, open).await;
         let (mut keeper, mut stream) = match opened {
             Ok(Ok(pair)) => pair,
             Ok(Err(e)) if crate::ops::lease_gone(&e) => {

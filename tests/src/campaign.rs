@@ -118,6 +118,11 @@ impl Record {
         self.stop.store(true, Ordering::SeqCst);
     }
 
+    /// Whether [`stop`](Record::stop) was called.
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
     /// The tally so far.
     pub fn tally(&self) -> Tally {
         self.tally.lock().unwrap().clone()
@@ -285,6 +290,18 @@ pub async fn client_loop(client: usize, locks: Locks, rec: Arc<Record>, rng: Rng
     client_loop_among(&LOCKS, client, locks, rec, rng, patience).await;
 }
 
+/// Spawns [`client_loop`] for client `c`, its random choices seeded from the campaign's `seed`.
+pub fn spawn_client(
+    c: usize,
+    locks: Locks,
+    rec: &Arc<Record>,
+    seed: u64,
+    patience: Duration,
+) -> tokio::task::JoinHandle<()> {
+    let rng = Rng(seed ^ (c as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    tokio::spawn(client_loop(c, locks, rec.clone(), rng, patience))
+}
+
 /// As [`client_loop`], among `among` (a part of [`LOCKS`]).
 pub async fn client_loop_among(
     among: &'static [(&'static str, &'static [Recipe])],
@@ -369,4 +386,16 @@ pub async fn orphans(observer: &dyn Backend, rec: &Record, limit: Duration) -> V
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Waits (up to `limit`) for a hold that began after `t`; the delay from `t`.
+pub async fn wait_progress(rec: &Record, t: u64, limit: Duration) -> Option<Duration> {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        if let Some(d) = rec.first_hold_after(t) {
+            return Some(d);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
 }

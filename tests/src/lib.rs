@@ -12,6 +12,8 @@
 pub mod campaign;
 pub mod contract;
 pub mod etcd;
+pub mod etcdsecure;
+pub mod etcdserver;
 pub mod harness;
 pub mod history;
 pub mod mem;

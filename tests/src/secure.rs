@@ -14,13 +14,13 @@ use crate::zkserver::PrivateZk;
 pub const SASL_USERS: [(&str, &str); 2] = [("app", "app-secret"), ("other", "other-secret")];
 
 /// A CA made for one test run.
-struct Ca {
-    cert: Certificate,
+pub(crate) struct Ca {
+    pub(crate) cert: Certificate,
     key: KeyPair,
 }
 
 impl Ca {
-    fn new(name: &str) -> Ca {
+    pub(crate) fn new(name: &str) -> Ca {
         let key = KeyPair::generate().expect("CA key");
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -36,7 +36,7 @@ impl Ca {
 
     /// A certificate for `name` (its CN), valid for 127.0.0.1 and localhost, as a server and as a client:
     /// `(certificate PEM, PKCS#8 key PEM)`.
-    fn issue(&self, name: &str) -> (String, String) {
+    pub(crate) fn issue(&self, name: &str) -> (String, String) {
         let key = KeyPair::generate().expect("key");
         let mut params = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).expect("params");
         params.distinguished_name.push(DnType::CommonName, name);
@@ -67,14 +67,14 @@ pub struct SecureZk {
     secure_port: u16,
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port")
 }
 
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+pub(crate) fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).expect("write a test file");
     p
@@ -89,14 +89,7 @@ impl SecureZk {
 
     /// [`start`](Self::start) with more lines for the server's zoo.cfg (`ssl.enabledProtocols=TLSv1.3`).
     pub fn start_with(config: &[&str]) -> SecureZk {
-        let files = std::env::temp_dir().join(format!(
-            "recipes-secure-zk-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or_default()
-        ));
+        let files = crate::zkserver::private_dir("recipes-secure-zk");
         std::fs::create_dir_all(&files).expect("a directory for the test's certificates");
         let ca = Ca::new("recipes test CA");
         write(&files, "ca.pem", &ca.cert.pem());

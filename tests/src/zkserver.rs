@@ -10,24 +10,37 @@ pub struct PrivateZk {
     connect: String,
 }
 
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/zk")
-}
-
-fn run(args: &[&str]) -> Result<String, String> {
+/// Runs `scripts/<name> args…`; its standard output, trimmed, or why it failed.
+pub(crate) fn run_script(name: &str, args: &[&str]) -> Result<String, String> {
     let out = Command::new("bash")
-        .arg(script())
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts").join(name))
         .args(args)
         .output()
-        .map_err(|e| format!("scripts/zk: {e}"))?;
+        .map_err(|e| format!("scripts/{name}: {e}"))?;
     if !out.status.success() {
         return Err(format!(
-            "scripts/zk {} failed: {}",
+            "scripts/{name} {} failed: {}",
             args.join(" "),
             String::from_utf8_lossy(&out.stderr)
         ));
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+fn run(args: &[&str]) -> Result<String, String> {
+    run_script("zk", args)
+}
+
+/// A new path in the temporary directory, `<prefix>-<pid>-<nanoseconds>`, not made yet.
+pub(crate) fn private_dir(prefix: &str) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default()
+    ))
 }
 
 /// Whether private servers can be started here: `Err(why)` outside CI when ZooKeeper is not installed;
@@ -68,14 +81,7 @@ impl PrivateZk {
     /// Starts `servers` servers with more options of `scripts/zk start` (`--server-opt 3:maxSessionTimeout=1000`,
     /// `--quorum-relay 1`).
     pub fn start_with(servers: u32, options: &[&str]) -> PrivateZk {
-        let dir = std::env::temp_dir().join(format!(
-            "recipes-zk-test-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or_default()
-        ));
+        let dir = private_dir("recipes-zk-test");
         let d = dir.to_string_lossy().into_owned();
         let n = servers.to_string();
         let mut args = vec!["start", "--dir", &d, "--ensemble", &n];

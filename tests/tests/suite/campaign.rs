@@ -17,7 +17,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use recipes_conformance::campaign::{
-    client_loop, client_loop_among, every_lock_once, join_clients, orphans, seed, Record, Rng, FAIR_ONLY, LOCKS,
+    client_loop_among, every_lock_once, join_clients, orphans, seed, spawn_client, wait_progress, Record, Rng,
+    FAIR_ONLY, LOCKS,
 };
 use recipes_conformance::proxy::Proxy;
 use recipes_conformance::require_private_zk;
@@ -184,14 +185,13 @@ async fn ensemble_campaign() {
     let mut tasks = Vec::new();
     for c in 0..4 {
         let b = connect(zk.connect(), session).await;
-        let rng = Rng(seed ^ (c as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        tasks.push(tokio::spawn(client_loop(
+        tasks.push(spawn_client(
             c,
             Locks::new(b.clone()),
-            rec.clone(),
-            rng,
+            &rec,
+            seed,
             Duration::from_secs(5),
-        )));
+        ));
         backends.push(b);
     }
     let zk = Arc::new(zk);
@@ -317,16 +317,4 @@ async fn final_checks(
     failures.extend(closed.iter().map(|n| format!("orphan (sessions closed): {n}")));
     observer.shutdown(Duration::from_secs(2)).await;
     open.len() + closed.len()
-}
-
-/// Waits (up to `limit`) for a hold that began after `t`; the delay from `t`.
-async fn wait_progress(rec: &Record, t: u64, limit: Duration) -> Option<Duration> {
-    let t0 = Instant::now();
-    while t0.elapsed() < limit {
-        if let Some(d) = rec.first_hold_after(t) {
-            return Some(d);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    None
 }

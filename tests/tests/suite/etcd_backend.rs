@@ -243,3 +243,36 @@ async fn a_deleted_sequence_key_ends_the_session() {
     }
     b.close().await;
 }
+
+/// Found by the etcd campaign: with one endpoint of several refusing connections, a third of the connects failed at
+/// once (etcd-client's channel keeps choosing the dead endpoint), and requests that met it suspended the session.
+/// A request that was never sent is now sent again: every connect and every request here succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_endpoint_among_live_ones_is_passed_over() {
+    let Some(endpoints) = endpoints() else { return };
+    // A port nobody listens on (bound, then closed), first among the live ones.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let both = format!("http://{dead},{endpoints}");
+    for i in 0..10 {
+        let b = EtcdBackend::connect(
+            EtcdOptions::new(&both)
+                .session_timeout(std::time::Duration::from_secs(4))
+                .connect_timeout(std::time::Duration::from_secs(5)),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("connect {i} with a dead endpoint first: {e}"));
+        let path = format!("/dead-endpoint-{}-{i}", std::process::id());
+        for _ in 0..5 {
+            b.current()
+                .create(&path, b"", CreateMode::Ephemeral)
+                .await
+                .unwrap_or_else(|e| panic!("connect {i}: a create: {e}"));
+            b.current().delete(&path).await.unwrap();
+        }
+        assert_eq!(b.session_status().state, recipes_core::backend::SessionState::Connected);
+        b.close().await;
+    }
+}

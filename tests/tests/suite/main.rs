@@ -2,11 +2,13 @@
 //! eleven): each file is a module, and its tests are named `<file>::<test>`.
 
 mod campaign;
+mod campaign_etcd;
 mod conformance;
 mod contract;
 mod election_data;
 mod etcd_backend;
 mod etcd_nesting;
+mod etcd_secure;
 mod fencing_postgres;
 mod interop;
 mod interop_etcd;

@@ -1,0 +1,147 @@
+//! etcd with TLS (client certificates required) and authentication (issue 27's bad input: an auth failure, an
+//! unreachable endpoint, a wrong scheme, a TTL the server refuses), on a private member (`etcdsecure.rs`) and on
+//! the shared one (`ETCD_ENDPOINTS`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use recipes_conformance::etcdsecure::{SecureEtcd, APP, PREFIX, READER, STRANGER};
+use recipes_conformance::etcdserver::available;
+use recipes_core::{Backend, Error, Locks, Recipe};
+use recipes_etcd::{EtcdBackend, EtcdOptions, EtcdTls};
+
+fn member() -> Option<SecureEtcd> {
+    match available() {
+        Ok(()) => Some(SecureEtcd::start()),
+        Err(why) => {
+            eprintln!("SKIPPED: {why}");
+            None
+        }
+    }
+}
+
+async fn connect(options: EtcdOptions) -> Result<EtcdBackend, Error> {
+    EtcdBackend::connect(options.session_timeout(Duration::from_secs(4))).await
+}
+
+/// TLS with a client certificate, as a user whose role covers the prefix: a fair lock and a read/write lock are
+/// held and released, and nothing is left; then every refusal, each a typed error within its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_and_users_lock_and_refuse() {
+    let Some(etcd) = member() else { return };
+    let app = connect(EtcdOptions::new(&etcd.endpoint()).tls(etcd.tls()).user(APP.0, APP.1))
+        .await
+        .expect("app connects over TLS");
+    let locks = Locks::new(std::sync::Arc::new(app.clone()));
+    for recipe in [Recipe::Fair, Recipe::Write, Recipe::Read] {
+        let lock = locks.lock(format!("{PREFIX}locks/{recipe:?}"), recipe).unwrap();
+        let guard = lock
+            .acquire_timeout(Duration::from_secs(10))
+            .await
+            .unwrap()
+            .expect("held");
+        assert!(guard.is_valid());
+        assert_eq!(etcd.keys_under(PREFIX).len(), 1, "one key while held");
+        guard.release().await.unwrap();
+    }
+    assert!(etcd.keys_under(PREFIX).is_empty(), "no key left");
+
+    // A user who may only read: the lock's create is refused, as not authorized; no key is made.
+    let reader = connect(
+        EtcdOptions::new(&etcd.endpoint())
+            .tls(etcd.tls())
+            .user(READER.0, READER.1),
+    )
+    .await
+    .expect("reader connects");
+    let lock = Locks::new(std::sync::Arc::new(reader.clone()))
+        .lock(format!("{PREFIX}locks/Fair"), Recipe::Fair)
+        .unwrap();
+    match lock.acquire_timeout(Duration::from_secs(10)).await {
+        Err(Error::NotAuthorized(why)) => assert!(why.contains("permission denied"), "{why}"),
+        other => panic!("a reader's lock: {other:?}"),
+    }
+    assert!(etcd.keys_under(PREFIX).is_empty(), "no key left by the refused lock");
+    reader.close().await;
+    app.close().await;
+
+    // A user without a role cannot even keep a session (its sequence key): refused at the connect.
+    match connect(
+        EtcdOptions::new(&etcd.endpoint())
+            .tls(etcd.tls())
+            .user(STRANGER.0, STRANGER.1),
+    )
+    .await
+    {
+        Err(Error::NotAuthorized(why)) => assert!(why.contains("permission denied"), "{why}"),
+        other => panic!("a user without a role: {other:?}"),
+    }
+
+    // A wrong password.
+    let t0 = Instant::now();
+    match connect(EtcdOptions::new(&etcd.endpoint()).tls(etcd.tls()).user(APP.0, "wrong")).await {
+        Err(Error::AuthenticationFailed { why, .. }) => assert!(why.contains("authentication failed"), "{why}"),
+        other => panic!("a wrong password: {other:?}"),
+    }
+    assert!(t0.elapsed() < Duration::from_secs(5), "refused at once");
+
+    // A CA that did not sign the member's certificate: unreachable, saying why, within the connect timeout.
+    let untrusted = EtcdTls::from_ca_file(etcd.untrusted_ca()).unwrap();
+    let t0 = Instant::now();
+    let options = EtcdOptions::new(&etcd.endpoint())
+        .tls(untrusted)
+        .user(APP.0, APP.1)
+        .connect_timeout(Duration::from_secs(2));
+    match connect(options).await {
+        Err(Error::Unreachable { why, .. }) => assert!(why.to_lowercase().contains("certificate"), "{why}"),
+        other => panic!("an untrusted CA: {other:?}"),
+    }
+    assert!(t0.elapsed() < Duration::from_secs(4), "within the connect timeout");
+
+    // Plain HTTP to a member that speaks only TLS.
+    let plain = etcd.endpoint().replace("https://", "http://");
+    let t0 = Instant::now();
+    let options = EtcdOptions::new(&plain).connect_timeout(Duration::from_secs(2));
+    assert!(
+        matches!(connect(options).await, Err(Error::Unreachable { .. })),
+        "plain HTTP to a TLS member"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(4), "within the connect timeout");
+}
+
+/// Endpoints that are not `[http://|https://]host:port`, and https without TLS options: refused before anything is
+/// sent.
+#[tokio::test]
+async fn bad_endpoints_are_refused() {
+    for bad in [
+        "zk://127.0.0.1:2379",
+        "127.0.0.1",
+        "http://127.0.0.1:2379/x",
+        "",
+        "https://127.0.0.1:2379",
+    ] {
+        match EtcdBackend::connect(EtcdOptions::new(bad)).await {
+            Err(Error::InvalidArgument(why)) => assert!(!why.is_empty()),
+            other => panic!("{bad:?}: {other:?}"),
+        }
+    }
+    assert!(EtcdTls::from_ca_pem("no certificate here").is_err());
+}
+
+/// A TTL etcd refuses (above its largest, 9,000,000,000 s), on the shared member: a typed error, and no lease left.
+#[tokio::test]
+async fn a_ttl_etcd_refuses_is_invalid() {
+    let Some(endpoints) = std::env::var("ETCD_ENDPOINTS").ok().or_else(|| {
+        recipes_conformance::etcd::server()
+            .map_err(|why| eprintln!("SKIPPED: {why}"))
+            .ok()
+    }) else {
+        return;
+    };
+    let options = EtcdOptions::new(&endpoints).session_timeout(Duration::from_secs(10_000_000_000));
+    match EtcdBackend::connect(options).await {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("TTL"), "{why}"),
+        other => panic!("a TTL too large: {other:?}"),
+    }
+}

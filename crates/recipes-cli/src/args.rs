@@ -47,10 +47,11 @@ Examples:
   # once the command's processes have ended; Curator's makeRevocable holders are asked the same way:
   zklock revoke /deploy/web
 
-Exit status: the command's; 75 the wait ran out; 64 bad usage or invalid path; 69 ZooKeeper unreachable;
-70 the lock was lost while the command ran (it is sent SIGTERM, then SIGKILL); 76 the path holds a lock node of
-another recipe or layout (one path takes one recipe family and one layout); 77 the path's ACL does not let
-these credentials contend, or the servers refused them (--auth, --sasl, --tls-cert, --acl); 126/127 the command cannot run.
+Exit status: the command's; 75 the wait ran out; 64 bad usage or invalid path; 69 the store (ZooKeeper or etcd)
+unreachable; 70 the lock was lost while the command ran (it is sent SIGTERM, then SIGKILL); 76 the path holds a lock
+node of another recipe or layout (one path takes one recipe family and one layout); 77 the path's ACL (etcd: the
+user's roles) does not let these credentials contend, or the servers refused them (--auth, --sasl, --user,
+--tls-cert, --acl); 126/127 the command cannot run.
 
 Every process the command starts runs under zkl-watchdog, which finds them all, whatever process group they
 move to. SIGINT, SIGTERM and SIGHUP sent to zklock are passed to the command's process group. When the lock is at
@@ -203,6 +204,15 @@ pub(crate) struct Common {
     /// The client certificate's private key (PEM)
     #[arg(long, env = "ZKLOCK_TLS_KEY", global = true, requires = "tls_cert")]
     pub(crate) tls_key: Option<std::path::PathBuf>,
+    /// etcd's own user USER:PASSWORD (etcdctl user add), for members with authentication enabled (etcd only)
+    #[arg(
+        long,
+        env = "ZKLOCK_USER",
+        value_name = "USER:PASSWORD",
+        global = true,
+        hide_env_values = true
+    )]
+    pub(crate) user: Option<String>,
     /// SASL DIGEST-MD5 credentials USER:PASSWORD (a user of the servers' JAAS Server section)
     #[arg(
         long,

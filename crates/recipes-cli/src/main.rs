@@ -8,10 +8,11 @@
 //! zklock leader [OPTIONS] <PATH>                   print who leads the election at PATH
 //! ```
 //!
-//! Exit status: the command's; 75 when the wait ran out; 64 for bad usage or an invalid path; 69 when ZooKeeper
-//! cannot be reached; 70 when the lock was lost while the command ran (the command is sent SIGTERM, then SIGKILL);
-//! 76 when the path holds a lock node of another recipe or layout (or a peer layout's counter has wrapped); 77 when
-//! the path's ACL does not let these credentials contend; 126 / 127 when the command cannot be run. Every error is one line on stderr.
+//! Exit status: the command's; 75 when the wait ran out; 64 for bad usage or an invalid path; 69 when the store
+//! (ZooKeeper or etcd) cannot be reached; 70 when the lock was lost while the command ran (the command is sent SIGTERM,
+//! then SIGKILL); 76 when the path holds a lock node of another recipe or layout (or a peer layout's counter has
+//! wrapped); 77 when the path's ACL (on etcd, the user's roles) does not let these credentials contend, or the servers
+//! refused them; 126 / 127 when the command cannot be run. Every error is one line on stderr.
 
 use std::process::ExitCode;
 use std::time::Duration;

@@ -45,28 +45,25 @@ pub(crate) fn conn(common: &Common) -> Result<Conn, Fail> {
         }
         options = options.digest_auth(auth);
     }
+    if common.user.is_some() {
+        return Err(Fail::usage(
+            "--user is etcd's (--servers etcd://…): on ZooKeeper give --auth or --sasl USER:PASSWORD",
+        ));
+    }
     if let Some(sasl) = &common.sasl {
         match sasl.split_once(':') {
             Some((user, password)) if !user.is_empty() => options = options.sasl_digest(user, password),
             _ => return Err(Fail::usage("invalid --sasl: expected USER:PASSWORD")),
         }
     }
-    match (&common.tls_ca, &common.tls_cert, &common.tls_key) {
-        (None, None, None) => {}
-        (None, _, _) => {
-            return Err(Fail::usage(
-                "--tls-cert and --tls-key need --tls-ca (the CA that signed the servers' certificates)",
-            ))
+    if let Some((ca, identity)) = tls_files(common)? {
+        let mut tls = ZkTls::from_ca_file(ca).map_err(|e| Fail::usage(format!("invalid --tls-ca: {e}")))?;
+        if let Some((cert, key)) = identity {
+            tls = tls
+                .with_identity_files(cert, key)
+                .map_err(|e| Fail::usage(format!("invalid --tls-cert/--tls-key: {e}")))?;
         }
-        (Some(ca), cert, key) => {
-            let mut tls = ZkTls::from_ca_file(ca).map_err(|e| Fail::usage(format!("invalid --tls-ca: {e}")))?;
-            if let (Some(cert), Some(key)) = (cert, key) {
-                tls = tls
-                    .with_identity_files(cert, key)
-                    .map_err(|e| Fail::usage(format!("invalid --tls-cert/--tls-key: {e}")))?;
-            }
-            options = options.tls(tls);
-        }
+        options = options.tls(tls);
     }
     if options.acl_needs_auth() && !options.has_identity() {
         return Err(Fail::usage(format!(
@@ -81,8 +78,22 @@ pub(crate) fn conn(common: &Common) -> Result<Conn, Fail> {
     })
 }
 
-/// The settings for etcd: endpoints and timeouts; ZooKeeper's credentials, ACLs and TLS do not apply (etcd's own are
-/// not built yet).
+/// The TLS files given: the CA, and the client certificate and key when both are (clap requires each with the
+/// other); a certificate without a CA is refused.
+type TlsFiles<'a> = Option<(&'a std::path::Path, Option<(&'a std::path::Path, &'a std::path::Path)>)>;
+
+fn tls_files(common: &Common) -> Result<TlsFiles<'_>, Fail> {
+    match (&common.tls_ca, &common.tls_cert, &common.tls_key) {
+        (None, None, None) => Ok(None),
+        (None, _, _) => Err(Fail::usage(
+            "--tls-cert and --tls-key need --tls-ca (the CA that signed the servers' certificates)",
+        )),
+        (Some(ca), Some(cert), Some(key)) => Ok(Some((ca.as_path(), Some((cert.as_path(), key.as_path()))))),
+        (Some(ca), _, _) => Ok(Some((ca.as_path(), None))),
+    }
+}
+
+/// The settings for etcd: endpoints, timeouts, an etcd user and TLS; ZooKeeper's credentials and ACLs do not apply.
 fn etcd_conn(
     common: &Common,
     endpoints: String,
@@ -93,20 +104,35 @@ fn etcd_conn(
     let zk_only = [
         ("--auth", common.auth.is_some()),
         ("--sasl", common.sasl.is_some()),
-        ("--tls-ca", common.tls_ca.is_some()),
-        ("--tls-cert", common.tls_cert.is_some()),
         ("--acl", common.acl != "open"),
     ];
     if let Some((name, _)) = zk_only.iter().find(|(_, given)| *given) {
         return Err(Fail::usage(format!(
-            "{name} is ZooKeeper's: zklock on etcd (--servers etcd://…) takes no credentials, ACL or TLS yet"
+            "{name} is ZooKeeper's: on etcd (--servers etcd://…) give etcd's own user with --user USER:PASSWORD \
+             (or ZKLOCK_USER), and TLS with --tls-ca (--tls-cert, --tls-key)"
         )));
     }
     #[cfg(feature = "etcd")]
     {
-        let options = recipes_etcd::EtcdOptions::new(&endpoints)
+        let mut options = recipes_etcd::EtcdOptions::new(&endpoints)
             .session_timeout(session_timeout)
             .connect_timeout(connect_timeout);
+        if let Some(user) = &common.user {
+            match user.split_once(':') {
+                Some((name, password)) if !name.is_empty() => options = options.user(name, password),
+                _ => return Err(Fail::usage("invalid --user: expected USER:PASSWORD")),
+            }
+        }
+        if let Some((ca, identity)) = tls_files(common)? {
+            let mut tls =
+                recipes_etcd::EtcdTls::from_ca_file(ca).map_err(|e| Fail::usage(format!("invalid --tls-ca: {e}")))?;
+            if let Some((cert, key)) = identity {
+                tls = tls
+                    .with_identity_files(cert, key)
+                    .map_err(|e| Fail::usage(format!("invalid --tls-cert/--tls-key: {e}")))?;
+            }
+            options = options.tls(tls);
+        }
         Ok(Conn {
             options: StoreOptions::Etcd(options, session_timeout),
             layout,

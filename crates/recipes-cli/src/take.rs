@@ -91,7 +91,7 @@ async fn wait_for<G>(
             }
             Err(Error::ConnectionLoss) if wait.is_some_and(|d| d.is_zero()) => Err(Fail {
                 status: status::UNAVAILABLE,
-                message: format!("{what} at {path}: ZooKeeper did not answer the try"),
+                message: format!("{what} at {path}: the store did not answer the try"),
             }),
             Err(e) => Err(e.into()),
         },

@@ -176,6 +176,13 @@ fn bad_input_on_etcd_is_refused() {
         assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
         assert!(err.contains(says), "{args:?}: {err}");
     }
+    // etcd's --user on ZooKeeper: refused before any connect.
+    let out = zklock("127.0.0.1:1", &["--user", "a:b", &path, "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "--user on ZooKeeper: {err}");
+    assert!(err.contains("--user is etcd's"), "{err}");
     for servers in ["etcd://", "etcd://host-without-port", "etcd://a:1/b"] {
         let out = zklock(servers, &[&path, "--", "true"]).output().unwrap();
         assert_eq!(
@@ -194,4 +201,99 @@ fn bad_input_on_etcd_is_refused() {
         t0.elapsed() < Duration::from_secs(10),
         "no hang past the connect timeout"
     );
+}
+
+/// zklock with etcd's TLS and users (a private member that requires client certificates and has authentication
+/// enabled): the lock held with `--tls-*` and `--user` (or `ZKLOCK_USER`); a wrong password 77, a user whose roles
+/// forbid the prefix 77, an untrusted CA 69, ZooKeeper's options and a bad `--user` 64; no key left.
+#[test]
+fn zklock_on_etcd_with_tls_and_users() {
+    use recipes_conformance::etcdsecure::{SecureEtcd, APP, PREFIX, READER};
+    if let Err(why) = recipes_conformance::etcdserver::available() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let etcd = SecureEtcd::start();
+    let servers = format!("etcd://{}", etcd.endpoint().trim_start_matches("https://"));
+    let (cert, key) = etcd.client_identity();
+    let (ca, cert, key) = (
+        etcd.ca().display().to_string(),
+        cert.display().to_string(),
+        key.display().to_string(),
+    );
+    let untrusted = etcd.untrusted_ca().display().to_string();
+    let tls = [
+        "--tls-ca",
+        ca.as_str(),
+        "--tls-cert",
+        cert.as_str(),
+        "--tls-key",
+        key.as_str(),
+    ];
+    let path = format!("{PREFIX}zklock/lock");
+    let app = format!("{}:{}", APP.0, APP.1);
+    let reader = format!("{}:{}", READER.0, READER.1);
+    let run = |extra: &[&str], env_user: Option<&str>| {
+        let mut args: Vec<&str> = extra.to_vec();
+        args.extend([
+            "--connect-timeout",
+            "2s",
+            path.as_str(),
+            "--",
+            "sh",
+            "-c",
+            "echo \"$ZKLOCK_FENCING_TOKEN\"",
+        ]);
+        let mut c = zklock(&servers, &args);
+        c.env_remove("ZKLOCK_USER");
+        if let Some(u) = env_user {
+            c.env("ZKLOCK_USER", u);
+        }
+        let t0 = Instant::now();
+        let out = c.output().unwrap();
+        assert!(t0.elapsed() < Duration::from_secs(15), "{extra:?}: no hang");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let with = |more: &[&'static str]| -> Vec<&str> { tls.iter().copied().chain(more.iter().copied()).collect() };
+
+    let mut held = with(&[]);
+    held.extend(["--user", app.as_str()]);
+    let (code, out, err) = run(&held, None);
+    assert_eq!(code, Some(0), "held over TLS as app: {err}");
+    assert!(
+        out.trim().parse::<u128>().is_ok_and(|t| t > 0),
+        "a fencing token: {out:?}"
+    );
+    let (code, _, err) = run(&with(&[]), Some(&app));
+    assert_eq!(code, Some(0), "the user from ZKLOCK_USER: {err}");
+
+    let mut wrong = with(&[]);
+    wrong.extend(["--user", "app:wrong"]);
+    let (code, _, err) = run(&wrong, None);
+    assert_eq!(code, Some(77), "a wrong password: {err}");
+    assert!(err.contains("refused this client's credentials"), "{err}");
+    let (code, _, err) = run(&with(&[]), Some(&reader));
+    assert_eq!(code, Some(77), "a reader's lock: {err}");
+    assert!(err.contains("permission denied"), "{err}");
+
+    let untrusted_args = ["--tls-ca", untrusted.as_str(), "--user", app.as_str()];
+    let (code, _, err) = run(&untrusted_args, None);
+    assert_eq!(code, Some(69), "an untrusted CA: {err}");
+    for (bad, says) in [
+        (vec!["--auth", "a:b"], "--auth is ZooKeeper's"),
+        (vec!["--user", "no-colon"], "invalid --user"),
+        (
+            vec!["--tls-cert", cert.as_str(), "--tls-key", key.as_str()],
+            "need --tls-ca",
+        ),
+    ] {
+        let (code, _, err) = run(&bad, None);
+        assert_eq!(code, Some(64), "{bad:?}: {err}");
+        assert!(err.contains(says), "{bad:?}: {err}");
+    }
+    assert!(etcd.keys_under(PREFIX).is_empty(), "no key left");
 }

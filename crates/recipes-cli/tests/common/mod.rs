@@ -4,6 +4,9 @@
 
 use std::process::Command;
 
+pub mod fenced;
+pub mod sigkill;
+
 pub const ZKLOCK: &str = env!("CARGO_BIN_EXE_zklock");
 
 /// The shared server of `scripts/test` (`ZK_CONNECT`), or `None` with a SKIPPED line (never in CI).

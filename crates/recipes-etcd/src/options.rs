@@ -163,7 +163,7 @@ impl EtcdOptions {
 }
 
 /// TLS settings for [`EtcdOptions::tls`]: the CA certificates to trust, and a client certificate for members started
-/// with `--client-cert-auth`. Feature `tls` (rustls with ring).
+/// with `--client-cert-auth`. Feature `tls` (rustls with aws-lc-rs, as `recipes-zk`).
 ///
 /// ```
 /// use recipes_etcd::EtcdTls;

@@ -21,6 +21,18 @@ pub const STRANGER: (&str, &str) = ("stranger", "stranger-secret");
 /// Where the users' roles apply.
 pub const PREFIX: &str = "/secure/";
 
+/// The kind of token the member hands its users.
+#[derive(Debug, Clone, Copy)]
+pub enum Tokens {
+    /// etcd's simple tokens, expiring after `ttl_secs` without use.
+    Simple {
+        /// `--auth-token-ttl`.
+        ttl_secs: u32,
+    },
+    /// JWTs (ES256), which carry the auth store's revision they were issued at.
+    Jwt,
+}
+
 /// The member, stopped and its files removed on drop.
 #[derive(Debug)]
 pub struct SecureEtcd {
@@ -33,6 +45,11 @@ impl SecureEtcd {
     /// Makes a CA, the member's certificate, a client certificate (and one of another CA), starts the member on
     /// free loopback ports, and sets its users up.
     pub fn start() -> SecureEtcd {
+        Self::start_with(Tokens::Simple { ttl_secs: 300 })
+    }
+
+    /// As [`start`](Self::start), with tokens of a kind and a lifetime of the test's choosing.
+    pub fn start_with(tokens: Tokens) -> SecureEtcd {
         let files = crate::zkserver::private_dir("recipes-secure-etcd");
         std::fs::create_dir_all(&files).expect("a directory for the test's files");
         let ca = Ca::new("recipes etcd test CA");
@@ -48,6 +65,22 @@ impl SecureEtcd {
 
         let (port, peer) = (free_port(), free_port());
         let f = |name: &str| files.join(name).to_string_lossy().into_owned();
+        let token_flags = match tokens {
+            Tokens::Simple { ttl_secs } => {
+                vec!["--auth-token=simple".to_owned(), format!("--auth-token-ttl={ttl_secs}")]
+            }
+            Tokens::Jwt => {
+                // ES256: rcgen's default key is ECDSA P-256 (PKCS#8), which etcd's JWT signer reads.
+                let key = rcgen::KeyPair::generate().expect("JWT key");
+                write(&files, "jwt.key", &key.serialize_pem());
+                write(&files, "jwt.pub", &key.public_key_pem());
+                vec![format!(
+                    "--auth-token=jwt,pub-key={},priv-key={},sign-method=ES256,ttl=10m",
+                    f("jwt.pub"),
+                    f("jwt.key")
+                )]
+            }
+        };
         let child = Command::new("etcd")
             .env_remove("ETCD_NAME")
             .env_remove("ETCD_DATA_DIR")
@@ -60,6 +93,7 @@ impl SecureEtcd {
             .args(["--cert-file", &f("server.crt"), "--key-file", &f("server.key")])
             .args(["--trusted-ca-file", &f("ca.pem"), "--client-cert-auth"])
             .args(["--log-level", "warn", "--logger", "zap"])
+            .args(&token_flags)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(files.join("etcd.log")).expect("log file"))
             .spawn()
@@ -151,6 +185,13 @@ impl SecureEtcd {
         recipes_etcd::EtcdTls::from_ca_file(self.ca())
             .and_then(|t| t.with_identity_files(cert, key))
             .expect("the test's TLS files")
+    }
+
+    /// Adds a user as root (a change of the auth store: its revision moves, which makes every JWT issued before it
+    /// stale); whether it succeeded.
+    pub fn add_user(&self, name: &str) -> bool {
+        let user = format!("{name}:{name}-secret");
+        self.etcdctl(&["--user", "root:root-secret", "user", "add", &user])
     }
 
     /// Keys under `prefix`, read as root.

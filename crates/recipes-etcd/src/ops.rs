@@ -33,7 +33,11 @@ pub(crate) fn message(e: &etcd_client::Error) -> String {
             let mut m = s.message().to_owned();
             let mut source = std::error::Error::source(s);
             while let Some(cause) = source {
-                m = format!("{m}: {cause}");
+                // Each layer tends to repeat the one below it: only what is new.
+                let text = cause.to_string();
+                if !m.contains(&text) {
+                    m = format!("{m}: {text}");
+                }
                 source = cause.source();
             }
             m
@@ -49,31 +53,52 @@ pub(crate) fn refused_credentials(e: &etcd_client::Error) -> bool {
 }
 
 /// Whether a request failed before it was sent: no connection to the member the channel chose could be made (one
-/// member of several is down). Such a request was never applied, so it may be sent again at once.
+/// member of several is down). Such a request was never applied, so it may be sent again at once. Only a status the
+/// client made itself counts (it carries the transport error as its source): a proxy's "upstream connect error",
+/// sent back after the request went through it, does not (found by review).
 pub(crate) fn never_sent(e: &etcd_client::Error) -> bool {
     match e {
         etcd_client::Error::GRpcStatus(s) => {
-            s.code() == tonic::Code::Unavailable && s.message().contains("connect error")
+            s.code() == tonic::Code::Unavailable
+                && std::error::Error::source(s).is_some()
+                && s.message().contains("connect error")
         }
         _ => false,
     }
 }
 
+/// Whether etcd refused a request for its user's token: expired or unknown (`invalid auth token`), or issued before
+/// a change of users or roles (a JWT's `revision of auth store is old`). etcd checks the token before it proposes a
+/// request, or refuses the whole request when it applies it: either way nothing was applied.
+pub(crate) fn token_stale(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(s)
+        if s.message().contains("invalid auth token") || s.message().contains("revision of auth store is old"))
+}
+
 /// Calls `call` again while it fails before it was sent, at most 20 times in about a second: the client's channel
 /// spreads requests over every member (two chosen at random, the less busy taken), and keeps choosing one that is
 /// down among them until it is told it failed (found by the etcd campaign: with one of three members SIGKILLed, a
-/// third of zklock's connects failed at once).
-pub(crate) async fn unless_unsent<T, F, Fut>(mut call: F) -> std::result::Result<T, etcd_client::Error>
+/// third of zklock's connects failed at once). A request refused for a stale token is sent once more after a new
+/// token is asked for (found by review: etcd-client renews it only on `Unauthenticated`, and a JWT made stale by a
+/// change of users or roles is refused with `InvalidArgument`, which left a holder unable to release).
+pub(crate) async fn unless_unsent<T, F, Fut>(client: &Client, mut call: F) -> std::result::Result<T, etcd_client::Error>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
 {
     let mut pause = std::time::Duration::from_millis(5);
+    let mut refreshed = false;
     for _ in 0..20 {
         match call().await {
             Err(e) if never_sent(&e) => {
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(std::time::Duration::from_millis(80));
+            }
+            Err(e) if token_stale(&e) && !refreshed => {
+                refreshed = true;
+                if client.refresh_token().await.is_err() {
+                    return Err(e);
+                }
             }
             r => return r,
         }
@@ -86,7 +111,7 @@ pub(crate) async fn make_session_key(client: &Client, key: &str, id: SessionId) 
     let txn = Txn::new()
         .when(vec![Compare::create_revision(key, CompareOp::Equal, 0)])
         .and_then(vec![TxnOp::put(key, "", Some(PutOptions::new().with_lease(id)))]);
-    let resp = unless_unsent(|| {
+    let resp = unless_unsent(client, || {
         let (mut c, t) = (client.clone(), txn.clone());
         async move { c.txn(t).await }
     })

@@ -213,7 +213,7 @@ async fn run_job(client: &Client, s: &mut Seq, op: &Op) -> Result<Reply> {
     let mut otherwise = vec![s.read_back()];
     otherwise.extend(reads);
     let txn = Txn::new().when(when).and_then(then).or_else(otherwise);
-    match ops::unless_unsent(|| {
+    match ops::unless_unsent(client, || {
         let (mut c, t) = (client.clone(), txn.clone());
         async move { c.txn(t).await }
     })
@@ -305,7 +305,7 @@ fn has_duplicate(op: &Op) -> bool {
 /// The session's guard alone: a transaction that only compares the sequence key's version.
 async fn guard_only(client: &Client, s: &mut Seq) -> Result<()> {
     let txn = Txn::new().when(vec![s.guard()]).or_else(vec![s.read_back()]);
-    let resp = ops::unless_unsent(|| {
+    let resp = ops::unless_unsent(client, || {
         let (mut c, t) = (client.clone(), txn.clone());
         async move { c.txn(t).await }
     })
@@ -340,7 +340,7 @@ async fn seal(client: &Client, s: &mut Seq) -> Result<()> {
         .when(vec![s.guard()])
         .and_then(vec![s.step()])
         .or_else(vec![s.read_back()]);
-    let resp = ops::unless_unsent(|| {
+    let resp = ops::unless_unsent(client, || {
         let (mut c, t) = (client.clone(), txn.clone());
         async move { c.txn(t).await }
     })

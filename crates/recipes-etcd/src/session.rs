@@ -74,23 +74,36 @@ async fn start_here(options: EtcdOptions, runtime: tokio::runtime::Handle) -> Re
         servers: servers.clone(),
         why,
     };
-    // With a user, the connect authenticates (a request to a member); without, it only sets the channel up.
-    let client = match tokio::time::timeout(options.connect_timeout, Client::connect(urls.clone(), Some(connect))).await
-    {
-        Err(_) => {
-            return Err(unreachable(format!(
-                "no member answered within {:?}",
-                options.connect_timeout
-            )))
-        }
-        Ok(Ok(c)) => c,
-        Ok(Err(e)) if options.has_user() && crate::ops::refused_credentials(&e) => {
+    // With a user, the connect authenticates (a request to a member); without, it only sets the channel up. An
+    // authentication that was never sent (a member down), or that etcd could not answer (an election), is asked again
+    // within the connect timeout, as the grant is (found by review: with a user, half the connects with one endpoint
+    // of two down failed at once).
+    let deadline = Instant::now() + options.connect_timeout;
+    let client = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let e = match tokio::time::timeout(left, Client::connect(urls.clone(), Some(connect.clone()))).await {
+            Err(_) => {
+                return Err(unreachable(format!(
+                    "no member answered within {:?}",
+                    options.connect_timeout
+                )))
+            }
+            Ok(Ok(c)) => break c,
+            Ok(Err(e)) => e,
+        };
+        if options.has_user() && crate::ops::refused_credentials(&e) {
             return Err(Error::AuthenticationFailed {
                 servers: servers.clone(),
                 why: crate::ops::message(&e),
-            })
+            });
         }
-        Ok(Err(e)) => return Err(unreachable(crate::ops::message(&e))),
+        let (never_sent, why) = (crate::ops::never_sent(&e), crate::ops::message(&e));
+        let pause = Duration::from_millis(if never_sent { 20 } else { 100 });
+        let again = never_sent || matches!(crate::ops::error(e), Error::ConnectionLoss);
+        if !again || Instant::now() + pause >= deadline {
+            return Err(unreachable(why));
+        }
+        tokio::time::sleep(pause).await;
     };
     let ttl = options.ttl();
     let (id, granted, base) = match grant(&client, ttl, options.connect_timeout).await {
@@ -117,11 +130,21 @@ async fn start_here(options: EtcdOptions, runtime: tokio::runtime::Handle) -> Re
         publishing: Mutex::new(()),
     });
     if let Err(e) = shared.sender.new_session(id).await {
-        let _ = shared.client.clone().lease_revoke(id).await;
+        let _ = revoke(&shared.client, id).await;
         return Err(e);
     }
     shared.runtime.spawn(keep_alive(Arc::downgrade(&shared)));
     Ok(shared)
+}
+
+/// Revokes lease `id` (sent again when it was not sent, or its token was stale: revoking twice is harmless).
+async fn revoke(client: &Client, id: SessionId) -> std::result::Result<(), etcd_client::Error> {
+    crate::ops::unless_unsent(client, || {
+        let mut c = client.clone();
+        async move { c.lease_revoke(id).await }
+    })
+    .await
+    .map(|_| ())
 }
 
 /// Why no lease was granted.
@@ -155,7 +178,7 @@ async fn grant(
     let mut last = format!("no member answered within {patience:?}");
     loop {
         let sent = Instant::now();
-        let call = crate::ops::unless_unsent(|| {
+        let call = crate::ops::unless_unsent(client, || {
             let mut c = client.clone();
             async move { c.lease_grant(ttl, None).await }
         });
@@ -241,13 +264,12 @@ impl Shared {
 
     /// Revokes the current lease (an operator's `etcdctl lease revoke`).
     pub async fn revoke_current(&self) -> Result<()> {
-        let id = self.lease().session;
-        let mut client = self.client.clone();
-        client.lease_revoke(id).await.map_err(crate::ops::error)?;
+        revoke(&self.client, self.lease().session)
+            .await
+            .map_err(crate::ops::error)?;
         Ok(())
     }
 
-    /// Closes the session: revokes the lease (etcd deletes its keys at once), waiting a bounded time.
     /// Closes the session: revokes the lease (etcd deletes its keys at once), waiting a bounded time, and not at all
     /// when the session was not connected (etcd has not been answering).
     pub async fn close(&self) {
@@ -264,14 +286,13 @@ impl Shared {
             was
         };
         if was.state != SessionState::Connected {
-            let mut client = self.client.clone();
+            let client = self.client.clone();
             self.runtime.spawn(async move {
-                let _ = tokio::time::timeout(Duration::from_secs(3), client.lease_revoke(was.id)).await;
+                let _ = tokio::time::timeout(Duration::from_secs(3), revoke(&client, was.id)).await;
             });
             return;
         }
-        let mut client = self.client.clone();
-        let _ = tokio::time::timeout(Duration::from_secs(3), client.lease_revoke(was.id)).await;
+        let _ = tokio::time::timeout(Duration::from_secs(3), revoke(&self.client, was.id)).await;
     }
 }
 
@@ -287,7 +308,7 @@ async fn keep_alive(shared: Weak<Shared>) {
         let every = (lease.session_timeout / 4).max(Duration::from_millis(250));
         let client = s.client.clone();
         drop(s);
-        let open = crate::ops::unless_unsent(|| {
+        let open = crate::ops::unless_unsent(&client, || {
             let mut c = client.clone();
             async move { c.lease_keep_alive(lease.session).await }
         });
@@ -399,9 +420,9 @@ async fn expired(shared: &Weak<Shared>, id: SessionId) {
         let Some(s) = shared.upgrade().filter(|s| !s.is_closed()) else {
             return;
         };
-        let mut client = s.client.clone();
+        let client = s.client.clone();
         drop(s);
-        match tokio::time::timeout(patience, client.lease_revoke(id)).await {
+        match tokio::time::timeout(patience, revoke(&client, id)).await {
             Ok(Ok(_)) => break,
             Ok(Err(e)) if crate::ops::lease_gone(&e) => break,
             _ => tokio::time::sleep(Duration::from_millis(200)).await,
@@ -425,7 +446,7 @@ async fn expired(shared: &Weak<Shared>, id: SessionId) {
                     }
                 }
                 // Not usable, or closed meanwhile: the lease must not outlive this.
-                let _ = s.client.clone().lease_revoke(new).await;
+                let _ = revoke(&s.client, new).await;
             }
             Err(e) => debug!(%e, "etcd lease grant failed; retrying"),
         }

@@ -98,7 +98,10 @@ fn watch(
             let mut stream = tokio::select! {
                 s = c.watch(path.as_str(), Some(options)) => match s {
                     Ok(s) => s,
-                    Err(_) => {
+                    Err(e) => {
+                        if crate::ops::token_stale(&e) {
+                            let _ = shared.client.refresh_token().await;
+                        }
                         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                         continue;
                     }
@@ -115,8 +118,22 @@ fn watch(
                     m = stream.message() => match m {
                         Ok(Some(resp)) => {
                             if resp.canceled() && resp.compact_revision() == 0 {
-                                // Cancelled for another reason (the server shutting down): watch again, after a
-                                // pause (found by review: this took the compaction's path, in a loop).
+                                // Cancelled for another reason: watch again, after a pause (found by review: this took
+                                // the compaction's path, in a loop). A watch refused for the user's roles fails; one
+                                // refused for a stale token is watched again with a new one (found by review: etcd
+                                // refuses a watch opened on an expired token, and etcd-client renews it only for
+                                // unary calls, so a waiter whose stream broke after the token's TTL waited forever).
+                                let reason = resp.cancel_reason();
+                                if reason.contains("permission denied") {
+                                    return Err(Error::NotAuthorized(format!(
+                                        "a watch of {path} (etcd: {reason}; the user's roles must grant read on the \
+                                         lock's prefix)"
+                                    )));
+                                }
+                                if reason.contains("invalid auth token") || reason.contains("revision of auth store is old")
+                                {
+                                    let _ = shared.client.refresh_token().await;
+                                }
                                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                                 break;
                             }

@@ -4,10 +4,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use recipes_conformance::etcdsecure::{SecureEtcd, APP, PREFIX, READER, STRANGER};
+use recipes_conformance::etcdsecure::{SecureEtcd, Tokens, APP, PREFIX, READER, STRANGER};
 use recipes_conformance::etcdserver::available;
+use recipes_conformance::proxy::Proxy;
 use recipes_core::{Backend, Error, Locks, Recipe};
 use recipes_etcd::{EtcdBackend, EtcdOptions, EtcdTls};
 
@@ -33,7 +35,7 @@ async fn tls_and_users_lock_and_refuse() {
     let app = connect(EtcdOptions::new(&etcd.endpoint()).tls(etcd.tls()).user(APP.0, APP.1))
         .await
         .expect("app connects over TLS");
-    let locks = Locks::new(std::sync::Arc::new(app.clone()));
+    let locks = Locks::new(Arc::new(app.clone()));
     for recipe in [Recipe::Fair, Recipe::Write, Recipe::Read] {
         let lock = locks.lock(format!("{PREFIX}locks/{recipe:?}"), recipe).unwrap();
         let guard = lock
@@ -55,7 +57,7 @@ async fn tls_and_users_lock_and_refuse() {
     )
     .await
     .expect("reader connects");
-    let lock = Locks::new(std::sync::Arc::new(reader.clone()))
+    let lock = Locks::new(Arc::new(reader.clone()))
         .lock(format!("{PREFIX}locks/Fair"), Recipe::Fair)
         .unwrap();
     match lock.acquire_timeout(Duration::from_secs(10)).await {
@@ -143,5 +145,105 @@ async fn a_ttl_etcd_refuses_is_invalid() {
     match EtcdBackend::connect(options).await {
         Err(Error::InvalidArgument(why)) => assert!(why.contains("TTL"), "{why}"),
         other => panic!("a TTL too large: {other:?}"),
+    }
+}
+
+/// Found by review (helper-45): with a user, the connect's authentication met a dead endpoint and failed at once
+/// (half of the connects with one endpoint of two down). It is asked again: every connect succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_connects_past_a_dead_endpoint() {
+    let Some(etcd) = member() else { return };
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let both = format!("https://{dead},{}", etcd.endpoint());
+    for i in 0..6 {
+        let b = connect(
+            EtcdOptions::new(&both)
+                .tls(etcd.tls())
+                .user(APP.0, APP.1)
+                .connect_timeout(Duration::from_secs(5)),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("connect {i}: {e}"));
+        b.close().await;
+    }
+}
+
+/// Found by review (helper-45): a waiter whose watch stream broke after its token expired watched again with the
+/// expired token, which etcd refuses, forever. Tokens here live 2 s: the waiter idles past that, its connection is
+/// cut, and it must still take the lock when the holder lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_watches_again_with_a_new_token() {
+    if available().is_err() {
+        eprintln!("SKIPPED: etcd is not installed");
+        return;
+    }
+    let etcd = SecureEtcd::start_with(Tokens::Simple { ttl_secs: 2 });
+    let options = |endpoint: &str| EtcdOptions::new(endpoint).tls(etcd.tls()).user(APP.0, APP.1);
+    let holder = connect(options(&etcd.endpoint())).await.unwrap();
+    let proxy = Proxy::start_raw(etcd.endpoint().trim_start_matches("https://").parse().unwrap())
+        .await
+        .unwrap();
+    let waiter = connect(options(&format!("https://{}", proxy.addr()))).await.unwrap();
+    let path = format!("{PREFIX}tokens/lock");
+    let held = Locks::new(Arc::new(holder.clone()))
+        .fair(&path)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let lock = Locks::new(Arc::new(waiter.clone())).fair(&path).unwrap();
+    let waiting = tokio::spawn(async move { lock.acquire_timeout(Duration::from_secs(20)).await });
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    proxy.cut_now();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    held.release().await.unwrap();
+    let t0 = Instant::now();
+    let got = tokio::time::timeout(Duration::from_secs(15), waiting)
+        .await
+        .expect("the waiter took the lock within 15 s of the release")
+        .unwrap()
+        .unwrap()
+        .expect("held");
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    got.release().await.unwrap();
+    waiter.close().await;
+    holder.close().await;
+    assert!(etcd.keys_under(PREFIX).is_empty(), "no key left");
+}
+
+/// Found by review (helper-45): with JWT tokens, a change of users or roles makes every token issued before it stale
+/// ("revision of auth store is old"), which etcd-client does not renew: the holder could not release, and the key
+/// stayed. The release now asks for a new token and goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jwt_made_stale_by_a_new_user_is_renewed() {
+    if available().is_err() {
+        eprintln!("SKIPPED: etcd is not installed");
+        return;
+    }
+    let etcd = SecureEtcd::start_with(Tokens::Jwt);
+    let app = connect(EtcdOptions::new(&etcd.endpoint()).tls(etcd.tls()).user(APP.0, APP.1))
+        .await
+        .unwrap();
+    let lock = Locks::new(Arc::new(app.clone()))
+        .fair(format!("{PREFIX}jwt/lock"))
+        .unwrap();
+    let guard = lock.acquire().await.unwrap();
+    assert!(etcd.add_user("late"), "root adds a user");
+    guard.release().await.expect("the release after the auth store changed");
+    assert!(etcd.keys_under(PREFIX).is_empty(), "no key left after the release");
+    let again = lock.acquire().await.expect("a new acquire");
+    again.release().await.unwrap();
+    assert!(etcd.add_user("later"));
+    app.close().await;
+    let t0 = Instant::now();
+    while !etcd.keys_under("/__recipes/sessions/").is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "the session's key goes with the close, at once"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }

@@ -12,6 +12,9 @@ use recipes_core::{Backend, Error};
 use crate::harness::Harness;
 use crate::util::{bounded, eventually, skip};
 
+mod watches;
+pub use watches::{a_change_before_the_watch_is_polled_is_seen, watch_event_arrives_before_later_reply};
+
 /// Calls the macro `$m` with `@expand` arguments and the name of every contract check.
 #[doc(hidden)]
 #[macro_export]
@@ -20,7 +23,8 @@ macro_rules! __for_each_contract {
         $m!($($args)* {contract}
             request_of_ended_session_fails sent_request_lands_after_caller_drops
             containers_are_reaped_later_not_at_once one_session_applies_in_order
-            watch_event_arrives_before_later_reply lost_reply_returns_to_same_session
+            watch_event_arrives_before_later_reply a_change_before_the_watch_is_polled_is_seen
+            lost_reply_returns_to_same_session
             server_expires_session_behind_cut_connection versioned_set_applies_only_over_that_version
             delete_all_is_all_or_none set_data_and_delete_is_one_write
         );
@@ -52,7 +56,7 @@ pub async fn send_now<F: Future>(fut: F) -> impl Future<Output = F::Output> {
 }
 
 /// Creates `path` and its missing ancestors as containers (as the recipes do).
-async fn containers(on: SessionRef<'_>, path: &str) {
+pub(crate) async fn containers(on: SessionRef<'_>, path: &str) {
     let mut at = String::new();
     for part in path.split('/').filter(|p| !p.is_empty()) {
         at.push('/');
@@ -188,30 +192,6 @@ pub async fn one_session_applies_in_order(h: &dyn Harness) {
     );
     assert_eq!(on.get(&node).await.unwrap().map(|(d, _)| d), Some(b"3".to_vec()));
     on.delete(&node).await.unwrap();
-}
-
-/// A watch event reaches its session before the reply to a later read that sees the change.
-pub async fn watch_event_arrives_before_later_reply(h: &dyn Harness) {
-    let path = h.path("event-order");
-    let a = h.client().await;
-    let b = h.client().await;
-    let on_a = a.locks.backend().current();
-    let on_b = b.locks.backend().current();
-    containers(on_a, &path).await;
-    let node = format!("{path}/n");
-    on_a.create(&node, b"", CreateMode::Ephemeral).await.unwrap();
-    let (_, mut watch) = on_b.watch_deletion(&node).await.unwrap().expect("exists");
-    on_a.delete(&node).await.unwrap();
-    // Read until B sees the deletion; the event must be there by then.
-    eventually(h, "B sees the deletion", || async {
-        matches!(on_b.get(&node).await, Ok(None))
-    })
-    .await;
-    let ready = std::future::poll_fn(|cx| Poll::Ready(watch.as_mut().poll(cx))).await;
-    assert!(
-        matches!(ready, Poll::Ready(Ok(()))),
-        "the deletion event must arrive before the reply that shows the node gone: {ready:?}"
-    );
 }
 
 /// A create whose reply is lost is applied, the caller sees `ConnectionLoss`, and the client comes back to the

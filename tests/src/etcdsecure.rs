@@ -194,6 +194,34 @@ impl SecureEtcd {
         self.etcdctl(&["--user", "root:root-secret", "user", "add", &user])
     }
 
+    /// Changes user `name`'s password, as root; whether it succeeded.
+    pub fn change_password(&self, name: &str, password: &str) -> bool {
+        let f = |n: &str| self.files.join(n).to_string_lossy().into_owned();
+        let mut child = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &self.endpoint(), "--cacert", &f("ca.pem")])
+            .args([
+                "--cert",
+                &f("client.crt"),
+                "--key",
+                &f("client.key"),
+                "--user",
+                "root:root-secret",
+            ])
+            .args(["user", "passwd", name, "--interactive=false"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("etcdctl");
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().expect("stdin");
+            let _ = writeln!(stdin, "{password}");
+        }
+        child.wait().is_ok_and(|s| s.success())
+    }
+
     /// Keys under `prefix`, read as root.
     pub fn keys_under(&self, prefix: &str) -> Vec<String> {
         let f = |name: &str| self.files.join(name).to_string_lossy().into_owned();

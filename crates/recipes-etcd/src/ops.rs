@@ -46,10 +46,28 @@ pub(crate) fn message(e: &etcd_client::Error) -> String {
     }
 }
 
-/// Whether etcd refused a user's credentials (a wrong password, an unknown user, authentication not enabled).
+/// Whether etcd refused a user's credentials (a wrong password, an unknown user, authentication not enabled), or
+/// a request without any (authentication enabled after the connect).
 pub(crate) fn refused_credentials(e: &etcd_client::Error) -> bool {
-    matches!(e, etcd_client::Error::GRpcStatus(s)
-        if s.message().contains("authentication failed") || s.message().contains("authentication is not enabled"))
+    matches!(e, etcd_client::Error::GRpcStatus(s) if credentials_refused_in(s.message()))
+}
+
+/// Whether etcd refused a request for this client's credentials or roles: definite, and asked again only slowly.
+pub(crate) fn refused(e: &etcd_client::Error) -> bool {
+    refused_credentials(e)
+        || token_stale(e)
+        || matches!(e, etcd_client::Error::GRpcStatus(s) if s.code() == tonic::Code::PermissionDenied)
+}
+
+/// Whether etcd's message (a status's, or a watch's cancel reason) refuses the client's credentials.
+pub(crate) fn credentials_refused_in(message: &str) -> bool {
+    [
+        "authentication failed",
+        "authentication is not enabled",
+        "user name is empty",
+    ]
+    .iter()
+    .any(|m| message.contains(m))
 }
 
 /// Whether a request failed before it was sent: no connection to the member the channel chose could be made (one
@@ -306,6 +324,15 @@ pub(crate) fn lease_gone(e: &etcd_client::Error) -> bool {
 pub(crate) fn error(e: etcd_client::Error) -> Error {
     if lease_gone(&e) {
         return Error::SessionExpired;
+    }
+    // Credentials refused after the connect (a password changed, a user deleted; a token that could not be renewed):
+    // definite, and the end of the session (the sender ends it, found by review: keep-alives need no token, so the
+    // lease, and every key on it, lived on while no request could delete them).
+    if refused_credentials(&e) || token_stale(&e) {
+        return Error::AuthenticationFailed {
+            servers: "etcd".to_owned(),
+            why: message(&e),
+        };
     }
     match e {
         etcd_client::Error::GRpcStatus(s) => {

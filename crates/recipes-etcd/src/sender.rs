@@ -145,6 +145,7 @@ async fn run(
                 match (&r, shared.upgrade()) {
                     (Err(Error::ConnectionLoss), Some(shared)) => shared.suspend(job.session),
                     (Err(Error::SessionExpired), Some(shared)) => shared.gone(job.session),
+                    (Err(Error::AuthenticationFailed { .. }), Some(shared)) => shared.gone(job.session),
                     _ => {}
                 }
                 if let Some(reply) = job.reply {

@@ -106,7 +106,9 @@ async fn start_here(options: EtcdOptions, runtime: tokio::runtime::Handle) -> Re
         tokio::time::sleep(pause).await;
     };
     let ttl = options.ttl();
-    let (id, granted, base) = match grant(&client, ttl, options.connect_timeout).await {
+    // The grant and the session key within what is left of the connect timeout (found by review: each had a
+    // timeout of its own, so a connect could take two or three times it).
+    let (id, granted, base) = match grant(&client, ttl, deadline.saturating_duration_since(Instant::now())).await {
         Ok(g) => g,
         Err(Grant::Unanswered(why)) => return Err(unreachable(why)),
         Err(Grant::Refused(e)) => return Err(e),
@@ -129,9 +131,23 @@ async fn start_here(options: EtcdOptions, runtime: tokio::runtime::Handle) -> Re
         closed: AtomicBool::new(false),
         publishing: Mutex::new(()),
     });
-    if let Err(e) = shared.sender.new_session(id).await {
+    let made = tokio::time::timeout(
+        deadline.saturating_duration_since(Instant::now()),
+        shared.sender.new_session(id),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        Err(unreachable(format!(
+            "no member answered within {:?}",
+            options.connect_timeout
+        )))
+    });
+    if let Err(e) = made {
         let _ = revoke(&shared.client, id).await;
-        return Err(e);
+        return Err(match e {
+            Error::ConnectionLoss => unreachable("the session key's request went unanswered".to_owned()),
+            e => e,
+        });
     }
     shared.runtime.spawn(keep_alive(Arc::downgrade(&shared)));
     Ok(shared)
@@ -414,7 +430,8 @@ async fn expired(shared: &Weak<Shared>, id: SessionId) {
     // Our clock may say the lease ran out while etcd still holds it (keep-alives whose answers were lost renewed it;
     // a leader change resets it): revoke it before a new session's writes begin, so that none of its own can land
     // after them and its keys go now (found by review).
-    let patience = s.lease().session_timeout.max(Duration::from_secs(1));
+    let lease = s.lease();
+    let patience = lease.session_timeout.max(Duration::from_secs(1));
     drop(s);
     loop {
         let Some(s) = shared.upgrade().filter(|s| !s.is_closed()) else {
@@ -425,16 +442,31 @@ async fn expired(shared: &Weak<Shared>, id: SessionId) {
         match tokio::time::timeout(patience, revoke(&client, id)).await {
             Ok(Ok(_)) => break,
             Ok(Err(e)) if crate::ops::lease_gone(&e) => break,
+            Ok(Err(e)) if crate::ops::refused(&e) => {
+                // etcd refuses this client's revoke (its credentials went bad; found by review: this looped forever).
+                // No keep-alive renews the lease any more: it is gone on the server within its TTL of the last
+                // keep-alive it answered, and with it every key and the sequence key (so no late write of the old
+                // session can land). Wait that long before a new session begins.
+                let lapsed = lease
+                    .answered_send
+                    .map_or(Instant::now(), |t| t + lease.session_timeout);
+                tokio::time::sleep_until(lapsed + Duration::from_secs(1)).await;
+                break;
+            }
             _ => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     }
+    // Refused credentials or roles are asked again less and less often (up to every 30 s): each try costs etcd a
+    // bcrypt of the password (found by review: 34 a second); anything else every 200 ms.
+    let mut refused_pause = Duration::from_millis(200);
     loop {
         let Some(s) = shared.upgrade().filter(|s| !s.is_closed()) else {
             return;
         };
         match grant(&s.client, s.ttl, patience).await {
             Ok((new, granted, base)) => {
-                if s.sender.new_session(new).await.is_ok() && !s.is_closed() {
+                let made = s.sender.new_session(new).await;
+                if made.is_ok() && !s.is_closed() {
                     *s.lease.lock() = Lease {
                         session: new,
                         answered_send: Some(base),
@@ -447,6 +479,20 @@ async fn expired(shared: &Weak<Shared>, id: SessionId) {
                 }
                 // Not usable, or closed meanwhile: the lease must not outlive this.
                 let _ = revoke(&s.client, new).await;
+                if let Err(e @ (Error::AuthenticationFailed { .. } | Error::NotAuthorized(_))) = made {
+                    warn!(%e, "etcd refuses this client its session key; asking again in {refused_pause:?}");
+                    drop(s);
+                    tokio::time::sleep(refused_pause).await;
+                    refused_pause = (refused_pause * 2).min(Duration::from_secs(30));
+                    continue;
+                }
+            }
+            Err(Grant::Refused(e @ (Error::AuthenticationFailed { .. } | Error::NotAuthorized(_)))) => {
+                warn!(%e, "etcd refuses this client a new session; asking again in {refused_pause:?}");
+                drop(s);
+                tokio::time::sleep(refused_pause).await;
+                refused_pause = (refused_pause * 2).min(Duration::from_secs(30));
+                continue;
             }
             Err(e) => debug!(%e, "etcd lease grant failed; retrying"),
         }

@@ -247,3 +247,45 @@ async fn a_jwt_made_stale_by_a_new_user_is_renewed() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Found by review (helper-46): a password changed under a holder. Keep-alives need no token, so the session lived
+/// on while its release was refused, and the key stayed for the life of the process; a waiter's watch retried a
+/// refused token forever. Now the first refusal ends the session (typed `AuthenticationFailed`), its guards are
+/// lost, and the lease lapses within its TTL, taking every key with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_changed_under_a_holder_ends_its_session() {
+    if available().is_err() {
+        eprintln!("SKIPPED: etcd is not installed");
+        return;
+    }
+    let etcd = SecureEtcd::start_with(Tokens::Simple { ttl_secs: 2 });
+    let app = connect(EtcdOptions::new(&etcd.endpoint()).tls(etcd.tls()).user(APP.0, APP.1))
+        .await
+        .unwrap();
+    let lock = Locks::new(Arc::new(app.clone()))
+        .fair(format!("{PREFIX}passwd/lock"))
+        .unwrap();
+    let guard = lock.acquire().await.unwrap();
+    assert!(etcd.change_password(APP.0, "changed"), "root changes the password");
+    // Past the token's TTL: the next request needs a new token, which etcd refuses.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    match guard.release().await {
+        Err(Error::AuthenticationFailed { why, .. }) => assert!(why.contains("authentication failed"), "{why}"),
+        other => panic!("a release after the password changed: {other:?}"),
+    }
+    assert_ne!(
+        app.session_status().state,
+        recipes_core::backend::SessionState::Connected,
+        "the session ended"
+    );
+    // The lease lapses within its TTL (4 s) of the last keep-alive: nothing is left.
+    let t0 = Instant::now();
+    while !etcd.keys_under(PREFIX).is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the key is gone within the lease's TTL"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    app.close().await;
+}

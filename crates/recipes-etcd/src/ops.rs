@@ -55,7 +55,6 @@ pub(crate) fn refused_credentials(e: &etcd_client::Error) -> bool {
 /// Whether etcd refused a request for this client's credentials or roles: definite, and asked again only slowly.
 pub(crate) fn refused(e: &etcd_client::Error) -> bool {
     refused_credentials(e)
-        || token_stale(e)
         || matches!(e, etcd_client::Error::GRpcStatus(s) if s.code() == tonic::Code::PermissionDenied)
 }
 
@@ -114,9 +113,9 @@ where
             }
             Err(e) if token_stale(&e) && !refreshed => {
                 refreshed = true;
-                if client.refresh_token().await.is_err() {
-                    return Err(e);
-                }
+                // The refresh's own failure says why (found by review: a member down or an election during the
+                // refresh is no refusal of the credentials, and must not end the session).
+                client.refresh_token().await?;
             }
             r => return r,
         }
@@ -328,7 +327,7 @@ pub(crate) fn error(e: etcd_client::Error) -> Error {
     // Credentials refused after the connect (a password changed, a user deleted; a token that could not be renewed):
     // definite, and the end of the session (the sender ends it, found by review: keep-alives need no token, so the
     // lease, and every key on it, lived on while no request could delete them).
-    if refused_credentials(&e) || token_stale(&e) {
+    if refused_credentials(&e) {
         return Error::AuthenticationFailed {
             servers: "etcd".to_owned(),
             why: message(&e),

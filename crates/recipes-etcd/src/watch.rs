@@ -159,7 +159,12 @@ fn watch(
                                 break;
                             }
                             if resp.created() {
-                                let at = resp.header().map_or(0, |h| h.revision());
+                                cancelled_pause = std::time::Duration::from_millis(100);
+                                let Some(at) = resp.header().map(|h| h.revision()) else {
+                                    // No revision to read the gap at (etcd always sends one): watch again.
+                                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                                    break;
+                                };
                                 if at >= from {
                                     match between(&shared, session, &path, (created, from), at, until).await {
                                         Ok(Gap::Nothing) => from = at + 1,
@@ -195,6 +200,13 @@ fn watch(
                                 }
                             }
                             for e in resp.events() {
+                                // A member behind the first read (the channel may open the watch on another) sends
+                                // events older than it: those are already in the read (found by review: a holder's
+                                // own key, made again under a reused name, was reported deleted by the deletion of
+                                // the name's previous key).
+                                if e.kv().is_some_and(|kv| kv.mod_revision() < from) {
+                                    continue;
+                                }
                                 match e.event_type() {
                                     EventType::Delete if owner == session => {
                                         return own_deleted(&shared, session).await
@@ -208,8 +220,8 @@ fn watch(
                                 }
                             }
                         }
-                        // The stream broke: watch again from where it was (no event is lost: it starts at `from`),
-                        // after a pause, so that a stream that keeps breaking is no busy loop.
+                        // The stream broke: watch again (no event is lost: the next watch reads the gap since
+                        // `from`), after a pause, so that a stream that keeps breaking is no busy loop.
                         _ => {
                             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                             break;

@@ -130,8 +130,8 @@ impl Locks {
         Ok(path)
     }
 
-    /// Refuses `what` in the etcd layout, which is Go's `concurrency.Mutex` alone (the package has no read/write
-    /// lock, no semaphore, and its election stores another value).
+    /// Refuses `what` in the etcd layout, which is Go's `concurrency.Mutex` and `Election` alone (the package has no
+    /// read/write lock and no semaphore).
     fn mutex_only(&self, what: &str) -> Result<()> {
         if self.ctx.layout == Layout::Etcd {
             return Err(Error::InvalidArgument(format!(
@@ -180,7 +180,6 @@ impl Locks {
     /// # Notable errors
     /// [`Error::InvalidPath`].
     pub fn election(&self, path: impl AsRef<str>) -> Result<Election> {
-        self.mutex_only("election that this library shares (its Election keeps the value proposed in the key)")?;
         Ok(Election::new(self.ctx.clone(), self.lock_path(path)?))
     }
 

@@ -130,7 +130,7 @@ pub async fn election_bad_candidates_refused(h: &dyn Harness) {
 
 /// In every layout, a leader is seen with its id and term, and the next one leads after it.
 pub async fn election_in_every_layout(h: &dyn Harness) {
-    for layout in super::layouts_here(&h.client().await.locks) {
+    for layout in super::queue_layouts_here(&h.client().await.locks) {
         let path = h.path(&format!("election-{layout}"));
         let (a, b) = (h.client().await, h.client().await);
         let la = Locks::builder(a.locks.backend().clone()).layout(layout).build();

@@ -70,7 +70,7 @@ pub async fn etcd_layout_excludes_with_one_key_per_session(h: &dyn Harness) {
 }
 
 /// The etcd layout refuses beside every other family on its path, and they beside it; it has no exclusive, read/write
-/// lock, semaphore or election (Go's package has no such recipe sharing its keys).
+/// lock or semaphore (Go's package has no such recipe; its `Election` is the layout's election).
 pub async fn etcd_layout_refuses_what_it_cannot_share(h: &dyn Harness) {
     if !runs_here(h, "etcd-layout-mixed").await {
         return;
@@ -82,7 +82,6 @@ pub async fn etcd_layout_refuses_what_it_cannot_share(h: &dyn Harness) {
         etcd.exclusive(&path).map(|_| ()),
         etcd.read_write(&path).map(|_| ()),
         etcd.semaphore(&path, 2).map(|_| ()),
-        etcd.election(&path).map(|_| ()),
     ] {
         assert!(matches!(refused, Err(Error::InvalidArgument(_))), "{refused:?}");
     }

@@ -83,6 +83,16 @@ pub(crate) fn layouts_here(locks: &Locks) -> Vec<Layout> {
         .collect()
 }
 
+/// As [`layouts_here`], with etcd's own layout where the backend orders children by creation: the layouts of the
+/// fair lock and the election (the etcd layout has no other recipe).
+pub(crate) fn queue_layouts_here(locks: &Locks) -> Vec<Layout> {
+    let mut all = layouts_here(locks);
+    if locks.backend().child_order() == ChildOrder::Creation {
+        all.push(Layout::Etcd);
+    }
+    all
+}
+
 /// The scenarios that exercise only the peer layouts (Curator, kazoo), which a backend that orders children by
 /// creation cannot make: its harness reports them as not expressible, with [`PEER_LAYOUTS_ONLY_WHY`].
 pub const PEER_LAYOUTS_ONLY: &[&str] = &[

@@ -12,6 +12,7 @@ mod etcd_secure;
 mod fencing_postgres;
 mod interop;
 mod interop_etcd;
+mod interop_etcd_elect;
 mod interop_kills;
 mod runtime_gone;
 mod suite_complete;

@@ -4,9 +4,10 @@
 //! An election is the fair lock's protocol (the same nodes, the same waiting, the same lease, `lost()` and fencing),
 //! with the candidate's id and data written into its node so that anyone may read who leads. In the Curator layout its
 //! queue is that of Curator's `LeaderSelector` (which stands in line with an `InterProcessMutex`), and in the kazoo
-//! layout that of kazoo's `Election` (a kazoo `Lock`): their candidates and ours share one election, and
-//! [`Election::leader`] reads their ids; they read our nodes' whole data as the id (this library's node data, several
-//! lines), so only our side names the other's leader.
+//! layout that of kazoo's `Election` (a kazoo `Lock`), and in the etcd layout that of Go's `concurrency.Election`
+//! (`etcdctl elect`, its proposal in the key): their candidates and ours share one election, and
+//! [`Election::leader`] reads their ids (or proposals); they read our nodes' whole data as the id (this library's node
+//! data, several lines), so only our side names the other's leader.
 
 use std::future::Future;
 use std::sync::Arc;

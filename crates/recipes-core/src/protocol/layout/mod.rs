@@ -58,10 +58,10 @@ pub enum Layout {
     /// ending in `__lock__` or `__rlock__` and `-?` plus ten digits count, as in kazoo; ordered as kazoo orders
     /// them: by the text of that sequence.
     Kazoo,
-    /// etcd's own lock, Go's `concurrency.Mutex` (what `etcdctl lock` runs): `<prefix>/<lease id in hex>`, one key per
-    /// session, ordered by create revision (the first holds; a waiter waits for the key created before its own). Only
-    /// on a backend that orders children by creation (etcd), and only the fair and reentrant locks (the Go package has
-    /// no read/write lock or semaphore). A node's name is its session's ([`Layout::session_name`]), so a process's
+    /// etcd's own lock, Go's `concurrency.Mutex` (what `etcdctl lock` runs) and `concurrency.Election` (`etcdctl
+    /// elect`): `<prefix>/<lease id in hex>`, one key per session, ordered by create revision (the first holds; a
+    /// waiter waits for the key created before its own). Only on a backend that orders children by creation (etcd),
+    /// and only the fair and reentrant locks and the election (the Go package has no read/write lock or semaphore). A node's name is its session's ([`Layout::session_name`]), so a process's
     /// tasks on one session take turns on one key.
     Etcd,
 }

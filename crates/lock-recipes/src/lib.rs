@@ -1,6 +1,7 @@
 //! Distributed lock recipes in the manner of Apache Curator, in one dependency: the recipes
-//! ([`Locks`], re-exported from `recipes-core`), the ZooKeeper backend ([`zookeeper`], feature `zookeeper`) and the
-//! in-memory backend for tests ([`memory`], feature `memory`). Both features are on by default; an application that
+//! ([`Locks`], re-exported from `recipes-core`), the ZooKeeper backend ([`zookeeper`], feature `zookeeper`), the etcd
+//! backend (`etcd`, feature `etcd`, off by default: its client needs `protoc` to build) and the in-memory backend for
+//! tests ([`memory`], feature `memory`). `zookeeper` and `memory` are on by default; an application that
 //! wants the in-memory backend only in its tests turns `memory` off for its build and on in `dev-dependencies`.
 //!
 //! ```
@@ -25,6 +26,13 @@ pub use recipes_core::*;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper {
     pub use recipes_zk::*;
+}
+
+/// The etcd backend (`recipes-etcd`, feature `etcd`, off by default: building etcd's client needs `protoc`):
+/// [`EtcdBackend`](etcd::EtcdBackend), [`EtcdOptions`](etcd::EtcdOptions), [`EtcdTls`](etcd::EtcdTls).
+#[cfg(feature = "etcd")]
+pub mod etcd {
+    pub use recipes_etcd::*;
 }
 
 /// The in-memory backend (`recipes-mem`): [`MemCluster`](memory::MemCluster) and its clients, with sessions, virtual

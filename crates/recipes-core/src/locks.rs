@@ -175,7 +175,9 @@ impl Locks {
 
     /// An [`Election`] at `path`: candidates stand in a fair lock's queue with their id in their node, and the first
     /// leads (see [`Election`] for an example). Never in a cohort, even when cohorts are on: each candidate has a node
-    /// of its own, so that observers see every candidate.
+    /// of its own, so that observers see every candidate. In the etcd layout a session has one key per path (as Go's
+    /// `Election`): a second candidate of the same session waits until the first's key is gone and then stands behind
+    /// whoever stood meanwhile, and observers see only the candidate whose key it is.
     ///
     /// # Notable errors
     /// [`Error::InvalidPath`].

@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures::Stream;
 
 use super::{Election, DATA_READ};
-use crate::backend::BackendExt;
+use crate::backend::{BackendExt, ChildOrder};
 use crate::driver::Ctx;
 use crate::error::{Error, Result};
 use crate::info::NodeInfo;
@@ -114,6 +114,11 @@ impl Election {
                 layout: self.ctx.layout,
             });
         }
+        // Where names are made again (etcd's layout: one per session), a node read after the listing may be a new one
+        // of a listed name, whose place is at the back: every node is read, and they are put in the order of their
+        // creation (found by review: a leader that resigned and stood again between the list and the read was named
+        // the leader, ahead of the one leading). Elsewhere a name is never made twice.
+        let names_reused = order == ChildOrder::Creation;
         let mut out = Vec::new();
         for c in queue {
             // A node may go between the list and the read: it stands no more.
@@ -130,8 +135,14 @@ impl Election {
                 term: crate::guard::token(stat.czxid, 0),
                 node: c.name,
             });
-            if first_only {
+            if first_only && !names_reused {
                 break;
+            }
+        }
+        if names_reused {
+            out.sort_by_key(|l| l.term);
+            if first_only {
+                out.truncate(1);
             }
         }
         Ok(out)
@@ -239,6 +250,14 @@ impl Election {
                     let (id, data) = candidate_of(&data);
                     // A revoked node says nobody (the stream reports it as it was reported before it was revoked).
                     let revoked = id.is_empty() && data.is_empty();
+                    // Where names are made again, the same lines may be a new node of the name (the candidate
+                    // stood again): its creation says (found by review: the next leader was reported 2 s late).
+                    if self.ctx.backend.child_order() == ChildOrder::Creation {
+                        match on.get(&self.path.child(&l.node)).await {
+                            Ok(Some((_, stat))) if crate::guard::token(stat.czxid, 0) == l.term => {}
+                            _ => return,
+                        }
+                    }
                     if revoked || (id == l.id && data == l.data) {
                         let _ = tokio::time::timeout(Election::RECHECK, watch).await;
                     }

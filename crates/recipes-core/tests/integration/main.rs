@@ -7,6 +7,7 @@ mod handoff;
 mod lease;
 mod metrics;
 mod multi_release;
+mod observer_reused_names;
 mod path;
 mod peer_semaphore;
 mod recorder_panics;

@@ -1,5 +1,5 @@
 //! Fault campaign on `zklock` processes and private ZooKeeper servers:
-//! - `sigkill_campaign`: eight `zklock` clients SIGKILLed at random for `CAMPAIGN_SECS` (60 by default), their
+//! - `sigkill_campaign`: eight `zklock` clients SIGKILLed at random for `CAMPAIGN_SECS` (45 by default), their
 //!   history checked (`common/sigkill.rs`);
 //! - `sigstop_pause_attack`: a holder and its command SIGSTOPped past the session timeout, against a fenced store
 //!   (`common/fenced.rs`);
@@ -63,7 +63,7 @@ fn sigkill_campaign() {
         orphans: Box::new(orphans),
         midway: None,
     };
-    common::sigkill::run(target, common::sigkill::campaign_secs(60));
+    common::sigkill::run(target, common::sigkill::campaign_secs(45));
 }
 
 /// A stop-the-world pause of a holder: `zklock`, its watchdog and its command's whole group are SIGSTOPped past the

@@ -129,10 +129,10 @@ fn random_walks_with_switches() {
 fn random_walks_of_larger_configurations() {
     // 20,000 walks per configuration take about 85 s in all on a quiet machine; scripts/test runs this test first, in
     // the background beside the workspace's tests, where the walks get a fraction of a core: the time bound leaves
-    // them room for most of their count there (about 240,000 walks in all under 240 s). 150 s since the tenth
+    // them room for most of their count there (about 240,000 walks in all under 240 s). 100 s since the tenth
     // session: the checker had become scripts/test's last step (its tests four at a time left it less of the cores),
     // and the walks' thread is its longest.
-    let (runs, time) = if deep() { (400_000, 3600) } else { (20_000, 150) };
+    let (runs, time) = if deep() { (400_000, 3600) } else { (20_000, 100) };
     let seed: u64 = std::env::var("MODEL_SEED")
         .ok()
         .and_then(|s| s.parse().ok())

@@ -100,7 +100,7 @@ impl SecureEtcd {
             .expect("etcd (Debian's etcd-server, installed by scripts/etcd)");
         let member = SecureEtcd { child, files, port };
         let t0 = Instant::now();
-        while !member.etcdctl(&["endpoint", "health"]) {
+        while !member.etcdctl(false, &["endpoint", "health"]) {
             assert!(
                 t0.elapsed() < Duration::from_secs(30),
                 "the TLS member did not become healthy (its log: {})",
@@ -139,20 +139,30 @@ impl SecureEtcd {
             &["user", "grant-role", READER.0, "reading"],
             &["auth", "enable"],
         ] {
-            assert!(member.etcdctl(args), "etcdctl {args:?} failed");
+            assert!(member.etcdctl(false, args), "etcdctl {args:?} failed");
         }
         member
     }
 
-    /// Runs `etcdctl` against the member over TLS, before authentication is enabled; whether it succeeded.
-    fn etcdctl(&self, args: &[&str]) -> bool {
+    /// `etcdctl` against the member over TLS with the client certificate, as root once `as_root` (after
+    /// authentication is enabled), not started.
+    fn ctl(&self, as_root: bool) -> Command {
         let f = |name: &str| self.files.join(name).to_string_lossy().into_owned();
         let mut c = Command::new("etcdctl");
         c.env("ETCDCTL_API", "3")
             .args(["--endpoints", &self.endpoint(), "--cacert", &f("ca.pem")])
             .args(["--cert", &f("client.crt"), "--key", &f("client.key")])
             .args(["--dial-timeout=2s", "--command-timeout=5s"]);
-        c.args(args)
+        if as_root {
+            c.args(["--user", "root:root-secret"]);
+        }
+        c
+    }
+
+    /// Runs `etcdctl args…` (as root once `as_root`); whether it succeeded.
+    fn etcdctl(&self, as_root: bool, args: &[&str]) -> bool {
+        self.ctl(as_root)
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
@@ -191,23 +201,13 @@ impl SecureEtcd {
     /// stale); whether it succeeded.
     pub fn add_user(&self, name: &str) -> bool {
         let user = format!("{name}:{name}-secret");
-        self.etcdctl(&["--user", "root:root-secret", "user", "add", &user])
+        self.etcdctl(true, &["user", "add", &user])
     }
 
     /// Changes user `name`'s password, as root; whether it succeeded.
     pub fn change_password(&self, name: &str, password: &str) -> bool {
-        let f = |n: &str| self.files.join(n).to_string_lossy().into_owned();
-        let mut child = Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .args(["--endpoints", &self.endpoint(), "--cacert", &f("ca.pem")])
-            .args([
-                "--cert",
-                &f("client.crt"),
-                "--key",
-                &f("client.key"),
-                "--user",
-                "root:root-secret",
-            ])
+        let mut child = self
+            .ctl(true)
             .args(["user", "passwd", name, "--interactive=false"])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -224,18 +224,8 @@ impl SecureEtcd {
 
     /// Keys under `prefix`, read as root.
     pub fn keys_under(&self, prefix: &str) -> Vec<String> {
-        let f = |name: &str| self.files.join(name).to_string_lossy().into_owned();
-        let out = Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .args(["--endpoints", &self.endpoint(), "--cacert", &f("ca.pem")])
-            .args([
-                "--cert",
-                &f("client.crt"),
-                "--key",
-                &f("client.key"),
-                "--user",
-                "root:root-secret",
-            ])
+        let out = self
+            .ctl(true)
             .args(["get", "--prefix", "--keys-only", prefix])
             .output()
             .expect("etcdctl");

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use recipes_core::backend::BackendExt;
 use recipes_core::{Error, Layout, Locks};
+use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
 use super::HOLD;
@@ -51,13 +52,20 @@ pub async fn peer_semaphores_never_exceed_permits(h: &dyn Harness) {
     for layout in PEERS {
         let root = h.path(&format!("peer-sem-bound-{layout}"));
         let (now, most) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+        // Every client is connected before any starts, and they start together: made one by one, the first could
+        // be done before the last has a session, and the lower bound below would fail on a slow machine.
+        let mut clients = Vec::new();
+        for _ in 0..6 {
+            clients.push(h.client().await);
+        }
+        let start = Arc::new(Barrier::new(clients.len()));
         let mut set = JoinSet::new();
-        for i in 0..6u32 {
-            let c = h.client().await;
+        for (i, c) in (0u32..).zip(clients) {
             let sem = with_layout(&c.locks, layout).semaphore(&root, 3).unwrap();
-            let (now, most, patience) = (now.clone(), most.clone(), h.patience());
+            let (now, most, patience, start) = (now.clone(), most.clone(), h.patience(), start.clone());
             set.spawn(async move {
                 let mut tokens = Vec::new();
+                start.wait().await;
                 for round in 0..4u32 {
                     let g = if (i + round) % 2 == 0 {
                         sem.acquire().await.expect("acquire")
@@ -66,7 +74,8 @@ pub async fn peer_semaphores_never_exceed_permits(h: &dyn Harness) {
                     };
                     most.fetch_max(now.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
                     tokens.push(g.fencing_token());
-                    tokio::time::sleep(HOLD).await;
+                    // Long beside a lease's round trips, even on a loaded machine: leases overlap.
+                    tokio::time::sleep(HOLD * 10).await;
                     now.fetch_sub(1, Ordering::SeqCst);
                     g.release().await.expect("release");
                 }

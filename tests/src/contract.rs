@@ -12,7 +12,9 @@ use recipes_core::{Backend, Error};
 use crate::harness::Harness;
 use crate::util::{bounded, eventually, skip};
 
+mod creation;
 mod watches;
+pub use creation::a_delete_if_created_spares_a_name_made_again;
 pub use watches::{a_change_before_the_watch_is_polled_is_seen, watch_event_arrives_before_later_reply};
 
 /// Calls the macro `$m` with `@expand` arguments and the name of every contract check.
@@ -27,6 +29,7 @@ macro_rules! __for_each_contract {
             lost_reply_returns_to_same_session
             server_expires_session_behind_cut_connection versioned_set_applies_only_over_that_version
             delete_all_is_all_or_none set_data_and_delete_is_one_write
+            a_delete_if_created_spares_a_name_made_again
         );
     };
 }

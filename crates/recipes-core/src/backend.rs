@@ -15,7 +15,7 @@ use crate::error::Result;
 mod powers;
 mod types;
 
-pub use powers::{SendNow, Transactions};
+pub use powers::{CreationChecks, SendNow, Transactions};
 pub use types::*;
 
 /// One client session on a ZooKeeper-like coordination service: the primitives the lock recipes are built on.
@@ -135,6 +135,15 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// The backend's transactions (ZooKeeper's `multi`), or `None` (the default) when it has none: a multi-lock's
     /// release then deletes its nodes one by one.
     fn transactions(&self) -> Option<&dyn Transactions> {
+        None
+    }
+
+    /// The backend's writes conditioned on a node's creation (etcd's create revision), or `None` (the default) when it
+    /// has none (ZooKeeper: a name made again starts again at data version 0, so no condition it has tells the two
+    /// nodes apart). A release of a node whose name is shared (the fixed node, etcd's key named by its session) then
+    /// reads the node and deletes it by name: an operator's delete and another's create of that name between the two
+    /// are deleted with it (docs/algorithm.md, "releasing a shared name").
+    fn creation_checks(&self) -> Option<&dyn CreationChecks> {
         None
     }
 
@@ -306,6 +315,16 @@ impl SessionRef<'_> {
             self.backend
                 .transactions()?
                 .set_data_and_delete(self.id, path, data)
+                .await,
+        )
+    }
+
+    /// See [`CreationChecks::delete_if_created`]; `None` when the backend has no creation checks.
+    pub async fn delete_if_created(&self, path: &str, czxid: i64) -> Option<Result<bool>> {
+        Some(
+            self.backend
+                .creation_checks()?
+                .delete_if_created(self.id, path, czxid)
                 .await,
         )
     }

@@ -112,6 +112,11 @@ pub enum Mutant {
     /// On a backend that orders children by creation (etcd), a waiter orders the listing by name instead of taking
     /// its order: a contender whose attempt id sorts first holds, whenever it came.
     CreationOrderIgnored,
+    /// A release of a shared name (the fixed node, etcd's key named by its session) reads the node and deletes it by
+    /// name even where the backend can condition the delete on the node's creation (found by review, helper-49: an
+    /// operator's delete and a session-mate's create between the read and the delete had the release delete the mate's
+    /// key, and another session held beside the mate).
+    ReleaseByNameAlone,
 }
 
 impl Mutant {

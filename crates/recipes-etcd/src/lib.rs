@@ -27,10 +27,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use recipes_core::backend::{
-    ChildOrder, CreateAndList, CreateMode, Created, DeletionWatch, Lease, NodeWatch, SessionId, SessionStatus, Stat,
-    Transactions,
+    ChildOrder, CreateAndList, CreateMode, Created, CreationChecks, DeletionWatch, Lease, NodeWatch, SessionId,
+    SessionStatus, Stat, Transactions,
 };
-use recipes_core::{Backend, Result};
+use recipes_core::{Backend, Error, Result};
 use tokio::sync::watch as channel;
 
 use sender::{Op, Reply};
@@ -211,6 +211,10 @@ impl Backend for EtcdBackend {
         Some(self)
     }
 
+    fn creation_checks(&self) -> Option<&dyn CreationChecks> {
+        Some(self)
+    }
+
     fn session(&self) -> channel::Receiver<SessionStatus> {
         self.shared.status.subscribe()
     }
@@ -225,6 +229,19 @@ impl Backend for EtcdBackend {
 
     fn runtime(&self) -> Option<tokio::runtime::Handle> {
         Some(self.shared.runtime.clone())
+    }
+}
+
+#[async_trait]
+impl CreationChecks for EtcdBackend {
+    async fn delete_if_created(&self, session: SessionId, path: &str, czxid: i64) -> Result<bool> {
+        // One transaction: the key's create revision compared, then the delete.
+        match self.call(session, Op::delete_created(path, czxid)).await {
+            Ok(Reply::Done) => Ok(true),
+            Ok(other) => Err(sender::unexpected(&other)),
+            Err(Error::NodeExists(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 }
 

@@ -209,13 +209,21 @@ pub(crate) fn write_txn(op: &Op, session: SessionId) -> (Vec<Compare>, Vec<TxnOp
                 vec![TxnOp::get(path.as_str(), None)],
             )
         }
-        Op::Delete { paths, mark, leased } => {
+        Op::Delete {
+            paths,
+            mark,
+            leased,
+            created,
+        } => {
             // Each key exists, and has no key under it: ZooKeeper refuses to delete a node with children, and a flat
             // key space must not delete a "parent" from under its children either.
             // A key under it that the same transaction deletes is no obstacle (ZooKeeper's `multi` deletes in order):
             // the check covers the ranges between those keys.
             let mut checks = Vec::new();
             let mut reads = Vec::new();
+            if let (Some(c), Some(p)) = (created, paths.first()) {
+                checks.push(Compare::create_revision(p.as_str(), CompareOp::Equal, *c));
+            }
             for p in paths {
                 let under = children_prefix(p);
                 checks.push(Compare::version(p.as_str(), CompareOp::Greater, 0));
@@ -273,8 +281,19 @@ pub(crate) fn refusal(op: &Op, answers: &[TxnOpResponse]) -> Error {
             path, version: Some(_), ..
         } if exists(0) => Error::Refused(format!("{path}: not at the data version asked")),
         Op::Set { path, .. } => Error::NoNode(path.clone()),
-        Op::Delete { paths, leased, .. } => {
+        Op::Delete {
+            paths, leased, created, ..
+        } => {
             // The first delete that fails is the transaction's error, as in ZooKeeper's `multi`.
+            let made_by = |i: usize| match answers.get(i) {
+                Some(TxnOpResponse::Get(g)) => g.kvs().first().map(etcd_client::KeyValue::create_revision),
+                _ => None,
+            };
+            if let (Some(c), Some(p)) = (created, paths.first()) {
+                if made_by(0).is_some_and(|r| r != *c) {
+                    return Error::NodeExists(p.clone());
+                }
+            }
             let under_count = |i: usize| match answers.get(i) {
                 Some(TxnOpResponse::Get(g)) => g.count(),
                 _ => 0,

@@ -37,11 +37,13 @@ pub(crate) enum Op {
     /// one of them refuse its delete (`NotEmpty`, as ZooKeeper refuses to delete a node with children), except under
     /// one of `leased`: keys found attached to a lease, which ZooKeeper's ephemerals never have children, so a key
     /// under one is another lock path's, flat on etcd (found by review: an exclusive node `P/lock` beside a lock
-    /// nested at `P/lock` could not be released).
+    /// nested at `P/lock` could not be released). With `created`, the first key is deleted only if that write made
+    /// it (its create revision): a key of that name made by another write is refused (`NodeExists`).
     Delete {
         paths: Vec<String>,
         mark: Option<Vec<u8>>,
         leased: Vec<String>,
+        created: Option<i64>,
     },
 }
 
@@ -90,6 +92,17 @@ impl Op {
             paths,
             mark,
             leased: Vec::new(),
+            created: None,
+        }
+    }
+
+    /// A delete of `path` only if the write `created` made it.
+    pub fn delete_created(path: &str, created: i64) -> Op {
+        Op::Delete {
+            paths: vec![path.to_owned()],
+            mark: None,
+            leased: Vec::new(),
+            created: Some(created),
         }
     }
 

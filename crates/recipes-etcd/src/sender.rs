@@ -272,7 +272,16 @@ async fn run_job(client: &Client, s: &mut Seq, op: &Op) -> Result<Reply> {
                 return Err(Error::ConnectionLoss);
             }
             let refused = ops::refusal(op, &answers[1..]);
-            if let (Error::NotEmpty(p), Op::Delete { paths, mark, leased }) = (&refused, op) {
+            if let (
+                Error::NotEmpty(p),
+                Op::Delete {
+                    paths,
+                    mark,
+                    leased,
+                    created,
+                },
+            ) = (&refused, op)
+            {
                 if !leased.contains(p) && ops::leased_in_refusal(op, p, &answers[1..]) {
                     // An ephemeral key has no children: the keys under it are another lock path's. Again, without
                     // that check for it (at most once per key).
@@ -282,6 +291,7 @@ async fn run_job(client: &Client, s: &mut Seq, op: &Op) -> Result<Reply> {
                         paths: paths.clone(),
                         mark: mark.clone(),
                         leased,
+                        created: *created,
                     };
                     return Box::pin(run_job(client, s, &again)).await;
                 }

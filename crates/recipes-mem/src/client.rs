@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use recipes_core::backend::{
-    parent_path, CreateAndList, CreateMode, Created, DeletionWatch, Lease, NodeEvent, NodeWatch, ReplyFuture, SendNow,
-    SessionId, SessionStatus, Stat, Transactions,
+    parent_path, ChildOrder, CreateAndList, CreateMode, Created, CreationChecks, DeletionWatch, Lease, NodeEvent,
+    NodeWatch, ReplyFuture, SendNow, SessionId, SessionStatus, Stat, Transactions,
 };
 use recipes_core::{Backend, Error, Result};
 use tokio::sync::{oneshot, watch};
@@ -224,6 +224,12 @@ impl Backend for MemClient {
         Some(self)
     }
 
+    fn creation_checks(&self) -> Option<&dyn CreationChecks> {
+        // etcd's, where the cluster stands for etcd (ordered by creation); ZooKeeper has none, and a kinder backend
+        // would hide the window its recipes keep.
+        (self.cluster.child_order() == ChildOrder::Creation).then_some(self as &dyn CreationChecks)
+    }
+
     fn session_status(&self) -> SessionStatus {
         self.shared.current()
     }
@@ -262,6 +268,17 @@ impl Transactions for MemClient {
             data: data.to_vec(),
         };
         self.request(session, op).await.map(|r| r.done("set data and delete"))
+    }
+}
+
+#[async_trait]
+impl CreationChecks for MemClient {
+    async fn delete_if_created(&self, session: SessionId, path: &str, czxid: i64) -> Result<bool> {
+        let op = Op::DeleteCreated {
+            path: path.to_owned(),
+            czxid,
+        };
+        self.request(session, op).await.map(Reply::deleted)
     }
 }
 

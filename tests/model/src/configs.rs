@@ -478,7 +478,9 @@ fn wrapped_counter(cluster: &recipes_mem::MemCluster) -> std::pin::Pin<Box<dyn s
 }
 
 /// etcd's own lock's layout (Go's `concurrency.Mutex`): two tasks of one session take turns on its one key, made
-/// again for each hold, beside another session.
+/// again for each hold, beside another session. With every fault, the operator's delete included: where deletes are
+/// conditioned on the node's creation, the oracles go on past it (a release must not delete the key a session-mate
+/// made again after it).
 fn etcd_layout() -> Config {
     Config::new(
         "etcd-layout",
@@ -489,7 +491,7 @@ fn etcd_layout() -> Config {
     )
     .with_layout(Layout::Etcd)
     .with_setup(ordered_by_creation)
-    .with_faults(1, FAULTS)
+    .with_faults(1, ALL_FAULTS)
 }
 
 /// Children ordered by creation, as on etcd ([`ChildOrder::Creation`](recipes_core::backend::ChildOrder::Creation)).

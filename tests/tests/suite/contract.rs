@@ -9,6 +9,14 @@ mod mem {
     );
 }
 
+/// The in-memory cluster standing for etcd (children ordered by creation): held to the contract as etcd is.
+mod mem_by_creation {
+    recipes_conformance::contract_suite!(
+        harness = recipes_conformance::mem::MemHarness::by_creation(),
+        test = tokio::test(start_paused = true)
+    );
+}
+
 mod zk {
     recipes_conformance::contract_suite!(
         harness = recipes_conformance::zk::ZkHarness::new(),

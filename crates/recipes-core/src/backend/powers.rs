@@ -29,6 +29,18 @@ pub trait Transactions: Send + Sync {
     async fn set_data_and_delete(&self, session: SessionId, path: &str, data: &[u8]) -> Result<()>;
 }
 
+/// Writes conditioned on a node's creation: the node that one write made, not any node of its name.
+#[async_trait]
+pub trait CreationChecks: Send + Sync {
+    /// Deletes the node at `path` if the write `czxid` made it (its [`Stat::czxid`](super::Stat::czxid)), in one
+    /// request: `Ok(true)`. A node of that name that another write made is left alone: `Ok(false)`. For an ephemeral
+    /// node (a lock's): its children are not checked, as an ephemeral has none.
+    ///
+    /// # Notable errors
+    /// `NoNode` when no node of that name is there; otherwise as [`Backend::delete`](super::Backend::delete).
+    async fn delete_if_created(&self, session: SessionId, path: &str, czxid: i64) -> Result<bool>;
+}
+
 /// Requests sent before the call returns: the server applies them before every later request of the session.
 pub trait SendNow: Send + Sync {
     /// Sends a delete now, before returning, and returns the wait for its reply (as

@@ -13,5 +13,7 @@ mod peer_semaphore;
 mod recorder_panics;
 mod reentrancy;
 mod regressions;
+mod released_names;
 mod revocation;
+mod slow;
 mod stale_names;

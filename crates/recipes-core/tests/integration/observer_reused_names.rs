@@ -2,77 +2,15 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use recipes_core::backend::*;
-use recipes_core::{Backend, Layout, Locks, Result};
+use recipes_core::backend::ChildOrder;
+use recipes_core::{Backend, Layout, Locks};
 use recipes_mem::MemCluster;
-use tokio::sync::watch;
 
-/// Delegates to `inner`; a `get` sleeps first while `slow` is set.
-#[derive(Debug)]
-struct SlowGet {
-    inner: Arc<dyn Backend>,
-    slow: Arc<AtomicBool>,
-}
-
-#[async_trait]
-impl Backend for SlowGet {
-    async fn create(&self, s: SessionId, p: &str, d: &[u8], m: CreateMode) -> Result<Created> {
-        self.inner.create(s, p, d, m).await
-    }
-    async fn create_and_list(&self, s: SessionId, p: &str, d: &[u8], m: CreateMode) -> CreateAndList {
-        self.inner.create_and_list(s, p, d, m).await
-    }
-    async fn children(&self, s: SessionId, p: &str) -> Result<Vec<String>> {
-        self.inner.children(s, p).await
-    }
-    async fn get(&self, s: SessionId, p: &str) -> Result<Option<(Vec<u8>, Stat)>> {
-        if self.slow.load(Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_millis(600)).await;
-        }
-        self.inner.get(s, p).await
-    }
-    async fn sync(&self, s: SessionId, p: &str) -> Result<()> {
-        self.inner.sync(s, p).await
-    }
-    async fn watch_deletion(&self, s: SessionId, p: &str) -> Result<Option<(Stat, DeletionWatch)>> {
-        self.inner.watch_deletion(s, p).await
-    }
-    async fn get_and_watch(&self, s: SessionId, p: &str) -> Result<Option<(Vec<u8>, NodeWatch)>> {
-        self.inner.get_and_watch(s, p).await
-    }
-    async fn set_data(&self, s: SessionId, p: &str, d: &[u8]) -> Result<()> {
-        self.inner.set_data(s, p, d).await
-    }
-    fn set_data_unacked(&self, s: SessionId, p: &str, d: &[u8], v: Option<i32>) {
-        self.inner.set_data_unacked(s, p, d, v)
-    }
-    async fn delete(&self, s: SessionId, p: &str) -> Result<()> {
-        self.inner.delete(s, p).await
-    }
-    fn child_order(&self) -> ChildOrder {
-        self.inner.child_order()
-    }
-    fn session(&self) -> watch::Receiver<SessionStatus> {
-        self.inner.session()
-    }
-    fn session_status(&self) -> SessionStatus {
-        self.inner.session_status()
-    }
-    async fn close(&self) {
-        self.inner.close().await
-    }
-    fn lease(&self) -> Lease {
-        self.inner.lease()
-    }
-    fn runtime(&self) -> Option<tokio::runtime::Handle> {
-        self.inner.runtime()
-    }
-}
+use crate::slow::SlowGet;
 
 fn etcd(c: Arc<dyn Backend>) -> Locks {
     Locks::builder(c).layout(Layout::Etcd).build()
@@ -85,11 +23,9 @@ fn etcd(c: Arc<dyn Backend>) -> Locks {
 async fn an_observer_puts_a_name_made_again_in_its_place() {
     let cluster = MemCluster::new().ordered_by(ChildOrder::Creation);
     let (la, lb) = (etcd(cluster.client()), etcd(cluster.client()));
-    let slow = Arc::new(AtomicBool::new(false));
-    let lo = etcd(Arc::new(SlowGet {
-        inner: cluster.client(),
-        slow: slow.clone(),
-    }));
+    let slow_get = SlowGet::new(cluster.client());
+    let slow = slow_get.before.clone();
+    let lo = etcd(Arc::new(slow_get));
     let p = "/observer/reused";
     let a = la.election(p).unwrap().candidate("a").unwrap();
     let b = lb.election(p).unwrap().candidate("b").unwrap();

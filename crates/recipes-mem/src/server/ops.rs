@@ -43,6 +43,11 @@ pub(crate) enum Op {
     Delete {
         path: String,
     },
+    /// A delete of the node the write `czxid` made; a node of that name another write made is left alone.
+    DeleteCreated {
+        path: String,
+        czxid: i64,
+    },
     /// A transaction of deletes: all or none.
     DeleteAll {
         paths: Vec<String>,
@@ -73,9 +78,10 @@ impl Op {
         let node = |p: &str| format!("node:{p}");
         let children = |p: &str| format!("children:{}", parent_of(p));
         let (reads, writes) = match self {
-            Op::Create { path, .. } | Op::Delete { path } | Op::SetDataAndDelete { path, .. } => {
-                (vec![], vec![node(path), children(path)])
-            }
+            Op::Create { path, .. }
+            | Op::Delete { path }
+            | Op::DeleteCreated { path, .. }
+            | Op::SetDataAndDelete { path, .. } => (vec![], vec![node(path), children(path)]),
             Op::SetData { path, .. } => (vec![], vec![node(path)]),
             Op::DeleteAll { paths } => (vec![], paths.iter().flat_map(|p| [node(p), children(p)]).collect()),
             Op::Children { path } => (vec![format!("children:{path}")], vec![]),
@@ -99,6 +105,7 @@ impl Op {
             Op::GetWatch { path, .. } => format!("get+watch {path}"),
             Op::SetData { path, .. } => format!("set {path}"),
             Op::Delete { path } => format!("delete {path}"),
+            Op::DeleteCreated { path, czxid } => format!("delete {path} if made by {czxid}"),
             Op::DeleteAll { paths } => format!("delete all of {}", paths.join(" ")),
             Op::SetDataAndDelete { path, .. } => format!("set and delete {path}"),
             Op::Sync { path } => format!("sync {path}"),
@@ -122,6 +129,7 @@ impl Op {
             Op::Sync { .. }
                 | Op::Create { .. }
                 | Op::Delete { .. }
+                | Op::DeleteCreated { .. }
                 | Op::DeleteAll { .. }
                 | Op::SetData { .. }
                 | Op::SetDataAndDelete { .. }
@@ -137,6 +145,8 @@ pub(crate) enum Reply {
     Node(Option<(Vec<u8>, Stat)>),
     Exists(Option<Stat>),
     Done,
+    /// A conditioned delete found a node of that name that another write made, and left it.
+    Kept,
 }
 
 /// The server answers each request with the reply of its kind: the accessors name the request.
@@ -181,6 +191,15 @@ impl Reply {
         }
     }
 
+    /// The reply to a conditioned delete: whether it deleted.
+    pub fn deleted(self) -> bool {
+        match self {
+            Reply::Done => true,
+            Reply::Kept => false,
+            other => other.unexpected("conditioned delete"),
+        }
+    }
+
     fn unexpected(self, op: &str) -> ! {
         unreachable!("the in-memory server answers a {op} with its own reply kind, got {self:?}")
     }
@@ -195,6 +214,7 @@ impl Reply {
             Ok(Reply::Exists(Some(_))) => "exists (watch set)".into(),
             Ok(Reply::Exists(None)) => "does not exist".into(),
             Ok(Reply::Done) => "ok".into(),
+            Ok(Reply::Kept) => "another's node, kept".into(),
             Err(e) => format!("error: {e}"),
         }
     }
@@ -318,6 +338,18 @@ impl State {
                 Ok(Reply::Done)
             }
             Op::Delete { path } => {
+                self.tree.delete(&path, now)?;
+                self.fire_watches(&path, NodeEvent::Deleted, now);
+                Ok(Reply::Done)
+            }
+            Op::DeleteCreated { path, czxid } => {
+                let node = self
+                    .tree
+                    .node(&path)
+                    .ok_or_else(|| recipes_core::Error::NoNode(path.clone()))?;
+                if node.stat().czxid != czxid {
+                    return Ok(Reply::Kept);
+                }
                 self.tree.delete(&path, now)?;
                 self.fire_watches(&path, NodeEvent::Deleted, now);
                 Ok(Reply::Done)

@@ -1,0 +1,97 @@
+//! A release where names are made again (the etcd layout: one key per session and path): the release reads its key,
+//! then deletes it; between the two an operator deletes the key and a task of the same session makes it again. The
+//! release must leave that task's key alone (found by review, helper-49: it deleted it, and another session held
+//! while that task's guard still read valid).
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use recipes_core::backend::{BackendExt, ChildOrder};
+use recipes_core::{Layout, Locks};
+use recipes_mem::MemCluster;
+
+use crate::slow::{SlowGet, DELAY};
+
+async fn wait_children(cluster: &MemCluster, path: &str, n: usize) {
+    for _ in 0..400 {
+        if cluster.children(path).len() == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("{path}: {:?}", cluster.children(path));
+}
+
+/// The scenario: whether the mate's key survived the first task's release (and the lock then excluded another
+/// session). On the current thread, so that a mutant switched on for the test's thread is on for every task.
+async fn a_release_beside_a_key_made_again() -> bool {
+    let cluster = MemCluster::new().ordered_by(ChildOrder::Creation);
+    let path = "/released-names/etcd-layout";
+    let slow = SlowGet::new(cluster.client());
+    let (after, before_delete) = (slow.after.clone(), slow.before_delete.clone());
+    let backend: Arc<dyn recipes_core::Backend> = Arc::new(slow);
+    // Two `Locks` on the one backend (one session), each with turns of its own: the mate waits for the first task's
+    // key to go, not for its turn.
+    let s = Locks::builder(backend.clone()).layout(Layout::Etcd).build();
+    let s2 = Locks::builder(backend).layout(Layout::Etcd).build();
+    let other = Locks::builder(cluster.client()).layout(Layout::Etcd).build();
+    let first = s.fair(path).unwrap().acquire().await.unwrap();
+    let key = first.node().to_owned();
+    let second = s2.fair(path).unwrap();
+    let mate = tokio::spawn(async move { second.acquire().await.unwrap() });
+    // The mate waits for the key to go (it is its name too).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!mate.is_finished(), "the mate waits behind the first task");
+    // The release's read of its key (if it reads) is answered, then held back, and its delete is held back before it
+    // is sent; meanwhile an operator deletes the key and the mate makes it again.
+    after.store(1, Ordering::SeqCst);
+    before_delete.store(1, Ordering::SeqCst);
+    let release = tokio::spawn(async move { first.release().await });
+    tokio::time::sleep(DELAY / 4).await;
+    cluster.client().current().delete(&key).await.unwrap();
+    let mates_guard = tokio::time::timeout(Duration::from_secs(5), mate)
+        .await
+        .expect("the mate holds once the key is gone")
+        .unwrap();
+    assert_eq!(mates_guard.node(), key, "the mate's key has the same name");
+    let made_again = cluster.stat(&key).expect("the mate's key").czxid;
+    let _ = tokio::time::timeout(Duration::from_secs(5), release).await.unwrap();
+    if cluster.stat(&key).map(|s| s.czxid) != Some(made_again) {
+        return false;
+    }
+    wait_children(&cluster, path, 1).await;
+    assert!(
+        other.fair(path).unwrap().try_acquire().await.unwrap().is_none(),
+        "another session held beside the mate"
+    );
+    assert!(mates_guard.is_valid());
+    mates_guard.release().await.unwrap();
+    wait_children(&cluster, path, 0).await;
+    true
+}
+
+#[tokio::test]
+async fn a_release_spares_the_key_a_session_mate_made_again() {
+    assert!(
+        a_release_beside_a_key_made_again().await,
+        "the first task's release deleted its mate's key"
+    );
+}
+
+/// The release as it was (`Mutant::ReleaseByNameAlone`: read, then delete by name) deletes the mate's key: the test
+/// above can fail.
+#[cfg_attr(
+    not(recipes_mutants),
+    ignore = "switches a mutant on: needs RUSTFLAGS=\"--cfg recipes_mutants\""
+)]
+#[tokio::test]
+async fn a_release_by_name_alone_deletes_the_key_a_session_mate_made_again() {
+    use recipes_core::mutants::{self, Mutant};
+    mutants::set(Mutant::ReleaseByNameAlone, true);
+    let survived = a_release_beside_a_key_made_again().await;
+    mutants::set(Mutant::ReleaseByNameAlone, false);
+    assert!(!survived, "the mutant's release spared the mate's key");
+}

@@ -1,0 +1,125 @@
+//! A backend that delegates to another and delays its reads on demand: to open a window between a read and what a
+//! recipe does after it.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use recipes_core::backend::*;
+use recipes_core::{Backend, Result};
+use tokio::sync::watch;
+
+/// How long a delayed read waits.
+pub const DELAY: Duration = Duration::from_millis(600);
+
+/// Delegates to `inner`, powers included. A `get` sleeps [`DELAY`] before it is sent while `before` is set; and after
+/// its reply, for as many gets as `after` counts down. A delete (plain, or conditioned on the node's creation) sleeps
+/// before it is sent, for as many as `before_delete` counts down.
+#[derive(Debug)]
+pub struct SlowGet {
+    pub inner: Arc<dyn Backend>,
+    pub before: Arc<AtomicBool>,
+    pub after: Arc<AtomicU32>,
+    pub before_delete: Arc<AtomicU32>,
+}
+
+impl SlowGet {
+    pub fn new(inner: Arc<dyn Backend>) -> Self {
+        SlowGet {
+            inner,
+            before: Arc::default(),
+            after: Arc::default(),
+            before_delete: Arc::default(),
+        }
+    }
+}
+
+/// Sleeps [`DELAY`] when `count` has a turn left, and takes it.
+async fn delay_by(count: &AtomicU32) {
+    if count
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+    {
+        tokio::time::sleep(DELAY).await;
+    }
+}
+
+#[async_trait]
+impl CreationChecks for SlowGet {
+    async fn delete_if_created(&self, s: SessionId, p: &str, czxid: i64) -> Result<bool> {
+        delay_by(&self.before_delete).await;
+        let checks = self
+            .inner
+            .creation_checks()
+            .expect("offered only when the inner backend has them");
+        checks.delete_if_created(s, p, czxid).await
+    }
+}
+
+#[async_trait]
+impl Backend for SlowGet {
+    async fn create(&self, s: SessionId, p: &str, d: &[u8], m: CreateMode) -> Result<Created> {
+        self.inner.create(s, p, d, m).await
+    }
+    async fn create_and_list(&self, s: SessionId, p: &str, d: &[u8], m: CreateMode) -> CreateAndList {
+        self.inner.create_and_list(s, p, d, m).await
+    }
+    async fn children(&self, s: SessionId, p: &str) -> Result<Vec<String>> {
+        self.inner.children(s, p).await
+    }
+    async fn get(&self, s: SessionId, p: &str) -> Result<Option<(Vec<u8>, Stat)>> {
+        if self.before.load(Ordering::SeqCst) {
+            tokio::time::sleep(DELAY).await;
+        }
+        let r = self.inner.get(s, p).await;
+        delay_by(&self.after).await;
+        r
+    }
+    async fn sync(&self, s: SessionId, p: &str) -> Result<()> {
+        self.inner.sync(s, p).await
+    }
+    async fn watch_deletion(&self, s: SessionId, p: &str) -> Result<Option<(Stat, DeletionWatch)>> {
+        self.inner.watch_deletion(s, p).await
+    }
+    async fn get_and_watch(&self, s: SessionId, p: &str) -> Result<Option<(Vec<u8>, NodeWatch)>> {
+        self.inner.get_and_watch(s, p).await
+    }
+    async fn set_data(&self, s: SessionId, p: &str, d: &[u8]) -> Result<()> {
+        self.inner.set_data(s, p, d).await
+    }
+    fn set_data_unacked(&self, s: SessionId, p: &str, d: &[u8], v: Option<i32>) {
+        self.inner.set_data_unacked(s, p, d, v)
+    }
+    async fn delete(&self, s: SessionId, p: &str) -> Result<()> {
+        delay_by(&self.before_delete).await;
+        self.inner.delete(s, p).await
+    }
+    fn child_order(&self) -> ChildOrder {
+        self.inner.child_order()
+    }
+    fn transactions(&self) -> Option<&dyn Transactions> {
+        self.inner.transactions()
+    }
+    fn creation_checks(&self) -> Option<&dyn CreationChecks> {
+        self.inner.creation_checks().map(|_| self as &dyn CreationChecks)
+    }
+    fn send_now(&self) -> Option<&dyn SendNow> {
+        self.inner.send_now()
+    }
+    fn session(&self) -> watch::Receiver<SessionStatus> {
+        self.inner.session()
+    }
+    fn session_status(&self) -> SessionStatus {
+        self.inner.session_status()
+    }
+    async fn close(&self) {
+        self.inner.close().await
+    }
+    fn lease(&self) -> Lease {
+        self.inner.lease()
+    }
+    fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        self.inner.runtime()
+    }
+}

@@ -131,10 +131,15 @@ pub async fn etcd_layout_a_deleted_waiting_key_is_not_taken_back(h: &dyn Harness
     let path = h.path("etcd-layout-deleted");
     let (holder, s, admin) = (h.client().await, h.client().await, h.client().await);
     let held = etcd_layout(&holder.locks).fair(&path).unwrap().acquire().await.unwrap();
-    let sl = etcd_layout(&s.locks);
     let key = format!("{path}/{}", Layout::session_name(s.locks.backend().session_status().id));
     let occ = Occupancy::new();
-    let (first, second) = (sl.fair(&path).unwrap(), sl.fair(&path).unwrap());
+    // Two `Locks` on the one backend (one session), each with turns of its own: the second task finds the first's
+    // key and waits for it to go. (Two tasks of one `Locks` take turns: the second would not make the key while the
+    // first has its turn.)
+    let (first, second) = (
+        etcd_layout(&s.locks).fair(&path).unwrap(),
+        etcd_layout(&s.locks).fair(&path).unwrap(),
+    );
     let occ_a = occ.clone();
     let a = tokio::spawn(async move {
         if let Ok(g) = first.acquire().await {
@@ -158,6 +163,69 @@ pub async fn etcd_layout_a_deleted_waiting_key_is_not_taken_back(h: &dyn Harness
     bounded(h, "the second task", b).await.unwrap();
     bounded(h, "the first task", a).await.unwrap();
     assert_eq!(occ.violations(), 0, "two tasks of one session held at once");
+    wait_children(h, &path, 0).await;
+}
+
+/// Two tasks of one session that each acquire again as soon as they release take the session's one key in turns, first
+/// in, first out (decision 70: without turns, the task that had just released made the key again before its mate's
+/// watch fired, up to 168 times in a row); another session's task still gets its turn among them.
+pub async fn etcd_layout_tasks_of_a_session_take_turns(h: &dyn Harness) {
+    if !runs_here(h, "etcd-layout-turns").await {
+        return;
+    }
+    let path = h.path("etcd-layout-turns");
+    let (s, other) = (h.client().await, h.client().await);
+    let sl = etcd_layout(&s.locks);
+    // Waiting for its turn keeps the deadline, and a try gives up at once; neither makes a key.
+    let held = sl.fair(&path).unwrap().acquire().await.unwrap();
+    let mate = sl.fair(&path).unwrap();
+    assert!(mate.acquire_timeout(h.tick() * 4).await.unwrap().is_none(), "timed out");
+    assert!(
+        mate.try_acquire().await.unwrap().is_none(),
+        "a try beside the turn's holder"
+    );
+    assert_eq!(h.children(&path).await.len(), 1, "only the holder's key");
+    held.release().await.unwrap();
+    mate.acquire().await.unwrap().release().await.unwrap();
+    let occ = Occupancy::new();
+    let holds = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let start = Arc::new(tokio::sync::Barrier::new(2));
+    let mut set = JoinSet::new();
+    for task in 0..2u32 {
+        let lock = sl.fair(&path).unwrap();
+        let (occ, holds, start) = (occ.clone(), holds.clone(), start.clone());
+        set.spawn(async move {
+            start.wait().await;
+            for _ in 0..10 {
+                let g = lock.acquire().await.expect("acquire");
+                holds.lock().unwrap().push(task);
+                hold_exclusive(&occ, g, HOLD).await;
+            }
+        });
+    }
+    let lock = etcd_layout(&other.locks).fair(&path).unwrap();
+    let (occ_o, holds_o) = (occ.clone(), holds.clone());
+    set.spawn(async move {
+        for _ in 0..3 {
+            let g = lock.acquire().await.expect("acquire");
+            holds_o.lock().unwrap().push(2);
+            hold_exclusive(&occ_o, g, HOLD).await;
+        }
+    });
+    while let Some(r) = set.join_next().await {
+        r.expect("task");
+    }
+    assert_eq!(occ.violations(), 0, "two holders at once");
+    let holds = holds.lock().unwrap().clone();
+    assert_eq!(holds.len(), 23);
+    let session: Vec<u32> = holds.iter().copied().filter(|&t| t < 2).collect();
+    let longest = session.chunk_by(|a, b| a == b).map(<[u32]>::len).max().unwrap_or(0);
+    // FIFO within the session: the mate is in line before the holder asks again. Two in a row at most, where the
+    // mate's first ask came after the holder's second.
+    assert!(
+        longest <= 2,
+        "one task of the session held {longest} times in a row: {holds:?}"
+    );
     wait_children(h, &path, 0).await;
 }
 

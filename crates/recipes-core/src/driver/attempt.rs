@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use super::cleanup::{Cleanup, Identity, Pending};
+use super::turns::Turn;
 use super::{session, Claim, Ctx, HeldNode, CLEANUP_GRACE, TRY_BOUND};
 use crate::backend::{Backend, BackendExt, CreateAndList, CreateMode, SessionId};
 use crate::error::{Error, Result, RetryReason};
@@ -63,6 +64,9 @@ pub(crate) struct Attempt<'a> {
     /// An election candidate's lines in the node's data ([`candidate_lines`](crate::info::candidate_lines)); empty
     /// for a lock.
     pub candidate: &'a str,
+    /// This task's turn on a key named by its session, from before its create until its key is deleted (see
+    /// `turns`); `None` in every other layout.
+    pub turn: Option<Turn>,
 }
 
 impl<'a> Attempt<'a> {
@@ -101,6 +105,7 @@ impl<'a> Attempt<'a> {
             handed: AtomicBool::new(false),
             held_as: None,
             candidate: "",
+            turn: None,
         }
     }
 
@@ -188,7 +193,8 @@ impl<'a> Attempt<'a> {
             id,
             self.tags.clone(),
         )
-        .handing_over(self.protocol.hands_over());
+        .handing_over(self.protocol.hands_over())
+        .with_turn(self.turn.take());
         self.cleanup.disarm();
         let span = tracing::Span::current();
         if !span.is_disabled() {

@@ -18,6 +18,7 @@ mod peer_semaphore;
 mod permits;
 mod queue;
 pub(crate) mod session;
+mod turns;
 mod wait;
 
 use std::future::Future;
@@ -54,6 +55,8 @@ pub(crate) struct Ctx {
     pub lease_margin: f64,
     /// Tasks of this process waiting in line, for a release to hand the lock to.
     pub handoffs: handoff::Handoffs,
+    /// The turns of this process's tasks on keys named by their session (etcd's own lock's layout).
+    pub turns: turns::Turns,
 }
 
 /// How long a `try_acquire` may spend on requests (while disconnected they wait for the connection).

@@ -48,6 +48,11 @@ impl Attempt<'_> {
                 return Ok(None);
             }
         }
+        // A key named by the session: the session's tasks take it in turns, first in, first out (see `turns`).
+        // Boxed: only the etcd layout waits here, and every waiting acquire would otherwise carry its state.
+        if self.protocol.session_named() && !Box::pin(self.take_turn()).await? {
+            return Ok(None);
+        }
         loop {
             let Some(mut q) = self.create_queued().await? else {
                 return Ok(None);
@@ -217,6 +222,29 @@ impl Attempt<'_> {
                     id,
                     children,
                 }));
+            }
+        }
+    }
+
+    /// Waits for this task's turn on the key its session names (see `turns`), on the session that is current when the
+    /// turn comes: a session that ends meanwhile leaves its line, and the wait starts again on the next. `false`: a
+    /// try found another task of its session with the turn, and gives up at once.
+    async fn take_turn(&mut self) -> Step<bool> {
+        loop {
+            let sid = self.connected().await?;
+            if self.try_once {
+                self.turn = self.ctx.turns.try_take(sid, self.path.as_str());
+                return Ok(self.turn.is_some());
+            }
+            let line = self.ctx.turns.line(sid, self.path.as_str());
+            let mut status = self.backend().session();
+            tokio::select! {
+                turn = line.lock_owned() => {
+                    self.turn = Some(turn);
+                    return Ok(true);
+                }
+                () = session::over(&mut status, sid) => {}
+                () = self.deadline_passed() => return Err(Stop::Deadline),
             }
         }
     }

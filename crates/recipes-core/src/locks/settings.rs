@@ -160,6 +160,7 @@ impl LocksBuilder {
                 max_attempts: self.max_attempts,
                 lease_margin: self.lease_margin.get(),
                 handoffs: Default::default(),
+                turns: Default::default(),
             }),
             registry: Arc::default(),
             cohorts: self.cohorts,

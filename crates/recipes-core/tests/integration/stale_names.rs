@@ -79,9 +79,12 @@ async fn a_deleted_waiting_key_made_again_sends_its_task_back_to_the_queue() {
     let cluster = MemCluster::new().ordered_by(ChildOrder::Creation);
     let path = "/stale-names/etcd-layout";
     let etcd = |c| Locks::builder(c).layout(Layout::Etcd).build();
-    let (h, s, g) = (etcd(cluster.client()), etcd(cluster.client()), etcd(cluster.client()));
+    let (h, g, sc) = (etcd(cluster.client()), etcd(cluster.client()), cluster.client());
+    // S's two tasks on two `Locks` of its one backend (each with turns of its own: one `Locks`'s tasks take turns,
+    // and B would wait for A's turn instead of for its key).
+    let (s, s2) = (etcd(sc.clone()), etcd(sc));
     let held = h.fair(path).unwrap().acquire().await.unwrap();
-    let (first, second) = (s.fair(path).unwrap(), s.fair(path).unwrap());
+    let (first, second) = (s.fair(path).unwrap(), s2.fair(path).unwrap());
     let a = tokio::spawn(async move { first.acquire().await.map(|g| g.node().to_owned()) });
     wait_children(&cluster, path, 2).await;
     let gl = g.fair(path).unwrap();

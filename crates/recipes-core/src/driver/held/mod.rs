@@ -15,6 +15,7 @@ use tracing::debug;
 use uuid::Uuid;
 
 use super::cleanup::{delete_node, spawn_cleanup, Deleted, Identity};
+use super::turns::Turn;
 use super::Ctx;
 use crate::backend::{NodeWatch, SessionId};
 use crate::metrics::Tags;
@@ -60,6 +61,8 @@ pub(crate) struct HeldNode {
     /// long listing, on a backend with transactions: the node behind then holds without listing, and the mark costs
     /// no write of its own). See docs/algorithm.md, optimisation 3.
     marks_on_release: bool,
+    /// Its task's turn on a key named by its session (see `turns`): passed on once the key is deleted.
+    turn: parking_lot::Mutex<Option<Turn>>,
 }
 
 /// The watch a held node keeps (see `HeldNode::own_watch`): set when the node is made, taken when it is dropped,
@@ -107,6 +110,7 @@ impl HeldNode {
             handed_out: false,
             own_watch: OwnWatch::default(),
             marks_on_release: false,
+            turn: parking_lot::Mutex::new(None),
         }
     }
 
@@ -121,6 +125,17 @@ impl HeldNode {
     pub fn marking_on_release(mut self, yes: bool) -> Self {
         self.marks_on_release = yes;
         self
+    }
+
+    /// Keeps its task's turn on its key (see `turns`) until the key is deleted.
+    pub fn with_turn(self, turn: Option<Turn>) -> Self {
+        *self.turn.lock() = turn;
+        self
+    }
+
+    /// Passes its task's turn on (its key is deleted, or went with its session).
+    pub(super) fn pass_turn(&self) {
+        drop(self.turn.lock().take());
     }
 
     /// Lets a release hand the lock to tasks of this process waiting in line on the node (the protocol says when).
@@ -154,6 +169,7 @@ impl HeldNode {
     /// Marks the node as gone with its session, so that dropping it deletes nothing.
     pub fn forget(self) {
         self.released.store(true, Ordering::Release);
+        self.pass_turn();
     }
 
     /// Gives the node back to the acquire that made it, never handed out (neither counted nor deleted here): its
@@ -174,6 +190,8 @@ impl Drop for HeldNode {
         let id = self.identity();
         // The watch on the node ends with the delete (see `own_watch`).
         let watch = self.own_watch.0.get_mut().map_or(None, Option::take);
+        // The turn passes once the key is deleted (see `turns`).
+        let turn = self.turn.get_mut().take();
         spawn_cleanup(self.handle.as_ref(), &node.clone(), async move {
             let _watch = watch;
             match delete_node(&ctx, &node, id).await {
@@ -181,6 +199,7 @@ impl Drop for HeldNode {
                 Ok(found) => debug!(%node, ?found, "release on drop found the lock already gone"),
                 Err(e) => debug!(%node, error = %e, "release on drop found the lock already gone"),
             }
+            drop(turn);
         });
         // Counted once the delete is on its way: a recorder that panics cannot leave the node behind.
         self.count_release();

@@ -39,6 +39,7 @@ impl HeldNode {
         let r = delete_node_handing_over(&self.ctx, &self.node, self.identity(), waiters)
             .instrument(span.clone())
             .await;
+        self.pass_turn();
         self.released_with(r, &span)
     }
 

@@ -269,6 +269,7 @@ pub fn random() -> Vec<Config> {
     vec![
         // Tasks sharing one session: walked at random (their schedules do not replay exactly).
         etcd_layout(),
+        etcd_layout_apart(),
         Config::new(
             "three-mixed",
             vec![plain(Recipe::Read), plain(Recipe::Write), Program::Reenter],
@@ -482,10 +483,22 @@ fn wrapped_counter(cluster: &recipes_mem::MemCluster) -> std::pin::Pin<Box<dyn s
 /// conditioned on the node's creation, the oracles go on past it (a release must not delete the key a session-mate
 /// made again after it).
 fn etcd_layout() -> Config {
+    etcd_layout_of("etcd-layout", Program::Tasks)
+}
+
+/// As [`etcd_layout`], with the session's two tasks on two `Locks` of its one backend: they meet one key name
+/// without taking turns (decision 70), so a release meets a key a session-mate made again, and an acquire finds its
+/// name taken by a mate's key.
+fn etcd_layout_apart() -> Config {
+    etcd_layout_of("etcd-layout-apart", Program::TasksApart)
+}
+
+/// Two fair acquires as `tasks` of one session, beside another session's, in the etcd layout on etcd's order.
+fn etcd_layout_of(name: &'static str, tasks: fn(Vec<Program>) -> Program) -> Config {
     Config::new(
-        "etcd-layout",
+        name,
         vec![
-            Program::Tasks(vec![plain(Recipe::Fair), plain(Recipe::Fair)]),
+            tasks(vec![plain(Recipe::Fair), plain(Recipe::Fair)]),
             plain(Recipe::Fair),
         ],
     )

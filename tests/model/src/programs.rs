@@ -44,6 +44,9 @@ pub enum Program {
     /// These programs at once, each a task of its own on the client's one session (one `Locks`): tasks of one
     /// process contending for one path. The oracles tell the tasks apart.
     Tasks(Vec<Program>),
+    /// As [`Tasks`](Program::Tasks), but each task with a `Locks` of its own on the client's one backend (one
+    /// session): in the etcd layout they meet one key name without taking turns (decision 70).
+    TasksApart(Vec<Program>),
     /// A semaphore of `permits` permits: claim `n` of them at once (`acquire_many` and its try and timeout forms),
     /// hold, ask `lost()`, release.
     Permits {
@@ -277,8 +280,9 @@ impl Oracle {
     /// add up to at most its count), and their nodes present.
     ///
     /// After an operator's delete: where the backend conditions deletes on a node's creation (etcd's order), the
-    /// holds on the nodes the operator deleted are left out (their holders cannot know until `lost()` looks), and every
-    /// other hold is checked as before (found by review, helper-49: a release deleted a session-mate's key made again
+    /// holds on the nodes the operator deleted are left out (their holders cannot know until `lost()` looks; nor can
+    /// an acquire whose last read of its node was answered before the delete and arrived after it: so a hold handed
+    /// out after the delete is left out too), and every other hold is checked as before (found by review, helper-49: a release deleted a session-mate's key made again
     /// after the operator's delete); elsewhere (ZooKeeper's fixed node keeps that window, docs/algorithm.md) the
     /// oracles stop.
     pub fn check(&mut self, cluster: &MemCluster) {
@@ -518,33 +522,42 @@ fn run_task(ctx: Ctx, program: Program) -> std::pin::Pin<Box<dyn std::future::Fu
     Box::pin(run_program(ctx, program))
 }
 
-async fn run_program(ctx: Ctx, program: Program) {
-    match program {
-        Program::Tasks(programs) => {
-            // Tokio tasks of their own (a lock's default owner is the task), aborted with the client's task when it
-            // crashes (the guard's drop).
-            struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
-            impl Drop for AbortOnDrop {
-                fn drop(&mut self) {
-                    for t in &self.0 {
-                        t.abort();
-                    }
-                }
-            }
-            let mut tasks = AbortOnDrop(Vec::new());
-            for (i, p) in programs.into_iter().enumerate() {
-                let mut c = ctx.clone();
-                c.task = ctx.task * 10 + i + 1;
-                tasks.0.push(tokio::spawn(run_task(c, p)));
-            }
-            for t in &mut tasks.0 {
-                if let Err(e) = t.await {
-                    if e.is_panic() {
-                        ctx.oracle().violate(format!("client {}: a task panicked: {e}", ctx.id));
-                    }
-                }
+/// Runs `programs` as tasks of their own on the client's session; `apart`: each with a `Locks` of its own.
+async fn tasks(ctx: &Ctx, programs: Vec<Program>, apart: bool) {
+    // Tokio tasks of their own (a lock's default owner is the task), aborted with the client's task when it
+    // crashes (the guard's drop).
+    struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+    impl Drop for AbortOnDrop {
+        fn drop(&mut self) {
+            for t in &self.0 {
+                t.abort();
             }
         }
+    }
+    let mut tasks = AbortOnDrop(Vec::new());
+    for (i, p) in programs.into_iter().enumerate() {
+        let mut c = ctx.clone();
+        c.task = ctx.task * 10 + i + 1;
+        if apart {
+            c.locks = Locks::builder(ctx.locks.backend().clone())
+                .layout(ctx.locks.layout())
+                .build();
+        }
+        tasks.0.push(tokio::spawn(run_task(c, p)));
+    }
+    for t in &mut tasks.0 {
+        if let Err(e) = t.await {
+            if e.is_panic() {
+                ctx.oracle().violate(format!("client {}: a task panicked: {e}", ctx.id));
+            }
+        }
+    }
+}
+
+async fn run_program(ctx: Ctx, program: Program) {
+    match program {
+        Program::Tasks(programs) => tasks(&ctx, programs, false).await,
+        Program::TasksApart(programs) => tasks(&ctx, programs, true).await,
         Program::Plain { recipe, patience } => plain(&ctx, recipe, patience).await,
         Program::Multi { patience } => multi(&ctx, patience).await,
         Program::Elsewhere(p) => {

@@ -229,6 +229,41 @@ pub async fn etcd_layout_tasks_of_a_session_take_turns(h: &dyn Harness) {
     wait_children(h, &path, 0).await;
 }
 
+/// A guard whose key an operator deleted keeps no turn its session's tasks wait for (found by review, helper-50: a
+/// task that acquired again while its lost guard lived waited forever, and so did a mate): the same task acquires
+/// again, a try succeeds, a waiting mate holds next, while the lost guard lives on.
+pub async fn etcd_layout_a_lost_guard_keeps_no_turn(h: &dyn Harness) {
+    if !runs_here(h, "etcd-layout-lost-turn").await {
+        return;
+    }
+    let path = h.path("etcd-layout-lost-turn");
+    let (s, admin) = (h.client().await, h.client().await);
+    let sl = etcd_layout(&s.locks);
+    let lock = sl.fair(&path).unwrap();
+    let lost = lock.acquire().await.unwrap();
+    let mate_lock = sl.fair(&path).unwrap();
+    let mate = tokio::spawn(async move { mate_lock.acquire().await.expect("the mate holds") });
+    tokio::time::sleep(h.tick() * 4).await;
+    admin.locks.backend().current().delete(lost.node()).await.unwrap();
+    assert_eq!(
+        bounded(h, "lost() reports the delete", lost.lost()).await,
+        recipes_core::LostReason::NodeDeleted
+    );
+    let g = bounded(h, "the mate holds beside the lost guard", mate).await.unwrap();
+    let again = sl.fair(&path).unwrap();
+    assert!(again.try_acquire().await.unwrap().is_none(), "the mate holds");
+    g.release().await.unwrap();
+    let g = bounded(h, "the lost guard's task acquires again", lock.acquire())
+        .await
+        .unwrap();
+    assert!(g.is_valid());
+    g.release().await.unwrap();
+    let t = again.try_acquire().await.unwrap().expect("a try beside the lost guard");
+    t.release().await.unwrap();
+    drop(lost);
+    wait_children(h, &path, 0).await;
+}
+
 /// In the etcd layout a try beside another task of its session gives up at once (`None`), and `revoke` refuses a key
 /// of etcd's own lock (its data is what tells an acquire whose key it is).
 pub async fn etcd_layout_tries_and_revocations(h: &dyn Harness) {

@@ -116,7 +116,7 @@ macro_rules! __for_each_scenario {
     ($m:path; $($args:tt)*) => {
         $m!($($args)* {scenarios}
             exclusive_mutual_exclusion etcd_layout_excludes_with_one_key_per_session etcd_layout_refuses_what_it_cannot_share etcd_layout_a_deleted_waiting_key_is_not_taken_back etcd_layout_tries_and_revocations etcd_layout_tasks_of_a_session_take_turns
-            a_short_hex_child_is_etcds_lock_only_on_etcd fair_mutual_exclusion reentrant_mutual_exclusion write_mutual_exclusion
+            etcd_layout_a_lost_guard_keeps_no_turn             a_short_hex_child_is_etcds_lock_only_on_etcd fair_mutual_exclusion reentrant_mutual_exclusion write_mutual_exclusion
             read_write_mutual_exclusion every_recipe_by_name_excludes fair_fifo_order write_fifo_order
             readers_share writer_excludes_readers write_waits_for_all_readers reader_waits_for_earlier_writer
             reader_never_waits_on_later_writer readers_wake_together_after_writer reentrant_counts_per_task

@@ -194,7 +194,7 @@ impl<'a> Attempt<'a> {
             self.tags.clone(),
         )
         .handing_over(self.protocol.hands_over())
-        .with_turn(self.turn.take());
+        .with_turn(self.turn.take().inspect(|t| t.holds(czxid)));
         self.cleanup.disarm();
         let span = tracing::Span::current();
         if !span.is_disabled() {

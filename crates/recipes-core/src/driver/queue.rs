@@ -227,24 +227,75 @@ impl Attempt<'_> {
     }
 
     /// Waits for this task's turn on the key its session names (see `turns`), on the session that is current when the
-    /// turn comes: a session that ends meanwhile leaves its line, and the wait starts again on the next. `false`: a
-    /// try found another task of its session with the turn, and gives up at once.
+    /// turn comes: a session that ends meanwhile leaves its line, and the wait starts again on the next. While another
+    /// task holds the key, the wait also watches it: once it is gone and its holder has not let it go (an operator
+    /// deleted it; the holder's guard may live on for long), there is no turn to wait for, and the task goes on
+    /// without one (exclusion never rested on turns). `false`: a try found the turn taken (and its key there), and
+    /// gives up at once.
     async fn take_turn(&mut self) -> Step<bool> {
-        loop {
+        'session: loop {
             let sid = self.connected().await?;
-            if self.try_once {
-                self.turn = self.ctx.turns.try_take(sid, self.path.as_str());
-                return Ok(self.turn.is_some());
-            }
             let line = self.ctx.turns.line(sid, self.path.as_str());
+            if let Some(turn) = line.try_take() {
+                self.turn = Some(turn);
+                return Ok(true);
+            }
+            let key = self.path.child(&self.protocol.prefix(uuid::Uuid::nil(), sid));
+            let on = self.backend().on(sid);
+            if self.try_once {
+                // Taken: a try goes on only when the turn's key is gone for its holder.
+                let Some(czxid) = line.holder() else { return Ok(false) };
+                let there = match self.call(on.get(&key)).await? {
+                    Some((_, stat)) => stat.czxid == czxid,
+                    None => false,
+                };
+                return Ok(!there && line.holder() == Some(czxid));
+            }
+            // The place in line is kept from here until the turn comes (the wait is never dropped meanwhile).
+            let take = line.take();
+            tokio::pin!(take);
             let mut status = self.backend().session();
-            tokio::select! {
-                turn = line.lock_owned() => {
-                    self.turn = Some(turn);
-                    return Ok(true);
+            loop {
+                let held = line.when_held();
+                tokio::pin!(held);
+                held.as_mut().enable();
+                let holder = line.holder();
+                let mut gone = None;
+                if let Some(czxid) = holder {
+                    let watched = tokio::select! {
+                        turn = &mut take => {
+                            self.turn = Some(turn);
+                            return Ok(true);
+                        }
+                        () = session::over(&mut status, sid) => continue 'session,
+                        () = self.deadline_passed() => return Err(Stop::Deadline),
+                        r = on.watch_deletion(&key) => r,
+                    };
+                    match watched {
+                        Ok(Some((stat, watch))) if stat.czxid == czxid => gone = Some(watch),
+                        // Gone, or made again by another write: gone for its holder unless it is being released.
+                        Ok(_) if line.holder() == Some(czxid) => return Ok(true),
+                        Ok(_) => continue,
+                        Err(Error::ConnectionLoss) => {
+                            session::connected(self.backend(), self.deadline())
+                                .await?
+                                .ok_or(Stop::Deadline)?;
+                            continue;
+                        }
+                        Err(e) if session::reports_end(&e) => continue 'session,
+                        Err(e) => return Err(Stop::Fail(e)),
+                    }
                 }
-                () = session::over(&mut status, sid) => {}
-                () = self.deadline_passed() => return Err(Stop::Deadline),
+                tokio::select! {
+                    turn = &mut take => {
+                        self.turn = Some(turn);
+                        return Ok(true);
+                    }
+                    () = session::over(&mut status, sid) => continue 'session,
+                    () = self.deadline_passed() => return Err(Stop::Deadline),
+                    () = &mut held, if holder.is_none() => {}
+                    _ = async { gone?.await.ok() }, if gone.is_some() => {}
+                }
             }
         }
     }

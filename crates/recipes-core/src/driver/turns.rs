@@ -6,20 +6,87 @@
 //!
 //! Only fairness rests on the turns, never exclusion: the key's creation id still says whose it is, and a task that
 //! finds a session-mate's key (one of another `Locks` on the same backend, which has turns of its own) waits for its
-//! deletion as before.
+//! deletion as before. Nor may a turn outlive its key: a holder whose key an operator deleted keeps its turn until its
+//! guard goes, so a waiter also watches the holder's key, and stops waiting for the turn once that key is gone (found
+//! by review, helper-50: a task that acquired again while its lost guard lived waited forever).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
+use tokio::sync::Notify;
 
 use crate::backend::SessionId;
 
-/// A task's turn on one key: the key is its to make until the turn is dropped.
-pub(crate) type Turn = tokio::sync::OwnedMutexGuard<()>;
+/// A task's turn on one key: the key is its to make until the turn is dropped. Dropping it forgets the key it held.
+#[derive(Debug)]
+pub(crate) struct Turn {
+    line: Arc<Line>,
+    _guard: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Turn {
+    /// The turn's key is held, made by the write `czxid`: waiters watch it from now on.
+    pub fn holds(&self, czxid: i64) {
+        *self.line.holder.lock() = Some(czxid);
+        self.line.held.notify_waiters();
+    }
+
+    /// The key is about to be deleted by its holder (a release): waiters that see it go wait for the turn, which
+    /// comes once the delete has an outcome. Called before the delete is sent.
+    pub fn releasing(&self) {
+        *self.line.holder.lock() = None;
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        // Before the mutex passes on (the guard is dropped after this).
+        *self.line.holder.lock() = None;
+    }
+}
 
 /// One key's turns: tokio's mutex queues its waiters first in, first out.
-type Line = tokio::sync::Mutex<()>;
+#[derive(Debug, Default)]
+pub(crate) struct Line {
+    turn: Arc<tokio::sync::Mutex<()>>,
+    /// The creation id of the key the turn's holder holds, once it holds.
+    holder: Mutex<Option<i64>>,
+    /// Told when the turn's holder comes to hold.
+    held: Notify,
+}
+
+impl Line {
+    /// The turn, now, or `None` when another task has it.
+    pub fn try_take(self: &Arc<Self>) -> Option<Turn> {
+        let guard = self.turn.clone().try_lock_owned().ok()?;
+        Some(Turn {
+            line: self.clone(),
+            _guard: guard,
+        })
+    }
+
+    /// The turn, when it comes.
+    pub async fn take(self: &Arc<Self>) -> Turn {
+        let guard = self.turn.clone().lock_owned().await;
+        Turn {
+            line: self.clone(),
+            _guard: guard,
+        }
+    }
+
+    /// The creation id of the key the turn's holder holds; `None` when nobody holds one (yet, or any more: it is
+    /// being released).
+    pub fn holder(&self) -> Option<i64> {
+        *self.holder.lock()
+    }
+
+    /// Resolves when the turn's holder comes to hold; enable it before reading [`holder`](Self::holder), so that no
+    /// change is missed.
+    pub fn when_held(&self) -> tokio::sync::futures::Notified<'_> {
+        self.held.notified()
+    }
+}
 
 /// The turns of this process's tasks, by session and lock path.
 #[derive(Debug, Default)]
@@ -49,14 +116,9 @@ impl Turns {
             lines.by_key.retain(|_, w| w.strong_count() > 0);
             lines.prune_at = 2 * lines.by_key.len();
         }
-        let line = Arc::new(Line::new(()));
+        let line = Arc::new(Line::default());
         lines.by_key.insert(key, Arc::downgrade(&line));
         line
-    }
-
-    /// The turn on `path` for `session` now, or `None` when another task has it.
-    pub fn try_take(&self, session: SessionId, path: &str) -> Option<Turn> {
-        self.line(session, path).try_lock_owned().ok()
     }
 
     /// How many keys are remembered (for tests).
@@ -73,33 +135,36 @@ mod tests {
     #[tokio::test]
     async fn turns_pass_in_the_order_they_were_asked_for() {
         let turns = Turns::default();
-        let first = turns.try_take(1, "/p").expect("free");
-        assert!(turns.try_take(1, "/p").is_none(), "taken");
-        assert!(turns.try_take(2, "/p").is_some(), "another session's line");
-        assert!(turns.try_take(1, "/q").is_some(), "another path's line");
+        let first = turns.line(1, "/p").try_take().expect("free");
+        assert!(turns.line(1, "/p").try_take().is_none(), "taken");
+        assert!(turns.line(2, "/p").try_take().is_some(), "another session's line");
+        assert!(turns.line(1, "/q").try_take().is_some(), "another path's line");
         let line = turns.line(1, "/p");
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut waiting = Vec::new();
         for i in 0..3 {
             let (line, order) = (line.clone(), order.clone());
             waiting.push(tokio::spawn(async move {
-                let _turn = line.lock_owned().await;
+                let _turn = line.take().await;
                 order.lock().push(i);
             }));
             tokio::task::yield_now().await;
         }
+        first.holds(7);
+        assert_eq!(line.holder(), Some(7));
         drop(first);
         for w in waiting {
             w.await.unwrap();
         }
         assert_eq!(*order.lock(), [0, 1, 2]);
+        assert_eq!(line.holder(), None, "a turn passed on forgets its key");
     }
 
     #[test]
     fn keys_nobody_waits_on_are_forgotten() {
         let turns = Turns::default();
         for i in 0..1000 {
-            drop(turns.try_take(1, &format!("/p{i}")));
+            drop(turns.line(1, &format!("/p{i}")).try_take());
         }
         assert!(turns.remembered() <= 2 * PRUNE_FROM, "{}", turns.remembered());
     }

@@ -138,6 +138,13 @@ impl HeldNode {
         drop(self.turn.lock().take());
     }
 
+    /// Tells its task's line that the key is being released (before the delete is sent: see `Turn::releasing`).
+    pub(super) fn releasing_turn(&self) {
+        if let Some(t) = self.turn.lock().as_ref() {
+            t.releasing();
+        }
+    }
+
     /// Lets a release hand the lock to tasks of this process waiting in line on the node (the protocol says when).
     pub fn handing_over(mut self, yes: bool) -> Self {
         self.hands_over = yes;
@@ -192,6 +199,9 @@ impl Drop for HeldNode {
         let watch = self.own_watch.0.get_mut().map_or(None, Option::take);
         // The turn passes once the key is deleted (see `turns`).
         let turn = self.turn.get_mut().take();
+        if let Some(t) = &turn {
+            t.releasing();
+        }
         spawn_cleanup(self.handle.as_ref(), &node.clone(), async move {
             let _watch = watch;
             match delete_node(&ctx, &node, id).await {

@@ -36,6 +36,7 @@ impl HeldNode {
         } else {
             Vec::new()
         };
+        self.releasing_turn();
         let r = delete_node_handing_over(&self.ctx, &self.node, self.identity(), waiters)
             .instrument(span.clone())
             .await;

@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
+use futures::future::{BoxFuture, FutureExt, Shared};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
@@ -43,8 +44,13 @@ impl Drop for Turn {
     fn drop(&mut self) {
         // Before the mutex passes on (the guard is dropped after this).
         *self.line.holder.lock() = None;
+        *self.line.gone.lock() = None;
     }
 }
+
+/// The one watch of a line's waiters on its holder's key: `true` once the key is gone (or another write's), `false`
+/// when the watch could not be kept (a connection loss, the session's end: ask again).
+pub(crate) type Gone = Shared<BoxFuture<'static, bool>>;
 
 /// One key's turns: tokio's mutex queues its waiters first in, first out.
 #[derive(Debug, Default)]
@@ -54,6 +60,9 @@ pub(crate) struct Line {
     holder: Mutex<Option<i64>>,
     /// Told when the turn's holder comes to hold.
     held: Notify,
+    /// The waiters' one watch on the holder's key, with that key's creation id (found by review, helper-51: a watch
+    /// per waiter cost a request per waiter and handoff, a drain of N tasks N² requests).
+    gone: Mutex<Option<(i64, Gone)>>,
 }
 
 impl Line {
@@ -79,6 +88,27 @@ impl Line {
     /// being released).
     pub fn holder(&self) -> Option<i64> {
         *self.holder.lock()
+    }
+
+    /// The watch on the holder's key made by `czxid`, shared by every waiter: made by `watch` for the first.
+    pub fn gone(&self, czxid: i64, watch: impl FnOnce() -> BoxFuture<'static, bool>) -> Gone {
+        let mut gone = self.gone.lock();
+        match &*gone {
+            Some((c, g)) if *c == czxid => g.clone(),
+            _ => {
+                let g = watch().shared();
+                *gone = Some((czxid, g.clone()));
+                g
+            }
+        }
+    }
+
+    /// Forgets the watch `failed` (it could not be kept), so that the next waiter that asks makes another.
+    pub fn forget_gone(&self, failed: &Gone) {
+        let mut gone = self.gone.lock();
+        if gone.as_ref().is_some_and(|(_, g)| g.ptr_eq(failed)) {
+            *gone = None;
+        }
     }
 
     /// Resolves when the turn's holder comes to hold; enable it before reading [`holder`](Self::holder), so that no

@@ -138,6 +138,13 @@ impl HeldNode {
         drop(self.turn.lock().take());
     }
 
+    /// Tells its task's line that it holds its key still (a release that was dropped midway).
+    pub(super) fn holding_again(&self) {
+        if let Some(t) = self.turn.lock().as_ref() {
+            t.holds(self.czxid);
+        }
+    }
+
     /// Tells its task's line that the key is being released (before the delete is sent: see `Turn::releasing`).
     pub(super) fn releasing_turn(&self) {
         if let Some(t) = self.turn.lock().as_ref() {

@@ -36,10 +36,15 @@ impl HeldNode {
         } else {
             Vec::new()
         };
+        // The line is told before the delete is sent; if this future is dropped before the delete has an outcome, the
+        // node is held still (its drop deletes it), and the line is told so again (review, helper-52: its waiters
+        // would no longer watch the key, and waited on a lost guard's turn).
         self.releasing_turn();
+        let mut restore = RestoreHolder(Some(self));
         let r = delete_node_handing_over(&self.ctx, &self.node, self.identity(), waiters)
             .instrument(span.clone())
             .await;
+        restore.0 = None;
         self.pass_turn();
         self.released_with(r, &span)
     }
@@ -115,6 +120,10 @@ impl HeldNode {
     pub(super) async fn delete_in_one(ctx: &Ctx, sid: SessionId, nodes: &[&HeldNode]) -> Vec<Result<()>> {
         let paths: Vec<String> = nodes.iter().map(|n| n.node.clone()).collect();
         let on = ctx.backend.on(sid);
+        // No node with a turn is batched today (a shared name is never: see `release_all`); told all the same.
+        for n in nodes {
+            n.releasing_turn();
+        }
         let applied = match on.delete_all(&paths).await {
             None => false,
             Some(Ok(())) => true,
@@ -143,6 +152,7 @@ impl HeldNode {
         nodes
             .iter()
             .map(|n| {
+                n.pass_turn();
                 let span = tracing::debug_span!(parent: &n.span, "release", path = %n.path, node = %n.node);
                 n.released_with(Ok(Deleted::Ours), &span)
             })
@@ -162,6 +172,18 @@ impl HeldNode {
         Error::NotHeld {
             path: self.path.to_string(),
             why,
+        }
+    }
+}
+
+/// Tells a node's line that it holds its key again, when dropped (a release future dropped before its delete had an
+/// outcome): emptied once the delete has one.
+struct RestoreHolder<'a>(Option<&'a HeldNode>);
+
+impl Drop for RestoreHolder<'_> {
+    fn drop(&mut self) {
+        if let Some(n) = self.0.take() {
+            n.holding_again();
         }
     }
 }

@@ -65,12 +65,12 @@ impl EtcdBackend {
     /// ```
     ///
     /// # Notable errors
-    /// [`Error::InvalidArgument`](recipes_core::Error::InvalidArgument) without an endpoint, for an endpoint that is
+    /// [`Error::InvalidArgument`] without an endpoint, for an endpoint that is
     /// not `[http://|https://]host:port`, or for a session timeout etcd refuses as a lease TTL;
-    /// [`Error::Unreachable`](recipes_core::Error::Unreachable) when no member granted a lease within the connect
+    /// [`Error::Unreachable`] when no member granted a lease within the connect
     /// timeout (the last transport error says why: refused, a TLS handshake that failed);
-    /// [`Error::AuthenticationFailed`](recipes_core::Error::AuthenticationFailed) when etcd refused the user or its
-    /// password; [`Error::NotAuthorized`](recipes_core::Error::NotAuthorized) when the user may not keep a session
+    /// [`Error::AuthenticationFailed`] when etcd refused the user or its
+    /// password; [`Error::NotAuthorized`] when the user may not keep a session
     /// (its roles must grant readwrite on `/__recipes/sessions/`).
     pub async fn connect(options: EtcdOptions) -> Result<EtcdBackend> {
         options.urls()?;

@@ -30,6 +30,28 @@ pub trait Transactions: Send + Sync {
 }
 
 /// Writes conditioned on a node's creation: the node that one write made, not any node of its name.
+///
+/// On the in-memory cluster ordered by creation (standing for etcd); ZooKeeper, and the cluster in its order, have
+/// none:
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use recipes_core::backend::{BackendExt, ChildOrder, CreateMode};
+/// use recipes_core::Backend;
+/// let cluster = recipes_mem::MemCluster::new().ordered_by(ChildOrder::Creation);
+/// let client: std::sync::Arc<dyn Backend> = cluster.client();
+/// let on = client.current();
+/// let first = on.create("/key", b"", CreateMode::Ephemeral).await?.czxid;
+/// on.delete("/key").await?;
+/// let again = on.create("/key", b"", CreateMode::Ephemeral).await?.czxid;
+/// // The key made again is another write's: left alone.
+/// assert_eq!(on.delete_if_created("/key", first).await, Some(Ok(false)));
+/// assert_eq!(on.delete_if_created("/key", again).await, Some(Ok(true)));
+/// let zookeeper_like: std::sync::Arc<dyn Backend> = recipes_mem::MemCluster::new().client();
+/// assert!(zookeeper_like.creation_checks().is_none());
+/// # Ok::<(), recipes_core::Error>(())
+/// # }).unwrap();
+/// ```
 #[async_trait]
 pub trait CreationChecks: Send + Sync {
     /// Deletes the node at `path` if the write `czxid` made it (its [`Stat::czxid`](super::Stat::czxid)), in one

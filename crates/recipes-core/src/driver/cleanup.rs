@@ -103,25 +103,25 @@ async fn delete_once(ctx: &Ctx, node: &str, id: Identity) -> Result<Deleted> {
         // request; else read, then delete by name (the window between the two is ZooKeeper's: docs/algorithm.md,
         // "releasing a shared name"). Found by review (helper-49): an operator's delete and a session-mate's create of
         // the name between a read and a delete let the release delete the mate's key, and another session hold.
-        let czxid = match id.czxid {
-            Some(c) if creation_alone_says_ours(ctx) => c,
+        let checks = ctx
+            .backend
+            .creation_checks()
+            .filter(|_| !is_active(Mutant::ReleaseByNameAlone));
+        let czxid = match (id.czxid, checks) {
+            (Some(c), Some(_)) => c,
             _ => match on.get(node).await? {
                 None => return Ok(Deleted::Absent),
                 Some((data, stat)) if !id.owns(&data, stat.ephemeral_owner, stat.czxid) => return Ok(Deleted::NotOurs),
                 Some((_, stat)) => stat.czxid,
             },
         };
-        let checked = if is_active(Mutant::ReleaseByNameAlone) {
-            None
-        } else {
-            on.delete_if_created(node, czxid).await
-        };
-        match checked {
-            None => {}
-            Some(Ok(true)) => return Ok(Deleted::Ours),
-            Some(Ok(false)) => return Ok(Deleted::NotOurs),
-            Some(Err(Error::NoNode(_))) => return Ok(Deleted::Absent),
-            Some(Err(e)) => return Err(e),
+        if let Some(checks) = checks {
+            return match checks.delete_if_created(id.session, node, czxid).await {
+                Ok(true) => Ok(Deleted::Ours),
+                Ok(false) => Ok(Deleted::NotOurs),
+                Err(Error::NoNode(_)) => Ok(Deleted::Absent),
+                Err(e) => Err(e),
+            };
         }
     }
     match on.delete(node).await {
@@ -129,11 +129,6 @@ async fn delete_once(ctx: &Ctx, node: &str, id: Identity) -> Result<Deleted> {
         Err(Error::NoNode(_)) => Ok(Deleted::Absent),
         Err(e) => Err(e),
     }
-}
-
-/// Whether a held node's creation id alone can say it is ours at its delete: the backend conditions deletes on it.
-fn creation_alone_says_ours(ctx: &Ctx) -> bool {
-    ctx.backend.creation_checks().is_some() && !is_active(Mutant::ReleaseByNameAlone)
 }
 
 /// Runs `step` on session `session` until it has an outcome, through connection losses (at most

@@ -15,28 +15,6 @@ use crate::metrics::Count;
 use crate::mutants::{is_active, Mutant};
 use crate::protocol::Verdict;
 
-/// How long a waiter for a turn waits before it watches its holder's key (see `take_turn`): a key an operator deleted
-/// under a lost guard that lives on is found this much later.
-const WATCH_HOLDER_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
-/// How long a waiter for a turn pauses before it watches its holder's key again after that watch failed.
-const WATCH_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
-
-/// The waiters' one watch on the key `key` of their turn's holder, made by the write `czxid` (see `turns::Gone`).
-fn holders_key_gone(
-    backend: std::sync::Arc<dyn crate::Backend>,
-    sid: SessionId,
-    key: String,
-    czxid: i64,
-) -> futures::future::BoxFuture<'static, bool> {
-    Box::pin(async move {
-        match backend.watch_deletion(sid, &key).await {
-            Ok(Some((stat, watch))) if stat.czxid == czxid => watch.await.is_ok(),
-            Ok(_) => true,
-            Err(_) => false,
-        }
-    })
-}
-
 /// Our node in the queue, just made.
 struct Queued {
     node: String,
@@ -244,83 +222,6 @@ impl Attempt<'_> {
                     id,
                     children,
                 }));
-            }
-        }
-    }
-
-    /// Waits for this task's turn on the key its session names (see `turns`), on the session that is current when the
-    /// turn comes: a session that ends meanwhile leaves its line, and the wait starts again on the next. While another
-    /// task holds the key, a wait longer than [`WATCH_HOLDER_AFTER`] also watches it (one watch for all the line's
-    /// waiters): once it is gone and its holder has not let it go (an operator deleted it; the holder's guard may live
-    /// on for long), there is no turn to wait for, and the task goes on without one (exclusion never rested on turns). `false`: a try found the turn taken (and its key there), and
-    /// gives up at once.
-    async fn take_turn(&mut self) -> Step<bool> {
-        'session: loop {
-            let sid = self.connected().await?;
-            let line = self.ctx.turns.line(sid, self.path.as_str());
-            if let Some(turn) = line.try_take() {
-                self.turn = Some(turn);
-                return Ok(true);
-            }
-            let key = self.path.child(&self.protocol.prefix(uuid::Uuid::nil(), sid));
-            if self.try_once {
-                // Taken: a try goes on only when the turn's key is gone for its holder.
-                let Some(czxid) = line.holder() else { return Ok(false) };
-                let on = self.backend().on(sid);
-                let there = loop {
-                    match self.call(on.get(&key)).await {
-                        Ok(found) => break found.is_some_and(|(_, stat)| stat.czxid == czxid),
-                        Err(Stop::Fail(Error::ConnectionLoss)) => self.reconnected(sid).await?,
-                        Err(e) => return Err(e),
-                    }
-                };
-                return Ok(!there && line.holder() == Some(czxid));
-            }
-            // The place in line is kept from here until the turn comes (the wait is never dropped meanwhile).
-            let take = line.take();
-            tokio::pin!(take);
-            let mut status = self.backend().session();
-            // The holder's key is watched only once the wait is long: a handoff costs no request more.
-            let watch_from = tokio::time::Instant::now() + WATCH_HOLDER_AFTER;
-            loop {
-                let held = line.when_held();
-                tokio::pin!(held);
-                held.as_mut().enable();
-                let holder = line.holder();
-                let watching = tokio::time::Instant::now() >= watch_from;
-                let gone = holder.filter(|_| watching).map(|czxid| {
-                    line.gone(czxid, || {
-                        holders_key_gone(self.ctx.backend.clone(), sid, key.clone(), czxid)
-                    })
-                });
-                tokio::select! {
-                    turn = &mut take => {
-                        // A turn of a line whose session ended meanwhile is no turn on the next session's.
-                        if session::is_over(self.backend().session_status(), sid) {
-                            drop(turn);
-                            continue 'session;
-                        }
-                        self.turn = Some(turn);
-                        return Ok(true);
-                    }
-                    () = session::over(&mut status, sid) => continue 'session,
-                    () = self.deadline_passed() => return Err(Stop::Deadline),
-                    () = &mut held, if holder.is_none() => {}
-                    () = tokio::time::sleep_until(watch_from), if holder.is_some() && !watching => {}
-                    went = async { gone.clone()?.await.then_some(()) }, if gone.is_some() => match went {
-                        // Gone while its holder has not begun to release it: no turn to wait for.
-                        Some(()) if line.holder() == holder => return Ok(true),
-                        Some(()) => {}
-                        None => {
-                            if let Some(g) = &gone {
-                                line.forget_gone(g);
-                            }
-                            session::connected(self.backend(), self.deadline()).await?.ok_or(Stop::Deadline)?;
-                            // Not at once: a watch that failed on a live connection would fail again at once.
-                            tokio::time::sleep(WATCH_RETRY_PAUSE).await;
-                        }
-                    },
-                }
             }
         }
     }

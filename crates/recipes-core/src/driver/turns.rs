@@ -12,12 +12,25 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt, Shared};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
+use tokio::time::Instant;
+use uuid::Uuid;
 
-use crate::backend::SessionId;
+use super::attempt::{Attempt, Step, Stop};
+use super::session;
+use crate::backend::{BackendExt, SessionId};
+use crate::error::Error;
+use crate::Backend;
+
+/// How long a waiter for a turn waits before it watches its holder's key (see [`Attempt::take_turn`]): a key an
+/// operator deleted under a lost guard that lives on is found this much later, and a quick handoff costs no request.
+const WATCH_HOLDER_AFTER: Duration = Duration::from_secs(1);
+/// How long a waiter for a turn pauses before it watches its holder's key again after that watch failed.
+const WATCH_RETRY_PAUSE: Duration = Duration::from_millis(50);
 
 /// A task's turn on one key: the key is its to make until the turn is dropped. Dropping it forgets the key it held.
 #[derive(Debug)]
@@ -156,6 +169,117 @@ impl Turns {
     fn remembered(&self) -> usize {
         self.lines.lock().by_key.len()
     }
+}
+
+/// How a wait for a turn ended.
+enum Waited {
+    /// The turn came.
+    Turn(Turn),
+    /// The holder's key went while its holder had not begun to release it: no turn to wait for.
+    KeyGone,
+    /// The session ended: the next session has a line of its own.
+    SessionOver,
+}
+
+impl Attempt<'_> {
+    /// Waits for this task's turn on the key its session names, on the session that is current when the turn comes.
+    /// `false`: a try found the turn taken (and its key there), and gives up at once. `true` without a turn: the key
+    /// of the turn's holder is gone (see [`Waited::KeyGone`]); the task goes on without one (exclusion never rested on
+    /// turns).
+    pub(super) async fn take_turn(&mut self) -> Step<bool> {
+        loop {
+            let sid = self.connected().await?;
+            let line = self.ctx.turns.line(sid, self.path.as_str());
+            if let Some(turn) = line.try_take() {
+                self.turn = Some(turn);
+                return Ok(true);
+            }
+            let key = self.path.child(&self.protocol.prefix(Uuid::nil(), sid));
+            if self.try_once {
+                return self.holders_key_gone_now(&line, &key, sid).await;
+            }
+            match self.wait_for_turn(&line, &key, sid).await? {
+                Waited::Turn(turn) => {
+                    self.turn = Some(turn);
+                    return Ok(true);
+                }
+                Waited::KeyGone => return Ok(true),
+                Waited::SessionOver => {}
+            }
+        }
+    }
+
+    /// For a try: whether the key of the turn's holder is gone while its holder has not begun to release it (one read).
+    async fn holders_key_gone_now(&self, line: &Line, key: &str, sid: SessionId) -> Step<bool> {
+        let Some(czxid) = line.holder() else { return Ok(false) };
+        let on = self.backend().on(sid);
+        let there = loop {
+            match self.call(on.get(key)).await {
+                Ok(found) => break found.is_some_and(|(_, stat)| stat.czxid == czxid),
+                Err(Stop::Fail(Error::ConnectionLoss)) => self.reconnected(sid).await?,
+                Err(e) => return Err(e),
+            }
+        };
+        Ok(!there && line.holder() == Some(czxid))
+    }
+
+    /// Waits in `line` (of session `sid`) for the turn, keeping its place for the whole wait (the wait for the mutex
+    /// is never dropped meanwhile). Once the wait is longer than [`WATCH_HOLDER_AFTER`], it also joins the line's one
+    /// watch of the holder's key.
+    async fn wait_for_turn(&self, line: &Arc<Line>, key: &str, sid: SessionId) -> Step<Waited> {
+        let take = line.take();
+        tokio::pin!(take);
+        let mut status = self.backend().session();
+        let watch_from = Instant::now() + WATCH_HOLDER_AFTER;
+        loop {
+            let held = line.when_held();
+            tokio::pin!(held);
+            held.as_mut().enable();
+            let holder = line.holder();
+            let watching = Instant::now() >= watch_from;
+            let gone = holder
+                .filter(|_| watching)
+                .map(|czxid| line.gone(czxid, || holders_key_gone(self.ctx.backend.clone(), sid, key, czxid)));
+            tokio::select! {
+                turn = &mut take => {
+                    // A turn of a line whose session ended meanwhile is no turn on the next session's.
+                    if session::is_over(self.backend().session_status(), sid) {
+                        return Ok(Waited::SessionOver);
+                    }
+                    return Ok(Waited::Turn(turn));
+                }
+                () = session::over(&mut status, sid) => return Ok(Waited::SessionOver),
+                () = self.deadline_passed() => return Err(Stop::Deadline),
+                () = &mut held, if holder.is_none() => {}
+                () = tokio::time::sleep_until(watch_from), if holder.is_some() && !watching => {}
+                went = async { gone.clone()?.await.then_some(()) }, if gone.is_some() => match went {
+                    Some(()) if line.holder() == holder => return Ok(Waited::KeyGone),
+                    // Its holder released it: the turn comes.
+                    Some(()) => {}
+                    None => {
+                        if let Some(g) = &gone {
+                            line.forget_gone(g);
+                        }
+                        session::connected(self.backend(), self.deadline()).await?.ok_or(Stop::Deadline)?;
+                        // Not at once: a watch that failed on a live connection would fail again at once.
+                        tokio::time::sleep(WATCH_RETRY_PAUSE).await;
+                    }
+                },
+            }
+        }
+    }
+}
+
+/// The line's one watch on the key `key` of its turn's holder, made by the write `czxid` (see [`Gone`]).
+fn holders_key_gone(backend: Arc<dyn Backend>, sid: SessionId, key: &str, czxid: i64) -> BoxFuture<'static, bool> {
+    let key = key.to_owned();
+    Box::pin(async move {
+        match backend.watch_deletion(sid, &key).await {
+            Ok(Some((stat, watch))) if stat.czxid == czxid => watch.await.is_ok(),
+            Ok(_) => true,
+            Err(_) => false,
+        }
+    })
 }
 
 #[cfg(test)]

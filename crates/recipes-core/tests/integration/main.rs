@@ -15,5 +15,6 @@ mod reentrancy;
 mod regressions;
 mod released_names;
 mod revocation;
-mod slow;
 mod stale_names;
+mod support;
+mod turns;

@@ -10,7 +10,7 @@ use recipes_core::backend::ChildOrder;
 use recipes_core::{Backend, Layout, Locks};
 use recipes_mem::MemCluster;
 
-use crate::slow::SlowGet;
+use crate::support::SlowGet;
 
 fn etcd(c: Arc<dyn Backend>) -> Locks {
     Locks::builder(c).layout(Layout::Etcd).build()

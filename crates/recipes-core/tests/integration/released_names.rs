@@ -13,17 +13,7 @@ use recipes_core::backend::{BackendExt, ChildOrder};
 use recipes_core::{Layout, Locks};
 use recipes_mem::MemCluster;
 
-use crate::slow::{SlowGet, DELAY};
-
-async fn wait_children(cluster: &MemCluster, path: &str, n: usize) {
-    for _ in 0..400 {
-        if cluster.children(path).len() == n {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("{path}: {:?}", cluster.children(path));
-}
+use crate::support::{wait_children, SlowGet, DELAY};
 
 /// The scenario: whether the mate's key survived the first task's release (and the lock then excluded another
 /// session). On the current thread, so that a mutant switched on for the test's thread is on for every task.
@@ -94,45 +84,4 @@ async fn a_release_by_name_alone_deletes_the_key_a_session_mate_made_again() {
     let survived = a_release_beside_a_key_made_again().await;
     mutants::set(Mutant::ReleaseByNameAlone, false);
     assert!(!survived, "the mutant's release spared the mate's key");
-}
-
-/// Requests the cluster applies while `n` tasks of one session (one `Locks`, the etcd layout) each take the lock once,
-/// after a first holder lets go.
-async fn drain_requests(n: usize) -> u64 {
-    let cluster = MemCluster::new().ordered_by(ChildOrder::Creation);
-    cluster.set_latency(Duration::from_millis(1));
-    let l = Locks::builder(cluster.client()).layout(Layout::Etcd).build();
-    let path = "/released-names/drain";
-    let first = l.fair(path).unwrap().acquire().await.unwrap();
-    let mut set = tokio::task::JoinSet::new();
-    for _ in 0..n {
-        let lock = l.fair(path).unwrap();
-        set.spawn(async move {
-            let g = lock.acquire().await.unwrap();
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            g.release().await.unwrap();
-        });
-    }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let before = cluster.requests();
-    first.release().await.unwrap();
-    while let Some(r) = set.join_next().await {
-        r.unwrap();
-    }
-    cluster.requests() - before
-}
-
-/// A handoff between the tasks of one session costs the same requests however many wait (found by review, helper-51:
-/// every task waiting for its turn watched the holder's key, a request per waiter and handoff: 4.0 requests per hold
-/// at 10 tasks and 160, then 8.6 and 83.5). A ratio of two sizes in one run.
-#[tokio::test(start_paused = true)]
-async fn a_drain_of_a_sessions_tasks_costs_the_same_per_hold() {
-    let (small, large) = (10, 80);
-    let per_small = drain_requests(small).await as f64 / small as f64;
-    let per_large = drain_requests(large).await as f64 / large as f64;
-    eprintln!("requests per hold: {per_small:.1} at {small} tasks, {per_large:.1} at {large}");
-    assert!(
-        per_large <= per_small * 1.5,
-        "requests per hold grew with the queue: {per_small:.1} at {small} tasks, {per_large:.1} at {large}"
-    );
 }

@@ -9,21 +9,13 @@ use recipes_core::backend::{BackendExt, ChildOrder, CreateMode};
 use recipes_core::{Layout, Locks};
 use recipes_mem::MemCluster;
 
+use crate::support::wait_children;
+
 /// Requests the cluster applies in `window` while nothing changes on the path: a waiter that watches makes ~0.
 async fn requests_in(cluster: &MemCluster, window: Duration) -> u64 {
     let before = cluster.requests();
     tokio::time::sleep(window).await;
     cluster.requests() - before
-}
-
-async fn wait_children(cluster: &MemCluster, path: &str, n: usize) {
-    for _ in 0..400 {
-        if cluster.children(path).len() == n {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("{path}: {:?}", cluster.children(path));
 }
 
 /// ZooKeeper's order, Curator layout: a Curator 5.5 process holding the write lock downgrades (a plain ephemeral

@@ -18,6 +18,7 @@
 mod events;
 mod ops;
 mod session;
+mod watches;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -31,9 +32,9 @@ use tokio::time::Instant;
 
 use events::Timer;
 pub use events::{Access, NetEvent};
-use ops::Watches;
 pub(crate) use ops::{Op, Reply};
 pub(crate) use session::{ClientShared, Session};
+use watches::Watches;
 
 use crate::tree::Tree;
 

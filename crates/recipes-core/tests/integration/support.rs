@@ -1,5 +1,5 @@
-//! A backend that delegates to another and delays its reads on demand: to open a window between a read and what a
-//! recipe does after it.
+//! What several integration tests share: a backend that delegates to another and delays its reads and deletes on
+//! demand (to open a window between a request and what a recipe does after it), and a wait for a path's children.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -9,6 +9,17 @@ use async_trait::async_trait;
 use recipes_core::backend::*;
 use recipes_core::{Backend, Result};
 use tokio::sync::watch;
+
+/// Waits (bounded: 2 s) until `path` has `n` children on `cluster`.
+pub async fn wait_children(cluster: &recipes_mem::MemCluster, path: &str, n: usize) {
+    for _ in 0..400 {
+        if cluster.children(path).len() == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("{path}: {:?}", cluster.children(path));
+}
 
 /// How long a delayed read waits.
 pub const DELAY: Duration = Duration::from_millis(600);

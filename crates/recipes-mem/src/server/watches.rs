@@ -1,0 +1,117 @@
+//! The watches the sessions set on the nodes, and their firing: ZooKeeper's one-shot watches, in the order they were
+//! set.
+
+use std::collections::BTreeMap;
+
+use recipes_core::backend::{NodeEvent, SessionId};
+use tokio::time::Instant;
+
+use super::{State, WatchTx};
+use crate::tree::Node;
+
+/// What a watch waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum WatchKind {
+    /// Deletion only (an exists-watch).
+    Deletion,
+    /// Deletion or a change of data.
+    Data,
+}
+
+impl WatchKind {
+    fn fires_on(self, event: NodeEvent) -> bool {
+        match event {
+            NodeEvent::Deleted => true,
+            NodeEvent::DataChanged => self == WatchKind::Data,
+            _ => false,
+        }
+    }
+}
+
+/// One watch set by a session.
+#[derive(Debug)]
+pub(super) struct Watch {
+    session: SessionId,
+    kind: WatchKind,
+    tx: WatchTx,
+}
+
+/// A path's list of watches is pruned of dropped ones once it is this long, and then each time it has doubled since.
+const PRUNE_FROM: usize = 8;
+
+/// The watches set on the nodes, by path, each path's in the order they were set.
+#[derive(Debug, Default)]
+pub(crate) struct Watches(BTreeMap<String, PathWatches>);
+
+/// One path's watches, in the order they were set, and the length at which dropped ones are pruned next.
+#[derive(Debug, Default)]
+pub(crate) struct PathWatches {
+    list: Vec<Watch>,
+    prune_at: usize,
+}
+
+impl Watches {
+    /// Takes out the watches on `path` that `event` fires, in order.
+    pub(super) fn fired(&mut self, path: &str, event: NodeEvent) -> Vec<Watch> {
+        let Some(ws) = self.0.get_mut(path) else {
+            return Vec::new();
+        };
+        let (fire, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut ws.list)
+            .into_iter()
+            .partition(|w| w.kind.fires_on(event));
+        ws.list = keep;
+        if ws.list.is_empty() {
+            self.0.remove(path);
+        }
+        fire
+    }
+
+    /// Sets a watch on `path`. Watches whose receiver was dropped go, as the ZooKeeper client removes a dropped
+    /// watcher's watch (found by review: an observer re-arming its watch of a leader that stays piled them up): when
+    /// the path's list has doubled since it was last pruned, so that each watch costs O(1) amortised however the live
+    /// and the dropped ones interleave (found by review: pruning at fixed lengths rescanned a list that stayed at one;
+    /// pruning at every watch made a herd on one node quadratic).
+    pub(super) fn add(&mut self, path: String, watch: Watch) {
+        let ws = self.0.entry(path).or_default();
+        if ws.list.len() >= ws.prune_at.max(PRUNE_FROM) {
+            ws.list.retain(|w| !w.tx.is_closed());
+            ws.prune_at = 2 * ws.list.len();
+        }
+        ws.list.push(watch);
+    }
+
+    /// How many watches are set.
+    pub(crate) fn count(&self) -> usize {
+        self.0.values().map(|ws| ws.list.len()).sum()
+    }
+
+    /// Takes out every watch of session `sid`, path by path.
+    pub(super) fn take_session(&mut self, sid: SessionId) -> Vec<WatchTx> {
+        let mut taken = Vec::new();
+        for ws in self.0.values_mut() {
+            let (mine, rest): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut ws.list).into_iter().partition(|w| w.session == sid);
+            ws.list = rest;
+            taken.extend(mine.into_iter().map(|w| w.tx));
+        }
+        self.0.retain(|_, ws| !ws.list.is_empty());
+        taken
+    }
+}
+
+impl State {
+    /// Sets a watch of `sid` on `path` when the node exists (as ZooKeeper sets the watch of a read that finds the
+    /// node); returns the node.
+    pub(super) fn watch(&mut self, sid: SessionId, path: String, kind: WatchKind, tx: WatchTx) -> Option<&Node> {
+        let node = self.tree.node(&path)?;
+        self.watches.add(path, Watch { session: sid, kind, tx });
+        Some(node)
+    }
+
+    /// Fires the watches on `path` that `event` triggers.
+    pub(super) fn fire_watches(&mut self, path: &str, event: NodeEvent, now: Instant) {
+        for w in self.watches.fired(path, event) {
+            self.deliver_event(w.session, w.tx, Ok(event), now);
+        }
+    }
+}

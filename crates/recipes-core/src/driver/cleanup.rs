@@ -190,7 +190,9 @@ pub(crate) async fn delete_node_handing_over(
     id: Identity,
     waiters: Vec<oneshot::Sender<()>>,
 ) -> Result<Deleted> {
-    if waiters.is_empty() {
+    // A shared name is never handed over (its protocol does not hand over): its delete must stay the checked one of
+    // `delete_node`, never `delete_sent`'s by name (review, helper-53).
+    if waiters.is_empty() || id.fixed {
         return delete_node(ctx, node, id).await;
     }
     let status = ctx.backend.session_status();

@@ -64,6 +64,7 @@ mod recipe;
 mod reentrant;
 mod resource;
 mod semaphore;
+pub mod sim;
 
 pub use backend::Backend;
 pub use blocking::{BlockingGuard, BlockingLock};

@@ -7,8 +7,8 @@
 //! then every switch is off until a test turns it on for its own thread, or, for a child process (`zklock` in the
 //! fault campaign), names it in the environment variable `RECIPES_MUTANTS`.
 //!
-//! Not part of the API: for the project's own tests. Without the cfg, [`set`] refuses to switch a mutant on, and
-//! [`counted_ids`] to count: a test that needs them fails with a message that says how to build them in.
+//! Not part of the API: for the project's own tests. Without the cfg, [`set`] refuses to switch a mutant on: a test
+//! that needs them fails with a message that says how to build them in.
 
 /// A bug that once was (or nearly was) in the library.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -148,26 +148,6 @@ mod on {
         ACTIVE.with(|a| a.borrow().contains(&m)) || (!env.is_empty() && env.contains(&m.name()))
     }
 
-    thread_local! {
-        static IDS: std::cell::Cell<Option<u128>> = const { std::cell::Cell::new(None) };
-    }
-
-    /// Makes this thread's attempt ids count from `start` (spread over the id space, so that their names do not sort
-    /// in the order they were made), or random again with `None`.
-    pub fn counted_ids(start: Option<u128>) {
-        IDS.with(|c| c.set(start));
-    }
-
-    pub(super) fn next_id() -> Option<uuid::Uuid> {
-        IDS.with(|c| {
-            let n = c.get()?;
-            c.set(Some(n.wrapping_add(1)));
-            Some(uuid::Uuid::from_u128(
-                n.wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835) | 1,
-            ))
-        })
-    }
-
     /// Switches `m` on (or off) for this thread.
     pub fn set(m: Mutant, on: bool) {
         ACTIVE.with(|a| {
@@ -181,17 +161,7 @@ mod on {
 }
 
 #[cfg(recipes_mutants)]
-pub use on::{counted_ids, is_active, set};
-
-/// A fresh attempt id: random, or the next of this thread's counted ids (see `counted_ids`, with the `mutants`
-/// feature: a model checker's runs must repeat exactly, and ids order the waits on several nodes).
-pub(crate) fn attempt_id() -> uuid::Uuid {
-    #[cfg(recipes_mutants)]
-    if let Some(id) = on::next_id() {
-        return id;
-    }
-    uuid::Uuid::new_v4()
-}
+pub use on::{is_active, set};
 
 /// What a test that needs the switches says when they are not compiled in.
 #[cfg(not(recipes_mutants))]
@@ -212,12 +182,7 @@ mod off {
     pub fn set(m: Mutant, on: bool) {
         assert!(!on, "cannot switch {m:?} on: {HOW_TO_BUILD}");
     }
-
-    /// Counted attempt ids: without `--cfg recipes_mutants`, asking for them panics.
-    pub fn counted_ids(start: Option<u128>) {
-        assert!(start.is_none(), "no counted attempt ids: {HOW_TO_BUILD}");
-    }
 }
 
 #[cfg(not(recipes_mutants))]
-pub use off::{counted_ids, is_active, set};
+pub use off::{is_active, set};

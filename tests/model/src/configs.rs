@@ -6,13 +6,13 @@ use recipes_core::backend::{BackendExt, CreateMode};
 use recipes_core::mutants::Mutant;
 use recipes_core::{Layout, Recipe};
 
-use super::run::PATH;
+use super::PATH;
 use super::{plain, Config, FaultKind, Patience, Program, ALL_FAULTS};
 
 /// Every fault kind but the operator's delete (which breaks the lease's promise on purpose: `is_valid()` cannot know
 /// of it until `lost()` looks).
 const FAULTS: &[FaultKind] = &[
-    FaultKind::Kill,
+    FaultKind::Expire,
     FaultKind::Partition,
     FaultKind::Blip,
     FaultKind::Crash,
@@ -69,10 +69,10 @@ pub fn exhaustive() -> Vec<Config> {
         Config::new("kazoo-wrapped", vec![plain(Recipe::Fair), plain(Recipe::Fair)])
             .with_layout(Layout::Kazoo)
             .with_setup(wrapped_counter)
-            .with_faults(1, &[FaultKind::Blip, FaultKind::Kill]),
+            .with_faults(1, &[FaultKind::Blip, FaultKind::Expire]),
         Config::new("native-wrapped", vec![plain(Recipe::Fair), plain(Recipe::Write)])
             .with_setup(wrapping_counter)
-            .with_faults(1, &[FaultKind::Blip, FaultKind::Kill]),
+            .with_faults(1, &[FaultKind::Blip, FaultKind::Expire]),
         Config::new("semaphore", vec![permits(1, 1), permits(1, 1)]).with_faults(1, FAULTS),
         semaphore_many(),
         multi_beside_a_holder(),
@@ -171,7 +171,7 @@ fn multi_beside_a_holder() -> Config {
             Program::Elsewhere(Box::new(plain(Recipe::Fair))),
         ],
     )
-    .with_faults(1, &[FaultKind::Kill])
+    .with_faults(1, &[FaultKind::Expire])
 }
 
 /// Two clients of a Curator-layout semaphore that ask for different counts (1 and 2), on a path that stores the
@@ -247,7 +247,7 @@ pub fn switched() -> Vec<(Vec<Mutant>, Config)> {
         )
         .with_faults(
             1,
-            &[FaultKind::Kill, FaultKind::Blip, FaultKind::Crash, FaultKind::Delay],
+            &[FaultKind::Expire, FaultKind::Blip, FaultKind::Crash, FaultKind::Delay],
         )
     };
     vec![
@@ -626,7 +626,7 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             problem: "5, in an election: a candidate's create sent on an expired session becomes an ephemeral of the \
                       new one (an orphan that leads for nobody)",
             mutants: &[Mutant::UnboundRequests],
-            config: Config::new("election", vec![Program::Stand, Program::Stand]).with_faults(1, &[FaultKind::Kill]),
+            config: Config::new("election", vec![Program::Stand, Program::Stand]).with_faults(1, &[FaultKind::Expire]),
             shows_as: "left behind",
             by_walks: false,
         },
@@ -635,7 +635,7 @@ pub fn sensitivity() -> Vec<Sensitivity> {
                       runs on its successor)",
             mutants: &[Mutant::UnboundRequests],
             config: Config::new("exclusive", vec![plain(Recipe::Exclusive), plain(Recipe::Exclusive)])
-                .with_faults(1, &[FaultKind::Kill]),
+                .with_faults(1, &[FaultKind::Expire]),
             shows_as: "is valid but its node",
             by_walks: false,
         },
@@ -643,7 +643,7 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             problem: "5: a create sent on an expired session becomes an ephemeral of the new one (an orphan)",
             mutants: &[Mutant::UnboundRequests],
             config: Config::new("fair", vec![plain(Recipe::Fair), plain(Recipe::Fair)])
-                .with_faults(1, &[FaultKind::Kill]),
+                .with_faults(1, &[FaultKind::Expire]),
             shows_as: "left behind",
             by_walks: false,
         },
@@ -659,7 +659,7 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             problem: "3: re-entry after the lock was lost succeeds",
             mutants: &[Mutant::ReentryIgnoresLoss],
             config: Config::new("reentrant", vec![Program::Reenter, Program::Reenter])
-                .with_faults(1, &[FaultKind::Kill]),
+                .with_faults(1, &[FaultKind::Expire]),
             shows_as: "not valid",
             by_walks: false,
         },
@@ -667,7 +667,7 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             problem: "3: a downgrade after the lock was lost succeeds",
             mutants: &[Mutant::ReentryIgnoresLoss],
             config: Config::new("writer-downgrade", vec![Program::Downgrade, plain(Recipe::Write)])
-                .with_faults(1, &[FaultKind::Kill]),
+                .with_faults(1, &[FaultKind::Expire]),
             shows_as: "not valid",
             by_walks: false,
         },
@@ -737,7 +737,7 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             problem: "24.1: a multi-lock hands out its set with a member whose session expired while another member's \
                       try hid the expiry",
             mutants: &[Mutant::MultiHandsOutLost],
-            config: multi_beside_a_holder().with_faults(1, &[FaultKind::Kill]),
+            config: multi_beside_a_holder().with_faults(1, &[FaultKind::Expire]),
             shows_as: "not valid",
             by_walks: false,
         },

@@ -37,45 +37,27 @@
 //! the next one), and [`random_walks`] runs seeded random schedules for larger configurations. A failure carries the
 //! choices that replay it exactly ([`replay`]) and a readable trace.
 
-mod chooser;
 pub mod configs;
 mod programs;
-mod run;
 
 use std::fmt;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use recipes_core::{Layout, Recipe};
+use recipes_explore::{Explorer, Process};
 
-use chooser::Chooser;
+use programs::{Ctx, Oracle};
 pub use programs::{Patience, Program};
 
-/// A fault the explorer may inject.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FaultKind {
-    /// The server expires the session and its client learns at once (Curator's `KillSession`).
-    Kill,
-    /// The client is cut off past its session timeout: the server expires it, the client learns on reconnecting.
-    Partition,
-    /// The connection breaks for a moment: replies in flight are lost, requests in flight may still land.
-    Blip,
-    /// The client process dies (SIGKILL); the server expires its session after the timeout.
-    Crash,
-    /// An operator deletes a lock node.
-    OperatorDelete,
-    /// Time runs while requests are in flight (a caller's deadline passes with its request on the wire).
-    Delay,
-}
+/// The lock path of every configuration.
+pub(crate) const PATH: &str = "/model/lock";
+
+/// A fault the explorer may inject: the public explorer's ([`recipes_explore::Fault`]).
+pub use recipes_explore::Fault as FaultKind;
 
 /// Every fault kind.
-pub const ALL_FAULTS: &[FaultKind] = &[
-    FaultKind::Kill,
-    FaultKind::Partition,
-    FaultKind::Blip,
-    FaultKind::Crash,
-    FaultKind::OperatorDelete,
-    FaultKind::Delay,
-];
+pub const ALL_FAULTS: &[FaultKind] = FaultKind::ALL;
 
 /// Sets a path up before the clients start (in the automatic mode).
 pub type Setup = fn(&recipes_mem::MemCluster) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
@@ -123,13 +105,7 @@ impl Config {
             layout: Layout::Native,
             clients: programs,
             faults: 1,
-            fault_kinds: vec![
-                FaultKind::Kill,
-                FaultKind::Partition,
-                FaultKind::Blip,
-                FaultKind::Crash,
-                FaultKind::Delay,
-            ],
+            fault_kinds: FaultKind::USUAL.to_vec(),
             session_timeout: Duration::from_secs(4),
             setup: None,
             cohorts: None,
@@ -170,98 +146,13 @@ pub fn plain(recipe: Recipe) -> Program {
     }
 }
 
-/// A violation found in one schedule.
-#[derive(Debug, Clone)]
-pub struct Violation {
-    /// The configuration.
-    pub config: &'static str,
-    /// What went wrong.
-    pub message: String,
-    /// The choices that replay the schedule ([`replay`]).
-    pub choices: Vec<usize>,
-    /// The events of the schedule, readable.
-    pub trace: Vec<String>,
-    /// The seed of a random walk (`None` for an exhaustive run).
-    pub seed: Option<u64>,
-}
+/// What an exploration found: the public explorer's report, named after the configuration.
+pub use recipes_explore::{Failure, Report};
 
-impl fmt::Display for Violation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "model checker: {} in configuration {:?}", self.message, self.config)?;
-        if let Some(seed) = self.seed {
-            writeln!(f, "seed: {seed}")?;
-        }
-        let choices: Vec<String> = self.choices.iter().map(|c| c.to_string()).collect();
-        writeln!(f, "replay: MODEL_REPLAY={}:{}", self.config, choices.join(","))?;
-        writeln!(f, "trace:")?;
-        for (i, line) in self.trace.iter().enumerate() {
-            writeln!(f, "  {:>3}. {line}", i + 1)?;
-        }
-        Ok(())
-    }
-}
-
-/// What an exploration found.
-#[derive(Debug, Clone)]
-pub struct Report {
-    /// The configuration.
-    pub config: &'static str,
-    /// Distinct schedules run.
-    pub schedules: u64,
-    /// Whether every schedule within the bounds was explored (`false`: stopped at the schedule limit or the time
-    /// budget).
-    pub complete: bool,
-    /// The longest schedule, in events.
-    pub longest: usize,
-    /// The first violation found, if any.
-    pub violation: Option<Violation>,
-    /// Wall time spent.
-    pub elapsed: Duration,
-}
-
-impl fmt::Display for Report {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "MODEL {}: {} schedules{}, longest {} events, {:.1} s, {}",
-            self.config,
-            self.schedules,
-            if self.complete { " (all)" } else { " (bounded)" },
-            self.longest,
-            self.elapsed.as_secs_f64(),
-            match &self.violation {
-                None => "no violation".to_owned(),
-                Some(v) => format!("VIOLATION: {}", v.message),
-            }
-        )
-    }
-}
-
-impl Violation {
-    /// A violation found by the schedule of `choices`, replayed for its trace (runs are untraced).
-    fn found(config: &Config, message: String, choices: &[usize], seed: Option<u64>) -> Violation {
-        Violation {
-            config: config.name,
-            message,
-            trace: replay(config, choices).0,
-            choices: choices.to_vec(),
-            seed,
-        }
-    }
-}
-
-impl Report {
-    /// Nothing explored yet.
-    fn new(config: &Config) -> Report {
-        Report {
-            config: config.name,
-            schedules: 0,
-            complete: false,
-            longest: 0,
-            violation: None,
-            elapsed: Duration::ZERO,
-        }
-    }
+/// How to replay `failure` from the environment (`MODEL_REPLAY`), for a failing test's message.
+pub fn replay_hint(failure: &Failure) -> String {
+    let choices: Vec<String> = failure.choices.iter().map(|c| c.to_string()).collect();
+    format!("replay: MODEL_REPLAY={}:{}", failure.explorer, choices.join(","))
 }
 
 /// Bounds of an exhaustive exploration.
@@ -273,70 +164,95 @@ pub struct Bounds {
     pub time: Duration,
 }
 
+type Shared = Arc<Mutex<Oracle>>;
+
+/// The public explorer, set up for `config`: one process per client, its oracle checked after every step.
+fn explorer(config: &Config) -> Explorer<Shared> {
+    let (layout, cohorts) = (config.layout, config.cohorts);
+    let clients = config.clients.len();
+    let mut explorer = Explorer::new(config.name)
+        .processes(clients)
+        .session_timeout(config.session_timeout)
+        .faults(config.faults, &config.fault_kinds)
+        .operator_deletes_under(&[PATH])
+        .locks(move |b| {
+            let b = b.layout(layout);
+            match cohorts {
+                Some(k) => b.cohorts(k),
+                None => b,
+            }
+        });
+    if let Some(setup) = config.setup {
+        explorer = explorer.setup(Arc::new(setup));
+    }
+    explorer
+        .state(move |s| Arc::new(Mutex::new(Oracle::new(s.activity(), cohorts))))
+        .check(move |step| {
+            let mut o = step.state().lock().unwrap_or_else(|e| e.into_inner());
+            for i in 0..clients {
+                if step.crashed(i) {
+                    o.crashed.insert(i);
+                }
+            }
+            for (node, czxid) in step.operator_deletes() {
+                o.deleted.insert((node.clone(), (*czxid).max(0) as u64));
+            }
+            o.check(step.cluster());
+            match o.violations.first() {
+                Some(v) => Err(v.clone()),
+                None => Ok(()),
+            }
+        })
+}
+
+/// The program of each client: its configuration's, on its process.
+fn program(
+    config: &Config,
+) -> impl Fn(Process<Shared>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+    let programs = config.clients.clone();
+    move |p: Process<Shared>| {
+        let ctx = Ctx {
+            id: p.id(),
+            task: 0,
+            locks: p.locks().clone(),
+            path: PATH.to_owned(),
+            oracle: p.state().clone(),
+            cluster: p.cluster().clone(),
+            session_timeout: p.session_timeout(),
+        };
+        Box::pin(programs::run(ctx, programs[p.id()].clone()))
+    }
+}
+
 /// Explores every schedule of `config` depth-first (with sleep sets: of schedules that differ only in the order of
 /// commuting events, one is run), within `bounds`; stops at the first violation.
 pub fn explore(config: &Config, bounds: Bounds) -> Report {
-    explore_for(config, bounds, |_| true)
+    explorer(config)
+        .exhaustive(bounds.max_schedules)
+        .time_limit(bounds.time)
+        .run(program(config))
 }
 
 /// As [`explore`], but goes on past violations whose message does not satisfy `wanted` (to show that one kind of
 /// violation is reachable).
-pub fn explore_for(config: &Config, bounds: Bounds, wanted: impl Fn(&str) -> bool) -> Report {
-    let start = Instant::now();
-    let mut chooser = Chooser::search();
-    let mut report = Report::new(config);
-    loop {
-        chooser.restart();
-        let outcome = run::run(config, &mut chooser, false);
-        report.schedules += 1;
-        report.longest = report.longest.max(outcome.events);
-        let message = if chooser.nondeterministic {
-            Some("a replayed schedule met different choices: the run is not deterministic".to_owned())
-        } else {
-            outcome.violation.filter(|m| wanted(m))
-        };
-        if let Some(message) = message {
-            report.violation = Some(Violation::found(config, message, &chooser.made, None));
-            break;
-        }
-        if !chooser.advance() {
-            report.complete = true;
-            break;
-        }
-        if report.schedules >= bounds.max_schedules || start.elapsed() >= bounds.time {
-            break;
-        }
-    }
-    report.elapsed = start.elapsed();
-    report
+pub fn explore_for(config: &Config, bounds: Bounds, wanted: impl Fn(&str) -> bool + Send + Sync + 'static) -> Report {
+    explorer(config)
+        .exhaustive(bounds.max_schedules)
+        .time_limit(bounds.time)
+        .stop_at(wanted)
+        .run(program(config))
 }
 
 /// Runs `runs` random schedules of `config` (seeds `seed`, `seed + 1`, …), within `time`; stops at the first
 /// violation.
 pub fn random_walks(config: &Config, seed: u64, runs: u64, time: Duration) -> Report {
-    let start = Instant::now();
-    let mut report = Report::new(config);
-    for s in seed..seed.saturating_add(runs) {
-        let mut chooser = Chooser::random(s);
-        let outcome = run::run(config, &mut chooser, false);
-        report.schedules += 1;
-        report.longest = report.longest.max(outcome.events);
-        if let Some(message) = outcome.violation {
-            report.violation = Some(Violation::found(config, message, &chooser.made, Some(s)));
-            break;
-        }
-        if start.elapsed() >= time {
-            break;
-        }
-    }
-    report.complete = report.violation.is_none() && report.schedules == runs;
-    report.elapsed = start.elapsed();
-    report
+    explorer(config)
+        .random_walks(seed, runs)
+        .time_limit(time)
+        .run(program(config))
 }
 
 /// Replays one schedule from its choices: its trace, and its violation if any.
 pub fn replay(config: &Config, choices: &[usize]) -> (Vec<String>, Option<String>) {
-    let mut chooser = Chooser::replay(choices.to_vec());
-    let outcome = run::run(config, &mut chooser, true);
-    (outcome.trace, outcome.violation)
+    explorer(config).replay(choices, program(config))
 }

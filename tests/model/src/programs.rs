@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use recipes_core::{Error, LockGuard, Locks, LostReason, MultiGuard, OwnerToken, Recipe};
+use recipes_explore::Activity;
 use recipes_mem::MemCluster;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// How long a client acquires for.
@@ -138,46 +138,38 @@ struct Hold {
 pub(crate) struct Oracle {
     holds: Vec<Hold>,
     pub violations: Vec<String>,
-    /// Notes for the trace (acquired, released, errors).
-    pub notes: Vec<String>,
     /// Per lock path: the highest token of an exclusive hold, and of any hold.
     max_tokens: std::collections::HashMap<String, (u128, u128)>,
-    pub finished: usize,
     pub crashed: HashSet<usize>,
     /// Nodes an operator deleted: (path, czxid). Once a lock node is deleted behind the library's back, the lease no
     /// longer promises exclusion (a holder cannot know until `lost()` looks), so the exclusion and token oracles stop;
     /// `lost()`'s truthfulness, progress and leftovers are still checked.
     pub deleted: HashSet<(String, u64)>,
-    pub activity: u64,
-    notify: Arc<Notify>,
+    /// Tells the explorer that something changed, and writes the notes (acquired, released, errors) into the trace.
+    activity: Activity,
     /// The cohorts' bound: no node may be held more times in a row.
     cohort_bound: Option<u32>,
 }
 
 impl Oracle {
-    pub fn new(notify: Arc<Notify>, cohort_bound: Option<u32>) -> Self {
+    pub fn new(activity: Activity, cohort_bound: Option<u32>) -> Self {
         Oracle {
             holds: Vec::new(),
             violations: Vec::new(),
-            notes: Vec::new(),
             max_tokens: std::collections::HashMap::new(),
-            finished: 0,
             crashed: HashSet::new(),
             deleted: HashSet::new(),
-            activity: 0,
-            notify,
+            activity,
             cohort_bound,
         }
     }
 
     fn touch(&mut self) {
-        self.activity += 1;
-        self.notify.notify_one();
+        self.activity.touch();
     }
 
     fn note(&mut self, client: usize, what: String) {
-        self.notes.push(format!("client {client}: {what}"));
-        self.touch();
+        self.activity.note(|| format!("client {client}: {what}"));
     }
 
     fn violate(&mut self, what: String) {
@@ -513,9 +505,7 @@ fn holding(recipe: Recipe) -> Holding {
 /// Runs a client's program to its end.
 pub(crate) async fn run(ctx: Ctx, program: Program) {
     run_task(ctx.clone(), program).await;
-    let mut o = ctx.oracle();
-    o.finished += 1;
-    o.touch();
+    ctx.oracle().touch();
 }
 
 fn run_task(ctx: Ctx, program: Program) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use recipes_core::mutants;
 use recipes_model::configs::{exhaustive, random, sensitivity, switched};
-use recipes_model::{explore, explore_for, random_walks, replay, Bounds, Config};
+use recipes_model::{explore, explore_for, random_walks, replay, replay_hint, Bounds, Config};
 
 fn deep() -> bool {
     std::env::var_os("MODEL_DEEP").is_some()
@@ -44,9 +44,9 @@ fn exhaustive_run(name: &str) {
         time: Duration::from_secs(if deep() { deep_secs() } else { 150 }),
     };
     let r = explore(&c, bounds);
-    println!("{r}");
-    if let Some(v) = &r.violation {
-        panic!("{v}");
+    println!("MODEL {r}");
+    if let Some(v) = &r.failure {
+        panic!("{v}{}", replay_hint(v));
     }
     assert!(
         r.complete || deep(),
@@ -116,9 +116,9 @@ fn random_walks_with_switches() {
         for &s in &switches {
             mutants::set(s, false);
         }
-        println!("{r} (random walks, with {switches:?})");
-        if let Some(v) = &r.violation {
-            panic!("{v}");
+        println!("MODEL {r} (random walks, with {switches:?})");
+        if let Some(v) = &r.failure {
+            panic!("{v}{}", replay_hint(v));
         }
     }
 }
@@ -141,9 +141,9 @@ fn random_walks_of_larger_configurations() {
     let each = Duration::from_secs(time) / configs.len() as u32;
     for c in configs {
         let r = random_walks(&c, seed, runs, each);
-        println!("{r} (random walks from seed {seed})");
-        if let Some(v) = &r.violation {
-            panic!("{v}");
+        println!("MODEL {r} (random walks from seed {seed})");
+        if let Some(v) = &r.failure {
+            panic!("{v}{}", replay_hint(v));
         }
     }
 }
@@ -164,7 +164,8 @@ fn the_checker_finds_every_known_bug() {
         for m in s.mutants {
             mutants::set(*m, true);
         }
-        let shows = |m: &str| s.shows_as.split('|').any(|part| m.contains(part));
+        let shows_as = s.shows_as;
+        let shows = move |m: &str| shows_as.split('|').any(|part| m.contains(part));
         let r = if s.by_walks {
             random_walks(&s.config, 1, 200_000, Duration::from_secs(60))
         } else {
@@ -174,12 +175,12 @@ fn the_checker_finds_every_known_bug() {
             };
             explore_for(&s.config, bounds, shows)
         };
-        let replayed = r.violation.as_ref().map(|v| replay(&s.config, &v.choices));
+        let replayed = r.failure.as_ref().map(|v| replay(&s.config, &v.choices));
         for m in s.mutants {
             mutants::set(*m, false);
         }
         let v = r
-            .violation
+            .failure
             .unwrap_or_else(|| panic!("problem {}: not found in {} schedules", s.problem, r.schedules));
         println!(
             "MODEL finds problem {} after {} schedules: {}",
@@ -212,7 +213,7 @@ fn exploration_is_deterministic() {
         time: Duration::from_secs(60),
     };
     let (a, b) = (explore(&c, bounds), explore(&c, bounds));
-    assert!(a.violation.is_none() && b.violation.is_none());
+    assert!(a.failure.is_none() && b.failure.is_none());
     assert_eq!((a.schedules, a.longest), (b.schedules, b.longest));
 }
 

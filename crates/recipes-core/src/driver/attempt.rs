@@ -265,7 +265,7 @@ impl<'a> Attempt<'a> {
     /// prefix takes it) with a list of the lock path behind it, in one round trip; the cleanup knows the create is
     /// in flight before it is sent.
     pub async fn create_and_list(&mut self, sid: SessionId) -> Step<(Identity, CreateAndList)> {
-        let attempt = crate::mutants::attempt_id();
+        let attempt = crate::sim::attempt_id();
         let fixed = self.protocol.fixed_name();
         let id = Identity {
             fixed: self.protocol.name_is_shared(),

@@ -244,7 +244,7 @@ impl LeaseUnderMutex {
         if count_only {
             self.release_mutex(a.release_by()).await;
         }
-        let attempt = crate::mutants::attempt_id();
+        let attempt = crate::sim::attempt_id();
         let id = Identity {
             fixed: false,
             attempt,

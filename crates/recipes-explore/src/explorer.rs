@@ -1,0 +1,442 @@
+//! The explorer's settings, its strategies, and what it reports.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use recipes_core::backend::ChildOrder;
+use recipes_core::LocksBuilder;
+use recipes_mem::MemCluster;
+
+use crate::chooser::Chooser;
+use crate::process::{Process, Schedule};
+use crate::world::{self, Choice};
+use crate::{Builtin, Ending, Fault, Step};
+
+pub(crate) type ProgramFn<S> = Arc<dyn Fn(Process<S>) -> BoxFuture<'static, Option<String>> + Send + Sync>;
+pub(crate) type CheckFn<S> = Arc<dyn Fn(&Step<'_, S>) -> Result<(), String> + Send + Sync>;
+type LocksFn = Arc<dyn Fn(LocksBuilder) -> LocksBuilder + Send + Sync>;
+type WantedFn = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+type InitFn<S> = Arc<dyn Fn(&Schedule<'_>) -> S + Send + Sync>;
+/// Prepares the cluster before the processes start (makes paths, sets sequence counters).
+pub type Setup = Arc<dyn Fn(&MemCluster) -> Pin<Box<dyn Future<Output = ()>>> + Send + Sync>;
+
+#[derive(Debug, Clone)]
+enum Strategy {
+    Exhaustive { max_schedules: u64 },
+    Random { seed: u64, runs: u64 },
+}
+
+/// Runs an application's code on several simulated processes, each with its own session and
+/// [`Locks`](recipes_core::Locks), under a scheduler that chooses the order of every request, reply, watch event,
+/// timer and fault, and checks the oracles after every step. See the [crate's documentation](crate) for an example.
+///
+/// `S` is a state the processes and the checks of one schedule share (see [`state`](Explorer::state)); `()` by
+/// default.
+pub struct Explorer<S = ()> {
+    pub(crate) name: String,
+    pub(crate) processes: usize,
+    pub(crate) session_timeout: Duration,
+    pub(crate) faults: u32,
+    pub(crate) fault_kinds: Vec<Fault>,
+    pub(crate) locks: LocksFn,
+    pub(crate) setup: Option<Setup>,
+    pub(crate) paths: Vec<String>,
+    pub(crate) order: Option<ChildOrder>,
+    pub(crate) delete_under: Option<Vec<String>>,
+    pub(crate) init: InitFn<S>,
+    pub(crate) checks: Vec<CheckFn<S>>,
+    pub(crate) end_checks: Vec<CheckFn<S>>,
+    pub(crate) disabled: Vec<Builtin>,
+    strategy: Strategy,
+    time_limit: Duration,
+    stop_at: Option<WantedFn>,
+    pub(crate) max_events: usize,
+    pub(crate) horizon_timeouts: u32,
+}
+
+impl<S> fmt::Debug for Explorer<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Explorer")
+            .field("name", &self.name)
+            .field("processes", &self.processes)
+            .field("session_timeout", &self.session_timeout)
+            .field("faults", &self.faults)
+            .field("fault_kinds", &self.fault_kinds)
+            .field("strategy", &self.strategy)
+            .field("disabled", &self.disabled)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Explorer<()> {
+    /// An explorer named `name` (in reports): two processes, a session timeout of 4 s, at most one fault per
+    /// schedule of the kinds in [`Fault::USUAL`], every built-in oracle on, and an exhaustive search of at most
+    /// 100,000 schedules or 60 s.
+    pub fn new(name: impl Into<String>) -> Self {
+        Explorer {
+            name: name.into(),
+            processes: 2,
+            session_timeout: Duration::from_secs(4),
+            faults: 1,
+            fault_kinds: Fault::USUAL.to_vec(),
+            locks: Arc::new(|b| b),
+            setup: None,
+            paths: Vec::new(),
+            order: None,
+            delete_under: None,
+            init: Arc::new(|_| ()),
+            checks: Vec::new(),
+            end_checks: Vec::new(),
+            disabled: Vec::new(),
+            strategy: Strategy::Exhaustive { max_schedules: 100_000 },
+            time_limit: Duration::from_secs(60),
+            stop_at: None,
+            max_events: 2_000,
+            horizon_timeouts: 100,
+        }
+    }
+}
+
+impl<S: Clone + Send + Sync + 'static> Explorer<S> {
+    /// Runs `n` processes (each a session of its own running the same program, told apart by
+    /// [`Process::id`]).
+    pub fn processes(mut self, n: usize) -> Self {
+        self.processes = n;
+        self
+    }
+
+    /// The session timeout of every process (4 s by default). Virtual time: a schedule takes no wall time waiting.
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// At most `budget` faults per schedule, of these kinds (`budget` 0: none).
+    pub fn faults(mut self, budget: u32, kinds: &[Fault]) -> Self {
+        self.faults = budget;
+        self.fault_kinds = kinds.to_vec();
+        self
+    }
+
+    /// How each process's [`Locks`](recipes_core::Locks) is built: a layout, cohorts, a lease margin.
+    pub fn locks(mut self, configure: impl Fn(LocksBuilder) -> LocksBuilder + Send + Sync + 'static) -> Self {
+        self.locks = Arc::new(configure);
+        self
+    }
+
+    /// Prepares each schedule's cluster before the processes start.
+    pub fn setup(mut self, setup: Setup) -> Self {
+        self.setup = Some(setup);
+        self
+    }
+
+    /// Makes these paths (and their parents) as persistent nodes before the processes start, as an application's
+    /// lock paths that exist already. Each path made by the locks themselves (as containers) is a few more requests
+    /// per process for the search to order: a program that takes several locks explores much faster on paths that
+    /// exist.
+    pub fn paths(mut self, paths: &[&str]) -> Self {
+        self.paths = paths.iter().map(|p| (*p).to_owned()).collect();
+        self
+    }
+
+    /// Orders each schedule's cluster's children as etcd's backend does ([`MemCluster::ordered_by`]).
+    pub fn child_order(mut self, order: ChildOrder) -> Self {
+        self.order = Some(order);
+        self
+    }
+
+    /// Limits [`Fault::OperatorDelete`] to the children of these paths (by default: every ephemeral node).
+    pub fn operator_deletes_under(mut self, parents: &[&str]) -> Self {
+        self.delete_under = Some(parents.iter().map(|p| (*p).to_owned()).collect());
+        self
+    }
+
+    /// A state the processes ([`Process::state`]) and the checks ([`Step::state`]) of one schedule share, made
+    /// fresh for each schedule by `init`. Call it before [`check`](Explorer::check): it starts a new list of checks.
+    pub fn state<T: Clone + Send + Sync + 'static>(
+        self,
+        init: impl Fn(&Schedule<'_>) -> T + Send + Sync + 'static,
+    ) -> Explorer<T> {
+        Explorer {
+            name: self.name,
+            processes: self.processes,
+            session_timeout: self.session_timeout,
+            faults: self.faults,
+            fault_kinds: self.fault_kinds,
+            locks: self.locks,
+            setup: self.setup,
+            paths: self.paths,
+            order: self.order,
+            delete_under: self.delete_under,
+            init: Arc::new(init),
+            checks: Vec::new(),
+            end_checks: Vec::new(),
+            disabled: self.disabled,
+            strategy: self.strategy,
+            time_limit: self.time_limit,
+            stop_at: self.stop_at,
+            max_events: self.max_events,
+            horizon_timeouts: self.horizon_timeouts,
+        }
+    }
+
+    /// A check run after every step (every event and the tasks' reactions to it): `Err` fails the schedule.
+    pub fn check(mut self, check: impl Fn(&Step<'_, S>) -> Result<(), String> + Send + Sync + 'static) -> Self {
+        self.checks.push(Arc::new(check));
+        self
+    }
+
+    /// A check run once, when the schedule has ended (every process finished or crashed, nothing in flight).
+    pub fn check_at_end(mut self, check: impl Fn(&Step<'_, S>) -> Result<(), String> + Send + Sync + 'static) -> Self {
+        self.end_checks.push(Arc::new(check));
+        self
+    }
+
+    /// Switches a built-in oracle off.
+    pub fn without(mut self, oracle: Builtin) -> Self {
+        self.disabled.push(oracle);
+        self
+    }
+
+    /// Explores every schedule depth-first, up to `max_schedules` (the default strategy). Of schedules that differ
+    /// only in the order of events that commute (two sessions' requests on unrelated nodes), one is run.
+    pub fn exhaustive(mut self, max_schedules: u64) -> Self {
+        self.strategy = Strategy::Exhaustive { max_schedules };
+        self
+    }
+
+    /// Runs `runs` seeded random schedules instead (seeds `seed`, `seed + 1`, …): for programs too large to explore
+    /// whole. Faults are chosen rarely, so that a schedule gets far before its fault.
+    pub fn random_walks(mut self, seed: u64, runs: u64) -> Self {
+        self.strategy = Strategy::Random { seed, runs };
+        self
+    }
+
+    /// Stops exploring after this much wall time (60 s by default); the report says the search was bounded.
+    pub fn time_limit(mut self, limit: Duration) -> Self {
+        self.time_limit = limit;
+        self
+    }
+
+    /// Goes on past violations whose message does not satisfy `wanted` (to show that one kind is reachable).
+    pub fn stop_at(mut self, wanted: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        self.stop_at = Some(Arc::new(wanted));
+        self
+    }
+
+    /// At most this many events per schedule (2,000 by default): a longer one is reported as a livelock.
+    pub fn max_events(mut self, n: usize) -> Self {
+        self.max_events = n;
+        self
+    }
+
+    fn program<F, Fut>(program: F) -> ProgramFn<S>
+    where
+        F: Fn(Process<S>) -> Fut + Send + Sync + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: Ending,
+    {
+        Arc::new(move |p| program(p).map(Ending::describe).boxed())
+    }
+
+    /// Explores `program`, run by every process, with the strategy set; stops at the first violation.
+    pub fn run<F, Fut>(&self, program: F) -> Report
+    where
+        F: Fn(Process<S>) -> Fut + Send + Sync + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: Ending,
+    {
+        let program = Self::program(program);
+        match self.strategy {
+            Strategy::Exhaustive { max_schedules } => self.search(&program, max_schedules),
+            Strategy::Random { seed, runs } => self.walks(&program, seed, runs),
+        }
+    }
+
+    /// Runs the one schedule `choices` gives (a [`Failure`]'s), traced: its trace, and its violation if any.
+    pub fn replay<F, Fut>(&self, choices: &[usize], program: F) -> (Vec<String>, Option<String>)
+    where
+        F: Fn(Process<S>) -> Fut + Send + Sync + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: Ending,
+    {
+        self.replay_with(&Self::program(program), choices)
+    }
+
+    fn replay_with(&self, program: &ProgramFn<S>, choices: &[usize]) -> (Vec<String>, Option<String>) {
+        let mut chooser = Chooser::replay(choices.to_vec());
+        let outcome = world::run(self, program, &mut chooser, true);
+        (outcome.trace, outcome.violation)
+    }
+
+    fn wanted(&self, message: &str) -> bool {
+        self.stop_at.as_ref().map_or(true, |w| w(message))
+    }
+
+    fn failure(&self, program: &ProgramFn<S>, message: String, choices: &[usize], seed: Option<u64>) -> Failure {
+        Failure {
+            explorer: self.name.clone(),
+            message,
+            trace: self.replay_with(program, choices).0,
+            choices: choices.to_vec(),
+            seed,
+        }
+    }
+
+    fn search(&self, program: &ProgramFn<S>, max_schedules: u64) -> Report {
+        let start = Instant::now();
+        let mut chooser: Chooser<Choice> = Chooser::search();
+        let mut report = Report::new(&self.name);
+        loop {
+            chooser.restart();
+            let outcome = world::run(self, program, &mut chooser, false);
+            report.schedules += 1;
+            report.longest = report.longest.max(outcome.events);
+            let message = if chooser.nondeterministic {
+                Some(
+                    "a replayed schedule met different choices: the run is not deterministic (threads, real I/O \
+                     or randomness in the program?)"
+                        .to_owned(),
+                )
+            } else {
+                outcome.violation.filter(|m| self.wanted(m))
+            };
+            if let Some(message) = message {
+                report.failure = Some(self.failure(program, message, &chooser.made, None));
+                break;
+            }
+            if !chooser.advance() {
+                report.complete = true;
+                break;
+            }
+            if report.schedules >= max_schedules || start.elapsed() >= self.time_limit {
+                break;
+            }
+        }
+        report.elapsed = start.elapsed();
+        report
+    }
+
+    fn walks(&self, program: &ProgramFn<S>, seed: u64, runs: u64) -> Report {
+        let start = Instant::now();
+        let mut report = Report::new(&self.name);
+        for s in seed..seed.saturating_add(runs) {
+            let mut chooser = Chooser::random(s);
+            let outcome = world::run(self, program, &mut chooser, false);
+            report.schedules += 1;
+            report.longest = report.longest.max(outcome.events);
+            if let Some(message) = outcome.violation.filter(|m| self.wanted(m)) {
+                report.failure = Some(self.failure(program, message, &chooser.made, Some(s)));
+                break;
+            }
+            if start.elapsed() >= self.time_limit {
+                break;
+            }
+        }
+        report.complete = report.failure.is_none() && report.schedules == runs;
+        report.elapsed = start.elapsed();
+        report
+    }
+}
+
+/// A schedule that broke an oracle.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// The explorer's name.
+    pub explorer: String,
+    /// What went wrong.
+    pub message: String,
+    /// The choices that replay the schedule ([`Explorer::replay`]).
+    pub choices: Vec<usize>,
+    /// The schedule's events, readable: each event the explorer chose, and under it what the processes noted.
+    pub trace: Vec<String>,
+    /// The seed of a random walk (`None` for an exhaustive search).
+    pub seed: Option<u64>,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "explorer {:?}: {}", self.explorer, self.message)?;
+        if let Some(seed) = self.seed {
+            writeln!(f, "seed: {seed} (random_walks({seed}, 1) runs this schedule again)")?;
+        }
+        let choices: Vec<String> = self.choices.iter().map(|c| c.to_string()).collect();
+        writeln!(f, "replay: explorer.replay(&[{}], program)", choices.join(","))?;
+        writeln!(f, "trace:")?;
+        for (i, line) in self.trace.iter().enumerate() {
+            writeln!(f, "  {:>3}. {line}", i + 1)?;
+        }
+        Ok(())
+    }
+}
+
+/// What an exploration found.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The explorer's name.
+    pub name: String,
+    /// Distinct schedules run.
+    pub schedules: u64,
+    /// Whether every schedule within the bounds was explored (`false`: stopped at the schedule limit or the time
+    /// limit, or at a failure).
+    pub complete: bool,
+    /// The longest schedule, in events.
+    pub longest: usize,
+    /// The first failure found, if any.
+    pub failure: Option<Failure>,
+    /// Wall time spent.
+    pub elapsed: Duration,
+}
+
+impl Report {
+    fn new(name: &str) -> Report {
+        Report {
+            name: name.to_owned(),
+            schedules: 0,
+            complete: false,
+            longest: 0,
+            failure: None,
+            elapsed: Duration::ZERO,
+        }
+    }
+
+    /// Panics with the failure (its message, seed, replay and trace) if there is one.
+    #[track_caller]
+    pub fn assert_ok(&self) {
+        if let Some(f) = &self.failure {
+            panic!("{self}\n{f}");
+        }
+    }
+
+    /// The failure's message, panicking when no schedule failed: for tests that show a bug is found.
+    #[track_caller]
+    pub fn expect_failure(&self) -> &Failure {
+        match &self.failure {
+            Some(f) => f,
+            None => panic!("expected a failing schedule: {self}"),
+        }
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {} schedules{}, longest {} events, {:.1} s, {}",
+            self.name,
+            self.schedules,
+            if self.complete { " (all)" } else { " (bounded)" },
+            self.longest,
+            self.elapsed.as_secs_f64(),
+            match &self.failure {
+                None => "no violation".to_owned(),
+                Some(v) => format!("VIOLATION: {}", v.message),
+            }
+        )
+    }
+}

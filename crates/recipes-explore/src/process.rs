@@ -1,0 +1,382 @@
+//! What the application's code gets: one simulated process, its `Locks`, its store client, and the handles that let
+//! the oracles see its holds.
+
+use std::fmt;
+use std::future::Future;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use recipes_core::{LockGuard, Locks, MultiGuard};
+use recipes_mem::{MemClient, MemCluster};
+use tokio::sync::Notify;
+use tokio::task::{AbortHandle, JoinHandle};
+use tokio::time::Instant;
+
+use crate::store::Store;
+
+/// Counts what the simulated processes do, so that the explorer knows when the world has settled, and writes their
+/// notes into the trace.
+///
+/// Every [`Process`] has one ([`Process::activity`]); a check's shared state can keep one too
+/// ([`Schedule::activity`]). A task that changes what an oracle sees without sending a request (sets a flag in the
+/// shared state, say) should [`touch`](Activity::touch) it, or the explorer may choose its next event first.
+#[derive(Clone)]
+pub struct Activity {
+    inner: Arc<ActivityInner>,
+}
+
+struct ActivityInner {
+    count: AtomicU64,
+    notify: Arc<Notify>,
+    /// The notes of a traced run, collected into the trace after each step.
+    notes: Option<Mutex<Vec<String>>>,
+}
+
+impl Activity {
+    pub(crate) fn new(notify: Arc<Notify>, traced: bool) -> Self {
+        Activity {
+            inner: Arc::new(ActivityInner {
+                count: AtomicU64::new(0),
+                notify,
+                notes: traced.then(|| Mutex::new(Vec::new())),
+            }),
+        }
+    }
+
+    /// Something changed.
+    pub fn touch(&self) {
+        self.inner.count.fetch_add(1, Ordering::Relaxed);
+        self.inner.notify.notify_one();
+    }
+
+    /// Something changed, and `line` says what (written into the trace of a replayed failure; formatted only then).
+    pub fn note(&self, line: impl FnOnce() -> String) {
+        if let Some(notes) = &self.inner.notes {
+            notes.lock().push(line());
+        }
+        self.touch();
+    }
+
+    pub(crate) fn count(&self) -> u64 {
+        self.inner.count.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn take_notes(&self) -> Vec<String> {
+        self.inner
+            .notes
+            .as_ref()
+            .map(|n| std::mem::take(&mut *n.lock()))
+            .unwrap_or_default()
+    }
+}
+
+impl fmt::Debug for Activity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Activity").field("count", &self.count()).finish()
+    }
+}
+
+/// One schedule's world, as the shared state's constructor ([`Explorer::state`](crate::Explorer::state)) sees it.
+pub struct Schedule<'a> {
+    pub(crate) cluster: &'a MemCluster,
+    pub(crate) activity: &'a Activity,
+}
+
+impl Schedule<'_> {
+    /// The schedule's cluster.
+    pub fn cluster(&self) -> &MemCluster {
+        self.cluster
+    }
+
+    /// The schedule's activity counter (see [`Activity`]).
+    pub fn activity(&self) -> Activity {
+        self.activity.clone()
+    }
+}
+
+/// One hold a tracked guard stands for, as the oracles see it.
+pub(crate) struct HoldView {
+    pub path: String,
+    pub node: String,
+    pub token: u128,
+    pub valid: bool,
+}
+
+/// A guard the oracles can look into: a [`LockGuard`] or a [`MultiGuard`].
+pub trait Holds: Send + Sync + 'static {
+    #[doc(hidden)]
+    fn views(&self, out: &mut Vec<(String, String, u128, bool)>);
+}
+
+impl Holds for LockGuard {
+    fn views(&self, out: &mut Vec<(String, String, u128, bool)>) {
+        out.push((
+            self.path().as_str().to_owned(),
+            self.node().to_owned(),
+            self.fencing_token(),
+            self.is_valid(),
+        ));
+    }
+}
+
+impl Holds for MultiGuard {
+    fn views(&self, out: &mut Vec<(String, String, u128, bool)>) {
+        for g in self.guards() {
+            g.views(out);
+        }
+    }
+}
+
+/// Whether a tracked guard holds alone or beside others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sharing {
+    Exclusive,
+    Shared,
+}
+
+pub(crate) struct TrackedEntry {
+    pub process: usize,
+    pub sharing: Sharing,
+    pub guard: Weak<dyn Holds>,
+}
+
+/// The guards the processes asked the oracles to watch, with deadlines they asked to be kept.
+#[derive(Default)]
+pub(crate) struct Tracker {
+    pub guards: Vec<TrackedEntry>,
+    /// (process, what, due, id)
+    pub deadlines: Vec<(usize, String, Instant, u64)>,
+    next_deadline: u64,
+}
+
+impl Tracker {
+    /// The holds of the live tracked guards of `process` (all processes with `None`).
+    pub fn holds(&mut self, process: Option<usize>) -> Vec<(usize, Sharing, HoldView)> {
+        self.guards.retain(|e| e.guard.strong_count() > 0);
+        let mut out = Vec::new();
+        let mut views = Vec::new();
+        for e in &self.guards {
+            if process.is_some_and(|p| p != e.process) {
+                continue;
+            }
+            let Some(g) = e.guard.upgrade() else { continue };
+            views.clear();
+            g.views(&mut views);
+            for (path, node, token, valid) in views.drain(..) {
+                out.push((
+                    e.process,
+                    e.sharing,
+                    HoldView {
+                        path,
+                        node,
+                        token,
+                        valid,
+                    },
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// A guard the oracles watch: use it as the guard itself (it dereferences to it), and release it with
+/// [`release`](Tracked::release) (or take it back with [`into_inner`](Tracked::into_inner)).
+pub struct Tracked<G> {
+    guard: Arc<G>,
+}
+
+impl<G> Deref for Tracked<G> {
+    type Target = G;
+
+    fn deref(&self) -> &G {
+        &self.guard
+    }
+}
+
+impl<G: fmt::Debug> fmt::Debug for Tracked<G> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Tracked").field(&*self.guard).finish()
+    }
+}
+
+impl<G> Tracked<G> {
+    /// The guard, no longer watched.
+    pub fn into_inner(self) -> G {
+        // The tracker keeps only a weak reference.
+        match Arc::try_unwrap(self.guard) {
+            Ok(g) => g,
+            Err(_) => unreachable!("a tracked guard has one strong reference"),
+        }
+    }
+}
+
+impl Tracked<LockGuard> {
+    /// Releases the lock ([`LockGuard::release`]).
+    pub async fn release(self) -> recipes_core::Result<()> {
+        self.into_inner().release().await
+    }
+}
+
+impl Tracked<MultiGuard> {
+    /// Releases every lock of the set ([`MultiGuard::release`]).
+    pub async fn release(self) -> recipes_core::Result<()> {
+        self.into_inner().release().await
+    }
+}
+
+pub(crate) struct ProcessInner {
+    pub id: usize,
+    pub locks: Locks,
+    pub client: Arc<MemClient>,
+    pub cluster: MemCluster,
+    pub store: Store,
+    pub activity: Activity,
+    pub tracker: Arc<Mutex<Tracker>>,
+    /// Tasks spawned with [`Process::spawn`]: aborted when the process crashes.
+    pub tasks: Mutex<Vec<AbortHandle>>,
+    pub session_timeout: Duration,
+}
+
+/// One simulated process: a session of its own on the schedule's cluster, with the application's code running on
+/// it. Cheap to clone; every clone is the same process.
+///
+/// `S` is the schedule's shared state ([`Explorer::state`](crate::Explorer::state)), `()` by default.
+pub struct Process<S = ()> {
+    pub(crate) inner: Arc<ProcessInner>,
+    pub(crate) state: S,
+}
+
+impl<S: Clone> Clone for Process<S> {
+    fn clone(&self) -> Self {
+        Process {
+            inner: self.inner.clone(),
+            state: self.state.clone(),
+        }
+    }
+}
+
+impl<S> fmt::Debug for Process<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Process").field("id", &self.inner.id).finish()
+    }
+}
+
+impl<S> Process<S> {
+    /// Which process this is: 0, 1, … in the order the explorer made them.
+    pub fn id(&self) -> usize {
+        self.inner.id
+    }
+
+    /// The process's `Locks`, on its own session (built as [`Explorer::locks`](crate::Explorer::locks) says).
+    pub fn locks(&self) -> &Locks {
+        &self.inner.locks
+    }
+
+    /// The process's session on the in-memory cluster.
+    pub fn client(&self) -> &Arc<MemClient> {
+        &self.inner.client
+    }
+
+    /// The schedule's cluster (to read the tree; the explorer injects the faults).
+    pub fn cluster(&self) -> &MemCluster {
+        &self.inner.cluster
+    }
+
+    /// The process's client of the simulated data store (see [`Store`]).
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// The session timeout of every process of the schedule.
+    pub fn session_timeout(&self) -> Duration {
+        self.inner.session_timeout
+    }
+
+    /// The schedule's shared state.
+    pub fn state(&self) -> &S {
+        &self.state
+    }
+
+    /// The process's activity counter (see [`Activity`]).
+    pub fn activity(&self) -> &Activity {
+        &self.inner.activity
+    }
+
+    /// Writes a line into the trace of a failing schedule, as `process N: line`.
+    pub fn note(&self, line: impl fmt::Display) {
+        let id = self.inner.id;
+        self.inner.activity.note(|| format!("process {id}: {line}"));
+    }
+
+    /// Hands `guard` to the oracles as an exclusive hold: no other valid guard may hold its lock beside it, and the
+    /// process's writes to the [`Store`] are ordered by its fencing token.
+    pub fn track<G: Holds>(&self, guard: G) -> Tracked<G> {
+        self.track_as(guard, Sharing::Exclusive)
+    }
+
+    /// Hands `guard` to the oracles as a shared hold (a read lock, a semaphore's permit): others may share its lock,
+    /// but no exclusive hold may be valid beside it.
+    pub fn track_shared<G: Holds>(&self, guard: G) -> Tracked<G> {
+        self.track_as(guard, Sharing::Shared)
+    }
+
+    fn track_as<G: Holds>(&self, guard: G, sharing: Sharing) -> Tracked<G> {
+        let id = self.inner.id;
+        self.inner.activity.note(|| {
+            let mut views = Vec::new();
+            guard.views(&mut views);
+            let holds: Vec<String> = views
+                .iter()
+                .map(|(_, node, token, valid)| {
+                    format!("{node} (token {token:#x}{})", if *valid { "" } else { ", not valid" })
+                })
+                .collect();
+            format!("process {id}: holds {}", holds.join(", "))
+        });
+        let guard = Arc::new(guard);
+        let weak: Weak<dyn Holds> = Arc::downgrade(&guard) as Weak<dyn Holds>;
+        self.inner.tracker.lock().guards.push(TrackedEntry {
+            process: self.inner.id,
+            sharing,
+            guard: weak,
+        });
+        Tracked { guard }
+    }
+
+    /// Runs `step`, which must end within `limit` of virtual time: the oracle of deadlines
+    /// ([`Builtin::Deadlines`](crate::Builtin::Deadlines)) reports it if it runs past.
+    pub async fn within<F: Future>(&self, limit: Duration, what: impl fmt::Display, step: F) -> F::Output {
+        let id = {
+            let mut t = self.inner.tracker.lock();
+            t.next_deadline += 1;
+            let id = t.next_deadline;
+            t.deadlines
+                .push((self.inner.id, what.to_string(), Instant::now() + limit, id));
+            id
+        };
+        struct Done<'a>(&'a Mutex<Tracker>, u64);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.lock().deadlines.retain(|d| d.3 != self.1);
+            }
+        }
+        let _done = Done(&self.inner.tracker, id);
+        step.await
+    }
+
+    /// Spawns a task of this process: it runs under the explorer like the process's own code, and is aborted when
+    /// the process crashes.
+    pub fn spawn<F>(&self, task: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let handle = tokio::spawn(task);
+        self.inner.tasks.lock().push(handle.abort_handle());
+        self.inner.activity.touch();
+        handle
+    }
+}

@@ -35,6 +35,14 @@ pub mod etcd {
     pub use recipes_etcd::*;
 }
 
+/// The explorer (`recipes-explore`, feature `explore`): runs an application's own use of the locks on several simulated
+/// processes under every interleaving and fault, with oracles; see [`Explorer`](explore::Explorer) and the guide's
+/// "Testing your application".
+#[cfg(feature = "explore")]
+pub mod explore {
+    pub use recipes_explore::*;
+}
+
 /// The in-memory backend (`recipes-mem`): [`MemCluster`](memory::MemCluster) and its clients, with sessions, virtual
 /// time and fault injection, behaving as ZooKeeper does wherever a recipe could tell the difference.
 #[cfg(feature = "memory")]

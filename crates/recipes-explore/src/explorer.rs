@@ -37,6 +37,41 @@ enum Strategy {
 ///
 /// `S` is a state the processes and the checks of one schedule share (see [`state`](Explorer::state)); `()` by
 /// default.
+///
+/// A check after every step, over a state the processes share: at most one live process inside its critical section
+/// (a crashed process stays "inside" for ever, so the check leaves it out).
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// use std::sync::Arc;
+/// use recipes_explore::{Explorer, Fault};
+///
+/// let report = Explorer::new("critical section")
+///     .processes(3)
+///     .faults(1, &[Fault::Crash])
+///     .paths(&["/jobs/lock"])
+///     .random_walks(1, 300)
+///     .state(|_| Arc::new([(); 3].map(|_| AtomicBool::new(false))))
+///     .check(|step| {
+///         let inside = (0..3).filter(|i| step.state()[*i].load(Ordering::SeqCst) && !step.crashed(*i));
+///         match inside.count() {
+///             0 | 1 => Ok(()),
+///             n => Err(format!("{n} processes in the critical section")),
+///         }
+///     })
+///     .run(|p| async move {
+///         let guard = p.locks().fair("/jobs/lock")?.acquire().await?;
+///         if guard.is_valid() {
+///             p.state()[p.id()].store(true, Ordering::SeqCst);
+///             p.activity().touch(); // the state changed without a request
+///             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+///             p.state()[p.id()].store(false, Ordering::SeqCst);
+///         }
+///         guard.release().await
+///     });
+/// report.assert_ok();
+/// assert_eq!(report.schedules, 300);
+/// ```
 pub struct Explorer<S = ()> {
     pub(crate) name: String,
     pub(crate) processes: usize,

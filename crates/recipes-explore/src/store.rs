@@ -95,6 +95,20 @@ struct State {
 /// ([`Builtin::WritesInLockOrder`](crate::Builtin::WritesInLockOrder)) fails a schedule in which the store accepted a
 /// write from a hold older than the hold of a write it had already accepted: a holder that had lost the lock wrote
 /// over its successor.
+///
+/// ```
+/// use recipes_explore::Explorer;
+///
+/// // One process, no faults: a fenced write with an older token than the store has seen is refused.
+/// let report = Explorer::new("store").processes(1).faults(0, &[]).run(|p| async move {
+///     let store = p.store();
+///     store.put_fenced("k", "new", 7).await.unwrap();
+///     let refused = store.put_fenced("k", "old", 3).await.unwrap_err();
+///     assert_eq!((refused.token, refused.highest), (3, 7));
+///     assert_eq!(store.get("k").await.as_deref(), Some("new"));
+/// });
+/// report.assert_ok();
+/// ```
 #[derive(Clone)]
 pub struct Store {
     state: Arc<Mutex<State>>,

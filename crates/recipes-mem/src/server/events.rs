@@ -29,6 +29,10 @@ pub struct Access {
     pub writes: Vec<String>,
     /// Whether it may touch anything (a timer: reconnection, expiry).
     pub global: bool,
+    /// The sessions whose watches it fires: it puts an event in their queues of replies and events, so it does not
+    /// commute with another event that puts something in one of those queues (found by review: a delete that fires
+    /// a session's watch was taken to commute with that session's own request, whose reply then always came first).
+    pub notifies: Vec<SessionId>,
 }
 
 impl Access {
@@ -58,6 +62,14 @@ impl Access {
         match (self.session, other.session) {
             (Some(a), Some(b)) if a != b => {}
             _ => return false,
+        }
+        let queues_meet = |a: &Access, b: &Access| {
+            a.notifies
+                .iter()
+                .any(|s| Some(*s) == b.session || b.notifies.contains(s))
+        };
+        if queues_meet(self, other) || queues_meet(other, self) {
+            return false;
         }
         let hits = |w: &[String], r: &[String]| w.iter().any(|x| r.contains(x));
         !(hits(&self.writes, &other.reads) || hits(&self.writes, &other.writes) || hits(&other.writes, &self.reads))
@@ -223,6 +235,21 @@ impl State {
         true
     }
 
+    /// `access`, with the sessions whose watches on the nodes it writes would fire (every watch of such a node: a
+    /// data change fires only some, and counting them all is the safe side).
+    fn with_watchers(&self, mut access: Access) -> Access {
+        for w in &access.writes {
+            if let Some(path) = w.strip_prefix("node:") {
+                for s in self.watches.sessions_on(path) {
+                    if !access.notifies.contains(&s) {
+                        access.notifies.push(s);
+                    }
+                }
+            }
+        }
+        access
+    }
+
     /// What `e` would touch if it happened now.
     pub fn access(&self, e: NetEvent) -> Access {
         match e {
@@ -230,12 +257,12 @@ impl State {
                 .sessions
                 .get(&s)
                 .and_then(|r| r.outbound.front())
-                .map_or_else(Access::global, |r| r.op.access(s)),
+                .map_or_else(Access::global, |r| self.with_watchers(r.op.access(s))),
             NetEvent::ApplyOrphan(s) => self
                 .sessions
                 .get(&s)
                 .and_then(|r| r.orphans.front())
-                .map_or_else(Access::global, |r| r.op.access(s)),
+                .map_or_else(Access::global, |r| self.with_watchers(r.op.access(s))),
             NetEvent::DropOrphans(s) => Access {
                 session: Some(s),
                 ..Access::default()

@@ -92,6 +92,7 @@ impl Op {
             reads,
             writes,
             global: false,
+            notifies: Vec::new(),
         }
     }
 

@@ -80,6 +80,14 @@ impl Watches {
         ws.list.push(watch);
     }
 
+    /// The sessions with a watch on `path`.
+    pub(super) fn sessions_on(&self, path: &str) -> impl Iterator<Item = SessionId> + '_ {
+        self.0
+            .get(path)
+            .into_iter()
+            .flat_map(|ws| ws.list.iter().map(|w| w.session))
+    }
+
     /// How many watches are set.
     pub(crate) fn count(&self) -> usize {
         self.0.values().map(|ws| ws.list.len()).sum()

@@ -205,9 +205,12 @@ impl MultiLock {
             // While members are held, their session's end ends the wait (a member's acquire that began while the
             // session was suspended would go on to queue on the next session): dropped, it cleans up after itself.
             let got = match held.0.first() {
+                // Biased, the session's end first: when both are ready at once (a client that learns of the expiry
+                // with the last replies in hand), the set is refused, and a run repeats under a simulation.
                 Some(first) if !is_active(Mutant::MultiHandsOutLost) => tokio::select! {
-                    got = acquiring => got,
+                    biased;
                     () = first.session_over() => Err(first.session_end()),
+                    got = acquiring => got,
                 },
                 _ => acquiring.await,
             };

@@ -292,6 +292,7 @@ impl Cohort {
                     return;
                 }
                 tokio::select! {
+                    biased;
                     changed = status.changed() => {
                         if changed.is_err() {
                             std::future::pending::<()>().await;

@@ -240,7 +240,12 @@ impl Attempt<'_> {
             let gone = holder
                 .filter(|_| watching)
                 .map(|czxid| line.gone(czxid, || holders_key_gone(self.ctx.backend.clone(), sid, key, czxid)));
+            // Biased (the session's end, then the deadline, then the turn): one outcome when several are ready, so
+            // that a run repeats under a simulation.
             tokio::select! {
+                biased;
+                () = session::over(&mut status, sid) => return Ok(Waited::SessionOver),
+                () = self.deadline_passed() => return Err(Stop::Deadline),
                 turn = &mut take => {
                     // A turn of a line whose session ended meanwhile is no turn on the next session's.
                     if session::is_over(self.backend().session_status(), sid) {
@@ -248,8 +253,6 @@ impl Attempt<'_> {
                     }
                     return Ok(Waited::Turn(turn));
                 }
-                () = session::over(&mut status, sid) => return Ok(Waited::SessionOver),
-                () = self.deadline_passed() => return Err(Stop::Deadline),
                 () = &mut held, if holder.is_none() => {}
                 () = tokio::time::sleep_until(watch_from), if holder.is_some() && !watching => {}
                 went = async { gone.clone()?.await.then_some(()) }, if gone.is_some() => match went {

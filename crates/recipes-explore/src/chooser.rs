@@ -1,10 +1,12 @@
 //! The explorer's choices: depth-first search with sleep sets, random walks, and replays.
 
+use crate::world::Touch;
+
 /// A choice in the search's sleep set: its identity, stable across runs, and what it touches.
 #[derive(Debug, Clone)]
 struct Candidate<C> {
     pub id: C,
-    pub access: recipes_mem::Access,
+    pub access: Touch,
 }
 
 /// A choice point of the depth-first search: the choices that were awake there, and which one is being explored.
@@ -92,12 +94,7 @@ impl<C: Clone + PartialEq + std::fmt::Debug> Chooser<C> {
     /// Chooses among `cands`, the first `ordinary` of which are not faults; `access` says what a choice touches (asked
     /// only by the search, and only of the choices its sleep set needs). `None`: every choice is asleep (its outcomes
     /// are explored by another run), so this run stops here.
-    pub fn choose(
-        &mut self,
-        cands: &[C],
-        ordinary: usize,
-        access: impl Fn(&C) -> recipes_mem::Access,
-    ) -> Option<usize> {
+    pub fn choose(&mut self, cands: &[C], ordinary: usize, access: impl Fn(&C) -> Touch) -> Option<usize> {
         let pick = match &mut self.mode {
             Mode::Replay(choices) => choices.get(self.made.len()).copied().unwrap_or(0).min(cands.len() - 1),
             Mode::Random(state) => {
@@ -125,10 +122,6 @@ impl<C: Clone + PartialEq + std::fmt::Debug> Chooser<C> {
                     let ids: Vec<C> = awake.iter().map(|i| cands[*i].clone()).collect();
                     if self.depth < self.frames.len() {
                         if self.frames[self.depth].awake != ids {
-                            eprintln!(
-                                "DIVERGE at depth {}: was {:?} now {:?}",
-                                self.depth, self.frames[self.depth].awake, ids
-                            );
                             self.nondeterministic = true;
                         }
                     } else {

@@ -77,6 +77,7 @@ pub struct Explorer<S = ()> {
     pub(crate) processes: usize,
     pub(crate) session_timeout: Duration,
     pub(crate) faults: u32,
+    pub(crate) store_delays: u32,
     pub(crate) fault_kinds: Vec<Fault>,
     pub(crate) locks: LocksFn,
     pub(crate) setup: Option<Setup>,
@@ -91,7 +92,8 @@ pub struct Explorer<S = ()> {
     time_limit: Duration,
     stop_at: Option<WantedFn>,
     pub(crate) max_events: usize,
-    pub(crate) horizon_timeouts: u32,
+    quiet_after: Option<Duration>,
+    horizon: Option<Duration>,
 }
 
 impl<S> fmt::Debug for Explorer<S> {
@@ -118,6 +120,7 @@ impl Explorer<()> {
             processes: 2,
             session_timeout: Duration::from_secs(4),
             faults: 1,
+            store_delays: 1,
             fault_kinds: Fault::USUAL.to_vec(),
             locks: Arc::new(|b| b),
             setup: None,
@@ -132,7 +135,8 @@ impl Explorer<()> {
             time_limit: Duration::from_secs(60),
             stop_at: None,
             max_events: 2_000,
-            horizon_timeouts: 100,
+            quiet_after: None,
+            horizon: None,
         }
     }
 }
@@ -155,6 +159,14 @@ impl<S: Clone + Send + Sync + 'static> Explorer<S> {
     pub fn faults(mut self, budget: u32, kinds: &[Fault]) -> Self {
         self.faults = budget;
         self.fault_kinds = kinds.to_vec();
+        self
+    }
+
+    /// How many times per schedule virtual time may run while a request to the [`Store`](crate::Store) is in flight
+    /// (1 by default): a write that lands long after it was sent, while its sender's lease runs out and a successor's
+    /// timers fire. Not a fault (the store promises no time), but each one multiplies the schedules.
+    pub fn store_delays(mut self, n: u32) -> Self {
+        self.store_delays = n;
         self
     }
 
@@ -192,7 +204,12 @@ impl<S: Clone + Send + Sync + 'static> Explorer<S> {
     }
 
     /// A state the processes ([`Process::state`]) and the checks ([`Step::state`]) of one schedule share, made
-    /// fresh for each schedule by `init`. Call it before [`check`](Explorer::check): it starts a new list of checks.
+    /// fresh for each schedule by `init`. Call it before [`check`](Explorer::check) and
+    /// [`check_at_end`](Explorer::check_at_end): it starts new lists of both.
+    ///
+    /// The search takes processes to interact only through the cluster and the store: a process whose code branches
+    /// on what another process wrote here may have orders the exhaustive search never runs (checks may read it
+    /// freely). A process that changes it without a request calls [`Activity::touch`](crate::Activity::touch).
     pub fn state<T: Clone + Send + Sync + 'static>(
         self,
         init: impl Fn(&Schedule<'_>) -> T + Send + Sync + 'static,
@@ -202,6 +219,7 @@ impl<S: Clone + Send + Sync + 'static> Explorer<S> {
             processes: self.processes,
             session_timeout: self.session_timeout,
             faults: self.faults,
+            store_delays: self.store_delays,
             fault_kinds: self.fault_kinds,
             locks: self.locks,
             setup: self.setup,
@@ -216,7 +234,8 @@ impl<S: Clone + Send + Sync + 'static> Explorer<S> {
             time_limit: self.time_limit,
             stop_at: self.stop_at,
             max_events: self.max_events,
-            horizon_timeouts: self.horizon_timeouts,
+            quiet_after: self.quiet_after,
+            horizon: self.horizon,
         }
     }
 
@@ -258,7 +277,8 @@ impl<S: Clone + Send + Sync + 'static> Explorer<S> {
         self
     }
 
-    /// Goes on past violations whose message does not satisfy `wanted` (to show that one kind is reachable).
+    /// Goes on past violations whose message does not satisfy `wanted` (to show that one kind is reachable). A
+    /// schedule ends at its first violation, wanted or not.
     pub fn stop_at(mut self, wanted: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
         self.stop_at = Some(Arc::new(wanted));
         self
@@ -268,6 +288,28 @@ impl<S: Clone + Send + Sync + 'static> Explorer<S> {
     pub fn max_events(mut self, n: usize) -> Self {
         self.max_events = n;
         self
+    }
+
+    /// How long virtual time may run with nothing happening before the world counts as quiet (10 session timeouts
+    /// by default: longer than every timer of the library). A schedule whose processes still wait then fails
+    /// [`Builtin::AllFinish`]: raise it for a program that sleeps longer.
+    pub fn quiet_after(mut self, quiet: Duration) -> Self {
+        self.quiet_after = Some(quiet);
+        self
+    }
+
+    /// How much virtual time one schedule may take in all (100 session timeouts by default).
+    pub fn horizon(mut self, horizon: Duration) -> Self {
+        self.horizon = Some(horizon);
+        self
+    }
+
+    pub(crate) fn quiet_limit(&self) -> Duration {
+        self.quiet_after.unwrap_or(self.session_timeout * 10)
+    }
+
+    pub(crate) fn horizon_limit(&self) -> Duration {
+        self.horizon.unwrap_or(self.session_timeout * 100)
     }
 
     fn program<F, Fut>(program: F) -> ProgramFn<S>
@@ -314,10 +356,17 @@ impl<S: Clone + Send + Sync + 'static> Explorer<S> {
     }
 
     fn failure(&self, program: &ProgramFn<S>, message: String, choices: &[usize], seed: Option<u64>) -> Failure {
+        let (mut trace, again) = self.replay_with(program, choices);
+        if again.as_deref() != Some(message.as_str()) {
+            trace.push(format!(
+                "(this replay ended with {again:?}, not the failure: the program did not repeat its schedule; \
+                 threads, real I/O, randomness or an unbiased `select!` in it?)"
+            ));
+        }
         Failure {
             explorer: self.name.clone(),
             message,
-            trace: self.replay_with(program, choices).0,
+            trace,
             choices: choices.to_vec(),
             seed,
         }
@@ -360,6 +409,7 @@ impl<S: Clone + Send + Sync + 'static> Explorer<S> {
     fn walks(&self, program: &ProgramFn<S>, seed: u64, runs: u64) -> Report {
         let start = Instant::now();
         let mut report = Report::new(&self.name);
+        report.random = true;
         for s in seed..seed.saturating_add(runs) {
             let mut chooser = Chooser::random(s);
             let outcome = world::run(self, program, &mut chooser, false);
@@ -424,6 +474,8 @@ pub struct Report {
     pub longest: usize,
     /// The first failure found, if any.
     pub failure: Option<Failure>,
+    /// Whether the schedules were random walks (`complete` then means every walk asked for ran, not every schedule).
+    pub random: bool,
     /// Wall time spent.
     pub elapsed: Duration,
 }
@@ -436,15 +488,27 @@ impl Report {
             complete: false,
             longest: 0,
             failure: None,
+            random: false,
             elapsed: Duration::ZERO,
         }
     }
 
-    /// Panics with the failure (its message, seed, replay and trace) if there is one.
+    /// Panics with the failure (its message, seed, replay and trace) if there is one. A search stopped by its
+    /// bounds passes: see [`assert_complete`](Report::assert_complete).
     #[track_caller]
     pub fn assert_ok(&self) {
         if let Some(f) = &self.failure {
             panic!("{self}\n{f}");
+        }
+    }
+
+    /// As [`assert_ok`](Report::assert_ok), and panics too when the search stopped at its schedule or time limit
+    /// before it had run every schedule (or every walk): the answer does not hang on the machine's speed.
+    #[track_caller]
+    pub fn assert_complete(&self) {
+        self.assert_ok();
+        if !self.complete {
+            panic!("the exploration stopped at its limits before it was complete: {self}");
         }
     }
 
@@ -465,7 +529,11 @@ impl fmt::Display for Report {
             "{}: {} schedules{}, longest {} events, {:.1} s, {}",
             self.name,
             self.schedules,
-            if self.complete { " (all)" } else { " (bounded)" },
+            match (self.complete, self.random) {
+                (true, false) => " (all)",
+                (true, true) => " (every walk)",
+                (false, _) => " (bounded)",
+            },
             self.longest,
             self.elapsed.as_secs_f64(),
             match &self.failure {

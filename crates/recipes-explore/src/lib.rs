@@ -36,9 +36,10 @@
 //! assert!(failure.message.contains("had lost the lock"), "{failure}");
 //! ```
 //!
-//! With the token (`p.store().put_fenced("balance", value, guard.fencing_token())`), the store refuses the late
-//! write and every schedule passes: `crates/lock-recipes/examples/explore_late_write.rs` shows both, and the guide's
-//! "Testing your application" walks through them.
+//! With the token on the read and the write (`p.store().get_fenced("balance", token)`,
+//! `put_fenced("balance", value, token)`), the store refuses the late write and every schedule passes:
+//! `crates/lock-recipes/examples/explore_late_write.rs` shows both, and the guide's "Testing your application"
+//! walks through them.
 //!
 //! # What the explorer needs of the code it runs
 //! - **Determinism:** a schedule must repeat exactly from its choices, so the code runs on the explorer's
@@ -47,6 +48,12 @@
 //! - **Tasks:** spawn with [`Process::spawn`], so that a crash of the process stops them.
 //! - **Guards:** hand them to the oracles with [`Process::track`] (or [`Process::track_shared`] for read locks and
 //!   permits); the oracle of one holder and the store's order of writes see only tracked guards.
+//! - **Processes talk through the servers:** the exhaustive search takes two processes' steps to commute unless they
+//!   meet at the cluster or the store. A process whose code branches on what another wrote to the shared state
+//!   ([`Explorer::state`]) or on [`Process::cluster`] read directly may have orders it never runs; checks may read
+//!   both. Random walks have no such reduction.
+//! - **`tokio::select!`:** write `biased;`, or tokio picks among ready branches at random and the schedule does not
+//!   repeat.
 
 #![warn(missing_docs)]
 
@@ -114,6 +121,7 @@ pub enum Builtin {
     /// At the end: every process that did not crash finished (a deadlock, or a wait that never ends, fails).
     AllFinish,
     /// At the end: no ephemeral node of a live session is left (a lock node leaked by a cancelled or failed step).
+    /// It counts every ephemeral node: a program that keeps one on purpose (a registration) switches it off.
     NoNodeLeft,
 }
 

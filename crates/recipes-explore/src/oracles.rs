@@ -24,6 +24,9 @@ pub(crate) fn at_step<S>(ex: &Explorer<S>, step: &Step<'_, S>, tracker: &mut Tra
         }
     }
     if on(Builtin::Deadlines) {
+        if let Some((p, what, by)) = tracker.overruns.first() {
+            return Err(format!("process {p}: {what} ran past its deadline (by {by:?})"));
+        }
         let now = Instant::now();
         if let Some((p, what, due, _)) = tracker.deadlines.iter().find(|d| d.2 < now) {
             return Err(format!(

@@ -4,8 +4,10 @@
 use std::fmt;
 use std::future::Future;
 use std::ops::Deref;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -30,6 +32,9 @@ pub struct Activity {
 
 struct ActivityInner {
     count: AtomicU64,
+    /// Polls of the processes' tasks: a task still running its reaction (it yields between steps), for the settling
+    /// only (a timer's wake-up that does nothing must not end a tick).
+    polls: AtomicU64,
     notify: Arc<Notify>,
     /// The notes of a traced run, collected into the trace after each step.
     notes: Option<Mutex<Vec<String>>>,
@@ -40,6 +45,7 @@ impl Activity {
         Activity {
             inner: Arc::new(ActivityInner {
                 count: AtomicU64::new(0),
+                polls: AtomicU64::new(0),
                 notify,
                 notes: traced.then(|| Mutex::new(Vec::new())),
             }),
@@ -62,6 +68,10 @@ impl Activity {
 
     pub(crate) fn count(&self) -> u64 {
         self.inner.count.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn polls(&self) -> u64 {
+        self.inner.polls.load(Ordering::Relaxed)
     }
 
     pub(crate) fn take_notes(&self) -> Vec<String> {
@@ -149,6 +159,8 @@ pub(crate) struct Tracker {
     pub guards: Vec<TrackedEntry>,
     /// (process, what, due, id)
     pub deadlines: Vec<(usize, String, Instant, u64)>,
+    /// Steps that ended after their deadline: (process, what, by how much).
+    pub overruns: Vec<(usize, String, Duration)>,
     next_deadline: u64,
 }
 
@@ -237,6 +249,8 @@ pub(crate) struct ProcessInner {
     pub tracker: Arc<Mutex<Tracker>>,
     /// Tasks spawned with [`Process::spawn`]: aborted when the process crashes.
     pub tasks: Mutex<Vec<AbortHandle>>,
+    /// Set when the process crashes: nothing of it runs after.
+    pub crashed: Arc<AtomicBool>,
     pub session_timeout: Duration,
 }
 
@@ -280,7 +294,9 @@ impl<S> Process<S> {
         &self.inner.client
     }
 
-    /// The schedule's cluster (to read the tree; the explorer injects the faults).
+    /// The schedule's cluster (to read the tree; the explorer injects the faults). A process that branches on what
+    /// it reads here directly, rather than through its session's requests, may have orders the exhaustive search
+    /// never runs.
     pub fn cluster(&self) -> &MemCluster {
         &self.inner.cluster
     }
@@ -347,7 +363,9 @@ impl<S> Process<S> {
     }
 
     /// Runs `step`, which must end within `limit` of virtual time: the oracle of deadlines
-    /// ([`Builtin::Deadlines`](crate::Builtin::Deadlines)) reports it if it runs past.
+    /// ([`Builtin::Deadlines`](crate::Builtin::Deadlines)) reports it if it runs past. Leave room for the faults (a
+    /// delay lets time run with requests in flight) and the library's cleanup (an `acquire_timeout` may take up to
+    /// 500 ms past its deadline to delete what it made).
     pub async fn within<F: Future>(&self, limit: Duration, what: impl fmt::Display, step: F) -> F::Output {
         let id = {
             let mut t = self.inner.tracker.lock();
@@ -360,7 +378,15 @@ impl<S> Process<S> {
         struct Done<'a>(&'a Mutex<Tracker>, u64);
         impl Drop for Done<'_> {
             fn drop(&mut self) {
-                self.0.lock().deadlines.retain(|d| d.3 != self.1);
+                let mut t = self.0.lock();
+                let now = Instant::now();
+                // A step that overran and ended within one tick is reported too.
+                if let Some(i) = t.deadlines.iter().position(|d| d.3 == self.1) {
+                    let (p, what, due, _) = t.deadlines.remove(i);
+                    if now > due {
+                        t.overruns.push((p, what, now.duration_since(due)));
+                    }
+                }
             }
         }
         let _done = Done(&self.inner.tracker, id);
@@ -374,9 +400,37 @@ impl<S> Process<S> {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let handle = tokio::spawn(task);
-        self.inner.tasks.lock().push(handle.abort_handle());
+        let handle = tokio::spawn(Counted::new(Box::pin(task), self.inner.activity.clone()));
+        let mut tasks = self.inner.tasks.lock();
+        if self.inner.crashed.load(Ordering::SeqCst) {
+            // Spawned by a crashed process's drop: it never runs.
+            handle.abort();
+        }
+        tasks.push(handle.abort_handle());
+        drop(tasks);
         self.inner.activity.touch();
         handle
+    }
+}
+
+/// A process's task, whose polls are counted: a task that runs several polls in a row (yields between steps) is not
+/// taken to have settled before its next request.
+pub(crate) struct Counted<F> {
+    inner: Pin<Box<F>>,
+    activity: Activity,
+}
+
+impl<F> Counted<F> {
+    pub(crate) fn new(inner: Pin<Box<F>>, activity: Activity) -> Self {
+        Counted { inner, activity }
+    }
+}
+
+impl<F: Future> Future for Counted<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.activity.inner.polls.fetch_add(1, Ordering::Relaxed);
+        self.inner.as_mut().poll(cx)
     }
 }

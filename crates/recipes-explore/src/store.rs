@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -46,13 +47,16 @@ pub struct Write {
     pub token: Option<u128>,
     /// Whether the store took it.
     pub accepted: bool,
-    /// The fencing token of the hold the writer was in when it sent the write (its highest tracked exclusive
-    /// guard's), whether or not the write carried it: what the oracle of write order compares.
-    pub hold: Option<u128>,
+    /// The holds the writer was in when it sent the write (lock path and fencing token of each of its tracked
+    /// exclusive guards), whether or not the write carried a token: what the oracle of write order compares.
+    pub holds: Vec<(String, u128)>,
 }
 
 enum Op {
-    Get(String),
+    Get {
+        key: String,
+        token: Option<u128>,
+    },
     Put {
         key: String,
         value: String,
@@ -61,13 +65,13 @@ enum Op {
 }
 
 enum Answer {
-    Value(Option<String>),
+    Value(Result<Option<String>, Rejected>),
     Put(Result<(), Rejected>),
 }
 
 struct Request {
     op: Op,
-    hold: Option<u128>,
+    holds: Vec<(String, u128)>,
     reply: oneshot::Sender<Answer>,
 }
 
@@ -76,8 +80,8 @@ struct State {
     data: BTreeMap<String, String>,
     /// Per key: the highest fencing token seen.
     highest: BTreeMap<String, u128>,
-    /// Per key: the highest hold token among the accepted writes.
-    last_hold: BTreeMap<String, u128>,
+    /// Per key and lock path: the highest hold token among the requests that read or wrote the key.
+    last_hold: BTreeMap<(String, String), u128>,
     /// Requests sent and not yet applied, per process, oldest first.
     pending: Vec<VecDeque<Request>>,
     history: Vec<Write>,
@@ -91,10 +95,12 @@ struct State {
 /// newer holder's writes. A request already sent is applied even if its sender gives up or crashes.
 ///
 /// [`put_fenced`](Store::put_fenced) writes only with a fencing token at least the highest the store has seen for
-/// the key, as a store that checks tokens does; [`put`](Store::put) always writes. The oracle of write order
+/// the key, as a store that checks tokens does, and [`get_fenced`](Store::get_fenced) reads so; [`put`](Store::put)
+/// and [`get`](Store::get) take no token. The oracle of write order
 /// ([`Builtin::WritesInLockOrder`](crate::Builtin::WritesInLockOrder)) fails a schedule in which the store accepted a
-/// write from a hold older than the hold of a write it had already accepted: a holder that had lost the lock wrote
-/// over its successor.
+/// write from a hold of a lock older than a hold of the same lock whose request had already read or written the key:
+/// a holder that had lost the lock wrote after its successor had seen or changed the key. Requests are attributed to
+/// the holds of the sender's [tracked](crate::Process::track) exclusive guards when it sent them, lock by lock.
 ///
 /// ```
 /// use recipes_explore::Explorer;
@@ -113,6 +119,8 @@ struct State {
 pub struct Store {
     state: Arc<Mutex<State>>,
     process: usize,
+    /// The process's crash: it sends nothing after it.
+    crashed: Arc<AtomicBool>,
     activity: Activity,
     tracker: Arc<Mutex<Tracker>>,
 }
@@ -132,30 +140,36 @@ impl Store {
         Store {
             state: Arc::new(Mutex::new(state)),
             process: 0,
+            crashed: Arc::new(AtomicBool::new(false)),
             activity,
             tracker,
         }
     }
 
-    /// The same store, as `process`'s client.
-    pub(crate) fn for_process(&self, process: usize) -> Store {
+    /// The same store, as `process`'s client, which sends nothing once `crashed` is set.
+    pub(crate) fn for_process(&self, process: usize, crashed: Arc<AtomicBool>) -> Store {
         Store {
             process,
+            crashed,
             ..self.clone()
         }
     }
 
     async fn send(&self, op: Op) -> Answer {
-        let hold = self
+        if self.crashed.load(Ordering::SeqCst) {
+            // A crashed process sends nothing (a task the crash did not reach would be a bug of the explorer's).
+            return std::future::pending().await;
+        }
+        let holds = self
             .tracker
             .lock()
             .holds(Some(self.process))
             .into_iter()
             .filter(|(_, sharing, _)| *sharing == Sharing::Exclusive)
-            .map(|(_, _, h)| h.token)
-            .max();
+            .map(|(_, _, h)| (h.path, h.token))
+            .collect();
         let (tx, rx) = oneshot::channel();
-        self.state.lock().pending[self.process].push_back(Request { op, hold, reply: tx });
+        self.state.lock().pending[self.process].push_back(Request { op, holds, reply: tx });
         self.activity.touch();
         match rx.await {
             Ok(answer) => answer,
@@ -164,12 +178,31 @@ impl Store {
         }
     }
 
-    /// Reads `key`.
-    pub async fn get(&self, key: &str) -> Option<String> {
-        match self.send(Op::Get(key.to_owned())).await {
+    async fn read(&self, key: &str, token: Option<u128>) -> Result<Option<String>, Rejected> {
+        match self
+            .send(Op::Get {
+                key: key.to_owned(),
+                token,
+            })
+            .await
+        {
             Answer::Value(v) => v,
             Answer::Put(_) => unreachable!("a read is answered with a value"),
         }
+    }
+
+    /// Reads `key`.
+    pub async fn get(&self, key: &str) -> Option<String> {
+        self.read(key, None).await.unwrap_or_default()
+    }
+
+    /// Reads `key` with a fencing token, as a store that checks the token on every request of a read-modify-write
+    /// does: refused when the token is below the highest the store has seen for the key, and raises that highest
+    /// otherwise, so that an older holder's write that lands after this read is refused. Without it, a holder that
+    /// lost the lock can still write between its successor's read and write (a lost update the token alone on the
+    /// write does not stop).
+    pub async fn get_fenced(&self, key: &str, token: u128) -> Result<Option<String>, Rejected> {
+        self.read(key, Some(token)).await
     }
 
     /// Writes `key` without a fencing token: the store always takes it.
@@ -213,9 +246,10 @@ impl Store {
     }
 
     /// The key `process`'s oldest request touches, and whether it writes it: what the search's sleep sets need.
+    /// A fenced read writes (it raises the key's highest token).
     pub(crate) fn touches(&self, process: usize) -> Option<(String, bool)> {
         match self.state.lock().pending[process].front().map(|r| &r.op) {
-            Some(Op::Get(key)) => Some((key.clone(), false)),
+            Some(Op::Get { key, token }) => Some((key.clone(), token.is_some())),
             Some(Op::Put { key, .. }) => Some((key.clone(), true)),
             None => None,
         }
@@ -224,54 +258,78 @@ impl Store {
     /// What applying `process`'s oldest request would do, for the trace.
     pub(crate) fn describe(&self, process: usize) -> String {
         let s = self.state.lock();
+        let with = |token: &Option<u128>| token.map(|t| format!(" with token {t:#x}")).unwrap_or_default();
         match s.pending[process].front().map(|r| &r.op) {
-            Some(Op::Get(key)) => format!("the store answers process {process}'s read of {key:?}"),
+            Some(Op::Get { key, token }) => {
+                format!("the store answers process {process}'s read of {key:?}{}", with(token))
+            }
             Some(Op::Put { key, value, token }) => format!(
                 "the store applies process {process}'s write {key:?} = {value:?}{}",
-                token.map(|t| format!(" with token {t:#x}")).unwrap_or_default()
+                with(token)
             ),
             None => format!("(process {process} has no store request)"),
         }
     }
 
-    /// Applies `process`'s oldest request and answers it; `ordered`: check the write order.
+    /// Applies `process`'s oldest request and answers it; `ordered`: check the order of holds.
     pub(crate) fn apply(&self, process: usize, ordered: bool) -> String {
         let mut s = self.state.lock();
         let Some(req) = s.pending[process].pop_front() else {
             return String::new();
         };
-        let (answer, outcome) = match req.op {
-            Op::Get(key) => {
-                let v = s.data.get(&key).cloned();
-                let outcome = format!("{v:?}");
-                (Answer::Value(v), outcome)
+        let (key, token) = match &req.op {
+            Op::Get { key, token } | Op::Put { key, token, .. } => (key.clone(), *token),
+        };
+        let highest = s.highest.get(&key).copied().unwrap_or(0);
+        let refused = token.filter(|t| *t < highest).map(|t| Rejected {
+            key: key.clone(),
+            token: t,
+            highest,
+        });
+        if refused.is_none() {
+            if let Some(t) = token {
+                s.highest.insert(key.clone(), t);
             }
-            Op::Put { key, value, token } => {
-                let highest = s.highest.get(&key).copied().unwrap_or(0);
-                let refused = token.is_some_and(|t| t < highest);
-                let result = match token {
-                    Some(t) if t < highest => Err(Rejected {
-                        key: key.clone(),
-                        token: t,
-                        highest,
-                    }),
-                    _ => Ok(()),
-                };
-                if !refused {
-                    if let Some(t) = token {
-                        s.highest.insert(key.clone(), t);
-                    }
-                    if let Some(h) = req.hold {
-                        let last = s.last_hold.get(&key).copied().unwrap_or(0);
-                        if ordered && h < last {
-                            s.violations.push(format!(
-                                "the store accepted process {process}'s write of {key:?} from a hold (token {h:#x}) \
-                                 older than a hold whose write it had already accepted ({last:#x}): a holder that \
-                                 had lost the lock wrote after its successor"
-                            ));
-                        }
-                        s.last_hold.insert(key.clone(), h.max(last));
-                    }
+            let write = matches!(req.op, Op::Put { .. });
+            if ordered && write && req.holds.is_empty() && s.violations.is_empty() {
+                let guarded = s
+                    .last_hold
+                    .keys()
+                    .find(|(k, _)| *k == key)
+                    .map(|(_, path)| path.clone());
+                if let Some(path) = guarded {
+                    s.violations.push(format!(
+                        "the store accepted process {process}'s write of {key:?}, sent with no tracked guard, after \
+                         a hold of {path} had read or written the key: a write from outside the lock (a task that \
+                         outlived its guard, or a process that crashed)"
+                    ));
+                }
+            }
+            for (path, h) in &req.holds {
+                let at = (key.clone(), path.clone());
+                let last = s.last_hold.get(&at).copied().unwrap_or(0);
+                if ordered && write && *h < last && s.violations.is_empty() {
+                    s.violations.push(format!(
+                        "the store accepted process {process}'s write of {key:?} from a hold of {path} (token \
+                         {h:#x}) older than a hold of it that had already read or written the key ({last:#x}): a \
+                         holder that had lost the lock wrote after its successor"
+                    ));
+                }
+                s.last_hold.insert(at, (*h).max(last));
+            }
+        }
+        let accepted = refused.is_none();
+        let (answer, outcome) = match req.op {
+            Op::Get { .. } => match refused {
+                Some(r) => (Answer::Value(Err(r)), "refused".to_owned()),
+                None => {
+                    let v = s.data.get(&key).cloned();
+                    let outcome = format!("{v:?}");
+                    (Answer::Value(Ok(v)), outcome)
+                }
+            },
+            Op::Put { value, .. } => {
+                if accepted {
                     s.data.insert(key.clone(), value.clone());
                 }
                 s.history.push(Write {
@@ -279,11 +337,11 @@ impl Store {
                     key,
                     value,
                     token,
-                    accepted: !refused,
-                    hold: req.hold,
+                    accepted,
+                    holds: req.holds,
                 });
-                let outcome = if refused { "refused" } else { "accepted" }.to_owned();
-                (Answer::Put(result), outcome)
+                let outcome = if accepted { "accepted" } else { "refused" }.to_owned();
+                (Answer::Put(refused.map_or(Ok(()), Err)), outcome)
             }
         };
         drop(s);

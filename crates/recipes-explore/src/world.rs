@@ -1,11 +1,13 @@
 //! One schedule: a fresh world, run to its end under the chooser's choices.
 
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
 use parking_lot::Mutex;
-use recipes_core::backend::{BackendExt, CreateMode, SessionState};
+use recipes_core::backend::{BackendExt, CreateMode, SessionId, SessionState};
 use recipes_core::{Backend, Locks};
 use recipes_mem::{Access, Controller, MemClient, MemCluster, NetEvent};
 use tokio::task::JoinHandle;
@@ -14,15 +16,12 @@ use tokio::time::Instant;
 use crate::chooser::Chooser;
 use crate::explorer::{Explorer, ProgramFn};
 use crate::oracles;
-use crate::process::{Activity, Process, ProcessInner, Schedule, Tracker};
+use crate::process::{Activity, Counted, Process, ProcessInner, Schedule, Tracker};
 use crate::store::Store;
 use crate::{Builtin, Fault, Step};
 
 /// Yields without any change before the world counts as settled.
 const SETTLED_AFTER: u32 = 2;
-/// How far one tick may move the clock (in session timeouts) without anyone acting: longer than every timer of
-/// the library (the 30 s reconnection wait of a release included).
-const MAX_STEP_TIMEOUTS: u32 = 10;
 
 pub(crate) struct Outcome {
     pub trace: Vec<String>,
@@ -45,15 +44,22 @@ pub(crate) fn run<S: Clone + Send + Sync + 'static>(
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
-    // Attempt ids name nodes, and order the waits on several: the same schedule must make the same ones.
+    // Attempt ids name nodes, and order the waits on several: the same schedule must make the same ones. Random
+    // again after the schedule, however it ends.
+    struct CountedIds;
+    impl Drop for CountedIds {
+        fn drop(&mut self) {
+            recipes_core::sim::count_attempt_ids(None);
+        }
+    }
     recipes_core::sim::count_attempt_ids(Some(1));
+    let _ids = CountedIds;
     let outcome = rt.block_on(async {
         let mut world = World::new(ex, program, traced).await;
         world.run(chooser).await
     });
     // Tasks still running (of crashed processes, stuck ones) are dropped with the runtime.
     drop(rt);
-    recipes_core::sim::count_attempt_ids(None);
     outcome
 }
 
@@ -84,6 +90,68 @@ impl Proc {
     fn client(&self) -> &Arc<MemClient> {
         &self.inner.client
     }
+
+    /// Whether its program or a task it spawned still runs.
+    fn running(&self) -> bool {
+        !self.crashed && (!self.task.is_finished() || self.inner.tasks.lock().iter().any(|t| !t.is_finished()))
+    }
+}
+
+/// Runs a check, a panic in it made a violation.
+fn checked(check: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
+    std::panic::catch_unwind(AssertUnwindSafe(check)).unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(no message)".to_owned());
+        Err(format!("a check panicked: {message}"))
+    })
+}
+
+/// What a choice touches, for the search's sleep sets: two choices commute when neither touches what the other does.
+#[derive(Debug, Clone)]
+pub(crate) enum Touch {
+    /// A network event of the in-memory cluster; a delivery wakes its session's process.
+    Net {
+        access: Access,
+        delivers_to: Option<SessionId>,
+    },
+    /// The store applies a request of the process on `session`, and wakes it with the answer: it commutes with the
+    /// events of other sessions that do not wake this process (a watch event the cluster queues for it is woken
+    /// by its own delivery, which the search orders against the store's answer), and with requests on other keys.
+    Store {
+        session: SessionId,
+        key: String,
+        write: bool,
+    },
+    /// Time, faults: everything.
+    Global,
+}
+
+impl Touch {
+    pub(crate) fn independent(&self, other: &Touch) -> bool {
+        match (self, other) {
+            (Touch::Global, _) | (_, Touch::Global) => false,
+            (Touch::Net { access: a, .. }, Touch::Net { access: b, .. }) => a.independent(b),
+            (
+                Touch::Store {
+                    session: a,
+                    key: ka,
+                    write: wa,
+                },
+                Touch::Store {
+                    session: b,
+                    key: kb,
+                    write: wb,
+                },
+            ) => a != b && (ka != kb || !(*wa || *wb)),
+            (Touch::Store { session, .. }, Touch::Net { access, delivers_to })
+            | (Touch::Net { access, delivers_to }, Touch::Store { session, .. }) => {
+                !access.global && *delivers_to != Some(*session) && access.session != Some(*session)
+            }
+        }
+    }
 }
 
 /// A choice, identified the same way in every run of a configuration.
@@ -109,6 +177,8 @@ struct World<'e, S> {
     tracker: Arc<Mutex<Tracker>>,
     store: Store,
     faults_left: u32,
+    /// Ticks left that may run with a store request in flight.
+    store_delays_left: u32,
     /// Nodes an operator deleted: (path, creation id).
     deleted: Vec<(String, i64)>,
     crashed: Vec<bool>,
@@ -145,22 +215,24 @@ impl<'e, S: Clone + Send + Sync + 'static> World<'e, S> {
         for id in 0..ex.processes {
             let client = cluster.client_with_timeout(ex.session_timeout);
             let locks = (ex.locks)(Locks::builder(client.clone())).build();
+            let crashed = Arc::new(AtomicBool::new(false));
             let inner = Arc::new(ProcessInner {
                 id,
                 locks,
                 client,
                 cluster: cluster.clone(),
-                store: store.for_process(id),
+                store: store.for_process(id, crashed.clone()),
                 activity: activity.clone(),
                 tracker: tracker.clone(),
                 tasks: Mutex::new(Vec::new()),
+                crashed,
                 session_timeout: ex.session_timeout,
             });
             let process = Process {
                 inner: inner.clone(),
                 state: state.clone(),
             };
-            let task = tokio::spawn(program(process));
+            let task = tokio::spawn(Counted::new(Box::pin(program(process)), activity.clone()));
             procs.push(Proc {
                 inner,
                 task,
@@ -187,6 +259,7 @@ impl<'e, S: Clone + Send + Sync + 'static> World<'e, S> {
             tracker,
             store,
             faults_left: ex.faults,
+            store_delays_left: ex.store_delays,
             deleted: Vec::new(),
             traced,
             trace,
@@ -210,13 +283,13 @@ impl<'e, S: Clone + Send + Sync + 'static> World<'e, S> {
         (activity, in_flight, self.activity.count())
     }
 
-    /// Lets every task run until nothing moves any more.
+    /// Lets every task run until nothing moves any more, the processes' tasks not even polled.
     async fn settle(&mut self) -> Result<(), String> {
-        let mut last = self.marker();
+        let mut last = (self.marker(), self.activity.polls());
         let mut stable = 0;
         for _ in 0..100_000 {
             tokio::task::yield_now().await;
-            let now = self.marker();
+            let now = (self.marker(), self.activity.polls());
             if now == last {
                 stable += 1;
                 if stable >= SETTLED_AFTER {
@@ -282,36 +355,34 @@ impl<'e, S: Clone + Send + Sync + 'static> World<'e, S> {
         let step = self.step(false);
         oracles::at_step(self.ex, &step, &mut self.tracker.lock())?;
         for check in &self.ex.checks {
-            check(&step)?;
+            checked(|| check(&step))?;
         }
         Ok(())
     }
 
     fn unfinished(&self) -> bool {
-        self.procs.iter().any(|p| !p.crashed && !p.task.is_finished())
+        self.procs.iter().any(Proc::running)
     }
 
     /// What a choice touches, for the search's sleep sets.
-    fn access(&self, choice: &Choice) -> Access {
+    fn access(&self, choice: &Choice) -> Touch {
         match choice {
-            Choice::Net(e) => self.ctl.access(*e),
-            // A store's request touches its key, and wakes its process as a delivery does (whatever the process
-            // sends then goes behind what is queued): it commutes with other sessions' events and with requests on
-            // other keys. It stands in its process's session, so that it never commutes with that session's own.
-            Choice::Store(p) => match self.store.touches(*p) {
-                Some((key, write)) => {
-                    let key = vec![format!("store:{key}")];
-                    let (reads, writes) = if write { (Vec::new(), key) } else { (key, Vec::new()) };
-                    Access {
-                        session: Some(self.procs[*p].client().session_id()),
-                        reads,
-                        writes,
-                        global: false,
-                    }
-                }
-                None => Access::global(),
+            Choice::Net(e) => Touch::Net {
+                access: self.ctl.access(*e),
+                delivers_to: match e {
+                    NetEvent::Deliver(s) => Some(*s),
+                    _ => None,
+                },
             },
-            _ => Access::global(),
+            Choice::Store(p) => match self.store.touches(*p) {
+                Some((key, write)) => Touch::Store {
+                    session: self.procs[*p].client().session_id(),
+                    key,
+                    write,
+                },
+                None => Touch::Global,
+            },
+            _ => Touch::Global,
         }
     }
 
@@ -319,7 +390,16 @@ impl<'e, S: Clone + Send + Sync + 'static> World<'e, S> {
         let net = self.ctl.events();
         let stores = self.store.senders();
         let mut out: Vec<Choice> = match net.iter().find(|e| matches!(e, NetEvent::Deliver(_))) {
-            // Deliveries commute with every other network event: make them first, one at a time.
+            // Deliveries commute with every other network event: make them first, one at a time. Not with the
+            // store's answer to the same process, which may come first.
+            Some(NetEvent::Deliver(s)) => std::iter::once(Choice::Net(NetEvent::Deliver(*s)))
+                .chain(
+                    stores
+                        .iter()
+                        .filter(|p| self.procs[**p].client().session_id() == *s)
+                        .map(|p| Choice::Store(*p)),
+                )
+                .collect(),
             Some(d) => vec![Choice::Net(*d)],
             None => net
                 .iter()
@@ -328,12 +408,15 @@ impl<'e, S: Clone + Send + Sync + 'static> World<'e, S> {
                 .collect(),
         };
         // Time runs when nothing is in flight, or only requests of a broken connection (they may land much later:
-        // a server may have passed them on before the connection broke).
-        let in_flight = !stores.is_empty()
-            || net
-                .iter()
-                .any(|e| !matches!(e, NetEvent::ApplyOrphan(_) | NetEvent::DropOrphans(_)));
-        if !in_flight && !self.quiet {
+        // a server may have passed them on before the connection broke), or, within the explorer's budget of store
+        // delays, requests to the store, which promises no time at all (found by trial, helper-55: a write in
+        // flight held time back, so a successor's timer never fired before the write landed without a second
+        // fault).
+        let net_in_flight = net
+            .iter()
+            .any(|e| !matches!(e, NetEvent::ApplyOrphan(_) | NetEvent::DropOrphans(_)));
+        let in_flight = net_in_flight || !stores.is_empty();
+        if !net_in_flight && (stores.is_empty() || self.store_delays_left > 0) && !self.quiet {
             out.push(Choice::Tick);
         }
         let ordinary = out.len();
@@ -352,7 +435,7 @@ impl<'e, S: Clone + Send + Sync + 'static> World<'e, S> {
                             // connection the server expires a session only after its timeout: that is a partition,
                             // not an expiry (one there would break the lease's promise on purpose).
                             let connected = p.client().session_status().state == SessionState::Connected;
-                            if !p.crashed && !p.task.is_finished() && (connected || *kind != Fault::Expire) {
+                            if p.running() && (connected || *kind != Fault::Expire) {
                                 out.push(Choice::Fault(*kind, i));
                             }
                         }
@@ -440,6 +523,10 @@ impl<'e, S: Clone + Send + Sync + 'static> World<'e, S> {
                     .apply(p, !self.ex.disabled.contains(&Builtin::WritesInLockOrder));
                 self.note(|w| format!("{} {what}: {outcome}", w.elapsed()));
             }
+            Choice::Tick if !self.store.senders().is_empty() => {
+                self.store_delays_left -= 1;
+                self.tick("tick, with a store request in flight;").await;
+            }
             Choice::Tick => self.tick("tick").await,
             Choice::Delay => {
                 self.faults_left -= 1;
@@ -465,6 +552,7 @@ impl<'e, S: Clone + Send + Sync + 'static> World<'e, S> {
                     Fault::Partition => p.client().disconnect_for(timeout * 3),
                     Fault::Blip => p.client().disconnect_for(timeout / 10),
                     Fault::Crash => {
+                        p.inner.crashed.store(true, Ordering::SeqCst);
                         p.client().crash();
                         p.task.abort();
                         for t in p.inner.tasks.lock().drain(..) {
@@ -488,8 +576,8 @@ impl<'e, S: Clone + Send + Sync + 'static> World<'e, S> {
     async fn tick(&mut self, what: &str) {
         let before = self.marker();
         let t0 = Instant::now();
-        let horizon = self.start + self.ex.session_timeout * self.ex.horizon_timeouts;
-        let mut until = (t0 + self.ex.session_timeout * MAX_STEP_TIMEOUTS).min(horizon);
+        let horizon = self.start + self.ex.horizon_limit();
+        let mut until = (t0 + self.ex.quiet_limit()).min(horizon);
         if let Some(t) = self.ctl.next_timer() {
             until = until.min(t.max(t0));
         }
@@ -518,15 +606,14 @@ impl<'e, S: Clone + Send + Sync + 'static> World<'e, S> {
     fn final_checks(&mut self) -> Result<(), String> {
         self.reap()?;
         if !self.ex.disabled.contains(&Builtin::AllFinish) {
-            let stuck: Vec<usize> = (0..self.procs.len())
-                .filter(|i| !self.procs[*i].crashed && !self.procs[*i].task.is_finished())
-                .collect();
+            let stuck: Vec<usize> = (0..self.procs.len()).filter(|i| self.procs[*i].running()).collect();
             if !stuck.is_empty() {
                 let waited = Duration::from_secs_f64(Instant::now().duration_since(self.start).as_secs_f64());
                 return Err(format!(
-                    "process{} {stuck:?} never finished: a deadlock, or a wait with no end (nothing moved for \
-                     {MAX_STEP_TIMEOUTS} session timeouts; {waited:?} of virtual time in all)",
+                    "process{} {stuck:?} never finished: a deadlock, or a wait with no end (nothing moved for {:?} \
+                     of virtual time, the explorer's quiet_after; {waited:?} in all)",
                     if stuck.len() > 1 { "es" } else { "" },
+                    self.ex.quiet_limit(),
                 ));
             }
         }
@@ -551,7 +638,7 @@ impl<'e, S: Clone + Send + Sync + 'static> World<'e, S> {
         }
         let step = self.step(true);
         for check in &self.ex.end_checks {
-            check(&step)?;
+            checked(|| check(&step))?;
         }
         Ok(())
     }

@@ -8,8 +8,10 @@
 //! its work, the server expires its session, the handler takes the lock and writes, and then the batch job's write
 //! lands over the handler's: its lease had run out, and nothing told the store.
 //!
-//! The fix: the write carries the guard's fencing token, and the store refuses a token below the highest it has
-//! seen. Run it with `cargo run -p lock-recipes --features explore --example explore_late_write`.
+//! The fix: the read and the write carry the guard's fencing token, and the store refuses a token below the highest
+//! it has seen. The token on the write alone is not enough: a batch job that lost the lock could still write between
+//! the handler's read and the handler's write, and the handler would write over the job's update (the explorer finds
+//! that too: `check_at_end` below counts the updates). Run it with `cargo run -p lock-recipes --features explore --example explore_late_write`.
 
 #![allow(clippy::print_stdout)]
 
@@ -17,7 +19,7 @@ use std::time::Duration;
 
 use lock_recipes::explore::{Explorer, Fault, Process};
 
-/// One turn of the service; `fenced`: the write carries the fencing token.
+/// One turn of the service; `fenced`: the read and the write carry the fencing token.
 async fn service(p: Process, fenced: bool) -> lock_recipes::Result<()> {
     let work = if p.id() == 0 {
         p.session_timeout() * 2
@@ -26,17 +28,28 @@ async fn service(p: Process, fenced: bool) -> lock_recipes::Result<()> {
     };
     let lock = p.locks().fair("/ledger/lock")?;
     let guard = p.track(lock.acquire().await?);
-    let balance: i64 = p.store().get("balance").await.map_or(0, |v| v.parse().unwrap_or(0));
-    p.note(format!("read balance {balance}, works for {work:?}"));
-    tokio::time::sleep(work).await;
-    let value = (balance + 10).to_string();
-    if fenced {
-        if let Err(refused) = p.store().put_fenced("balance", value, guard.fencing_token()).await {
-            // The lock was lost while working: give the turn up, as a real service would retry it.
-            p.note(refused);
+    let token = guard.fencing_token();
+    let read = match fenced {
+        true => p.store().get_fenced("balance", token).await,
+        false => Ok(p.store().get("balance").await),
+    };
+    let written = match read {
+        Ok(balance) => {
+            let balance: i64 = balance.map_or(0, |v| v.parse().unwrap_or(0));
+            p.note(format!("read balance {balance}, works for {work:?}"));
+            tokio::time::sleep(work).await;
+            let value = (balance + 10).to_string();
+            if !fenced {
+                p.store().put("balance", value).await;
+                return guard.release().await;
+            }
+            p.store().put_fenced("balance", value, token).await
         }
-    } else {
-        p.store().put("balance", value).await;
+        Err(refused) => Err(refused),
+    };
+    if let Err(refused) = written {
+        // The lock was lost: give the turn up, as a real service would retry it.
+        p.note(refused);
     }
     guard.release().await
 }
@@ -47,6 +60,17 @@ fn explorer() -> Explorer {
         .processes(2)
         .faults(1, Fault::USUAL)
         .paths(&["/ledger/lock"])
+        // No update lost: the balance is 10 for each write the store accepted.
+        .check_at_end(|step| {
+            let accepted = step.store().writes().iter().filter(|w| w.accepted).count();
+            let balance = step.store().value("balance").map_or(0, |v| v.parse().unwrap_or(0));
+            match balance == 10 * accepted as i64 {
+                true => Ok(()),
+                false => Err(format!(
+                    "lost update: balance {balance} after {accepted} accepted writes of +10"
+                )),
+            }
+        })
 }
 
 fn main() {

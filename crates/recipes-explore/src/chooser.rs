@@ -63,6 +63,12 @@ impl<C: Clone + PartialEq + std::fmt::Debug> Chooser<C> {
         }
     }
 
+    /// Empties the sleep set: the last step touched everything (a process closed its session, which deletes its
+    /// nodes and fires other sessions' watches outside any event the search chose).
+    pub(crate) fn wake_all(&mut self) {
+        self.sleep.clear();
+    }
+
     /// Starts a new run of the search.
     pub(crate) fn restart(&mut self) {
         self.depth = 0;

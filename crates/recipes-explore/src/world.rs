@@ -84,6 +84,8 @@ struct Proc {
     crashed: bool,
     /// The task's end was looked at (a panic reported, an error noted).
     reaped: bool,
+    /// The process closed its session.
+    closed: bool,
 }
 
 impl Proc {
@@ -238,6 +240,7 @@ impl<'e, S: Clone + Send + Sync + 'static> World<'e, S> {
                 task,
                 crashed: false,
                 reaped: false,
+                closed: false,
             });
         }
         let trace = match traced {
@@ -474,9 +477,26 @@ impl<'e, S: Clone + Send + Sync + 'static> World<'e, S> {
         }
     }
 
+    /// Whether a process closed its session since the last look (`Locks::close`): the server deleted its nodes and
+    /// fired other sessions' watches within a step that did not say so (found by review, helper-56).
+    fn newly_closed(&mut self) -> bool {
+        let mut any = false;
+        for p in &mut self.procs {
+            if !p.closed && p.client().session_status().state == SessionState::Closed {
+                p.closed = true;
+                any = true;
+            }
+        }
+        any
+    }
+
     async fn explore(&mut self, chooser: &mut Chooser<Choice>) -> Result<(), String> {
         for _ in 0..self.ex.max_events {
             self.settle().await?;
+            if self.newly_closed() {
+                // The step touched everything: what the search put to sleep must be tried again.
+                chooser.wake_all();
+            }
             self.check()?;
             let (choices, ordinary) = self.choices();
             if choices.is_empty() {

@@ -396,7 +396,11 @@ fn a_write_checked_then_sent_is_found_late_with_one_fault() {
         .faults(1, Fault::USUAL)
         .paths(&["/w"])
         .run(|p| async move {
-            let nap = if p.id() == 0 { Duration::from_secs(3) } else { Duration::from_millis(1) };
+            let nap = if p.id() == 0 {
+                Duration::from_secs(3)
+            } else {
+                Duration::from_millis(1)
+            };
             let guard = p.track(p.locks().fair("/w")?.acquire().await?);
             tokio::time::sleep(nap).await;
             if guard.is_valid() {

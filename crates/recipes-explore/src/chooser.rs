@@ -1,4 +1,7 @@
-//! The explorer's choices: depth-first search with sleep sets, random walks, and replays.
+//! The explorer's choices: depth-first search with sleep sets, random walks (uniform, or by PCT's priorities), and
+//! replays.
+
+use recipes_core::backend::SessionId;
 
 use crate::world::Touch;
 
@@ -36,7 +39,42 @@ pub(crate) struct Chooser<C> {
 enum Mode {
     Search,
     Random(u64),
+    Pct(Pct),
     Replay(Vec<usize>),
+}
+
+/// Probabilistic concurrency testing (Burckhardt, Kothari, Musuvathi and Nagarakatte, ASPLOS 2010), over the
+/// sessions: each session (and time, as one more) gets a random priority when first seen, the enabled event of the
+/// highest-priority session runs, and at `depth - 1` random steps the session that ran drops below every other. A
+/// bug that needs `depth` events in a given order is found by one walk with a probability that does not shrink with
+/// the schedule's length as a uniform walk's does.
+struct Pct {
+    rng: u64,
+    depth: u32,
+    /// The steps at which the running session's priority drops (the k-th to `k`, below every first priority).
+    change_points: Vec<usize>,
+    step: usize,
+    priorities: Vec<(Option<SessionId>, u64)>,
+}
+
+impl Pct {
+    fn priority(&mut self, owner: Option<SessionId>) -> u64 {
+        if let Some((_, p)) = self.priorities.iter().find(|(o, _)| *o == owner) {
+            return *p;
+        }
+        let p = u64::from(self.depth) + next_random(&mut self.rng) % 1_000_000_000;
+        self.priorities.push((owner, p));
+        p
+    }
+}
+
+fn next_random(state: &mut u64) -> u64 {
+    // splitmix64
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 impl<C: Clone + PartialEq + std::fmt::Debug> Chooser<C> {
@@ -46,6 +84,21 @@ impl<C: Clone + PartialEq + std::fmt::Debug> Chooser<C> {
 
     pub(crate) fn random(seed: u64) -> Self {
         Self::with_mode(Mode::Random(seed ^ 0x9e37_79b9_7f4a_7c15))
+    }
+
+    /// PCT walks of `depth` (at least 1) over schedules of about `length` events.
+    pub(crate) fn pct(seed: u64, depth: u32, length: usize) -> Self {
+        let mut rng = seed ^ 0x6a09_e667_f3bc_c908;
+        let change_points = (1..depth.max(1))
+            .map(|_| (next_random(&mut rng) % length.max(1) as u64) as usize)
+            .collect();
+        Self::with_mode(Mode::Pct(Pct {
+            rng,
+            depth: depth.max(1),
+            change_points,
+            step: 0,
+            priorities: Vec::new(),
+        }))
     }
 
     pub(crate) fn replay(choices: Vec<usize>) -> Self {
@@ -88,15 +141,6 @@ impl<C: Clone + PartialEq + std::fmt::Debug> Chooser<C> {
         false
     }
 
-    fn next_random(state: &mut u64) -> u64 {
-        // splitmix64
-        *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = *state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
     /// Chooses among `cands`, the first `ordinary` of which are not faults; `access` says what a choice touches (asked
     /// only by the search, and only of the choices its sleep set needs). `None`: every choice is asleep (its outcomes
     /// are explored by another run), so this run stops here.
@@ -105,14 +149,41 @@ impl<C: Clone + PartialEq + std::fmt::Debug> Chooser<C> {
             Mode::Replay(choices) => choices.get(self.made.len()).copied().unwrap_or(0).min(cands.len() - 1),
             Mode::Random(state) => {
                 let n = cands.len();
-                let r = Self::next_random(state);
+                let r = next_random(state);
                 if n <= 1 {
                     0
                 } else if ordinary == 0 || (ordinary < n && r % 100 < 4) {
                     // Faults are rare, so that a schedule gets far before its fault.
-                    ordinary + (Self::next_random(state) as usize) % (n - ordinary)
+                    ordinary + (next_random(state) as usize) % (n - ordinary)
                 } else {
                     (r as usize / 100) % ordinary
+                }
+            }
+            Mode::Pct(p) => {
+                let n = cands.len();
+                let r = next_random(&mut p.rng);
+                if n <= 1 {
+                    0
+                } else if ordinary == 0 || (ordinary < n && r % 100 < 4) {
+                    ordinary + (next_random(&mut p.rng) as usize) % (n - ordinary)
+                } else {
+                    let owners: Vec<Option<SessionId>> = cands[..ordinary].iter().map(|c| access(c).owner()).collect();
+                    let mut best = 0;
+                    let mut best_priority = p.priority(owners[0]);
+                    for (i, owner) in owners.iter().enumerate().skip(1) {
+                        let priority = p.priority(*owner);
+                        if priority > best_priority {
+                            (best, best_priority) = (i, priority);
+                        }
+                    }
+                    if let Some(k) = p.change_points.iter().position(|c| *c == p.step) {
+                        let owner = owners[best];
+                        if let Some(entry) = p.priorities.iter_mut().find(|(o, _)| *o == owner) {
+                            entry.1 = k as u64;
+                        }
+                    }
+                    p.step += 1;
+                    best
                 }
             }
             Mode::Search => {

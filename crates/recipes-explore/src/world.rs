@@ -132,6 +132,15 @@ pub(crate) enum Touch {
 }
 
 impl Touch {
+    /// The session whose process the event belongs to, for PCT's priorities (`None`: time, faults).
+    pub(crate) fn owner(&self) -> Option<SessionId> {
+        match self {
+            Touch::Net { access, delivers_to } => delivers_to.or(access.session),
+            Touch::Store { session, .. } => Some(*session),
+            Touch::Global => None,
+        }
+    }
+
     pub(crate) fn independent(&self, other: &Touch) -> bool {
         match (self, other) {
             (Touch::Global, _) | (_, Touch::Global) => false,

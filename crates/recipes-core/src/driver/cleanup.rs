@@ -26,11 +26,6 @@ use crate::path::LockPath;
 use crate::protocol::made_by;
 use crate::recipe::Recipe;
 
-/// How many times a delete is sent through connection losses before giving up.
-const DELETE_ATTEMPTS: u32 = 20;
-/// How long a delete waits for a lost connection to come back before trying again.
-const RECONNECT_WAIT: Duration = Duration::from_secs(30);
-
 /// Whose node a delete may remove.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Identity {
@@ -131,44 +126,6 @@ async fn delete_once(ctx: &Ctx, node: &str, id: Identity) -> Result<Deleted> {
     }
 }
 
-/// Runs `step` on session `session` until it has an outcome, through connection losses (at most
-/// [`DELETE_ATTEMPTS`] times). `step` is told whether an earlier try lost its reply: that try may still land, and a
-/// server reached after the reconnection may not show it yet.
-///
-/// # Notable errors
-/// [`Error::SessionExpired`] once the session is over (its nodes went with it); `RetriesExhausted` with `why`.
-pub(crate) async fn on_session_through_losses<T, F, Fut>(
-    ctx: &Ctx,
-    session: SessionId,
-    path: &str,
-    why: RetryReason,
-    lost_before: bool,
-    mut step: F,
-) -> Result<T>
-where
-    F: FnMut(bool) -> Fut,
-    Fut: Future<Output = Result<T>>,
-{
-    let mut lost_reply = lost_before;
-    for _ in 0..DELETE_ATTEMPTS {
-        if session::is_over(ctx.backend.session_status(), session) {
-            return Err(Error::SessionExpired);
-        }
-        match step(lost_reply).await {
-            Err(Error::ConnectionLoss) => {
-                lost_reply = true;
-                session::connected(&*ctx.backend, Some(Instant::now() + RECONNECT_WAIT)).await?;
-            }
-            r => return r,
-        }
-    }
-    Err(Error::RetriesExhausted {
-        path: path.to_owned(),
-        attempts: DELETE_ATTEMPTS,
-        why,
-    })
-}
-
 /// Deletes our node, retrying through connection loss (bounded). After a lost reply, a node that is absent (or, for
 /// the fixed name, another's) counts as ours, deleted by that reply's request.
 ///
@@ -216,7 +173,7 @@ pub(crate) async fn delete_node_handing_over(
 /// [`delete_node`]; `lost_reply`: an earlier delete of it lost its reply.
 async fn delete_node_after(ctx: &Ctx, node: &str, id: Identity, lost_reply: bool) -> Result<Deleted> {
     let why = RetryReason::ReleaseKeptFailing;
-    on_session_through_losses(ctx, id.session, node, why, lost_reply, |lost_reply| async move {
+    session::through_losses(ctx, id.session, node, why, lost_reply, |lost_reply| async move {
         if lost_reply && !is_active(Mutant::NoSyncAfterLostReply) {
             ctx.backend.on(id.session).sync(node).await?;
         }
@@ -239,7 +196,7 @@ async fn delete_node_after(ctx: &Ctx, node: &str, id: Identity, lost_reply: bool
 async fn delete_by_attempt(ctx: &Ctx, path: &LockPath, id: Identity) -> Result<()> {
     let on = ctx.backend.on(id.session);
     let why = RetryReason::CleanupKeptFailing;
-    let r = on_session_through_losses(ctx, id.session, path.as_str(), why, false, |_| async move {
+    let r = session::through_losses(ctx, id.session, path.as_str(), why, false, |_| async move {
         // The create may have gone to a server we are no longer connected to: catch up first.
         if !is_active(Mutant::NoSyncAfterLostReply) {
             on.sync(path.as_str()).await?;

@@ -10,11 +10,20 @@
 //!
 //! Whether a lock can be trusted *now* (its lease) is a fourth question, answered in `held.rs`.
 
+use std::future::Future;
+use std::time::Duration;
+
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::Ctx;
 use crate::backend::{Backend, SessionId, SessionState, SessionStatus};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, RetryReason};
+
+/// How many times a request is sent through connection losses before giving up (a delete, a release's batch).
+const DELETE_ATTEMPTS: u32 = 20;
+/// How long a request waits for a lost connection to come back before trying again.
+const RECONNECT_WAIT: Duration = Duration::from_secs(30);
 
 /// Whether the session `pinned` is over, as far as this client knows: the backend moved to another session, or the
 /// session expired or was closed.
@@ -85,4 +94,42 @@ pub(crate) async fn connected(backend: &dyn Backend, deadline: Option<Instant>) 
             return Err(Error::Closed);
         }
     }
+}
+
+/// Runs `step` on session `session` until it has an outcome, through connection losses (at most
+/// [`DELETE_ATTEMPTS`] times). `step` is told whether an earlier try lost its reply: that try may still land, and a
+/// server reached after the reconnection may not show it yet.
+///
+/// # Notable errors
+/// [`Error::SessionExpired`] once the session is over (its nodes went with it); `RetriesExhausted` with `why`.
+pub(crate) async fn through_losses<T, F, Fut>(
+    ctx: &Ctx,
+    session: SessionId,
+    path: &str,
+    why: RetryReason,
+    lost_before: bool,
+    mut step: F,
+) -> Result<T>
+where
+    F: FnMut(bool) -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let mut lost_reply = lost_before;
+    for _ in 0..DELETE_ATTEMPTS {
+        if is_over(ctx.backend.session_status(), session) {
+            return Err(Error::SessionExpired);
+        }
+        match step(lost_reply).await {
+            Err(Error::ConnectionLoss) => {
+                lost_reply = true;
+                connected(&*ctx.backend, Some(Instant::now() + RECONNECT_WAIT)).await?;
+            }
+            r => return r,
+        }
+    }
+    Err(Error::RetriesExhausted {
+        path: path.to_owned(),
+        attempts: DELETE_ATTEMPTS,
+        why,
+    })
 }

@@ -4,8 +4,9 @@ use std::sync::atomic::Ordering;
 
 use tracing::{debug, Instrument};
 
-use super::super::cleanup::{delete_node_handing_over, on_session_through_losses, Deleted};
+use super::super::cleanup::{delete_node_handing_over, Deleted};
 use super::super::session::reports_end;
+use super::super::session::through_losses;
 use super::super::Ctx;
 use crate::backend::{BackendExt, SessionId, SessionState};
 use crate::error::{Error, LostReason, NotHeldReason, Result, RetryReason};
@@ -129,7 +130,7 @@ impl HeldNode {
             Some(Ok(())) => true,
             Some(Err(Error::ConnectionLoss)) => {
                 let why = RetryReason::ReleaseKeptFailing;
-                let any_left = on_session_through_losses(ctx, sid, &paths[0], why, true, |_| async {
+                let any_left = through_losses(ctx, sid, &paths[0], why, true, |_| async {
                     on.sync(&paths[0]).await?;
                     for p in &paths {
                         if on.get(p).await?.is_some() {

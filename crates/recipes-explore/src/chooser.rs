@@ -3,7 +3,7 @@
 
 use recipes_core::backend::SessionId;
 
-use crate::world::Touch;
+use crate::choice::Touch;
 
 /// A choice in the search's sleep set: its identity, stable across runs, and what it touches.
 #[derive(Debug, Clone)]

@@ -1,21 +1,18 @@
-//! The explorer's settings, its strategies, and what it reports.
+//! The explorer's settings (its strategies are in `strategy.rs`, what it reports in `report.rs`).
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
-use futures::FutureExt;
 use recipes_core::backend::ChildOrder;
 use recipes_core::LocksBuilder;
 use recipes_mem::MemCluster;
 
-use crate::chooser::Chooser;
 use crate::process::{Process, Schedule};
-use crate::world::{self, Choice};
-use crate::{Builtin, Ending, Fault, Step};
+use crate::{Builtin, Fault, Step};
 
 pub(crate) type ProgramFn<S> = Arc<dyn Fn(Process<S>) -> BoxFuture<'static, Option<String>> + Send + Sync>;
 pub(crate) type CheckFn<S> = Arc<dyn Fn(&Step<'_, S>) -> Result<(), String> + Send + Sync>;
@@ -26,7 +23,7 @@ type InitFn<S> = Arc<dyn Fn(&Schedule<'_>) -> S + Send + Sync>;
 pub type Setup = Arc<dyn Fn(&MemCluster) -> Pin<Box<dyn Future<Output = ()>>> + Send + Sync>;
 
 #[derive(Debug, Clone)]
-enum Strategy {
+pub(crate) enum Strategy {
     Exhaustive { max_schedules: u64 },
     Random { seed: u64, runs: u64 },
     Pct { seed: u64, runs: u64, depth: u32 },
@@ -89,9 +86,9 @@ pub struct Explorer<S = ()> {
     pub(crate) checks: Vec<CheckFn<S>>,
     pub(crate) end_checks: Vec<CheckFn<S>>,
     pub(crate) disabled: Vec<Builtin>,
-    strategy: Strategy,
-    time_limit: Duration,
-    stop_at: Option<WantedFn>,
+    pub(crate) strategy: Strategy,
+    pub(crate) time_limit: Duration,
+    pub(crate) stop_at: Option<WantedFn>,
     pub(crate) max_events: usize,
     quiet_after: Option<Duration>,
     horizon: Option<Duration>,
@@ -108,6 +105,21 @@ impl<S> fmt::Debug for Explorer<S> {
             .field("strategy", &self.strategy)
             .field("disabled", &self.disabled)
             .finish_non_exhaustive()
+    }
+}
+
+impl<S> Explorer<S> {
+    /// Whether a built-in oracle is on.
+    pub(crate) fn on(&self, oracle: Builtin) -> bool {
+        !self.disabled.contains(&oracle)
+    }
+
+    pub(crate) fn quiet_limit(&self) -> Duration {
+        self.quiet_after.unwrap_or(self.session_timeout * 10)
+    }
+
+    pub(crate) fn horizon_limit(&self) -> Duration {
+        self.horizon.unwrap_or(self.session_timeout * 100)
     }
 }
 
@@ -313,253 +325,5 @@ impl<S: Clone + Send + Sync + 'static> Explorer<S> {
     pub fn horizon(mut self, horizon: Duration) -> Self {
         self.horizon = Some(horizon);
         self
-    }
-
-    pub(crate) fn quiet_limit(&self) -> Duration {
-        self.quiet_after.unwrap_or(self.session_timeout * 10)
-    }
-
-    pub(crate) fn horizon_limit(&self) -> Duration {
-        self.horizon.unwrap_or(self.session_timeout * 100)
-    }
-
-    fn program<F, Fut>(program: F) -> ProgramFn<S>
-    where
-        F: Fn(Process<S>) -> Fut + Send + Sync + 'static,
-        Fut: Future + Send + 'static,
-        Fut::Output: Ending,
-    {
-        Arc::new(move |p| program(p).map(Ending::describe).boxed())
-    }
-
-    /// Explores `program`, run by every process, with the strategy set; stops at the first violation.
-    pub fn run<F, Fut>(&self, program: F) -> Report
-    where
-        F: Fn(Process<S>) -> Fut + Send + Sync + 'static,
-        Fut: Future + Send + 'static,
-        Fut::Output: Ending,
-    {
-        let program = Self::program(program);
-        match self.strategy {
-            Strategy::Exhaustive { max_schedules } => self.search(&program, max_schedules),
-            Strategy::Random { seed, runs } => self.walks(&program, seed, runs, None),
-            Strategy::Pct { seed, runs, depth } => self.walks(&program, seed, runs, Some(depth)),
-        }
-    }
-
-    /// Runs the one schedule `choices` gives (a [`Failure`]'s), traced: its trace, and its violation if any.
-    pub fn replay<F, Fut>(&self, choices: &[usize], program: F) -> (Vec<String>, Option<String>)
-    where
-        F: Fn(Process<S>) -> Fut + Send + Sync + 'static,
-        Fut: Future + Send + 'static,
-        Fut::Output: Ending,
-    {
-        self.replay_with(&Self::program(program), choices)
-    }
-
-    fn replay_with(&self, program: &ProgramFn<S>, choices: &[usize]) -> (Vec<String>, Option<String>) {
-        let mut chooser = Chooser::replay(choices.to_vec());
-        let outcome = world::run(self, program, &mut chooser, true);
-        (outcome.trace, outcome.violation)
-    }
-
-    fn wanted(&self, message: &str) -> bool {
-        self.stop_at.as_ref().map_or(true, |w| w(message))
-    }
-
-    fn failure(&self, program: &ProgramFn<S>, message: String, choices: &[usize], seed: Option<u64>) -> Failure {
-        let (mut trace, again) = self.replay_with(program, choices);
-        if again.as_deref() != Some(message.as_str()) {
-            trace.push(format!(
-                "(this replay ended with {again:?}, not the failure: the program did not repeat its schedule; \
-                 threads, real I/O, randomness or an unbiased `select!` in it?)"
-            ));
-        }
-        Failure {
-            explorer: self.name.clone(),
-            message,
-            trace,
-            choices: choices.to_vec(),
-            seed,
-        }
-    }
-
-    fn search(&self, program: &ProgramFn<S>, max_schedules: u64) -> Report {
-        let start = Instant::now();
-        let mut chooser: Chooser<Choice> = Chooser::search();
-        let mut report = Report::new(&self.name);
-        loop {
-            chooser.restart();
-            let outcome = world::run(self, program, &mut chooser, false);
-            report.schedules += 1;
-            report.longest = report.longest.max(outcome.events);
-            let message = if chooser.nondeterministic {
-                Some(
-                    "a replayed schedule met different choices: the run is not deterministic (threads, real I/O \
-                     or randomness in the program?)"
-                        .to_owned(),
-                )
-            } else {
-                outcome.violation.filter(|m| self.wanted(m))
-            };
-            if let Some(message) = message {
-                report.failure = Some(self.failure(program, message, &chooser.made, None));
-                break;
-            }
-            if !chooser.advance() {
-                report.complete = true;
-                break;
-            }
-            if report.schedules >= max_schedules || start.elapsed() >= self.time_limit {
-                break;
-            }
-        }
-        report.elapsed = start.elapsed();
-        report
-    }
-
-    /// Seeded walks: uniform, or PCT's of `depth` (its change points among the first 100 steps, the length of most
-    /// schedules: fixed, so that one seed gives one schedule).
-    fn walks(&self, program: &ProgramFn<S>, seed: u64, runs: u64, pct: Option<u32>) -> Report {
-        let start = Instant::now();
-        let mut report = Report::new(&self.name);
-        report.random = true;
-        for s in seed..seed.saturating_add(runs) {
-            let mut chooser = match pct {
-                Some(depth) => Chooser::pct(s, depth, 100),
-                None => Chooser::random(s),
-            };
-            let outcome = world::run(self, program, &mut chooser, false);
-            report.schedules += 1;
-            report.longest = report.longest.max(outcome.events);
-            if let Some(message) = outcome.violation.filter(|m| self.wanted(m)) {
-                report.failure = Some(self.failure(program, message, &chooser.made, Some(s)));
-                break;
-            }
-            if start.elapsed() >= self.time_limit {
-                break;
-            }
-        }
-        report.complete = report.failure.is_none() && report.schedules == runs;
-        report.elapsed = start.elapsed();
-        report
-    }
-}
-
-/// A schedule that broke an oracle.
-#[derive(Debug, Clone)]
-pub struct Failure {
-    /// The explorer's name.
-    pub explorer: String,
-    /// What went wrong.
-    pub message: String,
-    /// The choices that replay the schedule ([`Explorer::replay`]).
-    pub choices: Vec<usize>,
-    /// The schedule's events, readable: each event the explorer chose, and under it what the processes noted.
-    pub trace: Vec<String>,
-    /// The seed of a random walk (`None` for an exhaustive search).
-    pub seed: Option<u64>,
-}
-
-impl fmt::Display for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "explorer {:?}: {}", self.explorer, self.message)?;
-        if let Some(seed) = self.seed {
-            writeln!(
-                f,
-                "seed: {seed} (the same walks from this seed, one run, give this schedule again)"
-            )?;
-        }
-        let choices: Vec<String> = self.choices.iter().map(|c| c.to_string()).collect();
-        writeln!(f, "replay: explorer.replay(&[{}], program)", choices.join(","))?;
-        writeln!(f, "trace:")?;
-        for (i, line) in self.trace.iter().enumerate() {
-            writeln!(f, "  {:>3}. {line}", i + 1)?;
-        }
-        Ok(())
-    }
-}
-
-/// What an exploration found.
-#[derive(Debug, Clone)]
-pub struct Report {
-    /// The explorer's name.
-    pub name: String,
-    /// Distinct schedules run.
-    pub schedules: u64,
-    /// Whether every schedule within the bounds was explored (`false`: stopped at the schedule limit or the time
-    /// limit, or at a failure).
-    pub complete: bool,
-    /// The longest schedule, in events.
-    pub longest: usize,
-    /// The first failure found, if any.
-    pub failure: Option<Failure>,
-    /// Whether the schedules were random walks (`complete` then means every walk asked for ran, not every schedule).
-    pub random: bool,
-    /// Wall time spent.
-    pub elapsed: Duration,
-}
-
-impl Report {
-    fn new(name: &str) -> Report {
-        Report {
-            name: name.to_owned(),
-            schedules: 0,
-            complete: false,
-            longest: 0,
-            failure: None,
-            random: false,
-            elapsed: Duration::ZERO,
-        }
-    }
-
-    /// Panics with the failure (its message, seed, replay and trace) if there is one. A search stopped by its
-    /// bounds passes: see [`assert_complete`](Report::assert_complete).
-    #[track_caller]
-    pub fn assert_ok(&self) {
-        if let Some(f) = &self.failure {
-            panic!("{self}\n{f}");
-        }
-    }
-
-    /// As [`assert_ok`](Report::assert_ok), and panics too when the search stopped at its schedule or time limit
-    /// before it had run every schedule (or every walk): the answer does not hang on the machine's speed.
-    #[track_caller]
-    pub fn assert_complete(&self) {
-        self.assert_ok();
-        if !self.complete {
-            panic!("the exploration stopped at its limits before it was complete: {self}");
-        }
-    }
-
-    /// The failure's message, panicking when no schedule failed: for tests that show a bug is found.
-    #[track_caller]
-    pub fn expect_failure(&self) -> &Failure {
-        match &self.failure {
-            Some(f) => f,
-            None => panic!("expected a failing schedule: {self}"),
-        }
-    }
-}
-
-impl fmt::Display for Report {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: {} schedules{}, longest {} events, {:.1} s, {}",
-            self.name,
-            self.schedules,
-            match (self.complete, self.random) {
-                (true, false) => " (all)",
-                (true, true) => " (every walk)",
-                (false, _) => " (bounded)",
-            },
-            self.longest,
-            self.elapsed.as_secs_f64(),
-            match &self.failure {
-                None => "no violation".to_owned(),
-                Some(v) => format!("VIOLATION: {}", v.message),
-            }
-        )
     }
 }

@@ -57,20 +57,26 @@
 
 #![warn(missing_docs)]
 
+mod choice;
 mod chooser;
 mod explorer;
 mod oracles;
 mod process;
+mod report;
 mod store;
+mod strategy;
+mod tracked;
 mod world;
 
 use std::time::Duration;
 
 use recipes_mem::MemCluster;
 
-pub use explorer::{Explorer, Failure, Report, Setup};
-pub use process::{Activity, Holds, Process, Schedule, Tracked};
+pub use explorer::{Explorer, Setup};
+pub use process::{Activity, Process, Schedule};
+pub use report::{Failure, Report};
 pub use store::{Rejected, Store, Write};
+pub use tracked::{Holds, Tracked};
 
 /// A fault the explorer may inject (within [`Explorer::faults`]'s budget per schedule).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -130,7 +136,7 @@ pub struct Step<'a, S> {
     pub(crate) cluster: &'a MemCluster,
     pub(crate) state: &'a S,
     pub(crate) store: &'a Store,
-    pub(crate) crashed: &'a [bool],
+    pub(crate) procs: &'a [world::Proc],
     pub(crate) deleted: &'a [(String, i64)],
     pub(crate) elapsed: Duration,
     pub(crate) at_end: bool,
@@ -154,7 +160,7 @@ impl<S> Step<'_, S> {
 
     /// Whether process `i` crashed.
     pub fn crashed(&self, i: usize) -> bool {
-        self.crashed.get(i).copied().unwrap_or(false)
+        self.procs.get(i).is_some_and(world::Proc::crashed)
     }
 
     /// The nodes an operator deleted so far: (path, creation id).

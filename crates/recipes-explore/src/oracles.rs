@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use tokio::time::Instant;
 
 use crate::explorer::Explorer;
-use crate::process::{Sharing, Tracker};
+use crate::tracked::{Sharing, Tracker};
 use crate::{Builtin, Step};
 
 /// The fencing token's creation id (the token is the node's creation id times 2³², plus a cohort's pass).
@@ -14,7 +14,7 @@ fn creation_id(token: u128) -> i64 {
 }
 
 pub(crate) fn at_step<S>(ex: &Explorer<S>, step: &Step<'_, S>, tracker: &mut Tracker) -> Result<(), String> {
-    let on = |b: Builtin| !ex.disabled.contains(&b);
+    let on = |b: Builtin| ex.on(b);
     if on(Builtin::OneHolder) && !tracker.guards.is_empty() {
         one_holder(step, tracker)?;
     }
@@ -44,7 +44,7 @@ pub(crate) fn at_step<S>(ex: &Explorer<S>, step: &Step<'_, S>, tracker: &mut Tra
 fn one_holder<S>(step: &Step<'_, S>, tracker: &mut Tracker) -> Result<(), String> {
     let mut by_path: BTreeMap<String, Vec<(usize, Sharing, String, u128)>> = BTreeMap::new();
     for (process, sharing, h) in tracker.holds(None) {
-        if !h.valid || step.crashed.get(process).copied().unwrap_or(false) {
+        if !h.valid || step.crashed(process) {
             continue;
         }
         if step

@@ -3,7 +3,6 @@
 
 use std::fmt;
 use std::future::Future;
-use std::ops::Deref;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -11,13 +10,14 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use recipes_core::{LockGuard, Locks, MultiGuard};
+use recipes_core::Locks;
 use recipes_mem::{MemClient, MemCluster};
 use tokio::sync::Notify;
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::Instant;
 
 use crate::store::Store;
+use crate::tracked::{Holds, Sharing, Tracked, TrackedEntry, Tracker};
 
 /// Counts what the simulated processes do, so that the explorer knows when the world has settled, and writes their
 /// notes into the trace.
@@ -104,138 +104,6 @@ impl Schedule<'_> {
     /// The schedule's activity counter (see [`Activity`]).
     pub fn activity(&self) -> Activity {
         self.activity.clone()
-    }
-}
-
-/// One hold a tracked guard stands for, as the oracles see it.
-pub(crate) struct HoldView {
-    pub path: String,
-    pub node: String,
-    pub token: u128,
-    pub valid: bool,
-}
-
-/// A guard the oracles can look into: a [`LockGuard`] or a [`MultiGuard`].
-pub trait Holds: Send + Sync + 'static {
-    #[doc(hidden)]
-    fn views(&self, out: &mut Vec<(String, String, u128, bool)>);
-}
-
-impl Holds for LockGuard {
-    fn views(&self, out: &mut Vec<(String, String, u128, bool)>) {
-        out.push((
-            self.path().as_str().to_owned(),
-            self.node().to_owned(),
-            self.fencing_token(),
-            self.is_valid(),
-        ));
-    }
-}
-
-impl Holds for MultiGuard {
-    fn views(&self, out: &mut Vec<(String, String, u128, bool)>) {
-        for g in self.guards() {
-            g.views(out);
-        }
-    }
-}
-
-/// Whether a tracked guard holds alone or beside others.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Sharing {
-    Exclusive,
-    Shared,
-}
-
-pub(crate) struct TrackedEntry {
-    pub process: usize,
-    pub sharing: Sharing,
-    pub guard: Weak<dyn Holds>,
-}
-
-/// The guards the processes asked the oracles to watch, with deadlines they asked to be kept.
-#[derive(Default)]
-pub(crate) struct Tracker {
-    pub guards: Vec<TrackedEntry>,
-    /// (process, what, due, id)
-    pub deadlines: Vec<(usize, String, Instant, u64)>,
-    /// Steps that ended after their deadline: (process, what, by how much).
-    pub overruns: Vec<(usize, String, Duration)>,
-    next_deadline: u64,
-}
-
-impl Tracker {
-    /// The holds of the live tracked guards of `process` (all processes with `None`).
-    pub fn holds(&mut self, process: Option<usize>) -> Vec<(usize, Sharing, HoldView)> {
-        self.guards.retain(|e| e.guard.strong_count() > 0);
-        let mut out = Vec::new();
-        let mut views = Vec::new();
-        for e in &self.guards {
-            if process.is_some_and(|p| p != e.process) {
-                continue;
-            }
-            let Some(g) = e.guard.upgrade() else { continue };
-            views.clear();
-            g.views(&mut views);
-            for (path, node, token, valid) in views.drain(..) {
-                out.push((
-                    e.process,
-                    e.sharing,
-                    HoldView {
-                        path,
-                        node,
-                        token,
-                        valid,
-                    },
-                ));
-            }
-        }
-        out
-    }
-}
-
-/// A guard the oracles watch: use it as the guard itself (it dereferences to it), and release it with
-/// [`release`](Tracked::release) (or take it back with [`into_inner`](Tracked::into_inner)).
-pub struct Tracked<G> {
-    guard: Arc<G>,
-}
-
-impl<G> Deref for Tracked<G> {
-    type Target = G;
-
-    fn deref(&self) -> &G {
-        &self.guard
-    }
-}
-
-impl<G: fmt::Debug> fmt::Debug for Tracked<G> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Tracked").field(&*self.guard).finish()
-    }
-}
-
-impl<G> Tracked<G> {
-    /// The guard, no longer watched.
-    pub fn into_inner(self) -> G {
-        // The tracker keeps only a weak reference.
-        match Arc::try_unwrap(self.guard) {
-            Ok(g) => g,
-            Err(_) => unreachable!("a tracked guard has one strong reference"),
-        }
-    }
-}
-
-impl Tracked<LockGuard> {
-    /// Releases the lock ([`LockGuard::release`]).
-    pub async fn release(self) -> recipes_core::Result<()> {
-        self.into_inner().release().await
-    }
-}
-
-impl Tracked<MultiGuard> {
-    /// Releases every lock of the set ([`MultiGuard::release`]).
-    pub async fn release(self) -> recipes_core::Result<()> {
-        self.into_inner().release().await
     }
 }
 
@@ -346,8 +214,13 @@ impl<S> Process<S> {
             guard.views(&mut views);
             let holds: Vec<String> = views
                 .iter()
-                .map(|(_, node, token, valid)| {
-                    format!("{node} (token {token:#x}{})", if *valid { "" } else { ", not valid" })
+                .map(|h| {
+                    format!(
+                        "{} (token {:#x}{})",
+                        h.node,
+                        h.token,
+                        if h.valid { "" } else { ", not valid" }
+                    )
                 })
                 .collect();
             format!("process {id}: holds {}", holds.join(", "))
@@ -359,7 +232,7 @@ impl<S> Process<S> {
             sharing,
             guard: weak,
         });
-        Tracked { guard }
+        Tracked::new(guard)
     }
 
     /// Runs `step`, which must end within `limit` of virtual time: the oracle of deadlines

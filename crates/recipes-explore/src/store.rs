@@ -9,7 +9,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-use crate::process::{Activity, Sharing, Tracker};
+use crate::process::Activity;
+use crate::tracked::{Sharing, Tracker};
 
 /// A fenced write the store refused: its token is below the highest it has seen for the key.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -438,35 +438,21 @@ fn a_write_with_no_guard_over_a_holders_key_is_found() {
     assert!(failure.message.contains("no tracked guard"), "{failure}");
 }
 
-/// The late writer of the crate's example: a slow job's write, without the token, lands after the handler's read.
-async fn late_writer(p: Process) -> recipes_core::Result<()> {
-    let work = if p.id() == 0 {
-        p.session_timeout() * 2
-    } else {
-        Duration::ZERO
-    };
-    let guard = p.track(p.locks().fair("/ledger")?.acquire().await?);
-    let n: u32 = p.store().get("n").await.map_or(0, |v| v.parse().unwrap());
-    tokio::time::sleep(work).await;
-    p.store().put("n", (n + 1).to_string()).await;
-    guard.release().await
-}
-
 #[test]
 fn pct_walks_find_the_late_writer_and_repeat_from_their_seed() {
     let explorer = Explorer::new("pct")
         .faults(1, &[Fault::Partition, Fault::Expire])
-        .paths(&["/ledger"])
+        .paths(&["/rmw"])
         .pct_walks(1, 2_000, 3);
-    let report = explorer.run(late_writer);
+    let report = explorer.run(|p| read_then_write(p, false));
     println!("{report}");
     let failure = report.expect_failure().clone();
     assert!(failure.message.contains("had lost the lock"), "{failure}");
     let seed = failure.seed.expect("a walk's failure names its seed");
     let again = Explorer::new("pct")
         .faults(1, &[Fault::Partition, Fault::Expire])
-        .paths(&["/ledger"])
+        .paths(&["/rmw"])
         .pct_walks(seed, 1, 3)
-        .run(late_writer);
+        .run(|p| read_then_write(p, false));
     assert_eq!(again.expect_failure().choices, failure.choices);
 }

@@ -85,3 +85,34 @@ async fn a_release_by_name_alone_deletes_the_key_a_session_mate_made_again() {
     mutants::set(Mutant::ReleaseByNameAlone, false);
     assert!(!survived, "the mutant's release spared the mate's key");
 }
+
+/// A release whose delete never reaches the server (its connection lost before each send, more times than the
+/// release retries) returns its error, and leaves the node to a delete in the background, which goes on once the
+/// connection holds: the node does not stay behind on the live session (found by review, helper-57: the release
+/// marked the node released whatever the outcome, so nothing deleted it until the session ended).
+#[tokio::test(start_paused = true)]
+async fn a_release_that_gives_up_leaves_its_node_to_a_background_delete() {
+    let cluster = MemCluster::new();
+    let path = "/released-names/given-up";
+    let slow = SlowGet::new(cluster.client());
+    let lost_deletes = slow.lost_deletes.clone();
+    let locks = Locks::new(Arc::new(slow));
+    let guard = locks.exclusive(path).unwrap().acquire().await.unwrap();
+    let node = guard.node().to_owned();
+    // More than the release's 20 tries, fewer than its tries and the background's together.
+    lost_deletes.store(25, Ordering::SeqCst);
+    let released = guard.release().await;
+    assert!(
+        matches!(released, Err(recipes_core::Error::RetriesExhausted { .. })),
+        "{released:?}"
+    );
+    for _ in 0..200 {
+        if cluster.stat(&node).is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(cluster.stat(&node).is_none(), "{node} left behind on a live session");
+    let other = Locks::new(cluster.client());
+    assert!(other.exclusive(path).unwrap().try_acquire().await.unwrap().is_some());
+}

@@ -26,13 +26,15 @@ pub const DELAY: Duration = Duration::from_millis(600);
 
 /// Delegates to `inner`, powers included. A `get` sleeps [`DELAY`] before it is sent while `before` is set; and after
 /// its reply, for as many gets as `after` counts down. A delete (plain, or conditioned on the node's creation) sleeps
-/// before it is sent, for as many as `before_delete` counts down.
+/// before it is sent, for as many as `before_delete` counts down; and fails with `ConnectionLoss` without being sent,
+/// for as many as `lost_deletes` counts down.
 #[derive(Debug)]
 pub struct SlowGet {
     pub inner: Arc<dyn Backend>,
     pub before: Arc<AtomicBool>,
     pub after: Arc<AtomicU32>,
     pub before_delete: Arc<AtomicU32>,
+    pub lost_deletes: Arc<AtomicU32>,
 }
 
 impl SlowGet {
@@ -42,16 +44,29 @@ impl SlowGet {
             before: Arc::default(),
             after: Arc::default(),
             before_delete: Arc::default(),
+            lost_deletes: Arc::default(),
         }
+    }
+}
+
+/// Takes a turn of `count`, if it has one left.
+fn take_turn(count: &AtomicU32) -> bool {
+    count
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+}
+
+/// A delete's connection lost before it was sent, while `lost` has a turn left.
+fn lost(lost: &AtomicU32) -> Result<()> {
+    match take_turn(lost) {
+        true => Err(recipes_core::Error::ConnectionLoss),
+        false => Ok(()),
     }
 }
 
 /// Sleeps [`DELAY`] when `count` has a turn left, and takes it.
 async fn delay_by(count: &AtomicU32) {
-    if count
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-        .is_ok()
-    {
+    if take_turn(count) {
         tokio::time::sleep(DELAY).await;
     }
 }
@@ -60,6 +75,7 @@ async fn delay_by(count: &AtomicU32) {
 impl CreationChecks for SlowGet {
     async fn delete_if_created(&self, s: SessionId, p: &str, czxid: i64) -> Result<bool> {
         delay_by(&self.before_delete).await;
+        lost(&self.lost_deletes)?;
         let checks = self
             .inner
             .creation_checks()
@@ -104,6 +120,7 @@ impl Backend for SlowGet {
     }
     async fn delete(&self, s: SessionId, p: &str) -> Result<()> {
         delay_by(&self.before_delete).await;
+        lost(&self.lost_deletes)?;
         self.inner.delete(s, p).await
     }
     fn child_order(&self) -> ChildOrder {

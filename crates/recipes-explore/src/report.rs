@@ -10,7 +10,7 @@ pub struct Failure {
     pub explorer: String,
     /// What went wrong.
     pub message: String,
-    /// The choices that replay the schedule ([`Explorer::replay`]).
+    /// The choices that replay the schedule ([`Explorer::replay`](crate::Explorer::replay)).
     pub choices: Vec<usize>,
     /// The schedule's events, readable: each event the explorer chose, and under it what the processes noted.
     pub trace: Vec<String>,

@@ -318,11 +318,15 @@ impl LockGuard {
     /// Not cancel safe in the sense that dropping the future midway leaves the outcome unknown; the node is then
     /// deleted in the background.
     pub async fn release(self) -> Result<()> {
-        let shared = self.known_loss();
-        match self.into_node() {
-            Some(n) => n.release().await,
-            None => shared,
-        }
+        // Judged before the await, so that the future keeps only the node through it (a smaller future to move).
+        let node = {
+            let shared = self.known_loss();
+            match self.into_node() {
+                Some(n) => n,
+                None => return shared,
+            }
+        };
+        node.release().await
     }
 
     /// What the release of a hold that shares its node (a re-entry, a downgraded side, a reader of a cohort) reports:

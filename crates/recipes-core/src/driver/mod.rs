@@ -205,13 +205,17 @@ async fn acquire_on(
         let mut attempt = Attempt::new(ctx, path, claim, patience);
         attempt.held_as = procedure.as_ref().map(|p| p.resource().clone());
         attempt.candidate = candidate;
-        let outcome = attempt
+        let mut outcome = attempt
             .run(procedure)
             .await
             .map_err(|e| session::closed_or(ctx.backend.as_ref(), e));
-        match &outcome {
-            Ok(Some(_)) => {
-                ctx.counters.acquired(&attempt.tags, attempt.started.elapsed());
+        match &mut outcome {
+            Ok(Some(held)) => {
+                // One clock read for the wait's end and the hold's start.
+                let now = Instant::now();
+                held.held_from(now);
+                ctx.counters
+                    .acquired(&attempt.tags, now.saturating_duration_since(attempt.started));
                 if attempt.handed.load(Ordering::Relaxed) {
                     attempt.count(Count::Handoff);
                 }

@@ -44,8 +44,8 @@ pub(crate) struct HeldNode {
     hands_over: bool,
     /// The metrics labels of the lock.
     tags: Tags,
-    /// When the lock came to be held.
-    held_since: Instant,
+    /// When the acquire handed the guard out (`None` until then: such a hold is never counted).
+    held_since: Option<Instant>,
     /// The hold, a span of the caller's open as long as the node is held.
     span: tracing::Span,
     /// Whether a loss was counted and logged (once per node).
@@ -104,7 +104,8 @@ impl HeldNode {
             recipe,
             hands_over: false,
             tags,
-            held_since: Instant::now(),
+            // Set when the acquire hands the guard out (`held_from`): only a hold handed out is counted.
+            held_since: None,
             span: tracing::Span::none(),
             loss_reported: AtomicBool::new(false),
             handed_out: false,
@@ -156,6 +157,11 @@ impl HeldNode {
     pub fn handing_over(mut self, yes: bool) -> Self {
         self.hands_over = yes;
         self
+    }
+
+    /// The hold counts from `since` (the time the acquire hands the guard out, read once for this and its wait).
+    pub fn held_from(&mut self, since: Instant) {
+        self.held_since = Some(since);
     }
 
     /// Opens the hold's span, as a child of the caller's current span.

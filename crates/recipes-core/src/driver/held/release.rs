@@ -20,7 +20,10 @@ impl HeldNode {
         if !self.handed_out {
             return;
         }
-        self.ctx.counters.released(&self.tags, self.held_since.elapsed());
+        let held = self
+            .held_since
+            .map_or(std::time::Duration::ZERO, |since| since.elapsed());
+        self.ctx.counters.released(&self.tags, held);
     }
 
     /// Deletes the node and reports what happened.

@@ -10,6 +10,7 @@ use recipes_core::backend::{
 };
 use recipes_core::{Backend, Error, Result};
 use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
 
 use crate::server::{ClientShared, Op, Reply, Sent};
 use crate::MemCluster;
@@ -95,7 +96,12 @@ impl MemClient {
     }
 
     fn send(&self, session: SessionId, op: Op) -> Result<Sent> {
-        self.cluster.with(|st, now| st.send(&self.shared, session, op, now))
+        self.send_at(Instant::now(), session, op)
+    }
+
+    fn send_at(&self, now: Instant, session: SessionId, op: Op) -> Result<Sent> {
+        self.cluster
+            .with_at(now, |st, now| st.send(&self.shared, session, op, now))
     }
 
     /// Waits for the reply to a request sent (or fails as the send did).
@@ -142,9 +148,10 @@ impl Backend for MemClient {
 
     async fn create_and_list(&self, session: SessionId, path: &str, data: &[u8], mode: CreateMode) -> CreateAndList {
         // Both sent now, back to back: the server applies them in order, so the list follows the create.
-        let create = self.send(session, Op::create(path, data, mode));
+        let now = Instant::now();
+        let create = self.send_at(now, session, Op::create(path, data, mode));
         let parent = parent_path(path).to_owned();
-        let list = self.send(session, Op::Children { path: parent });
+        let list = self.send_at(now, session, Op::Children { path: parent });
         let created = Self::reply(create).await.map(Reply::created);
         let listed = Self::reply(list).await.map(Reply::names);
         CreateAndList { created, listed }
@@ -247,7 +254,7 @@ impl Backend for MemClient {
         let timeout = self.shared.timeout;
         // Only what the client can know: a session the server expired behind a cut connection keeps its frozen
         // lease until the client learns of the expiry.
-        self.cluster.peek(|st, now| Lease {
+        self.cluster.peek_now(|st, now| Lease {
             session: status.id,
             answered_send: st.sessions.get(&status.id).and_then(|rec| rec.answered_send(now)),
             session_timeout: st.sessions.get(&status.id).map_or(timeout, |rec| rec.timeout),

@@ -96,12 +96,22 @@ impl MemCluster {
 
     /// Runs `f` on the server brought up to now, then makes sure whatever it left due will happen.
     pub(crate) fn with<T>(&self, f: impl FnOnce(&mut State, Instant) -> T) -> T {
-        let now = Instant::now();
+        self.with_at(Instant::now(), f)
+    }
+
+    /// As [`with`](Self::with), at `now`, a time the caller read: two requests sent back to back share one read of the
+    /// clock. Another thread's request may have come in since at a later time; the server takes that as it takes two
+    /// threads that read the clock in one order and lock it in the other (a request's send time only ever counts as
+    /// evidence from the server's side, so an earlier one is the cautious one).
+    pub(crate) fn with_at<T>(&self, now: Instant, f: impl FnOnce(&mut State, Instant) -> T) -> T {
         let (out, pending) = {
             let mut st = self.lock();
             st.catch_up(now);
             let out = f(&mut st, now);
-            (out, !st.controlled && st.next_due().is_some())
+            // The pump wakes by itself at `pump_at`: only what comes due before then needs it woken (waking it on
+            // every request, while a container waits a minute for the reaper, cost a switch of threads each).
+            let wake = |due: Instant| st.pump_at.is_none_or(|at| due < at);
+            (out, !st.controlled && st.next_due().is_some_and(wake))
         };
         if pending {
             self.kick();
@@ -110,7 +120,12 @@ impl MemCluster {
     }
 
     /// Reads the server without changing it.
-    pub(crate) fn peek<T>(&self, f: impl FnOnce(&State, Instant) -> T) -> T {
+    pub(crate) fn peek<T>(&self, f: impl FnOnce(&State) -> T) -> T {
+        f(&self.lock())
+    }
+
+    /// As [`peek`](Self::peek), with the time now (a clock read: only for what depends on it).
+    pub(crate) fn peek_now<T>(&self, f: impl FnOnce(&State, Instant) -> T) -> T {
         f(&self.lock(), Instant::now())
     }
 
@@ -163,7 +178,7 @@ impl MemCluster {
     /// # }).unwrap();
     /// ```
     pub fn listed_names(&self) -> u64 {
-        self.peek(|st, _| st.listed_names)
+        self.peek(|st| st.listed_names)
     }
 
     /// The requests the server has applied so far, of every session: what a recipe's work costs the server, as
@@ -186,14 +201,14 @@ impl MemCluster {
     /// # }).unwrap();
     /// ```
     pub fn requests(&self) -> u64 {
-        self.peek(|st, _| st.requests)
+        self.peek(|st| st.requests)
     }
 
     /// How many watches the server keeps. A watch goes when it fires, when its session ends, and when its receiver
     /// was dropped and its node's list of watches has doubled since it was last pruned (from 8 on): ZooKeeper's client
     /// removes a dropped watcher's watch; pruning as the list doubles keeps a herd on one node linear.
     pub fn watches(&self) -> usize {
-        self.peek(|st, _| st.watches.count())
+        self.peek(|st| st.watches.count())
     }
 
     /// Whether `path` exists.
@@ -276,7 +291,7 @@ impl MemCluster {
 
     /// How this cluster orders children (see [`ordered_by`](MemCluster::ordered_by)).
     pub fn child_order(&self) -> recipes_core::backend::ChildOrder {
-        self.peek(|st, _| st.tree.order)
+        self.peek(|st| st.tree.order)
     }
 
     /// Switches the cluster to the controlled mode and returns its controller: from now on nothing happens by
@@ -290,11 +305,12 @@ impl MemCluster {
 
 /// The automatic mode's pump: applies requests, delivers replies and fires timers when they come due.
 async fn pump(inner: Weak<Inner>, wake: Arc<Notify>) {
-    /// Clears the running flag however the task ends (also when its runtime shuts down).
+    /// Clears the running flag and the pump's own wake-up however the task ends (also when its runtime shuts down).
     struct Running(Weak<Inner>);
     impl Drop for Running {
         fn drop(&mut self) {
             if let Some(i) = self.0.upgrade() {
+                i.state.lock().pump_at = None;
                 i.pump_running.store(false, Ordering::Release);
             }
         }
@@ -309,7 +325,10 @@ async fn pump(inner: Weak<Inner>, wake: Arc<Notify>) {
                 return;
             }
             st.run_due(Instant::now());
-            st.next_due()
+            // Set under the lock that computed it: a request that makes something due earlier wakes the pump (a
+            // `Notify` keeps the wake-up until the pump waits for it).
+            st.pump_at = st.next_due();
+            st.pump_at
         };
         match next {
             Some(at) => {
@@ -345,37 +364,37 @@ impl Controller {
 
     /// What `event` would touch if it happened now (two events commute when independent).
     pub fn access(&self, event: NetEvent) -> Access {
-        self.cluster.peek(|st, _| st.access(event))
+        self.cluster.peek(|st| st.access(event))
     }
 
     /// A readable description of `event` (what it would do now), for traces.
     pub fn describe(&self, event: NetEvent) -> String {
-        self.cluster.peek(|st, _| st.describe(event))
+        self.cluster.peek(|st| st.describe(event))
     }
 
     /// When the earliest scheduled timer comes due.
     pub fn next_timer(&self) -> Option<Instant> {
-        self.cluster.peek(|st, _| st.next_timer())
+        self.cluster.peek(|st| st.next_timer())
     }
 
     /// A counter of everything that happens on the cluster (sends, applications, deliveries, state changes).
     pub fn activity(&self) -> u64 {
-        self.cluster.peek(|st, _| st.activity)
+        self.cluster.peek(|st| st.activity)
     }
 
     /// Notified whenever [`activity`](Controller::activity) moves.
     pub fn activity_notify(&self) -> Arc<Notify> {
-        self.cluster.peek(|st, _| st.activity_notify.clone())
+        self.cluster.peek(|st| st.activity_notify.clone())
     }
 
     /// How many requests, replies, events and timers are in flight.
     pub fn in_flight(&self) -> usize {
-        self.cluster.peek(|st, _| st.in_flight())
+        self.cluster.peek(|st| st.in_flight())
     }
 
     /// [`activity`](Controller::activity) and [`in_flight`](Controller::in_flight) at once.
     pub fn progress(&self) -> (u64, usize) {
-        self.cluster.peek(|st, _| (st.activity, st.in_flight()))
+        self.cluster.peek(|st| (st.activity, st.in_flight()))
     }
 
     /// Deletes a node as an operator would, from outside every client session (no session is needed).

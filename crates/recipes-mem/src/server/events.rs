@@ -2,6 +2,8 @@
 //! controlled mode ([`NetEvent`]) and what each touches ([`Access`]), listing, firing and describing them, and the
 //! automatic mode's schedule (`next_due`, `run_due`).
 
+use std::sync::atomic::Ordering;
+
 use recipes_core::backend::SessionId;
 use tokio::time::Instant;
 
@@ -117,12 +119,16 @@ impl State {
     pub fn next_due(&self) -> Option<Instant> {
         let mut next = self.next_timer();
         let mut consider = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
-        for rec in self.sessions.values() {
-            if let Some(r) = rec.outbound.front().or(rec.orphans.front()) {
-                consider(r.due);
-            }
-            if let Some(i) = rec.next_delivery() {
-                consider(i.due().0);
+        // Nothing queued on any session (the usual case without latency): no session to visit.
+        let queued = self.queued.load(Ordering::Relaxed) > 0;
+        if queued {
+            for rec in self.sessions.values() {
+                if let Some(r) = rec.outbound.front().or(rec.orphans.front()) {
+                    consider(r.due);
+                }
+                if let Some(i) = rec.next_delivery() {
+                    consider(i.due().0);
+                }
             }
         }
         if let Some(t) = self.tree.next_reap(self.reap_delay) {

@@ -17,10 +17,12 @@
 
 mod events;
 mod ops;
+mod queue;
 mod session;
 mod watches;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -136,6 +138,10 @@ pub(crate) struct State {
     pub listed_names: u64,
     /// The requests applied so far, of every session (what the recipes' requests cost).
     pub requests: u64,
+    /// The items in every session's queues (see [`queue::Queue`]).
+    queued: Arc<AtomicUsize>,
+    /// When the automatic mode's pump wakes by itself next (`None`: it waits to be woken, or is not running).
+    pub pump_at: Option<Instant>,
 }
 
 impl Default for State {
@@ -155,6 +161,8 @@ impl Default for State {
             activity_notify: Arc::new(Notify::new()),
             listed_names: 0,
             requests: 0,
+            queued: Arc::new(AtomicUsize::new(0)),
+            pump_at: None,
         }
     }
 }

@@ -226,7 +226,7 @@ impl State {
         self.requests += 1;
         match op {
             Op::Create { path, data, mode } => {
-                let created = self.tree.create(sid, &path, data, mode)?;
+                let created = self.tree.create(sid, &path, data, mode, now)?;
                 Ok(Reply::Created(created))
             }
             Op::Children { path } => self.tree.children(&path).map(|names| {

@@ -2,7 +2,6 @@
 //! connection breaks or comes back, when the server expires it, when its client learns of the end, crashes or
 //! closes.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,6 +11,7 @@ use recipes_core::{Error, Result};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::queue::Queue;
 use super::{Inbound, Reply, Request, State, Timer, WatchTx};
 
 /// The client side of a `MemClient`, shared with the server's records of its sessions.
@@ -53,11 +53,11 @@ pub(crate) struct Session {
     /// Counts the connection's breaks: a timer scheduled for one break does nothing after a later one.
     pub(super) epoch: u64,
     /// Sent on the current connection, not yet applied.
-    pub(super) outbound: VecDeque<Request>,
+    pub(super) outbound: Queue<Request>,
     /// Sent on a connection that broke, not yet applied: the server may still apply them.
-    pub(super) orphans: VecDeque<Request>,
+    pub(super) orphans: Queue<Request>,
     /// Replies and watch events on their way to the client.
-    pub(super) inbound: VecDeque<Inbound>,
+    pub(super) inbound: Queue<Inbound>,
     /// Watches of this session that died with it on the server, failed when the client learns of the expiry.
     pub(super) doomed: Vec<WatchTx>,
     pub(super) lose_create_replies: u32,
@@ -153,9 +153,9 @@ impl State {
             up: true,
             crashed: false,
             epoch: 0,
-            outbound: VecDeque::new(),
-            orphans: VecDeque::new(),
-            inbound: VecDeque::new(),
+            outbound: Queue::new(&self.queued),
+            orphans: Queue::new(&self.queued),
+            inbound: Queue::new(&self.queued),
             doomed: Vec::new(),
             lose_create_replies: 0,
             connected_since: now,
@@ -179,7 +179,7 @@ impl State {
         rec.up = false;
         rec.epoch += 1;
         let epoch = rec.epoch;
-        let inbound = std::mem::take(&mut rec.inbound);
+        let inbound = rec.inbound.take();
         for item in inbound {
             match item {
                 Inbound::Reply { tx, .. } => {
@@ -188,7 +188,7 @@ impl State {
                 event @ Inbound::Event { .. } => rec.inbound.push_back(event),
             }
         }
-        let outbound = std::mem::take(&mut rec.outbound);
+        let outbound = rec.outbound.take();
         for mut req in outbound {
             req.fail(Error::ConnectionLoss);
             rec.orphans.push_back(req);

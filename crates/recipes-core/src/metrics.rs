@@ -11,8 +11,8 @@
 //! | name | kind | labels | what |
 //! |---|---|---|---|
 //! | `lock_recipes_acquisitions_total` | counter | recipe | acquires that came to hold the lock |
-//! | `lock_recipes_wait_seconds` | histogram | recipe | from the call to holding, for acquires that hold |
-//! | `lock_recipes_hold_seconds` | histogram | recipe | from holding to the release (awaited or on drop) |
+//! | `lock_recipes_wait_seconds` | histogram | recipe | from the call to the guard handed out, for acquires that hold |
+//! | `lock_recipes_hold_seconds` | histogram | recipe | from the guard handed out to the release (awaited or on drop) |
 //! | `lock_recipes_held` | gauge | recipe | locks held now by this process |
 //! | `lock_recipes_timeouts_total` | counter | recipe | timed acquires whose deadline passed |
 //! | `lock_recipes_busy_total` | counter | recipe | `try_acquire`s that found the lock held |
@@ -22,6 +22,9 @@
 //! | `lock_recipes_handoffs_total` | counter | recipe | locks handed to a task of this process on the same session |
 //! | `lock_recipes_create_recoveries_total` | counter | recipe | lock nodes whose create reply was lost, found again |
 //! | `lock_recipes_cleanups_total` | counter | recipe | nodes deleted after a timeout, an error or a cancelled acquire |
+//!
+//! The wait and the hold meet at one reading of the clock: the wait includes the confirmation of the lease before the
+//! guard is handed out, the hold starts after it.
 //!
 //! A lost lock is counted once per guard, when the application learns of it: `lost()` resolves, `is_valid()` turns
 //! false, or the release finds the node gone.
@@ -73,8 +76,12 @@ pub struct Metrics {
 /// ```
 pub fn describe_metrics() {
     describe_counter!(ACQUISITIONS, "Acquires that came to hold the lock");
-    describe_histogram!(WAIT, Unit::Seconds, "Time from the acquire call to holding the lock");
-    describe_histogram!(HOLD, Unit::Seconds, "Time from holding the lock to its release");
+    describe_histogram!(
+        WAIT,
+        Unit::Seconds,
+        "Time from the acquire call to the guard handed out"
+    );
+    describe_histogram!(HOLD, Unit::Seconds, "Time from the guard handed out to its release");
     describe_gauge!(HELD, "Locks held now by this process");
     describe_counter!(TIMEOUTS, "Timed acquires whose deadline passed");
     describe_counter!(BUSY, "try_acquire calls that found the lock held");

@@ -52,6 +52,8 @@ impl Node {
 struct WallClock {
     at: Instant,
     millis: i64,
+    /// The last time given.
+    last: i64,
 }
 
 impl WallClock {
@@ -63,12 +65,19 @@ impl WallClock {
         WallClock {
             at: Instant::now(),
             millis,
+            last: millis,
         }
     }
 
-    fn millis_at(&self, now: Instant) -> i64 {
-        self.millis
+    /// The time at `now`, never before the last one given: `now` is read before the server's lock, so a later
+    /// create may bring an earlier one, where ZooKeeper's leader stamps `ctime` in the order of the transactions
+    /// (helper-58).
+    fn millis_at(&mut self, now: Instant) -> i64 {
+        let millis = (self.millis)
             .saturating_add(now.saturating_duration_since(self.at).as_millis() as i64)
+            .max(self.last);
+        self.last = millis;
+        millis
     }
 }
 

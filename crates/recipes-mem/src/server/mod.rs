@@ -210,7 +210,10 @@ impl State {
         if !rec.up || rec.crashed {
             unreachable!("a client shows `Connected` only while its connection is up, and a crash takes it down")
         }
-        let nothing_ahead = rec.outbound.is_empty() && rec.inbound.is_empty() && rec.lose_create_replies == 0;
+        // Orphans of a broken connection are ahead too: a write of the new connection waits for them (helper-58: one
+        // applied at once overtook them).
+        let nothing_ahead =
+            rec.outbound.is_empty() && rec.orphans.is_empty() && rec.inbound.is_empty() && rec.lose_create_replies == 0;
         if nothing_ahead && immediate {
             return Ok(Sent::Done(self.apply_now(sid, op, now)));
         }
@@ -224,7 +227,9 @@ impl State {
             seq,
         });
         self.touch();
-        if immediate {
+        // Applied at once, unless it is a write that waits for orphans: the pump applies them when due, then it.
+        let may_apply = self.sessions.get(&sid).is_some_and(|r| r.next_apply().is_some());
+        if immediate && may_apply {
             self.apply(sid, false, now);
             self.deliver_ready(sid);
         }

@@ -137,7 +137,10 @@ impl MemCluster {
         }
         match tokio::runtime::Handle::try_current() {
             Ok(h) => {
-                h.spawn(pump(Arc::downgrade(&self.inner), self.inner.wake.clone()));
+                // Made here, not in the task: a runtime shutting down drops the task unpolled, and the flag must
+                // still be cleared (found by review, helper-59: the cluster's automatic mode stalled for good).
+                let running = Running(Arc::downgrade(&self.inner));
+                h.spawn(pump(running, Arc::downgrade(&self.inner), self.inner.wake.clone()));
             }
             // No runtime here: what is due waits until a call made inside one.
             Err(_) => self.inner.pump_running.store(false, Ordering::Release),
@@ -303,19 +306,22 @@ impl MemCluster {
     }
 }
 
-/// The automatic mode's pump: applies requests, delivers replies and fires timers when they come due.
-async fn pump(inner: Weak<Inner>, wake: Arc<Notify>) {
-    /// Clears the running flag and the pump's own wake-up however the task ends (also when its runtime shuts down).
-    struct Running(Weak<Inner>);
-    impl Drop for Running {
-        fn drop(&mut self) {
-            if let Some(i) = self.0.upgrade() {
-                i.state.lock().pump_at = None;
-                i.pump_running.store(false, Ordering::Release);
-            }
+/// Clears the pump's running flag and its own wake-up however its task ends: when its runtime shuts down, also
+/// before its first poll. Both under the server's lock, where requests decide whether to wake it.
+struct Running(Weak<Inner>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(i) = self.0.upgrade() {
+            let mut st = i.state.lock();
+            st.pump_at = None;
+            i.pump_running.store(false, Ordering::Release);
         }
     }
-    let _running = Running(inner.clone());
+}
+
+/// The automatic mode's pump: applies requests, delivers replies and fires timers when they come due.
+async fn pump(_running: Running, inner: Weak<Inner>, wake: Arc<Notify>) {
     loop {
         let next = {
             let Some(inner) = inner.upgrade() else { return };

@@ -171,10 +171,19 @@ enum Figure {
         #[arg(long, default_value_t = 20000)]
         iters: usize,
     },
+    /// In-memory backend: acquire + release on each of N lock paths in turn (each path used once, its container
+    /// left to the reaper, as an application locking per resource leaves them)
+    MemPaths {
+        #[arg(long, default_value_t = 1000)]
+        paths: usize,
+    },
     /// In-memory backend: drain of N waiters, against tokio::sync::Mutex as the floor
     MemDrain {
         #[arg(long, default_value_t = 1000)]
         waiters: usize,
+        /// The sessions the waiters are spread over (one client each)
+        #[arg(long, default_value_t = 8)]
+        sessions: usize,
     },
 }
 
@@ -682,15 +691,28 @@ fn main() {
                 let floor = t0.elapsed().as_secs_f64() * 1e9 / (iters * 10) as f64;
                 println!("ours_ns={ours:.0} floor_ns={floor:.1}");
             }
-            Figure::MemDrain { waiters } => {
+            Figure::MemPaths { paths } => {
+                let cluster = recipes_mem::MemCluster::new();
+                let locks = Locks::new(cluster.client());
+                let names: Vec<String> = (0..paths).map(|i| format!("/bench/paths/r-{i}")).collect();
+                let t0 = Instant::now();
+                for name in &names {
+                    let lock = locks.fair(name).unwrap();
+                    lock.acquire().await.unwrap().release().await.unwrap();
+                }
+                let ours = t0.elapsed().as_secs_f64() * 1e6 / paths.max(1) as f64;
+                println!("ours_us={ours:.2}");
+            }
+            Figure::MemDrain { waiters, sessions } => {
+                let sessions = sessions.max(1);
                 let cluster = recipes_mem::MemCluster::new();
                 let holder = Locks::new(cluster.client());
                 let g = holder.fair("/bench/drain").unwrap().acquire().await.unwrap();
-                let pool: Vec<Locks> = (0..8).map(|_| Locks::new(cluster.client())).collect();
+                let pool: Vec<Locks> = (0..sessions).map(|_| Locks::new(cluster.client())).collect();
                 let done = Arc::new(AtomicU64::new(0));
                 let (tx, mut rx) = tokio::sync::mpsc::channel::<Instant>(1);
                 for i in 0..waiters {
-                    let lock = pool[i % 8].fair("/bench/drain").unwrap();
+                    let lock = pool[i % sessions].fair("/bench/drain").unwrap();
                     let (done, tx) = (done.clone(), tx.clone());
                     tokio::spawn(async move {
                         lock.acquire().await.unwrap().release().await.unwrap();

@@ -1,5 +1,7 @@
 //! The data tree: ZooKeeper's node semantics, without sessions, watches or the network.
 
+mod emptied;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -7,6 +9,8 @@ use std::time::Duration;
 use recipes_core::backend::{ChildOrder, CreateMode, Created, SessionId, Stat};
 use recipes_core::{Error, Result};
 use tokio::time::Instant;
+
+use emptied::Emptied;
 
 #[derive(Debug)]
 pub(crate) struct Node {
@@ -113,46 +117,6 @@ fn check_path(path: &str) -> Result<()> {
         return Err(Error::Refused(format!("bad path {path:?}")));
     }
     Ok(())
-}
-
-/// Empty containers and when each became empty, by path and by time: finding those due, and the next due, costs a
-/// lookup, not a pass over every container that waits (each request asks both: with many lock paths used once each,
-/// a request cost as many steps as there were emptied paths, 0.9 ms at 16,000).
-#[derive(Debug, Default)]
-struct Emptied {
-    by_path: BTreeMap<String, (Instant, u64)>,
-    by_time: BTreeMap<(Instant, u64), String>,
-    next: u64,
-}
-
-impl Emptied {
-    fn insert(&mut self, path: &str, at: Instant) {
-        self.remove(path);
-        self.next += 1;
-        self.by_path.insert(path.to_owned(), (at, self.next));
-        self.by_time.insert((at, self.next), path.to_owned());
-    }
-
-    fn remove(&mut self, path: &str) {
-        if let Some(key) = self.by_path.remove(path) {
-            self.by_time.remove(&key);
-        }
-    }
-
-    /// The paths whose time of emptying is `due`, in the order of their paths (the reaper's pass, as before).
-    fn due(&self, due: impl Fn(Instant) -> bool) -> Vec<String> {
-        let mut paths: Vec<String> = (self.by_time.iter())
-            .take_while(|((at, _), _)| due(*at))
-            .map(|(_, p)| p.clone())
-            .collect();
-        paths.sort_unstable();
-        paths
-    }
-
-    /// The earliest time of emptying.
-    fn first(&self) -> Option<Instant> {
-        self.by_time.keys().next().map(|(at, _)| *at)
-    }
 }
 
 /// The tree of nodes, with the transaction counter and the containers waiting to be reaped.
@@ -364,30 +328,7 @@ impl Tree {
 
 #[cfg(test)]
 mod tests {
-    use super::{push_sequence, Emptied};
-    use std::time::Duration;
-    use tokio::time::Instant;
-
-    /// The emptied containers found by time, each once, the due ones in the order of their paths.
-    #[test]
-    fn emptied_containers_are_found_by_time() {
-        let t0 = Instant::now();
-        let at = |ms| t0 + Duration::from_millis(ms);
-        let mut e = Emptied::default();
-        e.insert("/b", at(10));
-        e.insert("/a", at(20));
-        e.insert("/c", at(30));
-        e.insert("/b", at(40)); // emptied again: its new time only
-        assert_eq!(e.first(), Some(at(20)));
-        assert_eq!(e.due(|t| t <= at(35)), ["/a", "/c"]);
-        e.remove("/a");
-        e.remove("/nothing");
-        assert_eq!(e.due(|t| t <= at(35)), ["/c"]);
-        assert_eq!(e.due(|t| t <= at(40)), ["/b", "/c"]);
-        e.remove("/c");
-        e.remove("/b");
-        assert_eq!((e.first(), e.by_path.len(), e.by_time.len()), (None, 0, 0));
-    }
+    use super::push_sequence;
 
     /// The hand-written suffix is the formatter's `{:010}`, at the edges of the counter and across its wrap.
     #[test]

@@ -171,7 +171,7 @@ pub(crate) async fn delete_node_handing_over(
 }
 
 /// [`delete_node`]; `lost_reply`: an earlier delete of it lost its reply.
-async fn delete_node_after(ctx: &Ctx, node: &str, id: Identity, lost_reply: bool) -> Result<Deleted> {
+pub(crate) async fn delete_node_after(ctx: &Ctx, node: &str, id: Identity, lost_reply: bool) -> Result<Deleted> {
     let why = RetryReason::ReleaseKeptFailing;
     session::through_losses(ctx, id.session, node, why, lost_reply, |lost_reply| async move {
         if lost_reply && !is_active(Mutant::NoSyncAfterLostReply) {

@@ -3,6 +3,7 @@
 
 mod cohort;
 mod drain;
+mod given_up_release;
 mod handoff;
 mod lease;
 mod metrics;

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tracing::debug;
 use uuid::Uuid;
 
-use super::cleanup::{delete_node, spawn_cleanup, Deleted, Identity};
+use super::cleanup::{delete_node_after, spawn_cleanup, Deleted, Identity};
 use super::turns::Turn;
 use super::Ctx;
 use crate::backend::{NodeWatch, SessionId};
@@ -35,6 +35,10 @@ pub(crate) struct HeldNode {
     fixed: bool,
     handle: Option<Handle>,
     released: AtomicBool,
+    /// A release sent (or may have sent) a delete of the node without learning its outcome: a delete after it must be
+    /// one after a lost reply (a `sync` first, so that a read of the fixed name is not served from before that delete
+    /// landed; found by review, helper-60).
+    delete_sent: AtomicBool,
     /// A loss that cannot be undone, once `lost()` has seen it.
     known_loss: KnownLoss,
     /// The recipe that holds the node.
@@ -100,6 +104,7 @@ impl HeldNode {
             fixed: id.fixed,
             handle,
             released: AtomicBool::new(false),
+            delete_sent: AtomicBool::new(false),
             known_loss: KnownLoss::default(),
             recipe,
             hands_over: false,
@@ -208,6 +213,7 @@ impl Drop for HeldNode {
         let ctx = self.ctx.clone();
         let node = self.node.clone();
         let id = self.identity();
+        let lost_reply = self.delete_sent.load(Ordering::Acquire);
         // The watch on the node ends with the delete (see `own_watch`).
         let watch = self.own_watch.0.get_mut().map_or(None, Option::take);
         // The turn passes once the key is deleted (see `turns`).
@@ -217,7 +223,7 @@ impl Drop for HeldNode {
         }
         spawn_cleanup(self.handle.as_ref(), &node.clone(), async move {
             let _watch = watch;
-            match delete_node(&ctx, &node, id).await {
+            match delete_node_after(&ctx, &node, id, lost_reply).await {
                 Ok(Deleted::Ours) => {}
                 Ok(found) => debug!(%node, ?found, "release on drop found the lock already gone"),
                 Err(e) => debug!(%node, error = %e, "release on drop found the lock already gone"),

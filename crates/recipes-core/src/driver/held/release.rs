@@ -44,6 +44,9 @@ impl HeldNode {
         // node is held still (its drop deletes it), and the line is told so again (review, helper-52: its waiters
         // would no longer watch the key, and waited on a lost guard's turn).
         self.releasing_turn();
+        // From here a delete may be on its way whose outcome the drop would not know (this future dropped, or the
+        // delete given up): the drop's delete then syncs first.
+        self.delete_sent.store(true, Ordering::Release);
         let mut restore = RestoreHolder(Some(self));
         let r = delete_node_handing_over(&self.ctx, &self.node, self.identity(), waiters)
             .instrument(span.clone())
@@ -136,6 +139,8 @@ impl HeldNode {
         // No node with a turn is batched today (a shared name is never: see `release_all`); told all the same.
         for n in nodes {
             n.releasing_turn();
+            // As in `release`: a drop after this deletes as after a lost reply.
+            n.delete_sent.store(true, Ordering::Release);
         }
         let applied = match on.delete_all(&paths).await {
             None => false,

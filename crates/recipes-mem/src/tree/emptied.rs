@@ -6,7 +6,7 @@ use tokio::time::Instant;
 
 /// Empty containers and when each became empty, by path and by time: finding those due, and the next due, costs a
 /// lookup, not a pass over every container that waits (each request asks both: with many lock paths used once each,
-/// a request cost as many steps as there were emptied paths, 0.9 ms at 16,000).
+/// a request cost as many steps as there were emptied paths: an acquire + release took 1.3 ms at 16,000).
 #[derive(Debug, Default)]
 pub(super) struct Emptied {
     by_path: BTreeMap<String, (Instant, u64)>,

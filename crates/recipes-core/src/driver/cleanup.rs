@@ -140,17 +140,19 @@ pub(crate) async fn delete_node(ctx: &Ctx, node: &str, id: Identity) -> Result<D
 /// [`delete_node`], handing the lock over to `waiters` (tasks of this process waiting in line on `node`, on its
 /// session) as soon as the delete is sent. With no waiters, or when the backend cannot send before returning, or the
 /// session is not connected now, nothing is handed over (dropping the senders tells the waiters, which go on
-/// watching).
+/// watching). `lost_reply`: an earlier delete of the node may have been sent without its outcome known (then nothing
+/// is handed over either, and the delete is one after a lost reply).
 pub(crate) async fn delete_node_handing_over(
     ctx: &Ctx,
     node: &str,
     id: Identity,
     waiters: Vec<oneshot::Sender<()>>,
+    lost_reply: bool,
 ) -> Result<Deleted> {
     // A shared name is never handed over (its protocol does not hand over): its delete must stay the checked one of
     // `delete_node`, never `delete_sent`'s by name (review, helper-53).
-    if waiters.is_empty() || id.fixed {
-        return delete_node(ctx, node, id).await;
+    if waiters.is_empty() || id.fixed || lost_reply {
+        return delete_node_after(ctx, node, id, lost_reply).await;
     }
     let status = ctx.backend.session_status();
     let live = status.id == id.session && status.state == SessionState::Connected;

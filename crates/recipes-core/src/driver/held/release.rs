@@ -44,11 +44,12 @@ impl HeldNode {
         // node is held still (its drop deletes it), and the line is told so again (review, helper-52: its waiters
         // would no longer watch the key, and waited on a lost guard's turn).
         self.releasing_turn();
-        // From here a delete may be on its way whose outcome the drop would not know (this future dropped, or the
-        // delete given up): the drop's delete then syncs first.
-        self.delete_sent.store(true, Ordering::Release);
+        // From here a delete may be on its way whose outcome a later delete would not know (this future dropped, the
+        // delete given up, a multi-lock's batch whose outcome stayed unknown): that one, here or in the drop, syncs
+        // first (helper-60, helper-61).
+        let lost_reply = self.delete_sent.swap(true, Ordering::AcqRel);
         let mut restore = RestoreHolder(Some(self));
-        let r = delete_node_handing_over(&self.ctx, &self.node, self.identity(), waiters)
+        let r = delete_node_handing_over(&self.ctx, &self.node, self.identity(), waiters, lost_reply)
             .instrument(span.clone())
             .await;
         restore.0 = None;
@@ -142,9 +143,10 @@ impl HeldNode {
             // As in `release`: a drop after this deletes as after a lost reply.
             n.delete_sent.store(true, Ordering::Release);
         }
+        // Whether the transaction applied, if known (a transaction applies whole or not at all).
         let applied = match on.delete_all(&paths).await {
-            None => false,
-            Some(Ok(())) => true,
+            None => Some(false),
+            Some(Ok(())) => Some(true),
             Some(Err(Error::ConnectionLoss)) => {
                 let why = RetryReason::ReleaseKeptFailing;
                 let any_left = through_losses(ctx, sid, &paths[0], why, true, |_| async {
@@ -157,14 +159,21 @@ impl HeldNode {
                     Ok(false)
                 })
                 .await;
-                matches!(any_left, Ok(false))
+                // After a sync, a node left means the transaction failed; not knowing (given up) is `None`.
+                any_left.ok().map(|left| !left)
             }
             Some(Err(e)) => {
                 debug!(error = %e, "the release transaction failed; releasing one by one");
-                false
+                Some(false)
             }
         };
-        if !applied {
+        if applied != Some(true) {
+            if applied == Some(false) {
+                // Known not to have deleted anything: each release is a first one (a node gone is another's doing).
+                for n in nodes {
+                    n.delete_sent.store(false, Ordering::Release);
+                }
+            }
             return futures::future::join_all(nodes.iter().map(|n| n.release())).await;
         }
         nodes

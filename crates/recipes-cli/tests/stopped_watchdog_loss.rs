@@ -3,6 +3,10 @@
 //! waited 10 s for a confirmation that could not come before it killed its descendants itself, while the command
 //! (which ignores SIGTERM) wrote inside the next holder's hold. Now zklock kills the command's processes itself at the
 //! kill deadline.
+//!
+//! No lock can keep A's command from writing at B's very start here: the operator's delete lets B in at once, and A
+//! learns of it at the same moment, from its own watch. (Fencing tokens are for that.) The test bounds the overlap by
+//! what zklock controls: A's command is dead within [`NOTICE`] of B's start, where the bug let it write for 10 s.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -13,6 +17,9 @@ use recipes_zk::{ZkBackend, ZkOptions};
 
 mod common;
 use common::{children_of, inspect_json, server, ZKLOCK};
+
+/// How long after B's start A's command may still write: A's watch event and its kill, on a loaded CI machine.
+const NOTICE: Duration = Duration::from_secs(1);
 
 fn ns(s: &str) -> u64 {
     let (a, b) = s.split_once('.').unwrap();
@@ -118,6 +125,8 @@ fn stopped_watchdog_then_loss() {
     let b_start = at("b-start ")[0];
     let b_end = at("b-end ")[0];
     let a_inside: Vec<u64> = at("a ").into_iter().filter(|t| *t >= b_start && *t <= b_end).collect();
+    let notice = NOTICE.as_nanos() as u64;
+    let a_late: Vec<u64> = a_inside.iter().copied().filter(|t| *t > b_start + notice).collect();
     let a_last = *at("a ").iter().max().unwrap();
     eprintln!(
         "A exit {a_status:?}, B exit {b_status:?}; A wrote {} lines inside B's hold; A's last line {:.2} s after B began",
@@ -125,8 +134,9 @@ fn stopped_watchdog_then_loss() {
         (a_last as f64 - b_start as f64) / 1e9
     );
     assert!(
-        a_inside.is_empty(),
-        "A's command wrote {} lines inside B's hold",
-        a_inside.len()
+        a_late.is_empty(),
+        "A's command wrote {} lines inside B's hold, {} of them more than {NOTICE:?} after B began",
+        a_inside.len(),
+        a_late.len()
     );
 }

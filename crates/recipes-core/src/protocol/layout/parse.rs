@@ -100,7 +100,7 @@ pub(super) fn parse_curator(name: &str) -> Option<ParsedNode> {
         .and_then(|rest| rest.get(..36))
         .and_then(|u| Uuid::parse_str(u).ok())
         .filter(|_| name.get(39..40) == Some("-"))
-        .unwrap_or(Uuid::nil());
+        .unwrap_or_default();
     Some(ParsedNode {
         kind,
         attempt,
@@ -122,7 +122,7 @@ pub(crate) fn parse_kazoo(name: &str) -> Option<ParsedNode> {
         return None;
     };
     let attempt = if prefix.len() == 32 && prefix.bytes().all(|c| c.is_ascii_hexdigit()) {
-        Uuid::parse_str(prefix).unwrap_or(Uuid::nil())
+        Uuid::parse_str(prefix).unwrap_or_default()
     } else {
         Uuid::nil()
     };

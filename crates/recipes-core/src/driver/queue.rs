@@ -57,8 +57,10 @@ impl Attempt<'_> {
             let Some(mut q) = self.create_queued().await? else {
                 return Ok(None);
             };
-            let name = q.name().to_owned();
             let mut prefetched = q.children.take();
+            // Borrowed, not copied: a waiter keeps its node's path through the wait, and needs no second copy of
+            // its name.
+            let name = q.name();
             // Whether a listing we judged was long (then we mark ourselves first once we hold the lock).
             let mut mark = false;
             // A semaphore's count is checked once, after the first verdict's refusals (a lock's nodes on the path
@@ -77,7 +79,7 @@ impl Attempt<'_> {
                     self.cleanup.disarm();
                     return Err(Stop::Fail(Error::SessionExpired));
                 }
-                let next = self.protocol.judge(&children, &name);
+                let next = self.protocol.judge(&children, name);
                 mark |= self.protocol.marks_when_held(&children);
                 if !count_checked && !matches!(next, Verdict::Refuse(_)) {
                     if let Err(e) = self.check_permits(q.id.session, true).await {
@@ -127,7 +129,7 @@ impl Attempt<'_> {
                 }
                 match self
                     .wait_in_line(
-                        &name,
+                        name,
                         q.id.attempt,
                         &mut own,
                         &wait.on,

@@ -8,6 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use recipes_core::backend::*;
 use recipes_core::{Backend, Result};
+use recipes_mem::MemClient;
 use tokio::sync::watch;
 
 /// Waits (bounded: 2 s) until `path` has `n` children on `cluster`.
@@ -24,28 +25,47 @@ pub async fn wait_children(cluster: &recipes_mem::MemCluster, path: &str, n: usi
 /// How long a delayed read waits.
 pub const DELAY: Duration = Duration::from_millis(600);
 
-/// Delegates to `inner`, powers included. A `get` sleeps [`DELAY`] before it is sent while `before` is set; and after
-/// its reply, for as many gets as `after` counts down. A delete (plain, or conditioned on the node's creation) sleeps
-/// before it is sent, for as many as `before_delete` counts down; and fails with `ConnectionLoss` without being sent,
-/// for as many as `lost_deletes` counts down.
+/// Delegates to `inner` (an in-memory client), powers included. A `get` sleeps [`DELAY`] before it is sent while
+/// `before` is set; and after its reply, for as many gets as `after` counts down. A delete (plain, or conditioned on
+/// the node's creation) sleeps before it is sent, for as many as `before_delete` counts down; and fails with
+/// `ConnectionLoss` without being sent, for as many as `lost_deletes` counts down. Then a plain delete is sent and its
+/// connection breaks while it is in flight, for as many as `orphan_deletes` counts down: the request lands 100 ms
+/// later as an orphan, its caller gets `ConnectionLoss`, and the next get sleeps [`DELAY`] after its reply.
 #[derive(Debug)]
 pub struct SlowGet {
     pub inner: Arc<dyn Backend>,
+    client: Arc<MemClient>,
     pub before: Arc<AtomicBool>,
     pub after: Arc<AtomicU32>,
     pub before_delete: Arc<AtomicU32>,
     pub lost_deletes: Arc<AtomicU32>,
+    pub orphan_deletes: Arc<AtomicU32>,
 }
 
 impl SlowGet {
-    pub fn new(inner: Arc<dyn Backend>) -> Self {
+    pub fn new(client: Arc<MemClient>) -> Self {
         SlowGet {
-            inner,
+            inner: client.clone(),
+            client,
             before: Arc::default(),
             after: Arc::default(),
             before_delete: Arc::default(),
             lost_deletes: Arc::default(),
+            orphan_deletes: Arc::default(),
         }
+    }
+
+    /// A delete sent whose connection breaks while it is in flight (see `orphan_deletes`).
+    async fn orphaned_delete(&self, s: SessionId, p: &str) -> Result<()> {
+        let cluster = self.client.cluster().clone();
+        cluster.set_latency(Duration::from_millis(100));
+        let (inner, p) = (self.inner.clone(), p.to_owned());
+        let sent = tokio::spawn(async move { inner.delete(s, &p).await });
+        tokio::task::yield_now().await; // the delete is sent
+        self.client.disconnect_for(Duration::from_millis(5));
+        cluster.set_latency(Duration::from_millis(1));
+        self.after.fetch_add(1, Ordering::SeqCst);
+        sent.await.expect("the delete's task")
     }
 }
 
@@ -121,6 +141,9 @@ impl Backend for SlowGet {
     async fn delete(&self, s: SessionId, p: &str) -> Result<()> {
         delay_by(&self.before_delete).await;
         lost(&self.lost_deletes)?;
+        if take_turn(&self.orphan_deletes) {
+            return self.orphaned_delete(s, p).await;
+        }
         self.inner.delete(s, p).await
     }
     fn child_order(&self) -> ChildOrder {

@@ -92,8 +92,9 @@ pub(crate) fn parent_of(path: &str) -> &str {
     }
 }
 
-/// Appends ZooKeeper's sequence suffix: ten digits at least, zero-padded (a negative sequence number after the
-/// counter wraps takes eleven, its sign first). Written by hand: the formatter cost about 1% of an acquire + release.
+/// Appends ZooKeeper's sequence suffix, as its `%010d`: ten characters at least, zero-padded (a negative sequence
+/// number after the counter wraps counts its sign in the ten: `-000000001`). Written by hand for the usual
+/// non-negative case: the formatter cost about 1% of an acquire + release.
 fn push_sequence(full: &mut String, seq: i32) {
     if seq < 0 {
         let _ = write!(full, "{seq:010}");

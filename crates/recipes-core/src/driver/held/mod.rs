@@ -48,14 +48,13 @@ pub(crate) struct HeldNode {
     hands_over: bool,
     /// The metrics labels of the lock.
     tags: Tags,
-    /// When the acquire handed the guard out (`None` until then: such a hold is never counted).
+    /// When the acquire handed the guard out, counted as acquired (`None` until then): only such a hold's end is
+    /// counted as a release.
     held_since: Option<Instant>,
     /// The hold, a span of the caller's open as long as the node is held.
     span: tracing::Span,
     /// Whether a loss was counted and logged (once per node).
     loss_reported: AtomicBool,
-    /// Whether the acquire handed the node out (counted as acquired): only then is its end counted as a release.
-    handed_out: bool,
     /// The watch on the node armed while it waited in line, kept only so that it ends with the node's
     /// delete: a watch dropped unfired costs the session a request to remove it. `lost()` arms a watch of its own:
     /// one armed long before may have an event on its way that heartbeats answered since do not show (see
@@ -113,7 +112,6 @@ impl HeldNode {
             held_since: None,
             span: tracing::Span::none(),
             loss_reported: AtomicBool::new(false),
-            handed_out: false,
             own_watch: OwnWatch::default(),
             marks_on_release: false,
             turn: parking_lot::Mutex::new(None),
@@ -171,7 +169,6 @@ impl HeldNode {
 
     /// Opens the hold's span, as a child of the caller's current span.
     pub fn begin_hold(&mut self) {
-        self.handed_out = true;
         self.span = tracing::debug_span!(
             "hold",
             path = %self.path,

@@ -17,13 +17,10 @@ impl HeldNode {
     /// Counts the end of the hold (released, awaited or on drop).
     pub(super) fn count_release(&self) {
         // A node the acquire never handed out (dropped while its lease was being confirmed) was never counted held.
-        if !self.handed_out {
+        let Some(since) = self.held_since else {
             return;
-        }
-        let held = self
-            .held_since
-            .map_or(std::time::Duration::ZERO, |since| since.elapsed());
-        self.ctx.counters.released(&self.tags, held);
+        };
+        self.ctx.counters.released(&self.tags, since.elapsed());
     }
 
     /// Deletes the node and reports what happened.

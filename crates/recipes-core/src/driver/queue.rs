@@ -139,7 +139,11 @@ impl Attempt<'_> {
                     )
                     .await?
                 {
-                    InLine::Acquired => return Ok(Some(self.won(q, mark, own))),
+                    InLine::Acquired => {
+                        // Held through the blocker's mark or handoff: the mark is passed on (decision 0073).
+                        let mark = mark || (self.marks_in_release() && self.protocol.passes_mark_on(&wait));
+                        return Ok(Some(self.won(q, mark, own)));
+                    }
                     InLine::Missing => {
                         self.vanished(&q.node).await?;
                         break;
@@ -154,13 +158,19 @@ impl Attempt<'_> {
     /// first when the node behind may need to know: in the transaction of its release where the backend has
     /// transactions (the mark then costs no write of its own), now otherwise.
     fn won(&mut self, q: Queued, mark: bool, own: Option<NodeWatch>) -> HeldNode {
-        let in_release = mark && self.backend().transactions().is_some() && !is_active(Mutant::MarkWhenHeld);
+        let in_release = mark && self.marks_in_release();
         if mark && !in_release {
             self.mark_first(&q.node, q.id);
         }
         self.held(q.node, q.czxid, q.id)
             .watched_by(own)
             .marking_on_release(in_release)
+    }
+
+    /// Whether a mark goes in the release's transaction, at no write of its own (decision 0064): where the backend
+    /// has transactions.
+    fn marks_in_release(&self) -> bool {
+        self.backend().transactions().is_some() && !is_active(Mutant::MarkWhenHeld)
     }
 
     /// Tells the node behind us that nothing is ahead of us any more (see `wait_in_line`), when the backend has no

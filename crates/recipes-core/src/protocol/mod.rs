@@ -99,6 +99,17 @@ pub trait Protocol: Send + Sync + fmt::Debug {
         let _ = children;
         false
     }
+
+    /// Whether our node, having come to hold through the wait in line `wait` (on its blocker's deletion, without a
+    /// listing), marks itself `first` where the mark costs no write of its own (it goes in the release's transaction:
+    /// decision 0064): when something was ahead of its blocker in its listing. It then held through its blocker's mark
+    /// (or a handoff within the process), and the node behind it, which listed after it, likely saw more ahead of ours
+    /// too: without the mark, that node would list the whole queue again (decision 0073). Only a node whose waiters
+    /// wait in line; never when the blocker was first, as it always is for two clients taking turns.
+    fn passes_mark_on(&self, wait: &Wait) -> bool {
+        let _ = wait;
+        false
+    }
 }
 
 /// The protocol of `recipe` in `layout`, claiming `weight` of `permits` permits (1 of 1 for a lock), on a backend that

@@ -85,6 +85,12 @@ impl Queue {
         self.layout == Layout::Native && self.order == ChildOrder::Sequence
     }
 
+    /// Whether this node's waiters wait in line and may trust its mark: a native lock's or writer's (a reader's mark
+    /// would not say that nothing is ahead of it: readers hold beside each other).
+    fn may_mark(&self) -> bool {
+        self.in_line_here() && matches!(self.kind, NodeKind::Lock | NodeKind::Write)
+    }
+
     /// The verdict for our node, claiming `weight`, behind the contenders `ahead` (in queue order).
     fn verdict(&self, ahead: &[Contender], weight: u32) -> Verdict {
         let window = blockers(self.layout, self.kind, ahead, weight, self.permits);
@@ -184,7 +190,7 @@ impl Protocol for Queue {
     /// would not say that nothing is ahead of it), nor a semaphore's claim, nor the peers' layouts (their waiters list
     /// again on every wake-up).
     fn marks_when_held(&self, children: &[String]) -> bool {
-        let in_line = self.in_line_here() && matches!(self.kind, NodeKind::Lock | NodeKind::Write);
+        let in_line = self.may_mark();
         // Counted only as far as the threshold: a long queue's names are not all parsed again.
         let long = || {
             children.len() > MARK_FROM_QUEUE_LEN
@@ -195,6 +201,10 @@ impl Protocol for Queue {
                     .is_some()
         };
         in_line && (is_active(Mutant::AlwaysMark) || long())
+    }
+
+    fn passes_mark_on(&self, wait: &Wait) -> bool {
+        self.may_mark() && wait.in_line && !wait.blocker_first
     }
 
     /// A lock's writer (or mutex) of the native layout hands over; a reader does not (other sessions' readers may

@@ -145,6 +145,51 @@ fn marks_only_after_a_long_listing_and_never_as_a_reader() {
     }
 }
 
+/// Decision 0073: a node that came to hold through a wait in line on a blocker that was not first in its list (so
+/// through the blocker's mark or a handoff) passes the mark on; not one whose blocker was first (two clients taking
+/// turns: the node behind sees ours first), nor a reader, nor the peers' layouts.
+#[test]
+fn the_mark_is_passed_on_only_behind_a_blocker_that_was_not_first() {
+    let l = Layout::Native;
+    let q: Vec<String> = (0..4).map(|i| node(l, NodeKind::Lock, i)).collect();
+    let lock = Queue::lock(l, NodeKind::Lock);
+    let Verdict::Wait(behind_two) = lock.judge(&q, &q[2]) else {
+        panic!("the third waits")
+    };
+    assert!(!behind_two.blocker_first);
+    assert!(lock.passes_mark_on(&behind_two));
+    let Verdict::Wait(behind_first) = lock.judge(&q, &q[1]) else {
+        panic!("the second waits")
+    };
+    assert!(behind_first.blocker_first);
+    assert!(!lock.passes_mark_on(&behind_first));
+    // A writer behind a reader behind a writer passes it on; the reader never does.
+    let rw: Vec<String> = (0..4)
+        .map(|i| node(l, if i == 2 { NodeKind::Read } else { NodeKind::Write }, i))
+        .collect();
+    let writer = Queue::lock(l, NodeKind::Write);
+    let Verdict::Wait(w) = writer.judge(&rw, &rw[3]) else {
+        panic!("the writer waits")
+    };
+    assert!(!w.blocker_first);
+    assert!(writer.passes_mark_on(&w));
+    let reader = Queue::lock(l, NodeKind::Read);
+    let Verdict::Wait(r) = reader.judge(&rw, &rw[2]) else {
+        panic!("the reader waits")
+    };
+    assert!(!r.blocker_first);
+    assert!(!reader.passes_mark_on(&r));
+    assert!(!Queue::permits(l, 1, 3).passes_mark_on(&behind_two));
+    for peer in [Layout::Curator, Layout::Kazoo] {
+        let q: Vec<String> = (0..4).map(|i| node(peer, NodeKind::Lock, i)).collect();
+        let lock = Queue::lock(peer, NodeKind::Lock);
+        let Verdict::Wait(w) = lock.judge(&q, &q[2]) else {
+            panic!("{peer}: the third waits")
+        };
+        assert!(!lock.passes_mark_on(&w), "{peer}");
+    }
+}
+
 #[test]
 fn only_a_change_of_a_writers_data_means_it_held() {
     let l = Layout::Native;

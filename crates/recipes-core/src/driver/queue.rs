@@ -1,6 +1,8 @@
 //! The queued recipes (fair, reentrant, read, write): make our sequential node, then follow the verdict on each
 //! listing until it holds.
 
+use std::sync::atomic::Ordering;
+
 use tracing::debug;
 use uuid::Uuid;
 
@@ -140,8 +142,12 @@ impl Attempt<'_> {
                     .await?
                 {
                     InLine::Acquired => {
-                        // Held through the blocker's mark or handoff: the mark is passed on (decision 0073).
-                        let mark = mark || (self.marks_in_release() && self.protocol.passes_mark_on(&wait));
+                        // Held through the blocker's mark (a change of its data), not through a handoff within the
+                        // process, which would start a chain of marks in a short queue: the mark is passed on
+                        // (decision 0073).
+                        let through_mark = !self.handed.load(Ordering::Relaxed);
+                        let mark =
+                            mark || (through_mark && self.marks_in_release() && self.protocol.passes_mark_on(&wait));
                         return Ok(Some(self.won(q, mark, own)));
                     }
                     InLine::Missing => {

@@ -100,12 +100,14 @@ pub trait Protocol: Send + Sync + fmt::Debug {
         false
     }
 
-    /// Whether our node, having come to hold through the wait in line `wait` (on its blocker's deletion, without a
-    /// listing), marks itself `first` where the mark costs no write of its own (it goes in the release's transaction:
-    /// decision 0064): when something was ahead of its blocker in its listing. It then held through its blocker's mark
-    /// (or a handoff within the process), and the node behind it, which listed after it, likely saw more ahead of ours
-    /// too: without the mark, that node would list the whole queue again (decision 0073). Only a node whose waiters
-    /// wait in line; never when the blocker was first, as it always is for two clients taking turns.
+    /// Whether our node, having come to hold through its blocker's mark (a change of the blocker's data, then its
+    /// deletion) in the wait in line `wait`, marks itself `first` where the mark costs no write of its own (it goes in
+    /// the release's transaction: decision 0064): when something was ahead of its blocker in its listing. The node
+    /// behind ours, which listed after ours was made, then likely saw more ahead of ours too: without the mark, it
+    /// would list the whole queue again (decision 0073). Only a node whose waiters wait in line; never when the
+    /// blocker was first, as it always is for two clients taking turns (such a node may still mark after a long
+    /// listing: `marks_when_held`). The driver asks only after a wait that did not end in a handoff within the
+    /// process.
     fn passes_mark_on(&self, wait: &Wait) -> bool {
         let _ = wait;
         false

@@ -1,7 +1,7 @@
 //! What a drain of a long queue costs in lists, on the in-memory backend: the names the waiters read after their
 //! wake-ups, counted by the cluster (`MemCluster::listed_names`), not timed. A waiter lists the queue again only when
 //! it cannot know that its blocker held: the blocker was not first in its list and did not mark itself `first`
-//! (docs/algorithm.md, optimisation 2; decisions 59 and 60).
+//! (docs/algorithm.md, optimisation 3; decisions 59, 60 and 73).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

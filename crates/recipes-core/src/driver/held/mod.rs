@@ -61,8 +61,8 @@ pub(crate) struct HeldNode {
     /// docs/algorithm.md, the own-node watch).
     own_watch: OwnWatch,
     /// Whether its delete also marks it `first`, in one transaction (a native lock's or writer's node that judged a
-    /// long listing, on a backend with transactions: the node behind then holds without listing, and the mark costs
-    /// no write of its own). See docs/algorithm.md, optimisation 3.
+    /// long listing, or that passes on its blocker's mark, on a backend with transactions: the node behind then holds
+    /// without listing, and the mark costs no write of its own). See docs/algorithm.md, optimisation 3.
     marks_on_release: bool,
     /// Its task's turn on a key named by its session (see `turns`): passed on once the key is deleted.
     turn: parking_lot::Mutex<Option<Turn>>,

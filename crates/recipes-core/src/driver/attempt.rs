@@ -11,7 +11,7 @@ use tracing::debug;
 use super::cleanup::{Cleanup, Identity, Pending};
 use super::turns::Turn;
 use super::{session, Claim, Ctx, HeldNode, CLEANUP_GRACE, TRY_BOUND};
-use crate::backend::{Backend, BackendExt, CreateAndList, CreateMode, SessionId};
+use crate::backend::{Backend, BackendExt, CreateAndList, CreateMode, SessionId, SessionState};
 use crate::error::{Error, Result, RetryReason};
 use crate::info::NodeInfo;
 use crate::layout::Family;
@@ -125,7 +125,7 @@ impl<'a> Attempt<'a> {
     /// Runs one request, bounded by the deadline.
     ///
     /// Not an `async fn`: one would keep the request's future twice (as its argument and its local), in every wait.
-    pub fn call<T, F>(&self, f: F) -> impl Future<Output = Step<T>> + use<T, F>
+    pub fn call<T, F>(&self, f: F) -> impl Future<Output = Step<T>>
     where
         F: Future<Output = Result<T>>,
     {
@@ -140,18 +140,33 @@ impl<'a> Attempt<'a> {
     }
 
     /// A deadline as a future (pending forever without one).
-    pub async fn deadline_passed(&self) {
-        match self.deadline {
-            Some(d) => tokio::time::sleep_until(d).await,
-            None => std::future::pending().await,
+    ///
+    /// Its timer is boxed: every wait selects on this future, and a timer kept in place would add its size to every
+    /// waiting acquire's state (each waiter's heap), and to every move of an acquire's future, deadline or not.
+    pub fn deadline_passed(&self) -> impl Future<Output = ()> {
+        let timer = self.deadline.map(|d| Box::pin(tokio::time::sleep_until(d)));
+        async move {
+            match timer {
+                Some(t) => t.await,
+                None => std::future::pending().await,
+            }
         }
     }
 
     /// Waits until the session is connected; returns its id.
-    pub async fn connected(&self) -> Step<SessionId> {
-        session::connected(self.backend(), self.deadline)
-            .await?
-            .ok_or(Stop::Deadline)
+    ///
+    /// At once when it is: the wait for a connection (rare) is boxed, so that the futures that ask first (every
+    /// create, every request after a lost connection) do not keep its state in place.
+    pub fn connected(&self) -> impl Future<Output = Step<SessionId>> + '_ {
+        let now = self.backend().session_status();
+        let wait =
+            (now.state != SessionState::Connected).then(|| Box::pin(session::connected(self.backend(), self.deadline)));
+        async move {
+            match wait {
+                None => Ok(now.id),
+                Some(w) => w.await?.ok_or(Stop::Deadline),
+            }
+        }
     }
 
     /// Waits until the session `pinned` is connected again; fails when it is over meanwhile.

@@ -356,7 +356,9 @@ mod future_sizes {
     /// that carried its cohort's future beside the driver's (7.5 KB) and an `async fn` wrapper that kept its
     /// argument future twice. The driver's acquire was 2,264 bytes until the wait in line stopped keeping the replies
     /// that armed its watches in scope through the wait (2,064), and 1,936 since two pass-through `async fn` layers
-    /// became plain functions returning their inner future; `FairLock::acquire` adds nothing to it since.
+    /// became plain functions returning their inner future; `FairLock::acquire` adds nothing to it since. 1,888
+    /// since the wait for a connection and the deadline's timer are boxed, as are two rare paths of the create (the
+    /// recovery after a lost reply, the wait for another task's session-named key).
     #[test]
     fn waiting_futures_stay_small() {
         let acquire =
@@ -365,7 +367,7 @@ mod future_sizes {
         let cohort =
             size(|(c, x): (&'static Arc<crate::cohort::Cohort>, &'static Arc<Ctx>)| c.acquire(x, Patience::Forever));
         let sizes = format!("driver acquire {acquire}, FairLock::acquire {fair}, Cohort::acquire {cohort}");
-        assert!(acquire <= 2000, "{sizes}");
+        assert!(acquire <= 1900, "{sizes}");
         assert!(fair <= acquire + 32, "{sizes}");
         assert!(cohort <= 1024, "{sizes}");
     }

@@ -214,9 +214,10 @@ impl Attempt<'_> {
                     self.ensure_parents(sid).await?;
                     None
                 }
+                // Boxed, as the wait below: rare paths, whose state every acquire's future would otherwise carry.
                 Err(Error::ConnectionLoss) => {
                     self.failed()?;
-                    self.recover_queued(id).await?
+                    Box::pin(self.recover_queued(id)).await?
                 }
                 // A session-named node (etcd's own lock) of another task of this session: wait for it to go, then
                 // queue (the create was refused: nothing of ours was made). A try does not wait (found by review: it
@@ -226,7 +227,7 @@ impl Attempt<'_> {
                     if self.try_once {
                         return Ok(None);
                     }
-                    self.wait_any_deleted(&[node], sid, None).await?;
+                    Box::pin(self.wait_any_deleted(&[node], sid, None)).await?;
                     None
                 }
                 Err(e) => return Err(e.into()),

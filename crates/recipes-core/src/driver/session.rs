@@ -122,7 +122,8 @@ where
         match step(lost_reply).await {
             Err(Error::ConnectionLoss) => {
                 lost_reply = true;
-                connected(&*ctx.backend, Some(Instant::now() + RECONNECT_WAIT)).await?;
+                // Boxed: a rare path, whose state every release's future would otherwise carry.
+                Box::pin(connected(&*ctx.backend, Some(Instant::now() + RECONNECT_WAIT))).await?;
             }
             r => return r,
         }

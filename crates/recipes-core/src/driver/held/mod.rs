@@ -11,10 +11,11 @@ use std::sync::Arc;
 
 use tokio::runtime::Handle;
 use tokio::time::Instant;
-use tracing::debug;
+use tracing::{debug, warn};
 use uuid::Uuid;
 
 use super::cleanup::{delete_node_after, spawn_cleanup, Deleted, Identity};
+use super::session::reports_end;
 use super::turns::Turn;
 use super::Ctx;
 use crate::backend::{NodeWatch, SessionId};
@@ -223,7 +224,10 @@ impl Drop for HeldNode {
             match delete_node_after(&ctx, &node, id, lost_reply).await {
                 Ok(Deleted::Ours) => {}
                 Ok(found) => debug!(%node, ?found, "release on drop found the lock already gone"),
-                Err(e) => debug!(%node, error = %e, "release on drop found the lock already gone"),
+                // The session ended: the node went with it.
+                Err(e) if reports_end(&e) => debug!(%node, error = %e, "release on drop: the session ended first"),
+                // Given up (helper-63: this said "already gone" too): the node stays until its session ends.
+                Err(e) => warn!(%node, error = %e, "release on drop gave up; the node stays until its session ends"),
             }
             drop(turn);
         });

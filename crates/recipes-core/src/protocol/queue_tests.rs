@@ -145,9 +145,10 @@ fn marks_only_after_a_long_listing_and_never_as_a_reader() {
     }
 }
 
-/// Decision 0073: a node that came to hold through a wait in line on a blocker that was not first in its list (so
-/// through the blocker's mark or a handoff) passes the mark on; not one whose blocker was first (two clients taking
-/// turns: the node behind sees ours first), nor a reader, nor the peers' layouts.
+/// Decision 0073: a node that came to hold through its blocker's mark in a wait in line, on a blocker that was not first
+/// in its list, passes the mark on (the driver asks only after a wait that did not end in a handoff within the
+/// process); not one whose blocker was first (two clients taking turns: the node behind sees ours first), nor a
+/// reader, nor the peers' layouts.
 #[test]
 fn the_mark_is_passed_on_only_behind_a_blocker_that_was_not_first() {
     let l = Layout::Native;

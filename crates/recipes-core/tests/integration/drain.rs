@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use recipes_core::Locks;
@@ -67,6 +69,39 @@ async fn a_drain_lists_the_whole_queue_once() {
     let listed = cluster.listed_names() - before;
     assert!(listed <= 2 * WAITERS as u64, "the drain listed {listed} names");
     assert!(cluster.children(path).is_empty());
+}
+
+/// Decision 0073: a chain of marks starts only after a long listing. Eight tasks on two sessions take turns on a short
+/// queue, so that a waiter is often handed the lock by a task of its own session while something was ahead of its
+/// blocker: such a handoff does not pass a mark on (found by review, helper-64: it started a chain of marks in a short
+/// queue, and every release after it became the mark's transaction). No release marks.
+#[tokio::test(start_paused = true)]
+async fn tasks_sharing_sessions_in_a_short_queue_never_mark() {
+    use crate::support::SlowGet;
+    let cluster = MemCluster::new();
+    let backends: Vec<Arc<SlowGet>> = (0..2).map(|_| Arc::new(SlowGet::new(cluster.client()))).collect();
+    let sessions: Vec<Locks> = backends.iter().map(|b| Locks::new(b.clone())).collect();
+    let mut tasks = JoinSet::new();
+    for i in 0..8 {
+        // Four tasks of one session, then four of the other: neighbours in the queue mostly share a session.
+        let lock = sessions[i / 4].fair("/drain/short").unwrap();
+        tasks.spawn(async move {
+            for _ in 0..25 {
+                let g = lock.acquire().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                g.release().await.unwrap();
+            }
+        });
+    }
+    tokio::time::timeout(Duration::from_secs(600), async {
+        while let Some(r) = tasks.join_next().await {
+            r.unwrap();
+        }
+    })
+    .await
+    .expect("the tasks finish");
+    let marks: u32 = backends.iter().map(|b| b.marks.load(Ordering::SeqCst)).sum();
+    assert_eq!(marks, 0, "releases that marked their node");
 }
 
 /// The requests of a drain, per handoff: a holder that marks itself `first` does so in its release, in one

@@ -30,7 +30,8 @@ pub const DELAY: Duration = Duration::from_millis(600);
 /// the node's creation) sleeps before it is sent, for as many as `before_delete` counts down; and fails with
 /// `ConnectionLoss` without being sent, for as many as `lost_deletes` counts down. Then a plain delete is sent and its
 /// connection breaks while it is in flight, for as many as `orphan_deletes` counts down: the request lands 100 ms
-/// later as an orphan, its caller gets `ConnectionLoss`, and the next get sleeps [`DELAY`] after its reply.
+/// later as an orphan, its caller gets `ConnectionLoss`, and the next get sleeps [`DELAY`] after its reply. `marks`
+/// counts the releases that marked their node `first` in their transaction (`set_data_and_delete`).
 #[derive(Debug)]
 pub struct SlowGet {
     pub inner: Arc<dyn Backend>,
@@ -40,6 +41,7 @@ pub struct SlowGet {
     pub before_delete: Arc<AtomicU32>,
     pub lost_deletes: Arc<AtomicU32>,
     pub orphan_deletes: Arc<AtomicU32>,
+    pub marks: Arc<AtomicU32>,
 }
 
 impl SlowGet {
@@ -52,6 +54,7 @@ impl SlowGet {
             before_delete: Arc::default(),
             lost_deletes: Arc::default(),
             orphan_deletes: Arc::default(),
+            marks: Arc::default(),
         }
     }
 
@@ -105,6 +108,25 @@ impl CreationChecks for SlowGet {
 }
 
 #[async_trait]
+impl Transactions for SlowGet {
+    async fn delete_all(&self, s: SessionId, paths: &[String]) -> Result<()> {
+        self.inner_transactions().delete_all(s, paths).await
+    }
+    async fn set_data_and_delete(&self, s: SessionId, p: &str, d: &[u8]) -> Result<()> {
+        self.marks.fetch_add(1, Ordering::SeqCst);
+        self.inner_transactions().set_data_and_delete(s, p, d).await
+    }
+}
+
+impl SlowGet {
+    fn inner_transactions(&self) -> &dyn Transactions {
+        self.inner
+            .transactions()
+            .expect("offered only when the inner backend has them")
+    }
+}
+
+#[async_trait]
 impl Backend for SlowGet {
     async fn create(&self, s: SessionId, p: &str, d: &[u8], m: CreateMode) -> Result<Created> {
         self.inner.create(s, p, d, m).await
@@ -150,7 +172,7 @@ impl Backend for SlowGet {
         self.inner.child_order()
     }
     fn transactions(&self) -> Option<&dyn Transactions> {
-        self.inner.transactions()
+        self.inner.transactions().map(|_| self as &dyn Transactions)
     }
     fn creation_checks(&self) -> Option<&dyn CreationChecks> {
         self.inner.creation_checks().map(|_| self as &dyn CreationChecks)

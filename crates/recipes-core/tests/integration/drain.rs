@@ -71,7 +71,7 @@ async fn a_drain_lists_the_whole_queue_once() {
     assert!(cluster.children(path).is_empty());
 }
 
-/// Decision 0073: a chain of marks starts only after a long listing. Eight tasks on two sessions take turns on a short
+/// Decision 0073: a chain of marks starts only after a long listing (or a revocation). Eight tasks on two sessions take turns on a short
 /// queue, so that a waiter is often handed the lock by a task of its own session while something was ahead of its
 /// blocker: such a handoff does not pass a mark on (found by review, helper-64: it started a chain of marks in a short
 /// queue, and every release after it became the mark's transaction). No release marks.

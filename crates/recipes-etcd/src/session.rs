@@ -80,10 +80,16 @@ async fn start_here(options: EtcdOptions, runtime: tokio::runtime::Handle) -> Re
     // authentication that was never sent (a member down), or that etcd could not answer (an election), is asked again
     // within the connect timeout, as the grant is (found by review: with a user, half the connects with one endpoint
     // of two down failed at once).
+    // An attempt can also hang on a member that takes the connection and never answers (a process that stopped, a
+    // port taken by another program): it has half of what is left (at least a second), so that the next attempt,
+    // which may reach another member, still fits in the connect timeout (found on a slow machine: one connect in
+    // two with one of two endpoints dead failed, its only attempt stuck there).
     let deadline = Instant::now() + options.connect_timeout;
     let client = loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let e = match tokio::time::timeout(left, Client::connect(urls.clone(), Some(connect.clone()))).await {
+        let attempt = (left / 2).max(Duration::from_secs(1)).min(left);
+        let e = match tokio::time::timeout(attempt, Client::connect(urls.clone(), Some(connect.clone()))).await {
+            Err(_) if attempt < left => continue,
             Err(_) => {
                 return Err(unreachable(format!(
                     "no member answered within {:?}",

@@ -8,14 +8,14 @@ use uuid::Uuid;
 
 use super::attempt::{Attempt, Step, Stop};
 use super::cleanup::{is_ours, Identity, Pending};
-use super::wait::InLine;
+use super::wait::{InLine, InLineOn};
 use super::{session, HeldNode};
 use crate::backend::{BackendExt, CreateAndList, NodeWatch, SessionId};
 use crate::error::Error;
 use crate::info::NodeInfo;
 use crate::metrics::Count;
 use crate::mutants::{is_active, Mutant};
-use crate::protocol::Verdict;
+use crate::protocol::{Verdict, Wait};
 
 /// Our node in the queue, just made.
 struct Queued {
@@ -59,10 +59,6 @@ impl Attempt<'_> {
             let Some(mut q) = self.create_queued().await? else {
                 return Ok(None);
             };
-            let mut prefetched = q.children.take();
-            // Borrowed, not copied: a waiter keeps its node's path through the wait, and needs no second copy of
-            // its name.
-            let name = q.name();
             // Whether a listing we judged was long (then we mark ourselves first once we hold the lock).
             let mut mark = false;
             // A semaphore's count is checked once, after the first verdict's refusals (a lock's nodes on the path
@@ -71,8 +67,11 @@ impl Attempt<'_> {
             let mut count_checked = self.protocol.stored_count().is_none();
             // The watch on our node, armed by the first wait in line and kept until it holds (see `wait_in_line`).
             let mut own = None;
+            // Every local below lives only between two waits, or is taken apart before the next: one kept across
+            // several would take room in every state of this future, a waiter's included (each waiter's heap).
             loop {
-                let children = match prefetched.take() {
+                // The children listed with the create, pipelined with it, then our own listings.
+                let children = match q.children.take() {
                     Some(c) => c,
                     None => self.list(q.id.session).await?,
                 };
@@ -81,45 +80,47 @@ impl Attempt<'_> {
                     self.cleanup.disarm();
                     return Err(Stop::Fail(Error::SessionExpired));
                 }
-                let next = self.protocol.judge(&children, name);
-                mark |= self.protocol.marks_when_held(&children);
-                if !count_checked && !matches!(next, Verdict::Refuse(_)) {
-                    if let Err(e) = self.check_permits(q.id.session, true).await {
-                        if matches!(e, Stop::Fail(Error::PermitsMismatch { .. })) {
-                            self.clean_up_now().await;
+                // Taken apart by plain functions and in a block of its own: a local that was borrowed takes room in
+                // this future's state until its scope ends, through every wait after it.
+                let wait = {
+                    let next = self.judged(children, q.name(), &mut mark);
+                    if !count_checked && !matches!(next, Verdict::Refuse(_)) {
+                        if let Err(e) = self.check_permits(q.id.session, true).await {
+                            if matches!(e, Stop::Fail(Error::PermitsMismatch { .. })) {
+                                self.clean_up_now().await;
+                            }
+                            return Err(e);
                         }
-                        return Err(e);
+                        count_checked = true;
                     }
-                    count_checked = true;
-                }
-                let wait = match next {
-                    Verdict::Refuse(r) => return self.refuse(r).await,
-                    // A session-named key (etcd's own lock) may be another task's of this session by now: made again
-                    // under our name after ours was deleted (found by review: two tasks of a session both held).
-                    Verdict::Acquired if self.protocol.session_named() && !Box::pin(self.still_ours(&q)).await? => {
-                        self.vanished(&q.node).await?;
-                        break;
+                    match next {
+                        Verdict::Wait(wait) => wait,
+                        Verdict::Refuse(r) => return self.refuse(r).await,
+                        // A session-named key (etcd's own lock) may be another task's of this session by now: made
+                        // again under our name after ours was deleted (found by review: two tasks of a session both
+                        // held).
+                        Verdict::Acquired
+                            if self.protocol.session_named() && !Box::pin(self.still_ours(&q)).await? =>
+                        {
+                            self.vanished(&q.node).await?;
+                            break;
+                        }
+                        Verdict::Acquired => return Ok(Some(self.won(q, mark, own))),
+                        Verdict::Missing => {
+                            self.vanished(&q.node).await?;
+                            break;
+                        }
                     }
-                    Verdict::Acquired => return Ok(Some(self.won(q, mark, own))),
-                    Verdict::Missing => {
-                        self.vanished(&q.node).await?;
-                        break;
-                    }
-                    Verdict::Wait(wait) => wait,
                 };
                 if self.try_once {
                     return Ok(None);
                 }
-                // Keep only what the wait needs: the queue itself can be long.
-                drop(children);
                 if !wait.in_line {
-                    let stale = {
-                        let mut watched = vec![self.path.child(&wait.on)];
-                        watched.extend(wait.also.iter().map(|n| self.path.child(n)));
-                        let reused = self.protocol.session_named().then_some(q.czxid);
-                        self.wait_any_deleted(&watched, q.id.session, reused).await?
-                    };
-                    drop(wait);
+                    let watched = self.watched(wait);
+                    let reused = self.protocol.session_named().then_some(q.czxid);
+                    // Boxed: only the readers, the semaphores and the peers' layouts wait here, and every waiter in
+                    // line would otherwise carry its state.
+                    let stale = Box::pin(self.wait_any_deleted(&watched, q.id.session, reused)).await?;
                     // A stale name ahead: ours may be stale too (an operator deleted our key while we waited, and
                     // another task of the session made it again); waiting on would list again in a loop (found by
                     // review).
@@ -129,25 +130,16 @@ impl Attempt<'_> {
                     }
                     continue;
                 }
-                match self
-                    .wait_in_line(
-                        name,
-                        q.id.attempt,
-                        &mut own,
-                        &wait.on,
-                        wait.blocker_first,
-                        wait.change_means_held,
-                        q.id.session,
-                    )
-                    .await?
-                {
+                // Whether a hold through the blocker's mark passes the mark on (decision 0073), asked now so that the
+                // wait keeps only what it needs of the verdict: the blocker's path and two flags.
+                let (passes_mark_on, on) = self.in_line_on(wait);
+                match self.wait_in_line(q.name(), &q.id, &mut own, &on).await? {
                     InLine::Acquired => {
                         // Held through the blocker's mark (a change of its data), not through a handoff within the
                         // process, which would start a chain of marks in a short queue: the mark is passed on
                         // (decision 0073).
                         let through_mark = !self.handed.load(Ordering::Relaxed);
-                        let mark =
-                            mark || (through_mark && self.marks_in_release() && self.protocol.passes_mark_on(&wait));
+                        let mark = mark || (through_mark && self.marks_in_release() && passes_mark_on);
                         return Ok(Some(self.won(q, mark, own)));
                     }
                     InLine::Missing => {
@@ -158,6 +150,31 @@ impl Attempt<'_> {
                 }
             }
         }
+    }
+
+    /// The verdict on a listing, and whether it was long (then we mark ourselves first once we hold the lock).
+    /// Takes the listing: it ends here, not in the acquire's state.
+    fn judged(&self, children: Vec<String>, ours: &str, mark: &mut bool) -> Verdict {
+        *mark |= self.protocol.marks_when_held(&children);
+        self.protocol.judge(&children, ours)
+    }
+
+    /// The paths a wait that is not in line watches for a deletion: the blocker's, and a semaphore window's others.
+    fn watched(&self, wait: Wait) -> Vec<String> {
+        let mut watched = vec![self.path.child(&wait.on)];
+        watched.extend(wait.also.iter().map(|n| self.path.child(n)));
+        watched
+    }
+
+    /// What a wait in line keeps of its verdict: the blocker, and whether a hold through the blocker's mark passes
+    /// the mark on (decision 0073).
+    fn in_line_on(&self, wait: Wait) -> (bool, InLineOn) {
+        let on = InLineOn {
+            path: self.path.child(&wait.on).into(),
+            first: wait.blocker_first,
+            change_means_held: wait.change_means_held,
+        };
+        (self.protocol.passes_mark_on(&wait), on)
     }
 
     /// Our queued node holds the lock: keep it (with the watch on it armed while it waited, if any), and mark it

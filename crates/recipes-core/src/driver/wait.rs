@@ -5,15 +5,24 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use super::attempt::{Attempt, Step, Stop};
+use super::cleanup::Identity;
 use super::session;
 use tokio::sync::watch;
-use uuid::Uuid;
 
 use crate::backend::{BackendExt, NodeEvent, NodeWatch, SessionId, SessionStatus};
 use crate::error::Error;
 use crate::info::NodeInfo;
 use crate::metrics::Count;
 use crate::mutants::{is_active, Mutant};
+
+/// The blocker a wait in line follows, as the verdict named it: its path (shared with this process's handoff
+/// registration: one copy per waiter in line), whether nothing is ahead of it, and whether a change of its data says
+/// it held (see `wait_in_line`).
+pub(crate) struct InLineOn {
+    pub path: Arc<str>,
+    pub first: bool,
+    pub change_means_held: bool,
+}
 
 /// How a wait in line ended.
 pub(crate) enum InLine {
@@ -132,19 +141,15 @@ impl Attempt<'_> {
     ///   re-arms itself on a data change, when polled, could sit unpolled through a relist, then answer `Pending`
     ///   with its re-arm only just sent (found by review).
     /// - `Relist` hands back to the listing path.
-    #[allow(clippy::too_many_arguments)]
     pub async fn wait_in_line(
         &self,
         ours: &str,
-        attempt: Uuid,
+        id: &Identity,
         own: &mut Option<NodeWatch>,
-        blocker: &str,
-        blocker_first: bool,
-        change_means_held: bool,
-        pinned: SessionId,
+        line: &InLineOn,
     ) -> Step<InLine> {
-        // Shared with this process's handoff registration (one copy of the path per waiter in line).
-        let blocker_path: Arc<str> = self.path.child(blocker).into();
+        let (attempt, pinned) = (id.attempt, id.session);
+        let blocker_path = &line.path;
         // Any change of the session's state from here on (a disconnection) makes a deletion of the blocker a reason to
         // list again, not to hold (see the contract).
         let mut moved = self.backend().session();
@@ -167,7 +172,7 @@ impl Attempt<'_> {
                                 .map(|(data, w)| (NodeInfo::decode(&data).is_some_and(|i| i.attempt == attempt), w))),
                         }
                     },
-                    self.call(on.get_and_watch(&blocker_path))
+                    self.call(on.get_and_watch(blocker_path))
                 )
             };
             let (is_ours, watch_own) = match armed {
@@ -179,8 +184,8 @@ impl Attempt<'_> {
             let blocker = match watched {
                 // Whether nothing is known ahead of the blocker, and whether a change of its data says it held.
                 Ok(Some((data, watch))) => Some((
-                    blocker_first || marked_first(&data),
-                    change_means_held && written_by_us(&data),
+                    line.first || marked_first(&data),
+                    line.change_means_held && written_by_us(&data),
                     watch,
                 )),
                 Ok(None) => None,
@@ -203,10 +208,16 @@ impl Attempt<'_> {
         };
         let out = match blocker {
             Some((known_first, trust_change, watch)) => {
-                self.wait_on_blocker(watches, &blocker_path, watch, known_first, trust_change, pinned)
-                    .await
+                let mut b = Blocker {
+                    path: blocker_path,
+                    watch,
+                    known_first,
+                    trust_change,
+                    pinned,
+                };
+                self.wait_on_blocker(watches, &mut b).await
             }
-            None => blocker_gone(blocker_first, watches).await,
+            None => blocker_gone(line.first, watches).await,
         };
         if is_ours && !fired && matches!(out, Ok(InLine::Acquired | InLine::Relist)) {
             *own = Some(watch_own);
@@ -217,79 +228,100 @@ impl Attempt<'_> {
     /// The rest of `wait_in_line`, once both watches are armed and the blocker's data read (`known_first`, and
     /// whether a change of its data says it held): `fired` is set when the watch on our node resolved (it may not
     /// be polled again).
-    #[allow(clippy::too_many_arguments)]
-    async fn wait_on_blocker(
-        &self,
-        w: Watches<'_>,
-        blocker_path: &Arc<str>,
-        mut watch: NodeWatch,
-        mut known_first: bool,
-        mut trust_change: bool,
-        pinned: SessionId,
-    ) -> Step<InLine> {
-        let Watches { own, fired, moved } = w;
-        let on = self.backend().on(pinned);
+    ///
+    /// What woke the wait is decided inside the `select!`, and every wait after it (the read of the blocker's data,
+    /// the look at our own node) runs outside: a `select!` whose branches await keeps its futures and its output in
+    /// place through those waits, in every waiter's state.
+    async fn wait_on_blocker(&self, w: Watches<'_>, b: &mut Blocker<'_>) -> Step<InLine> {
         let mut rx = self.backend().session();
         // A release of the blocker by a task of this process on this session may hand the lock over at once.
-        let mut waiting = self.ctx.handoffs.wait(pinned, blocker_path);
+        let mut waiting = self.ctx.handoffs.wait(b.pinned, b.path);
         let mut handing = true;
         loop {
-            tokio::select! {
+            let woke = tokio::select! {
                 biased;
-                r = &mut *own => {
-                    *fired = true;
+                r = &mut *w.own => {
+                    *w.fired = true;
                     return own_event(r);
                 },
                 r = &mut waiting.handed, if handing => match r {
-                    Ok(()) if !is_active(Mutant::NoHandoff) => {
-                        // The blocker held the lock, so nothing was ahead of it, and its delete is sent.
-                        let next = blocker_gone(true, Watches { own, fired, moved }).await;
-                        if matches!(next, Ok(InLine::Acquired)) {
-                            // Counted once the acquire hands the guard out (its lease confirmed).
-                            self.handed.store(true, Ordering::Relaxed);
-                        }
-                        return next;
-                    }
+                    Ok(()) if !is_active(Mutant::NoHandoff) => Woke::Handed,
                     // The holder could not hand over: its deletion shows on the watch.
-                    _ => handing = false,
+                    _ => {
+                        handing = false;
+                        continue;
+                    }
                 },
-                r = &mut watch => match r {
-                    Ok(NodeEvent::Deleted) => {
-                        self.count(Count::Wakeup);
-                        return blocker_gone(known_first, Watches { own, fired, moved }).await;
-                    }
-                    Ok(_) => {
-                        // The blocker's data changed: its `first` mark, or a request to let go. When the blocker
-                        // is a native node of ours that is not a reader's, either says it held (see the contract)
-                        // if the node is gone before we can read the data back; data read back tells by itself.
-                        // Watch on.
-                        match self.call(on.get_and_watch(blocker_path)).await {
-                            Ok(Some((data, w))) => {
-                                // Anything but the mark (an operator's write, a peer's request to let go) may
-                                // come while the node waits: from now on only the mark counts.
-                                let old_rule = trust_change && is_active(Mutant::TrustForeignWrites);
-                                known_first |=
-                                    marked_first(&data) || old_rule || is_active(Mutant::AnyDataChangeIsMark);
-                                trust_change = false;
-                                watch = w;
-                            }
-                            Ok(None) => {
-                                self.count(Count::Wakeup);
-                                let trusted = known_first || trust_change || is_active(Mutant::AnyDataChangeIsMark);
-                                return blocker_gone(trusted, Watches { own, fired, moved }).await;
-                            }
-                            Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
-                            Err(e) => return Err(e),
-                        }
-                    }
+                r = &mut b.watch => match r {
+                    Ok(NodeEvent::Deleted) => Woke::Deleted,
+                    Ok(_) => Woke::Changed,
                     Err(Error::ConnectionLoss) => return Ok(InLine::Relist),
                     Err(e) => return Err(e.into()),
                 },
-                () = session::over(&mut rx, pinned) => return Err(Stop::Fail(Error::SessionExpired)),
+                () = session::over(&mut rx, b.pinned) => return Err(Stop::Fail(Error::SessionExpired)),
                 () = self.deadline_passed() => return Err(Stop::Deadline),
+            };
+            match woke {
+                Woke::Handed => {
+                    // The blocker held the lock, so nothing was ahead of it, and its delete is sent.
+                    let next = blocker_gone(true, w).await;
+                    if matches!(next, Ok(InLine::Acquired)) {
+                        // Counted once the acquire hands the guard out (its lease confirmed).
+                        self.handed.store(true, Ordering::Relaxed);
+                    }
+                    return next;
+                }
+                Woke::Deleted => {
+                    self.count(Count::Wakeup);
+                    return blocker_gone(b.known_first, w).await;
+                }
+                Woke::Changed => {
+                    // The blocker's data changed: its `first` mark, or a request to let go. When the blocker is a
+                    // native node of ours that is not a reader's, either says it held (see the contract) if the node
+                    // is gone before we can read the data back; data read back tells by itself. Watch on.
+                    let read = self.call(self.backend().on(b.pinned).get_and_watch(b.path)).await;
+                    match read {
+                        Ok(Some((data, watch))) => {
+                            // Anything but the mark (an operator's write, a peer's request to let go) may come while
+                            // the node waits: from now on only the mark counts.
+                            let old_rule = b.trust_change && is_active(Mutant::TrustForeignWrites);
+                            b.known_first |= marked_first(&data) || old_rule || is_active(Mutant::AnyDataChangeIsMark);
+                            b.trust_change = false;
+                            b.watch = watch;
+                        }
+                        Ok(None) => {
+                            self.count(Count::Wakeup);
+                            let trusted = b.known_first || b.trust_change || is_active(Mutant::AnyDataChangeIsMark);
+                            return blocker_gone(trusted, w).await;
+                        }
+                        Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
+                        Err(e) => return Err(e),
+                    }
+                }
             }
         }
     }
+}
+
+/// What woke a wait on its blocker (see `wait_on_blocker`).
+enum Woke {
+    /// The blocker's holder, a task of this process, handed the lock over.
+    Handed,
+    /// The blocker was deleted.
+    Deleted,
+    /// The blocker's data changed.
+    Changed,
+}
+
+/// The blocker a wait in line follows: its path (shared with this process's handoff registration), the watch on it,
+/// whether nothing is known ahead of it, and whether a change of its data says it held. Kept by the caller and lent
+/// to the wait: an `async fn` keeps each of its arguments twice in its state.
+struct Blocker<'p> {
+    path: &'p Arc<str>,
+    watch: NodeWatch,
+    known_first: bool,
+    trust_change: bool,
+    pinned: SessionId,
 }
 
 /// What a wait in line watches beside its blocker: our own node (`fired` once its watch resolved), and the session's

@@ -268,9 +268,16 @@ pub async fn mixed_recipes_and_layouts_refused(h: &dyn Harness) {
 
 /// Clients of different recipes and layouts racing on one path: never two holders (each side lists after its own
 /// create, so at least one of two racing contenders sees the other and refuses); no node left behind.
+///
+/// Someone must hold, or the test proves nothing. Refused clients that retried in step could all keep refusing each
+/// other: on a loaded machine (scripts/test's, with the model checker beside it), where a node lives for two slow
+/// round trips, every one of the 48 attempts met another client's node (found in the sixteenth session). A refused
+/// client waits a time of its own before it tries again, and goes on past its 12 rounds, up to a bound, while nobody
+/// has held yet.
 pub async fn mixed_recipes_racing_never_hold_together(h: &dyn Harness) {
     let path = h.path("mixed-race");
     let occ = Occupancy::new();
+    let anyone_held = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut set = JoinSet::new();
     let kinds: [(Recipe, Layout); 4] = [
         (Recipe::Exclusive, Layout::Native),
@@ -284,11 +291,16 @@ pub async fn mixed_recipes_racing_never_hold_together(h: &dyn Harness) {
         let locks = locks_with(&c.locks, layout);
         let lock: Arc<dyn Lock> = locks.lock(&path, recipe).unwrap();
         let occ = occ.clone();
+        let anyone_held = anyone_held.clone();
         let patience = h.patience();
         set.spawn(async move {
             let mut held = 0u32;
-            for round in 0..12 {
-                if (round + i) % 3 == 0 {
+            // Bounded: 12 rounds, then up to 200 more while nobody has held.
+            for round in 0..212u64 {
+                if round >= 12 && anyone_held.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                if (round as usize + i) % 3 == 0 {
                     tokio::task::yield_now().await;
                 }
                 match lock.acquire_timeout(patience).await {
@@ -298,9 +310,15 @@ pub async fn mixed_recipes_racing_never_hold_together(h: &dyn Harness) {
                         occ.exit_exclusive();
                         g.release().await.unwrap();
                         held += 1;
+                        anyone_held.store(true, std::sync::atomic::Ordering::Relaxed);
                     }
                     Ok(None) => panic!("timed out"),
-                    Err(Error::ForeignLock { .. }) => tokio::time::sleep(Duration::from_millis(2)).await,
+                    // A pause of this client's own (2 to 12 ms, by client and round), so that refused clients do not
+                    // retry in step.
+                    Err(Error::ForeignLock { .. }) => {
+                        let pause = 2 + (i as u64 * 7 + round * 13) % 11;
+                        tokio::time::sleep(Duration::from_millis(pause)).await
+                    }
                     Err(e) => panic!("{recipe} {layout}: {e}"),
                 }
             }

@@ -14,6 +14,7 @@ mod cleanup;
 mod exclusive;
 mod handoff;
 mod held;
+mod lease;
 mod peer_semaphore;
 mod permits;
 mod queue;
@@ -30,11 +31,10 @@ use futures::future::Either;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{Backend, BackendExt};
+use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::metrics::{Count, Counters};
-use crate::mutants::{is_active, Mutant};
 use crate::path::LockPath;
 use crate::patience::Patience;
 use crate::protocol::PeerSemaphore;
@@ -241,68 +241,6 @@ async fn acquire_on(
 }
 
 impl<'a> Attempt<'a> {
-    /// Makes sure the guard about to be handed out is valid. A claim made on a watch event or a listing may come
-    /// long after the session last had evidence from the server: its own requests in flight (a release of another
-    /// task of this session, say) hold back the heartbeats' evidence, and a stalled connection delivers old events
-    /// late. Then `sync`s on the session make the lease current (or find the session over), so that an acquire never
-    /// returns a guard that is not valid. On ZooKeeper an answered `sync` moves the lease only to evidence a quarter
-    /// of the timeout older (docs/algorithm.md, "The lease's bound"), so right after an outage a few syncs, an eighth
-    /// of the timeout apart, may be needed: it keeps trying while the session lives, within the deadline.
-    ///
-    /// Not an `async fn`: the lease is almost always valid at once, and only the wait for one (rare: after an outage,
-    /// or a stalled connection) is boxed, so that every acquire's future, a waiter's included, keeps no room for it.
-    fn confirm_lease<'s>(&'s self, held: &'s HeldNode) -> impl Future<Output = Step<()>> + Send + 's {
-        let now = if is_active(Mutant::NoLeaseConfirm) {
-            Some(Ok(()))
-        } else {
-            match held.valid_until().map(|until| Instant::now() < until) {
-                None => Some(Err(Stop::Fail(Error::SessionExpired))),
-                Some(true) => Some(Ok(())),
-                Some(false) => None,
-            }
-        };
-        match now {
-            Some(now) => Either::Left(std::future::ready(now)),
-            None => Either::Right(Box::pin(self.lease_confirmed(held))),
-        }
-    }
-
-    /// The rest of [`confirm_lease`](Self::confirm_lease), when the lease was not valid at once: `sync`s until it is.
-    async fn lease_confirmed(&self, held: &HeldNode) -> Step<()> {
-        let valid = || held.valid_until().map(|until| Instant::now() < until);
-        // Bounded: 64 turns an eighth of the timeout apart are eight session timeouts, far past any lease's renewal.
-        for _ in 0..64 {
-            match valid() {
-                None => return Err(Stop::Fail(Error::SessionExpired)),
-                Some(true) => return Ok(()),
-                Some(false) => {}
-            }
-            let on = self.backend().on(held.session);
-            match self.call(on.sync(self.path.as_str())).await {
-                Ok(()) => {}
-                Err(Stop::Fail(Error::ConnectionLoss)) => {
-                    self.reconnected(held.session).await?;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            }
-            if valid() == Some(false) {
-                let pause = self.backend().lease().session_timeout / 8;
-                self.call(async {
-                    tokio::time::sleep(pause).await;
-                    Ok(())
-                })
-                .await?;
-            }
-        }
-        match valid() {
-            Some(true) => Ok(()),
-            // A live session whose syncs never earned a lease: no evidence the lock is ours.
-            Some(false) => Err(Stop::Fail(Error::ConnectionLoss)),
-            None => Err(Stop::Fail(Error::SessionExpired)),
-        }
-    }
-
     /// The attempt, to its end: holding, gave up with nothing left behind, or failed.
     async fn run(&mut self, procedure: Option<&mut dyn Procedure>) -> Result<Option<HeldNode>> {
         let outcome = match procedure {

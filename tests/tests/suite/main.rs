@@ -10,6 +10,7 @@ mod etcd_backend;
 mod etcd_nesting;
 mod etcd_secure;
 mod fencing_postgres;
+mod history;
 mod interop;
 mod interop_etcd;
 mod interop_etcd_elect;

@@ -261,6 +261,30 @@ pub fn switched() -> Vec<(Vec<Mutant>, Config)> {
             vec![Mutant::AlwaysMark, Mutant::MarkWhenHeld],
             marking("marking-when-held"),
         ),
+        // Tasks sharing a session, every hold marking: a holder handed the lock within the process marks too, and
+        // passes the mark on (decision 75; found by review, helper-69: no configuration had a handed holder mark).
+        (
+            vec![Mutant::AlwaysMark],
+            Config::new(
+                "marking-one-session",
+                vec![
+                    Program::Tasks(vec![plain(Recipe::Fair), plain(Recipe::Fair)]),
+                    plain(Recipe::Fair),
+                ],
+            )
+            .with_faults(2, ALL_FAULTS),
+        ),
+        (
+            vec![Mutant::AlwaysMark],
+            Config::new(
+                "marking-one-session-read-write",
+                vec![
+                    Program::Tasks(vec![plain(Recipe::Write), plain(Recipe::Read), Program::Downgrade]),
+                    plain(Recipe::Write),
+                ],
+            )
+            .with_faults(2, ALL_FAULTS),
+        ),
     ]
 }
 

@@ -146,12 +146,14 @@ pub(crate) async fn delete_node_handing_over(
     ctx: &Ctx,
     node: &str,
     id: Identity,
-    waiters: Vec<oneshot::Sender<()>>,
+    waiters: Vec<oneshot::Sender<bool>>,
     lost_reply: bool,
 ) -> Result<Deleted> {
     // A shared name is never handed over (its protocol does not hand over): its delete must stay the checked one of
     // `delete_node`, never `delete_sent`'s by name (review, helper-53).
     if waiters.is_empty() || id.fixed || lost_reply {
+        // Told now that there is no handoff: a waiter that saw our delete first waits for this word (`wait_on_blocker`).
+        drop(waiters);
         return delete_node_after(ctx, node, id, lost_reply).await;
     }
     let status = ctx.backend.session_status();
@@ -160,8 +162,11 @@ pub(crate) async fn delete_node_handing_over(
         drop(waiters);
         return delete_node(ctx, node, id).await;
     };
+    // Whether our release would mark (after a long listing, or passing a mark on): the waiter we hand over to may then
+    // pass the mark on, though our plain delete here writes none (decision 0075).
+    let marking = id.marks.is_some();
     for w in waiters {
-        let _ = w.send(());
+        let _ = w.send(marking);
     }
     match reply.await {
         Ok(()) => Ok(Deleted::Ours),

@@ -17,8 +17,9 @@ use tokio::sync::oneshot;
 
 use crate::backend::SessionId;
 
-/// The waiters on one blocker: a registration id and where to tell it.
-type Waiters = Vec<(u64, oneshot::Sender<()>)>;
+/// The waiters on one blocker: a registration id and where to tell it (whether the holder's release marks: see
+/// [`Waiting::handed`]).
+type Waiters = Vec<(u64, oneshot::Sender<bool>)>;
 
 /// The tasks of this process waiting in line, by session and blocker node.
 #[derive(Debug, Default)]
@@ -58,7 +59,7 @@ impl Handoffs {
     }
 
     /// Takes every waiter in line on `node` of `session`.
-    pub fn take(&self, session: SessionId, node: &str) -> Vec<oneshot::Sender<()>> {
+    pub fn take(&self, session: SessionId, node: &str) -> Vec<oneshot::Sender<bool>> {
         let mut waiting = self.waiting.lock();
         let Some(of_session) = waiting.get_mut(&session) else {
             return Vec::new();
@@ -75,13 +76,26 @@ impl Handoffs {
 }
 
 /// A waiter's registration: `handed` resolves `Ok` when the blocker's holder released it to us, `Err` when the
-/// holder took us but could not hand over (then the watch tells).
+/// holder took us but could not hand over (then the watch tells). `Ok(true)` when the holder's release marks its node
+/// `first` (a chain of marks runs through it: the waiter passes the mark on, decision 0075).
 pub(crate) struct Waiting<'a> {
     board: &'a Handoffs,
     session: SessionId,
     blocker: Arc<str>,
     id: u64,
-    pub handed: oneshot::Receiver<()>,
+    pub handed: oneshot::Receiver<bool>,
+}
+
+impl Waiting<'_> {
+    /// Whether a releasing holder took this registration (to hand over, or to say it could not): it is no longer on
+    /// the board, and `handed` resolves in the holder's same poll.
+    pub fn taken(&self) -> bool {
+        let waiting = self.board.waiting.lock();
+        !waiting
+            .get(&self.session)
+            .and_then(|w| w.get(&*self.blocker))
+            .is_some_and(|ws| ws.iter().any(|(id, _)| *id == self.id))
+    }
 }
 
 impl Drop for Waiting<'_> {
@@ -114,13 +128,15 @@ mod tests {
         let mut w = h.wait(s, &a);
         let other = h.wait(8, &a);
         assert!(h.take(s, "/p/b").is_empty());
+        assert!(!w.taken() && !other.taken());
         let taken = h.take(s, "/p/a");
         assert_eq!(taken.len(), 1);
+        assert!(w.taken() && !other.taken(), "only the taken session's waiter");
         assert!(h.take(s, "/p/a").is_empty());
         for tx in taken {
-            tx.send(()).unwrap();
+            tx.send(true).unwrap();
         }
-        assert!(w.handed.try_recv().is_ok());
+        assert_eq!(w.handed.try_recv(), Ok(true));
         drop(w);
         drop(other);
         assert!(h.waiting.lock().is_empty());

@@ -135,10 +135,12 @@ impl Attempt<'_> {
                 let (passes_mark_on, on) = self.in_line_on(wait);
                 match self.wait_in_line(q.name(), &q.id, &mut own, &on).await? {
                     InLine::Acquired => {
-                        // Held through the blocker's mark (a change of its data), not through a handoff within the
-                        // process, which would start a chain of marks in a short queue: the mark is passed on
-                        // (decision 0073).
-                        let through_mark = !self.handed.load(Ordering::Relaxed);
+                        // Held through the blocker's mark (a change of its data), or handed over within the process by
+                        // a holder whose release marks: the mark is passed on (decisions 0073, 0075). Not after a
+                        // handoff from a holder that does not mark, which would start a chain of marks in a short
+                        // queue.
+                        let through_mark =
+                            !self.handed.load(Ordering::Relaxed) || self.handed_marking.load(Ordering::Relaxed);
                         let mark = mark || (through_mark && self.marks_in_release() && passes_mark_on);
                         return Ok(Some(self.won(q, mark, own)));
                     }

@@ -245,7 +245,7 @@ impl Attempt<'_> {
                     return own_event(r);
                 },
                 r = &mut waiting.handed, if handing => match r {
-                    Ok(()) if !is_active(Mutant::NoHandoff) => Woke::Handed,
+                    Ok(marking) if !is_active(Mutant::NoHandoff) => Woke::Handed(marking),
                     // The holder could not hand over: its deletion shows on the watch.
                     _ => {
                         handing = false;
@@ -261,13 +261,25 @@ impl Attempt<'_> {
                 () = session::over(&mut rx, b.pinned) => return Err(Stop::Fail(Error::SessionExpired)),
                 () = self.deadline_passed() => return Err(Stop::Deadline),
             };
+            // The blocker's deletion came first, but its holder, a task of this process, took our registration to
+            // hand over: it sent its delete and tells us in the same poll, which another worker thread may not have
+            // reached yet. Its word follows at once (sent, or dropped when it could not hand over); heeding the
+            // deletion alone would list again, and break a chain of marks (decision 0075).
+            let woke = match woke {
+                Woke::Deleted if handing && waiting.taken() => match (&mut waiting.handed).await {
+                    Ok(marking) if !is_active(Mutant::NoHandoff) => Woke::Handed(marking),
+                    _ => Woke::Deleted,
+                },
+                woke => woke,
+            };
             match woke {
-                Woke::Handed => {
+                Woke::Handed(marking) => {
                     // The blocker held the lock, so nothing was ahead of it, and its delete is sent.
                     let next = blocker_gone(true, w).await;
                     if matches!(next, Ok(InLine::Acquired)) {
                         // Counted once the acquire hands the guard out (its lease confirmed).
                         self.handed.store(true, Ordering::Relaxed);
+                        self.handed_marking.store(marking, Ordering::Relaxed);
                     }
                     return next;
                 }
@@ -305,8 +317,8 @@ impl Attempt<'_> {
 
 /// What woke a wait on its blocker (see `wait_on_blocker`).
 enum Woke {
-    /// The blocker's holder, a task of this process, handed the lock over.
-    Handed,
+    /// The blocker's holder, a task of this process, handed the lock over; whether its release marks.
+    Handed(bool),
     /// The blocker was deleted.
     Deleted,
     /// The blocker's data changed.

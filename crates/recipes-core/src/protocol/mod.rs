@@ -106,8 +106,9 @@ pub trait Protocol: Send + Sync + fmt::Debug {
     /// behind ours, which listed after ours was made, then likely saw more ahead of ours too: without the mark, it
     /// would list the whole queue again (decision 0073). Only a node whose waiters wait in line; never when the
     /// blocker was first, as it always is for two clients taking turns (such a node may still mark after a long
-    /// listing: `marks_when_held`). The driver asks only after a wait that did not end in a handoff within the
-    /// process.
+    /// listing: `marks_when_held`). The driver asks after a wait that ended on the blocker's mark, or in a handoff
+    /// within the process from a holder whose release marks (decision 0075); not after a handoff from one that does
+    /// not.
     fn passes_mark_on(&self, wait: &Wait) -> bool {
         let _ = wait;
         false

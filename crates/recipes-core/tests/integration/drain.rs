@@ -22,10 +22,21 @@ async fn queue_behind(
     path: &str,
     waiters: usize,
 ) -> (recipes_core::LockGuard, JoinSet<()>) {
+    queue_behind_on(cluster, sessions, path, waiters, |i| i % sessions.len()).await
+}
+
+/// As [`queue_behind`], waiter `i` on the session `session_of(i)`.
+async fn queue_behind_on(
+    cluster: &MemCluster,
+    sessions: &[Locks],
+    path: &str,
+    waiters: usize,
+    session_of: impl Fn(usize) -> usize,
+) -> (recipes_core::LockGuard, JoinSet<()>) {
     let holder = sessions[0].fair(path).unwrap().acquire().await.unwrap();
     let mut queued = JoinSet::new();
     for i in 0..waiters {
-        let lock = sessions[i % sessions.len()].fair(path).unwrap();
+        let lock = sessions[session_of(i) % sessions.len()].fair(path).unwrap();
         queued.spawn(async move { lock.acquire().await.unwrap().release().await.unwrap() });
         for _ in 0..1000 {
             if cluster.children(path).len() == i + 2 {
@@ -71,10 +82,56 @@ async fn a_drain_lists_the_whole_queue_once() {
     assert!(cluster.children(path).is_empty());
 }
 
+/// Decision 0075: as above, but waiters side by side in the queue share a session, two by two, so that every other
+/// handoff is a same-session pass within the process. A waiter handed the lock so by a holder whose release marks
+/// passes the mark on, as one woken by the mark does: 298 names listed in all. When such a handoff broke the chain of
+/// marks (decision 0073 alone), the waiter behind a pass listed the rest of the queue: 8,308 names. Found in the
+/// seventeenth session, once `recipes-bench mem-drain` waited for a settled queue: 3,000 waiters on 8 sessions then
+/// listed 66,000 to 150,000 names in a drain.
+#[tokio::test(start_paused = true)]
+async fn a_drain_through_same_session_passes_lists_the_whole_queue_once() {
+    const WAITERS: usize = 300;
+    let path = "/drain/pairs";
+    let cluster = MemCluster::new();
+    let sessions: Vec<Locks> = (0..4).map(|_| Locks::new(cluster.client())).collect();
+    let (holder, queued) = queue_behind_on(&cluster, &sessions, path, WAITERS, |i| i / 2).await;
+    let before = cluster.listed_names();
+    drain(holder, queued).await;
+    let listed = cluster.listed_names() - before;
+    assert!(listed <= 2 * WAITERS as u64, "the drain listed {listed} names");
+    assert!(cluster.children(path).is_empty());
+}
+
+/// Decision 0075: as above, on a runtime of two worker threads, where the deletion of a blocker released by a task of
+/// the same session can reach its waiter before the holder's word that it hands over: the holder sends its delete, then
+/// tells its waiters, while the waiter runs on the other thread. Here every delete sent for a handoff keeps its thread
+/// 5 ms before the holder goes on (`SlowGet::slow_sends`), so the waiter always sees the deletion first. It waits for
+/// the word when the holder took its registration: 98 names listed. When it heeded the deletion alone, it listed the
+/// rest of the queue after every pass: 2,819 names (and `recipes-bench mem-drain`, 3,000 waiters on 8 sessions,
+/// listed 20,000 to 235,000 names in a drain, where the race was left to chance).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_sees_the_deletion_before_the_handoff_waits_for_it() {
+    use crate::support::SlowGet;
+    const WAITERS: usize = 100;
+    let path = "/drain/pairs-threads";
+    let cluster = MemCluster::new();
+    let backends: Vec<Arc<SlowGet>> = (0..4).map(|_| Arc::new(SlowGet::new(cluster.client()))).collect();
+    let sessions: Vec<Locks> = backends.iter().map(|b| Locks::new(b.clone())).collect();
+    let (holder, queued) = queue_behind_on(&cluster, &sessions, path, WAITERS, |i| i / 2).await;
+    for b in &backends {
+        b.slow_sends.store(true, Ordering::SeqCst);
+    }
+    let before = cluster.listed_names();
+    drain(holder, queued).await;
+    let listed = cluster.listed_names() - before;
+    assert!(listed <= 2 * WAITERS as u64, "the drain listed {listed} names");
+    assert!(cluster.children(path).is_empty());
+}
+
 /// Decision 0073: a chain of marks starts only after a long listing (or a revocation). Eight tasks on two sessions take turns on a short
 /// queue, so that a waiter is often handed the lock by a task of its own session while something was ahead of its
-/// blocker: such a handoff does not pass a mark on (found by review, helper-64: it started a chain of marks in a short
-/// queue, and every release after it became the mark's transaction). No release marks.
+/// blocker: a handoff from a holder that does not mark passes no mark on (found by review, helper-64: it started a
+/// chain of marks in a short queue, and every release after it became the mark's transaction). No release marks.
 #[tokio::test(start_paused = true)]
 async fn tasks_sharing_sessions_in_a_short_queue_never_mark() {
     use crate::support::SlowGet;

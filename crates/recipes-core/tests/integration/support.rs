@@ -42,6 +42,9 @@ pub struct SlowGet {
     pub lost_deletes: Arc<AtomicU32>,
     pub orphan_deletes: Arc<AtomicU32>,
     pub marks: Arc<AtomicU32>,
+    /// A delete sent now (`SendNow`) blocks its thread for 5 ms before returning, while this is set: on a runtime of
+    /// several threads, the deleted node's watchers run on another and see its deletion before the sender goes on.
+    pub slow_sends: Arc<AtomicBool>,
 }
 
 impl SlowGet {
@@ -55,6 +58,7 @@ impl SlowGet {
             lost_deletes: Arc::default(),
             orphan_deletes: Arc::default(),
             marks: Arc::default(),
+            slow_sends: Arc::default(),
         }
     }
 
@@ -118,6 +122,23 @@ impl Transactions for SlowGet {
     }
 }
 
+impl SendNow for SlowGet {
+    fn delete_sent(&self, s: SessionId, p: &str) -> Option<ReplyFuture> {
+        let sent = self
+            .inner
+            .send_now()
+            .expect("offered only when the inner backend has it")
+            .delete_sent(s, p);
+        if self.slow_sends.load(Ordering::SeqCst) {
+            // The woken watcher sits in this worker's LIFO slot, which other workers cannot steal from: a task spawned
+            // now takes the slot and moves it to the queue they steal from.
+            drop(tokio::spawn(async {}));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        sent
+    }
+}
+
 impl SlowGet {
     fn inner_transactions(&self) -> &dyn Transactions {
         self.inner
@@ -178,7 +199,7 @@ impl Backend for SlowGet {
         self.inner.creation_checks().map(|_| self as &dyn CreationChecks)
     }
     fn send_now(&self) -> Option<&dyn SendNow> {
-        self.inner.send_now()
+        self.inner.send_now().map(|_| self as &dyn SendNow)
     }
     fn session(&self) -> watch::Receiver<SessionStatus> {
         self.inner.session()

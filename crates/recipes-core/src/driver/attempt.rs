@@ -58,8 +58,6 @@ pub(crate) struct Attempt<'a> {
     pub started: Instant,
     /// Whether the lock came by a same-session handoff (counted once the guard is handed out).
     pub handed: AtomicBool,
-    /// Whether that handoff came from a holder whose release marks (a chain of marks runs through it: decision 0075).
-    pub handed_marking: AtomicBool,
     /// The path the hold, and its refusals, are known by when our node is made under another path (a
     /// [`Procedure`](super::Procedure)'s resource); `None`: `path`.
     pub held_as: Option<LockPath>,
@@ -105,7 +103,6 @@ impl<'a> Attempt<'a> {
             tags,
             started: Instant::now(),
             handed: AtomicBool::new(false),
-            handed_marking: AtomicBool::new(false),
             held_as: None,
             candidate: "",
             turn: None,

@@ -152,7 +152,8 @@ pub(crate) async fn delete_node_handing_over(
     // A shared name is never handed over (its protocol does not hand over): its delete must stay the checked one of
     // `delete_node`, never `delete_sent`'s by name (review, helper-53).
     if waiters.is_empty() || id.fixed || lost_reply {
-        // Told now that there is no handoff: a waiter that saw our delete first waits for this word (`wait_on_blocker`).
+        // Told now that there is no handoff: a waiter that saw our delete first waits for this word
+        // (`wait_on_blocker`).
         drop(waiters);
         return delete_node_after(ctx, node, id, lost_reply).await;
     }

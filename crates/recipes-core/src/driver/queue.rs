@@ -134,13 +134,19 @@ impl Attempt<'_> {
                 // wait keeps only what it needs of the verdict: the blocker's path and two flags.
                 let (passes_mark_on, on) = self.in_line_on(wait);
                 match self.wait_in_line(q.name(), &q.id, &mut own, &on).await? {
-                    InLine::Acquired => {
+                    held @ (InLine::Acquired | InLine::Handed { .. }) => {
                         // Held through the blocker's mark (a change of its data), or handed over within the process by
                         // a holder whose release marks: the mark is passed on (decisions 0073, 0075). Not after a
                         // handoff from a holder that does not mark, which would start a chain of marks in a short
                         // queue.
-                        let through_mark =
-                            !self.handed.load(Ordering::Relaxed) || self.handed_marking.load(Ordering::Relaxed);
+                        let through_mark = match held {
+                            InLine::Handed { marking } => {
+                                // Counted once the acquire hands the guard out (its lease confirmed).
+                                self.handed.store(true, Ordering::Relaxed);
+                                marking
+                            }
+                            _ => true,
+                        };
                         let mark = mark || (through_mark && self.marks_in_release() && passes_mark_on);
                         return Ok(Some(self.won(q, mark, own)));
                     }

@@ -1,6 +1,5 @@
 //! Waiting for a deletion: the blocker ahead of us, or the exclusive node.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Poll;
 
@@ -28,6 +27,9 @@ pub(crate) struct InLineOn {
 pub(crate) enum InLine {
     /// Every blocker ahead has gone: we hold the lock.
     Acquired,
+    /// The blocker's holder, a task of this process on our session, handed the lock to us as it released; `marking`:
+    /// its release would have marked its node `first` (decision 0075).
+    Handed { marking: bool },
     /// Our own node was deleted (by someone else).
     Missing,
     /// Look at the queue again.
@@ -132,12 +134,12 @@ impl Attempt<'_> {
     ///   costs no new registration and no request to remove the old one). ZooKeeper delivers one session's watch
     ///   events in the order of the changes, and the own-node watch is polled first, so if our node was deleted (by
     ///   someone else) before the blocker went, we never claim the lock.
-    /// - `own` keeps the watch on our node when the wait ends in `Acquired` (the hold keeps it until its end) or in
-    ///   `Relist`, unless it fired or was armed on a node of our name whose data is not ours (`attempt`). It is a
-    ///   watch on our node's data and deletion, with no hidden re-arm: a change of a waiting node's data (which this
-    ///   library never writes, and the contract of `info.rs` forbids others to write) fires it, and the waiter lists
-    ///   again, to be safe. That is a defence of our own node only: a blocker whose data someone else writes breaks
-    ///   the contract the blocker's rule above relies on (a change means it held). A deletion-only watch that
+    /// - `own` keeps the watch on our node when the wait ends in `Acquired` or `Handed` (the hold keeps it until its
+    ///   end) or in `Relist`, unless it fired or was armed on a node of our name whose data is not ours (`attempt`). It
+    ///   is a watch on our node's data and deletion, with no hidden re-arm: a change of a waiting node's data (which
+    ///   this library never writes, and the contract of `info.rs` forbids others to write) fires it, and the waiter
+    ///   lists again, to be safe. That is a defence of our own node only: a blocker whose data someone else writes
+    ///   breaks the contract the blocker's rule above relies on (a change means it held). A deletion-only watch that
     ///   re-arms itself on a data change, when polled, could sit unpolled through a relist, then answer `Pending`
     ///   with its re-arm only just sent (found by review).
     /// - `Relist` hands back to the listing path.
@@ -219,7 +221,7 @@ impl Attempt<'_> {
             }
             None => blocker_gone(line.first, watches).await,
         };
-        if is_ours && !fired && matches!(out, Ok(InLine::Acquired | InLine::Relist)) {
+        if is_ours && !fired && matches!(out, Ok(InLine::Acquired | InLine::Handed { .. } | InLine::Relist)) {
             *own = Some(watch_own);
         }
         out
@@ -275,13 +277,10 @@ impl Attempt<'_> {
             match woke {
                 Woke::Handed(marking) => {
                     // The blocker held the lock, so nothing was ahead of it, and its delete is sent.
-                    let next = blocker_gone(true, w).await;
-                    if matches!(next, Ok(InLine::Acquired)) {
-                        // Counted once the acquire hands the guard out (its lease confirmed).
-                        self.handed.store(true, Ordering::Relaxed);
-                        self.handed_marking.store(marking, Ordering::Relaxed);
-                    }
-                    return next;
+                    return match blocker_gone(true, w).await {
+                        Ok(InLine::Acquired) => Ok(InLine::Handed { marking }),
+                        next => next,
+                    };
                 }
                 Woke::Deleted => {
                     self.count(Count::Wakeup);

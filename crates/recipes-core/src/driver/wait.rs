@@ -266,11 +266,18 @@ impl Attempt<'_> {
             // The blocker's deletion came first, but its holder, a task of this process, took our registration to
             // hand over: it sent its delete and tells us in the same poll, which another worker thread may not have
             // reached yet. Its word follows at once (sent, or dropped when it could not hand over); heeding the
-            // deletion alone would list again, and break a chain of marks (decision 0075).
+            // deletion alone would list again, and break a chain of marks (decision 0075). The deadline and the
+            // session's end still count (found by review, helper-71: an await added between the holder's take and
+            // its word would otherwise keep us past them).
             let woke = match woke {
-                Woke::Deleted if handing && waiting.taken() => match (&mut waiting.handed).await {
-                    Ok(marking) if !is_active(Mutant::NoHandoff) => Woke::Handed(marking),
-                    _ => Woke::Deleted,
+                Woke::Deleted if handing && waiting.taken() => tokio::select! {
+                    biased;
+                    r = &mut waiting.handed => match r {
+                        Ok(marking) if !is_active(Mutant::NoHandoff) => Woke::Handed(marking),
+                        _ => Woke::Deleted,
+                    },
+                    () = session::over(&mut rx, b.pinned) => return Err(Stop::Fail(Error::SessionExpired)),
+                    () = self.deadline_passed() => return Err(Stop::Deadline),
                 },
                 woke => woke,
             };

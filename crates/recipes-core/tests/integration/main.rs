@@ -5,6 +5,7 @@ mod cohort;
 mod drain;
 mod given_up_release;
 mod handoff;
+mod handoff_drain;
 mod lease;
 mod metrics;
 mod multi_release;

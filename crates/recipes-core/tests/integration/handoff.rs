@@ -128,3 +128,38 @@ async fn no_handoff_across_sessions_from_readers_or_in_the_peers_layouts() {
     assert!(!existed);
     assert_eq!(handoffs, 0);
 }
+
+/// A task handed the lock holds a node like any other: an operator's deletion of that node reaches its `lost()`
+/// (asked by review, helper-71).
+#[tokio::test(start_paused = true)]
+async fn a_handed_holder_hears_of_its_nodes_deletion() {
+    let c = cluster();
+    let locks = Locks::new(c.client());
+    let path = "/handoff/resource";
+    let a = locks.fair(path).unwrap().acquire().await.unwrap();
+    let lock = locks.fair(path).unwrap();
+    let b = tokio::spawn(async move { lock.acquire().await.unwrap() });
+    tokio::time::sleep(LATENCY * 10).await;
+    let release = tokio::spawn(async move { a.release().await.unwrap() });
+    let b = b.await.unwrap();
+    release.await.unwrap();
+    assert_eq!(locks.metrics().handoffs, 1);
+    let operator = c.client();
+    let node = b.node().to_owned();
+    let delete = tokio::spawn(async move {
+        tokio::time::sleep(LATENCY * 10).await;
+        recipes_core::backend::BackendExt::current(&*operator)
+            .delete(&node)
+            .await
+            .unwrap();
+    });
+    let reason = tokio::time::timeout(Duration::from_secs(60), b.lost())
+        .await
+        .expect("lost() did not resolve within 60 s of virtual time");
+    assert_eq!(reason, recipes_core::LostReason::NodeDeleted);
+    delete.await.unwrap();
+    assert!(!b.is_valid(), "a lost lock is not valid");
+    drop(b);
+    locks.close().await;
+    assert!(c.children(path).is_empty());
+}

@@ -130,7 +130,7 @@ async fn no_handoff_across_sessions_from_readers_or_in_the_peers_layouts() {
 }
 
 /// A task handed the lock holds a node like any other: an operator's deletion of that node reaches its `lost()`
-/// (asked by review, helper-71).
+/// (asked by review, helper-71), and not before.
 #[tokio::test(start_paused = true)]
 async fn a_handed_holder_hears_of_its_nodes_deletion() {
     let c = cluster();
@@ -144,8 +144,12 @@ async fn a_handed_holder_hears_of_its_nodes_deletion() {
     let b = b.await.unwrap();
     release.await.unwrap();
     assert_eq!(locks.metrics().handoffs, 1);
+    // Valid until the operator's delete, which comes 10 round trips later: a `lost()` that resolved before it, or
+    // a guard built with a wrong node or creation id, fails here (helper-72).
+    assert!(b.is_valid(), "a handed holder's lock is valid");
     let operator = c.client();
     let node = b.node().to_owned();
+    let asked = Instant::now();
     let delete = tokio::spawn(async move {
         tokio::time::sleep(LATENCY * 10).await;
         recipes_core::backend::BackendExt::current(&*operator)
@@ -157,6 +161,11 @@ async fn a_handed_holder_hears_of_its_nodes_deletion() {
         .await
         .expect("lost() did not resolve within 60 s of virtual time");
     assert_eq!(reason, recipes_core::LostReason::NodeDeleted);
+    assert!(
+        asked.elapsed() >= LATENCY * 10,
+        "lost() resolved {:?} after it was asked, before the delete was sent",
+        asked.elapsed()
+    );
     delete.await.unwrap();
     assert!(!b.is_valid(), "a lost lock is not valid");
     drop(b);

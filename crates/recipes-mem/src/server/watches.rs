@@ -1,7 +1,7 @@
 //! The watches the sessions set on the nodes, and their firing: ZooKeeper's one-shot watches, in the order they were
 //! set.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 use recipes_core::backend::{NodeEvent, SessionId};
 use tokio::time::Instant;
@@ -39,9 +39,10 @@ pub(super) struct Watch {
 /// A path's list of watches is pruned of dropped ones once it is this long, and then each time it has doubled since.
 const PRUNE_FROM: usize = 8;
 
-/// The watches set on the nodes, by path, each path's in the order they were set.
+/// The watches set on the nodes, by path, each path's in the order they were set. Hashed by path with a fixed seed,
+/// as the tree's nodes are (see `Tree::nodes`).
 #[derive(Debug, Default)]
-pub(crate) struct Watches(BTreeMap<String, PathWatches>);
+pub(crate) struct Watches(HashMap<String, PathWatches, foldhash::fast::FixedState>);
 
 /// One path's watches, in the order they were set, and the length at which dropped ones are pruned next.
 #[derive(Debug, Default)]
@@ -93,7 +94,7 @@ impl Watches {
         self.0.values().map(|ws| ws.list.len()).sum()
     }
 
-    /// Takes out every watch of session `sid`, path by path.
+    /// Takes out every watch of session `sid`, path by path (in the table's order, the same in every run).
     pub(super) fn take_session(&mut self, sid: SessionId) -> Vec<WatchTx> {
         let mut taken = Vec::new();
         for ws in self.0.values_mut() {

@@ -2,7 +2,7 @@
 
 mod emptied;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -123,7 +123,10 @@ fn check_path(path: &str) -> Result<()> {
 /// The tree of nodes, with the transaction counter and the containers waiting to be reaped.
 #[derive(Debug)]
 pub(crate) struct Tree {
-    nodes: BTreeMap<String, Node>,
+    /// By path, hashed as ZooKeeper's `DataTree` keeps them: a lookup costs the same however many nodes there are
+    /// (a B-tree's grew with a queue's length, every key sharing the lock path; eighteenth session,
+    /// docs/performance.md). The seed is fixed, so that a run is the same every time (the model checker replays).
+    nodes: HashMap<String, Node, foldhash::fast::FixedState>,
     zxid: i64,
     /// Empty containers that once had a child, and when they became empty: ZooKeeper's reaper deletes them on a
     /// later pass, not at once.
@@ -137,7 +140,7 @@ pub(crate) struct Tree {
 impl Default for Tree {
     fn default() -> Self {
         let wall = WallClock::now();
-        let mut nodes = BTreeMap::new();
+        let mut nodes = HashMap::default();
         nodes.insert("/".to_owned(), Node::new(Vec::new(), 0, 0, false, wall.millis));
         Tree {
             nodes,
@@ -154,8 +157,11 @@ impl Tree {
         self.nodes.get(path)
     }
 
+    /// The nodes, by path in order.
     pub fn nodes(&self) -> impl Iterator<Item = (&String, &Node)> {
-        self.nodes.iter()
+        let mut all: Vec<_> = self.nodes.iter().collect();
+        all.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        all.into_iter()
     }
 
     /// Creates a node as ZooKeeper's `create` at `now` (its `ctime`).
@@ -279,7 +285,8 @@ impl Tree {
         Ok(names)
     }
 
-    /// The ephemeral nodes of `sid`.
+    /// The ephemeral nodes of `sid`, in the table's order (the same in every run, not by path): ZooKeeper's
+    /// `killSession` deletes an expired session's ephemerals in its hash set's order too.
     pub fn ephemerals_of(&self, sid: SessionId) -> Vec<String> {
         self.nodes
             .iter()

@@ -39,8 +39,8 @@ pub(super) struct Watch {
 /// A path's list of watches is pruned of dropped ones once it is this long, and then each time it has doubled since.
 const PRUNE_FROM: usize = 8;
 
-/// The watches set on the nodes, by path, each path's in the order they were set. Hashed by path with a fixed seed,
-/// as the tree's nodes are (see `Tree::nodes`).
+/// The watches set on the nodes, by path, each path's in the order they were set. Hashed by path, as the tree's nodes
+/// are (see `Tree`): what leaves the table in several paths' watches leaves it sorted by path.
 #[derive(Debug, Default)]
 pub(crate) struct Watches(HashMap<String, PathWatches, foldhash::fast::FixedState>);
 
@@ -94,15 +94,21 @@ impl Watches {
         self.0.values().map(|ws| ws.list.len()).sum()
     }
 
-    /// Takes out every watch of session `sid`, path by path (in the table's order, the same in every run).
+    /// Takes out every watch of session `sid`, path by path in order: an order that depends on the paths alone, not
+    /// on the table's history of inserts and removals, nor on the platform (found by review, helper-73: the model
+    /// checker treats events on different nodes as commuting, and replays a schedule recorded on another machine).
     pub(super) fn take_session(&mut self, sid: SessionId) -> Vec<WatchTx> {
-        let mut taken = Vec::new();
-        for ws in self.0.values_mut() {
+        let mut taken: Vec<(&String, Vec<Watch>)> = Vec::new();
+        for (path, ws) in &mut self.0 {
             let (mine, rest): (Vec<_>, Vec<_>) =
                 std::mem::take(&mut ws.list).into_iter().partition(|w| w.session == sid);
             ws.list = rest;
-            taken.extend(mine.into_iter().map(|w| w.tx));
+            if !mine.is_empty() {
+                taken.push((path, mine));
+            }
         }
+        taken.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let taken: Vec<WatchTx> = taken.into_iter().flat_map(|(_, ws)| ws).map(|w| w.tx).collect();
         self.0.retain(|_, ws| !ws.list.is_empty());
         taken
     }

@@ -125,7 +125,8 @@ fn check_path(path: &str) -> Result<()> {
 pub(crate) struct Tree {
     /// By path, hashed as ZooKeeper's `DataTree` keeps them: a lookup costs the same however many nodes there are
     /// (a B-tree's grew with a queue's length, every key sharing the lock path; eighteenth session,
-    /// docs/performance.md). The seed is fixed, so that a run is the same every time (the model checker replays).
+    /// docs/performance.md). The table's order is never seen: what leaves it several at a time leaves it sorted
+    /// (`nodes`, `ephemerals_of`), so that it depends on the paths alone (the model checker replays schedules).
     nodes: HashMap<String, Node, foldhash::fast::FixedState>,
     zxid: i64,
     /// Empty containers that once had a child, and when they became empty: ZooKeeper's reaper deletes them on a
@@ -285,14 +286,17 @@ impl Tree {
         Ok(names)
     }
 
-    /// The ephemeral nodes of `sid`, in the table's order (the same in every run, not by path): ZooKeeper's
-    /// `killSession` deletes an expired session's ephemerals in its hash set's order too.
+    /// The ephemeral nodes of `sid`, by path in order: an expiry deletes them (and fires other sessions' watches) in
+    /// an order of the paths alone, not of the table's history or the platform (found by review, helper-73: the
+    /// model checker treats events on different nodes as commuting, and replays schedules recorded elsewhere).
+    /// ZooKeeper's own order is its hash set's; no recipe may rely on either.
     pub fn ephemerals_of(&self, sid: SessionId) -> Vec<String> {
-        self.nodes
-            .iter()
+        let mut paths: Vec<String> = (self.nodes.iter())
             .filter(|(_, n)| n.ephemeral_owner == sid)
             .map(|(p, _)| p.clone())
-            .collect()
+            .collect();
+        paths.sort_unstable();
+        paths
     }
 
     /// Deletes the containers that have been empty for at least `delay` (ZooKeeper's container reaper); returns

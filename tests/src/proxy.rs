@@ -33,6 +33,9 @@ struct Ctl {
     blackhole_until: Mutex<Option<Instant>>,
     generation: watch::Sender<u64>,
     cuts: AtomicU32,
+    /// How many of the first replies (frames, or raw: chunks) of each connection wait, and how long each waits
+    /// before it passes: a server slow to take a new client (its handshake, its authentication), still healthy.
+    slow_start: Mutex<(u32, Duration)>,
     /// Bytes passed as they come (any protocol: etcd's gRPC), not ZooKeeper's frames; no reply can be lost.
     raw: bool,
 }
@@ -69,6 +72,7 @@ impl Proxy {
             blackhole_until: Mutex::new(None),
             generation,
             cuts: AtomicU32::new(0),
+            slow_start: Mutex::new((0, Duration::ZERO)),
             raw,
         });
         let c = ctl.clone();
@@ -117,6 +121,12 @@ impl Proxy {
     /// a connection that stayed quiet survives.
     pub fn blackhole_for(&self, d: Duration) {
         *self.ctl.blackhole_until.lock().unwrap() = Some(Instant::now() + d);
+    }
+
+    /// Slows the start of every connection from now on: each of its first `n` replies waits `d` before it passes, one
+    /// after the other (a server that takes a new client slowly, then answers at once). `n = 0` ends it.
+    pub fn slow_first_replies(&self, n: u32, d: Duration) {
+        *self.ctl.slow_start.lock().unwrap() = (n, d);
     }
 
     /// How many cuts were made by `cut_for` and `cut_now`.
@@ -249,6 +259,7 @@ async fn pump_requests(ctl: Arc<Ctl>, mut from: OwnedReadHalf, mut to: OwnedWrit
 
 async fn pump_replies(ctl: Arc<Ctl>, mut from: OwnedReadHalf, mut to: OwnedWriteHalf, doomed: Arc<AtomicI64>) {
     let mut first = true;
+    let mut passed = 0u32;
     while let Some(frame) = read_unit(ctl.raw, &mut from).await {
         if ctl.swallowed_by_blackhole().await {
             return;
@@ -273,6 +284,11 @@ async fn pump_replies(ctl: Arc<Ctl>, mut from: OwnedReadHalf, mut to: OwnedWrite
             }
         }
         first = false;
+        let (slow, delay) = *ctl.slow_start.lock().unwrap();
+        if passed < slow {
+            tokio::time::sleep(delay).await;
+        }
+        passed = passed.saturating_add(1);
         if to.write_all(&frame).await.is_err() {
             return;
         }

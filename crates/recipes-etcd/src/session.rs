@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use crate::sender::Sender;
 use crate::EtcdOptions;
 
+mod connect;
 mod lease;
 use lease::{grant, keep_alive, revoke, Grant};
 
@@ -76,43 +77,15 @@ async fn start_here(options: EtcdOptions, runtime: tokio::runtime::Handle) -> Re
         servers: servers.clone(),
         why,
     };
-    // With a user, the connect authenticates (a request to a member); without, it only sets the channel up. An
-    // authentication that was never sent (a member down), or that etcd could not answer (an election), is asked again
-    // within the connect timeout, as the grant is (found by review: with a user, half the connects with one endpoint
-    // of two down failed at once).
-    // An attempt can also hang on a member that takes the connection and never answers (a process that stopped, a
-    // port taken by another program): it has half of what is left (at least a second), so that the next attempt,
-    // which may reach another member, still fits in the connect timeout (found on a slow machine: one connect in
-    // two with one of two endpoints dead failed, its only attempt stuck there).
     let deadline = Instant::now() + options.connect_timeout;
-    let client = loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let attempt = (left / 2).max(Duration::from_secs(1)).min(left);
-        let e = match tokio::time::timeout(attempt, Client::connect(urls.clone(), Some(connect.clone()))).await {
-            Err(_) if attempt < left => continue,
-            Err(_) => {
-                return Err(unreachable(format!(
-                    "no member answered within {:?}",
-                    options.connect_timeout
-                )))
-            }
-            Ok(Ok(c)) => break c,
-            Ok(Err(e)) => e,
-        };
-        if options.has_user() && crate::ops::refused_credentials(&e) {
-            return Err(Error::AuthenticationFailed {
-                servers: servers.clone(),
-                why: crate::ops::message(&e),
-            });
-        }
-        let (never_sent, why) = (crate::ops::never_sent(&e), crate::ops::message(&e));
-        let pause = Duration::from_millis(if never_sent { 20 } else { 100 });
-        let again = never_sent || matches!(crate::ops::error(e), Error::ConnectionLoss);
-        if !again || Instant::now() + pause >= deadline {
-            return Err(unreachable(why));
-        }
-        tokio::time::sleep(pause).await;
-    };
+    let client = connect::client(
+        &urls,
+        &connect,
+        options.has_user(),
+        (deadline, options.connect_timeout),
+        &unreachable,
+    )
+    .await?;
     let ttl = options.ttl();
     // The grant and the session key within what is left of the connect timeout (found by review: each had a
     // timeout of its own, so a connect could take two or three times it).

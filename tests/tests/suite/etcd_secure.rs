@@ -291,3 +291,49 @@ async fn a_password_changed_under_a_holder_ends_its_session() {
     }
     app.close().await;
 }
+
+/// Found by review (helper-68): with a user, a connect gave each attempt half of what was left of the connect timeout,
+/// then dropped it and began another: a member slow to take a new client (its TLS handshake and the authentication
+/// taking more than half the timeout), however healthy, was never connected to. An attempt now runs on beside the
+/// next one, and the first to answer wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_authentication_connects_within_the_timeout() {
+    let Some(etcd) = member() else { return };
+    let proxy = Proxy::start_raw(etcd.endpoint().trim_start_matches("https://").parse().unwrap())
+        .await
+        .unwrap();
+    let endpoint = format!("https://{}", proxy.addr());
+    let options = |timeout| {
+        EtcdOptions::new(&endpoint)
+            .tls(etcd.tls())
+            .user(APP.0, APP.1)
+            .connect_timeout(timeout)
+            // HTTP/2's pings (every quarter of the session timeout, answered within as long) would wait behind the
+            // slowed replies.
+            .session_timeout(Duration::from_secs(40))
+    };
+    // The first three replies of each connection (TLS's, HTTP/2's and the authentication's) wait a second each.
+    proxy.slow_first_replies(3, Duration::from_secs(1));
+    let t0 = Instant::now();
+    let b = EtcdBackend::connect(options(Duration::from_secs(60)))
+        .await
+        .expect("a slow connect, given all the time it needs");
+    let whole = t0.elapsed();
+    b.close().await;
+    assert!(
+        whole >= Duration::from_secs(3),
+        "the proxy slowed the connect: {whole:?}"
+    );
+    // A timeout half again what the connect takes: half of it is less than the authentication takes.
+    let timeout = whole * 3 / 2;
+    let t0 = Instant::now();
+    let b = EtcdBackend::connect(options(timeout))
+        .await
+        .unwrap_or_else(|e| panic!("a connect of {whole:?} within a timeout of {timeout:?}: {e}"));
+    assert!(
+        t0.elapsed() <= timeout,
+        "{:?} for a timeout of {timeout:?}",
+        t0.elapsed()
+    );
+    b.close().await;
+}

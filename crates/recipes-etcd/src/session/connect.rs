@@ -1,0 +1,82 @@
+//! The client's connect, within the connect timeout: attempts that overlap rather than replace one another.
+//!
+//! With a user, a connect authenticates (a request to a member); without, it only sets the channel up. An
+//! authentication that was never sent (a member down), or that etcd could not answer (an election), is asked again
+//! within the connect timeout, as the grant is (found by review: with a user, half the connects with one endpoint of
+//! two down failed at once).
+//!
+//! An attempt can also hang on a member that takes the connection and never answers (a process that stopped, a port
+//! taken by another program): when it has not answered within half of what is left of the timeout (at least a
+//! second), a second attempt starts beside it, which may reach another member (found on a slow machine: one connect in
+//! two with one of two endpoints dead failed, its only attempt stuck there). The first attempt is not dropped: a member
+//! that is only slow to take a new client (its TLS handshake and its authentication, on a loaded machine) still
+//! answers it, and the first attempt to answer wins (found by review, helper-68: when each attempt was dropped at its
+//! half, such a member was never connected to, however long the timeout).
+
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions};
+use futures::stream::{FuturesUnordered, StreamExt};
+use recipes_core::{Error, Result};
+use tokio::time::Instant;
+
+/// At most this many attempts at once: a later one starts when an earlier one has neither answered nor failed within
+/// its share of the timeout.
+const AT_ONCE: usize = 3;
+
+/// Connects to `urls` by `deadline`, the end of the connect timeout `within`. `unreachable` words the error when no
+/// member answered.
+pub(super) async fn client(
+    urls: &[String],
+    connect: &ConnectOptions,
+    has_user: bool,
+    (deadline, within): (Instant, Duration),
+    unreachable: impl Fn(String) -> Error,
+) -> Result<Client> {
+    let mut running = FuturesUnordered::new();
+    // When the next attempt starts: at once for the first.
+    let mut next = Some(Instant::now());
+    loop {
+        let now = Instant::now();
+        if running.len() < AT_ONCE && next.is_some_and(|at| at <= now) {
+            running.push(Client::connect(urls.to_vec(), Some(connect.clone())));
+            // Its share: half of what is left, at least a second; then the next one starts beside it.
+            let share = (deadline.saturating_duration_since(now) / 2).max(Duration::from_secs(1));
+            next = Some(now + share).filter(|&at| at < deadline);
+        }
+        let starting = next.filter(|_| running.len() < AT_ONCE);
+        tokio::select! {
+            Some(answer) = running.next() => {
+                let e = match answer {
+                    Ok(client) => return Ok(client),
+                    Err(e) => e,
+                };
+                if has_user && crate::ops::refused_credentials(&e) {
+                    return Err(Error::AuthenticationFailed {
+                        servers: urls.join(","),
+                        why: crate::ops::message(&e),
+                    });
+                }
+                let (never_sent, why) = (crate::ops::never_sent(&e), crate::ops::message(&e));
+                let again = never_sent || matches!(crate::ops::error(e), Error::ConnectionLoss);
+                if !again {
+                    return Err(unreachable(why));
+                }
+                // Asked again after a pause (sooner when nothing was sent), unless one is due sooner.
+                let pause = Duration::from_millis(if never_sent { 20 } else { 100 });
+                let again_at = Some(Instant::now() + pause).filter(|&at| at < deadline);
+                next = match (next, again_at) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                if running.is_empty() && next.is_none() {
+                    return Err(unreachable(why));
+                }
+            }
+            () = tokio::time::sleep_until(starting.unwrap_or(deadline)), if starting.is_some() => {}
+            () = tokio::time::sleep_until(deadline) => {
+                return Err(unreachable(format!("no member answered within {within:?}")));
+            }
+        }
+    }
+}

@@ -33,9 +33,9 @@ struct Ctl {
     blackhole_until: Mutex<Option<Instant>>,
     generation: watch::Sender<u64>,
     cuts: AtomicU32,
-    /// How many of the first replies (frames, or raw: chunks) of each connection wait, and how long each waits
-    /// before it passes: a server slow to take a new client (its handshake, its authentication), still healthy.
-    slow_start: Mutex<(u32, Duration)>,
+    /// How long after a connection opens its first reply may pass: earlier replies wait until then (a server slow to
+    /// take a new client, its handshake and its authentication, still healthy).
+    slow_start: Mutex<Duration>,
     /// Bytes passed as they come (any protocol: etcd's gRPC), not ZooKeeper's frames; no reply can be lost.
     raw: bool,
 }
@@ -72,7 +72,7 @@ impl Proxy {
             blackhole_until: Mutex::new(None),
             generation,
             cuts: AtomicU32::new(0),
-            slow_start: Mutex::new((0, Duration::ZERO)),
+            slow_start: Mutex::new(Duration::ZERO),
             raw,
         });
         let c = ctl.clone();
@@ -123,10 +123,11 @@ impl Proxy {
         *self.ctl.blackhole_until.lock().unwrap() = Some(Instant::now() + d);
     }
 
-    /// Slows the start of every connection from now on: each of its first `n` replies waits `d` before it passes, one
-    /// after the other (a server that takes a new client slowly, then answers at once). `n = 0` ends it.
-    pub fn slow_first_replies(&self, n: u32, d: Duration) {
-        *self.ctl.slow_start.lock().unwrap() = (n, d);
+    /// Slows the start of the connections opened from now on: no reply passes until `d` after the connection opened
+    /// (a server that takes a new client slowly, then answers at once), whatever the replies are and however they
+    /// are split. `Duration::ZERO` ends it for later connections.
+    pub fn slow_start(&self, d: Duration) {
+        *self.ctl.slow_start.lock().unwrap() = d;
     }
 
     /// How many cuts were made by `cut_for` and `cut_now`.
@@ -206,7 +207,8 @@ async fn serve(ctl: Arc<Ctl>, inbound: TcpStream) {
     let mut gen = ctl.generation.subscribe();
     gen.borrow_and_update();
     let up = pump_requests(ctl.clone(), cr, sw, doomed.clone());
-    let down = pump_replies(ctl.clone(), sr, cw, doomed);
+    let answers_from = Instant::now() + *ctl.slow_start.lock().unwrap();
+    let down = pump_replies(ctl.clone(), sr, cw, doomed, answers_from);
     tokio::select! {
         _ = up => {}
         _ = down => {}
@@ -257,9 +259,14 @@ async fn pump_requests(ctl: Arc<Ctl>, mut from: OwnedReadHalf, mut to: OwnedWrit
     }
 }
 
-async fn pump_replies(ctl: Arc<Ctl>, mut from: OwnedReadHalf, mut to: OwnedWriteHalf, doomed: Arc<AtomicI64>) {
+async fn pump_replies(
+    ctl: Arc<Ctl>,
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    doomed: Arc<AtomicI64>,
+    answers_from: Instant,
+) {
     let mut first = true;
-    let mut passed = 0u32;
     while let Some(frame) = read_unit(ctl.raw, &mut from).await {
         if ctl.swallowed_by_blackhole().await {
             return;
@@ -284,11 +291,7 @@ async fn pump_replies(ctl: Arc<Ctl>, mut from: OwnedReadHalf, mut to: OwnedWrite
             }
         }
         first = false;
-        let (slow, delay) = *ctl.slow_start.lock().unwrap();
-        if passed < slow {
-            tokio::time::sleep(delay).await;
-        }
-        passed = passed.saturating_add(1);
+        tokio::time::sleep_until(answers_from).await;
         if to.write_all(&frame).await.is_err() {
             return;
         }

@@ -312,8 +312,9 @@ async fn a_slow_authentication_connects_within_the_timeout() {
             // slowed replies.
             .session_timeout(Duration::from_secs(40))
     };
-    // The first three replies of each connection (TLS's, HTTP/2's and the authentication's) wait a second each.
-    proxy.slow_first_replies(3, Duration::from_secs(1));
+    // Nothing of a new connection is answered for 3 s (its TLS handshake, HTTP/2's setup, the authentication); then
+    // everything at once (the lease's grant, the session's key).
+    proxy.slow_start(Duration::from_secs(3));
     let t0 = Instant::now();
     let b = EtcdBackend::connect(options(Duration::from_secs(60)))
         .await
@@ -324,7 +325,7 @@ async fn a_slow_authentication_connects_within_the_timeout() {
         whole >= Duration::from_secs(3),
         "the proxy slowed the connect: {whole:?}"
     );
-    // A timeout half again what the connect takes: half of it is less than the authentication takes.
+    // A timeout half again what the connect takes: half of it is less than the slow start.
     let timeout = whole * 3 / 2;
     let t0 = Instant::now();
     let b = EtcdBackend::connect(options(timeout))

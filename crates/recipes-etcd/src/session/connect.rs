@@ -7,7 +7,7 @@
 //!
 //! An attempt can also hang on a member that takes the connection and never answers (a process that stopped, a port
 //! taken by another program): when it has not answered within half of what is left of the timeout (at least a
-//! second), a second attempt starts beside it, which may reach another member (found on a slow machine: one connect in
+//! second), another attempt starts beside it, which may reach another member (found on a slow machine: one connect in
 //! two with one of two endpoints dead failed, its only attempt stuck there). The first attempt is not dropped: a member
 //! that is only slow to take a new client (its TLS handshake and its authentication, on a loaded machine) still
 //! answers it, and the first attempt to answer wins (found by review, helper-68: when each attempt was dropped at its
@@ -19,10 +19,6 @@ use etcd_client::{Client, ConnectOptions};
 use futures::stream::{FuturesUnordered, StreamExt};
 use recipes_core::{Error, Result};
 use tokio::time::Instant;
-
-/// At most this many attempts at once: a later one starts when an earlier one has neither answered nor failed within
-/// its share of the timeout.
-const AT_ONCE: usize = 3;
 
 /// Connects to `urls` by `deadline`, the end of the connect timeout `within`. `unreachable` words the error when no
 /// member answered.
@@ -38,13 +34,14 @@ pub(super) async fn client(
     let mut next = Some(Instant::now());
     loop {
         let now = Instant::now();
-        if running.len() < AT_ONCE && next.is_some_and(|at| at <= now) {
+        // Each starts when the one before has had half of what was left (at least a second), or a pause after a
+        // failure: a handful per connect (five in the default 10 s, as many as when each attempt was dropped at its
+        // half), one more each time the timeout doubles.
+        if next.is_some_and(|at| at <= now) {
             running.push(Client::connect(urls.to_vec(), Some(connect.clone())));
-            // Its share: half of what is left, at least a second; then the next one starts beside it.
             let share = (deadline.saturating_duration_since(now) / 2).max(Duration::from_secs(1));
             next = Some(now + share).filter(|&at| at < deadline);
         }
-        let starting = next.filter(|_| running.len() < AT_ONCE);
         tokio::select! {
             Some(answer) = running.next() => {
                 let e = match answer {
@@ -73,7 +70,7 @@ pub(super) async fn client(
                     return Err(unreachable(why));
                 }
             }
-            () = tokio::time::sleep_until(starting.unwrap_or(deadline)), if starting.is_some() => {}
+            () = tokio::time::sleep_until(next.unwrap_or(deadline)), if next.is_some() => {}
             () = tokio::time::sleep_until(deadline) => {
                 return Err(unreachable(format!("no member answered within {within:?}")));
             }

@@ -15,7 +15,8 @@ use crate::zk;
 /// A data-or-deletion watch of `session`, as the recipes see it.
 ///
 /// The client's future mapped, not awaited in an `async` block of ours: a block would keep the watcher it moved into
-/// the future in its own state beside it, 40 bytes more per watch, and every waiter in line keeps two (issue 26).
+/// the future in its own state beside it (48 bytes more per watch: the watcher's 40 and the block's own state tag),
+/// and every waiter in line keeps two (issue 26).
 pub(crate) fn node_watch(watcher: zk::OneshotWatcher, inner: Weak<Inner>) -> NodeWatch {
     Box::pin(watcher.changed().map(move |event| match event.event_type {
         zk::EventType::NodeDeleted => Ok(NodeEvent::Deleted),

@@ -59,7 +59,12 @@ impl EtcdOptions {
         self
     }
 
-    /// How long `connect` tries before it gives up. Default 10 s.
+    /// How long `connect` tries before it gives up (the connection, the authentication with a user, the lease's grant
+    /// and the session's key, all within it). Default 10 s.
+    ///
+    /// Attempts to connect overlap: one that has not answered within half of what is left (at least a second) gets
+    /// another beside it, which may reach another endpoint, and the first to answer wins, so a member that is only
+    /// slow to take a new client is still reached. Credentials the member refuses end the connect at once.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self

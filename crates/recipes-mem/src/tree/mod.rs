@@ -291,7 +291,9 @@ impl Tree {
     /// model checker treats events on different nodes as commuting, and replays schedules recorded elsewhere).
     /// ZooKeeper's own order is its hash set's; no recipe may rely on either.
     pub fn ephemerals_of(&self, sid: SessionId) -> Vec<String> {
-        let mut paths: Vec<String> = (self.nodes.iter())
+        let mut paths: Vec<String> = self
+            .nodes
+            .iter()
             .filter(|(_, n)| n.ephemeral_owner == sid)
             .map(|(p, _)| p.clone())
             .collect();

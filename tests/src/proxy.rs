@@ -268,6 +268,8 @@ async fn pump_replies(
 ) {
     let mut first = true;
     while let Some(frame) = read_unit(ctl.raw, &mut from).await {
+        // A slow start's wait first: a partition or a lost reply that began meanwhile still applies to the reply.
+        tokio::time::sleep_until(answers_from).await;
         if ctl.swallowed_by_blackhole().await {
             return;
         }
@@ -291,7 +293,6 @@ async fn pump_replies(
             }
         }
         first = false;
-        tokio::time::sleep_until(answers_from).await;
         if to.write_all(&frame).await.is_err() {
             return;
         }

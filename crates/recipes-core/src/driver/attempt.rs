@@ -109,6 +109,14 @@ impl<'a> Attempt<'a> {
         }
     }
 
+    /// Starts the attempt's clock (its wait, a try's bound) at its first poll, not when its future was made.
+    pub fn begin(&mut self) {
+        self.started = Instant::now();
+        if self.try_once {
+            self.deadline = Some(self.started + TRY_BOUND);
+        }
+    }
+
     /// The recipe's name in the node's data: `election` for a candidate's node (a fair lock's, by its protocol).
     pub fn data_recipe(&self) -> &'static str {
         if self.candidate.is_empty() {
@@ -319,13 +327,28 @@ impl<'a> Attempt<'a> {
     /// and a kazoo lease are ephemeral, a Curator semaphore's `leases` holds leases; a lock path nested in `parent`
     /// under such a name (`/jobs/lock` under `/jobs`) is neither, and no reason to refuse. Asks the server only when
     /// such a name is there (and not of our own family).
-    pub async fn screen(&self, parent: &str, children: Vec<String>, sid: SessionId) -> Step<Vec<String>> {
-        let own = self.own_family();
-        // Checked first, so that a long queue's names are not parsed once more here.
-        let order = self.backend().child_order();
-        if !children.iter().any(|c| may_be_nested(c, own, order)) {
-            return Ok(children);
+    ///
+    /// Not an `async fn`: at once when no name needs a look (checked first, so that a long queue's names are not
+    /// parsed once more here), and the look (rare) boxed, so that every acquire that screens does not keep its state
+    /// in place, in its waiting state too.
+    pub fn screen<'s>(
+        &'s self,
+        parent: &'s str,
+        children: Vec<String>,
+        sid: SessionId,
+    ) -> impl Future<Output = Step<Vec<String>>> + 's {
+        use futures::future::{ready, Either};
+        let (own, order) = (self.own_family(), self.backend().child_order());
+        if children.iter().any(|c| may_be_nested(c, own, order)) {
+            Either::Right(Box::pin(self.screen_nested(parent, children, sid)))
+        } else {
+            Either::Left(ready(Ok(children)))
         }
+    }
+
+    /// `screen` where a name may be a nested lock path's: asks the server.
+    async fn screen_nested(&self, parent: &str, children: Vec<String>, sid: SessionId) -> Step<Vec<String>> {
+        let (own, order) = (self.own_family(), self.backend().child_order());
         let on = self.backend().on(sid);
         let mut kept = Vec::with_capacity(children.len());
         for name in children {

@@ -17,59 +17,91 @@ impl Attempt<'_> {
     pub async fn exclusive(&mut self) -> Step<Option<HeldNode>> {
         let node = self.path.child(EXCLUSIVE_NODE);
         loop {
-            let sid = self.connected().await?;
-            let (id, CreateAndList { created, listed }) = self.create_and_list(sid).await?;
-            let attempt = id.attempt;
-            let (czxid, listed) = match created {
-                Ok(c) => {
-                    self.count(Count::Create);
-                    self.cleanup.state = Pending::Created(node.clone(), attempt, sid, c.czxid);
-                    (c.czxid, listed.ok())
-                }
-                Err(Error::NodeExists(_)) => {
-                    self.cleanup.disarm();
-                    if let Ok(c) = listed {
-                        let c = self.screen(self.path.as_str(), c, sid).await?;
-                        if let Verdict::Refuse(r) = self.protocol.judge(&c, EXCLUSIVE_NODE) {
-                            return self.refuse(r).await;
-                        }
-                    }
-                    self.nested_at_the_node(&node, sid).await?;
-                    if self.try_once {
-                        return Ok(None);
-                    }
-                    self.wait_deleted(&node, sid).await?;
-                    continue;
-                }
-                Err(Error::NoNode(_)) => {
-                    self.cleanup.disarm();
-                    self.failed()?;
-                    self.ensure_parents(sid).await?;
-                    continue;
-                }
-                Err(Error::ConnectionLoss) => {
-                    self.failed()?;
-                    match self.recover_exclusive(&node, attempt, sid).await? {
-                        Some(czxid) => (czxid, None),
-                        None => {
-                            // Not known to be ours: delete whatever this attempt may have made, then try again.
-                            self.clean_up_now().await;
-                            continue;
-                        }
-                    }
-                }
-                Err(e) => return Err(e.into()),
+            // Each try's replies end in `try_exclusive`: the wait keeps only the node's path and the session.
+            let sid = match self.try_exclusive(&node).await? {
+                Tried::Held(held) => return Ok(Some(held)),
+                Tried::Again => continue,
+                Tried::Taken(sid) => sid,
             };
-            // We made `P/lock`; it holds unless a lock node of another recipe is on the path.
-            let children = match listed {
-                Some(c) => c,
-                None => self.list(sid).await?,
-            };
-            let children = self.screen(self.path.as_str(), children, sid).await?;
-            if let Verdict::Refuse(r) = self.protocol.judge(&children, EXCLUSIVE_NODE) {
-                return self.refuse(r).await;
+            if self.try_once {
+                return Ok(None);
             }
-            return Ok(Some(self.held(node, czxid, id)));
+            self.wait_deleted(&node, sid).await?;
+        }
+    }
+
+    /// One create of `P/lock`: held, taken by another holder (on session `sid`: wait for its deletion), or to be
+    /// made again (a vanished parent, a lost reply whose create is not known to be ours).
+    async fn try_exclusive(&mut self, node: &str) -> Step<Tried> {
+        let sid = self.connected().await?;
+        let (id, CreateAndList { created, listed }) = self.create_and_list(sid).await?;
+        let listed = listed.ok();
+        // Consumed whole: a reply kept in scope would stay in this future's state through the waits.
+        let (czxid, listed) = match created.map(|c| c.czxid) {
+            Ok(czxid) => {
+                self.count(Count::Create);
+                self.cleanup.state = Pending::Created(node.to_owned(), id.attempt, sid, czxid);
+                (czxid, listed)
+            }
+            // Boxed: the error and its ways on are not kept in every acquire's state.
+            Err(e) => match Box::pin(self.exclusive_not_made(e, listed, node, id.attempt, sid)).await? {
+                Ok(czxid) => (czxid, None),
+                Err(tried) => return Ok(tried),
+            },
+        };
+        // We made `P/lock`; it holds unless a lock node of another recipe is on the path.
+        let children = match listed {
+            Some(c) => c,
+            None => self.list(sid).await?,
+        };
+        let children = self.screen(self.path.as_str(), children, sid).await?;
+        if let Verdict::Refuse(r) = self.protocol.judge(&children, EXCLUSIVE_NODE) {
+            return self.refuse(r).await;
+        }
+        Ok(Tried::Held(self.held(node.to_owned(), czxid, id)))
+    }
+
+    /// A create of `P/lock` that failed with `e`: another holder's node is there (refused beside another recipe's
+    /// nodes in `listed`), its parent is gone, or its reply was lost (`Ok`: the creation id of the node it made
+    /// after all).
+    async fn exclusive_not_made(
+        &mut self,
+        e: Error,
+        listed: Option<Vec<String>>,
+        node: &str,
+        attempt: Uuid,
+        sid: SessionId,
+    ) -> Step<std::result::Result<i64, Tried>> {
+        match e {
+            Error::NodeExists(_) => {
+                self.cleanup.disarm();
+                if let Some(c) = listed {
+                    let c = self.screen(self.path.as_str(), c, sid).await?;
+                    if let Verdict::Refuse(r) = self.protocol.judge(&c, EXCLUSIVE_NODE) {
+                        return self.refuse(r).await;
+                    }
+                }
+                self.nested_at_the_node(node, sid).await?;
+                Ok(Err(Tried::Taken(sid)))
+            }
+            Error::NoNode(_) => {
+                self.cleanup.disarm();
+                self.failed()?;
+                self.ensure_parents(sid).await?;
+                Ok(Err(Tried::Again))
+            }
+            Error::ConnectionLoss => {
+                self.failed()?;
+                match self.recover_exclusive(node, attempt, sid).await? {
+                    Some(czxid) => Ok(Ok(czxid)),
+                    None => {
+                        // Not known to be ours: delete whatever this attempt may have made, then try again.
+                        self.clean_up_now().await;
+                        Ok(Err(Tried::Again))
+                    }
+                }
+            }
+            e => Err(e.into()),
         }
     }
 
@@ -127,4 +159,14 @@ impl Attempt<'_> {
             _ => Ok(None),
         }
     }
+}
+
+/// How one create of the exclusive node ended (see `try_exclusive`). Returned once and matched at once: the held
+/// node is not boxed.
+#[allow(clippy::large_enum_variant)]
+enum Tried {
+    Held(HeldNode),
+    /// Another holder's node is there, seen on this session.
+    Taken(SessionId),
+    Again,
 }

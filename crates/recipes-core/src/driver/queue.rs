@@ -26,6 +26,21 @@ struct Queued {
     children: Option<Vec<String>>,
 }
 
+/// What a create of our queued node made: our node (its path, creation id, and the children listed after it when
+/// known), nothing yet (create again), or nothing, and a try gives up.
+enum Made {
+    Ours((String, i64, Option<Vec<String>>)),
+    Again,
+    GaveUp,
+}
+
+/// Our node, from a create's reply (and the listing behind it), or the create's error. Takes the replies whole: they
+/// end here.
+fn made_queued(made: CreateAndList) -> std::result::Result<(String, i64, Option<Vec<String>>), Error> {
+    let CreateAndList { created, listed } = made;
+    created.map(|c| (c.path, c.czxid, listed.ok()))
+}
+
 impl Queued {
     fn name(&self) -> &str {
         self.node.rsplit('/').next().unwrap_or_default()
@@ -84,30 +99,24 @@ impl Attempt<'_> {
                 // this future's state until its scope ends, through every wait after it.
                 let wait = {
                     let next = self.judged(children, q.name(), &mut mark);
-                    if !count_checked && !matches!(next, Verdict::Refuse(_)) {
-                        if let Err(e) = self.check_permits(q.id.session, true).await {
-                            if matches!(e, Stop::Fail(Error::PermitsMismatch { .. })) {
-                                self.clean_up_now().await;
-                            }
-                            return Err(e);
-                        }
+                    let next = if !count_checked && !matches!(next, Verdict::Refuse(_)) {
                         count_checked = true;
-                    }
+                        // Boxed, the verdict passed through: only a semaphore checks, once.
+                        Box::pin(self.count_checked(next, q.id.session)).await?
+                    } else {
+                        next
+                    };
+                    // A verdict whose handling waits is moved whole into its wait (`not_in_line`): a verdict taken
+                    // apart in place would stay in this future's state.
                     match next {
                         Verdict::Wait(wait) => wait,
-                        Verdict::Refuse(r) => return self.refuse(r).await,
-                        // A session-named key (etcd's own lock) may be another task's of this session by now: made
-                        // again under our name after ours was deleted (found by review: two tasks of a session both
-                        // held).
-                        Verdict::Acquired
-                            if self.protocol.session_named() && !Box::pin(self.still_ours(&q)).await? =>
-                        {
-                            self.vanished(&q.node).await?;
-                            break;
+                        Verdict::Acquired if !self.protocol.session_named() => {
+                            return Ok(Some(self.won(q, mark, own)));
                         }
-                        Verdict::Acquired => return Ok(Some(self.won(q, mark, own))),
-                        Verdict::Missing => {
-                            self.vanished(&q.node).await?;
+                        other @ (Verdict::Refuse(_) | Verdict::Acquired | Verdict::Missing) => {
+                            if self.not_in_line(other, &q).await? {
+                                return Ok(Some(self.won(q, mark, own)));
+                            }
                             break;
                         }
                     }
@@ -121,6 +130,7 @@ impl Attempt<'_> {
                     // Boxed: only the readers, the semaphores and the peers' layouts wait here, and every waiter in
                     // line would otherwise carry its state.
                     let stale = Box::pin(self.wait_any_deleted(&watched, q.id.session, reused)).await?;
+                    drop(watched);
                     // A stale name ahead: ours may be stale too (an operator deleted our key while we waited, and
                     // another task of the session made it again); waiting on would list again in a loop (found by
                     // review).
@@ -165,6 +175,34 @@ impl Attempt<'_> {
     fn judged(&self, children: Vec<String>, ours: &str, mark: &mut bool) -> Verdict {
         *mark |= self.protocol.marks_when_held(&children);
         self.protocol.judge(&children, ours)
+    }
+
+    /// A verdict other than a wait, or a hold in a layout whose names are not made again: whether we hold (a
+    /// session-named key still ours); `false` once our node, gone from the queue, is deleted (queue again); the
+    /// refusal's error.
+    async fn not_in_line(&mut self, verdict: Verdict, q: &Queued) -> Step<bool> {
+        match verdict {
+            Verdict::Refuse(r) => self.refuse(r).await,
+            // A session-named key (etcd's own lock) may be another task's of this session by now: made again under
+            // our name after ours was deleted (found by review: two tasks of a session both held).
+            Verdict::Acquired if !self.protocol.session_named() || Box::pin(self.still_ours(q)).await? => Ok(true),
+            // A wait is not sent here.
+            Verdict::Acquired | Verdict::Missing | Verdict::Wait(_) => {
+                self.vanished(&q.node).await?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// `next`, once a semaphore's stored count agrees with ours (our node deleted when it does not).
+    async fn count_checked(&mut self, next: Verdict, sid: SessionId) -> Step<Verdict> {
+        if let Err(e) = self.check_permits(sid, true).await {
+            if matches!(e, Stop::Fail(Error::PermitsMismatch { .. })) {
+                self.clean_up_now().await;
+            }
+            return Err(e);
+        }
+        Ok(next)
     }
 
     /// The paths a wait that is not in line watches for a deletion: the blocker's, and a semaphore window's others.
@@ -230,43 +268,55 @@ impl Attempt<'_> {
     async fn create_queued(&mut self) -> Step<Option<Queued>> {
         loop {
             let sid = self.connected().await?;
-            let (id, CreateAndList { created, listed }) = self.create_and_list(sid).await?;
-            let found = match created {
-                Ok(c) => Some((c.path, c.czxid, listed.ok())),
-                Err(Error::NoNode(_)) => {
-                    self.cleanup.disarm();
-                    self.failed()?;
-                    self.ensure_parents(sid).await?;
-                    None
-                }
-                // Boxed, as the wait below: rare paths, whose state every acquire's future would otherwise carry.
-                Err(Error::ConnectionLoss) => {
-                    self.failed()?;
-                    Box::pin(self.recover_queued(id)).await?
-                }
-                // A session-named node (etcd's own lock) of another task of this session: wait for it to go, then
-                // queue (the create was refused: nothing of ours was made). A try does not wait (found by review: it
-                // waited for its bound, then failed).
-                Err(Error::NodeExists(node)) if self.protocol.session_named() => {
-                    self.cleanup.disarm();
-                    if self.try_once {
-                        return Ok(None);
-                    }
-                    Box::pin(self.wait_any_deleted(&[node], sid, None)).await?;
-                    None
-                }
-                Err(e) => return Err(e.into()),
+            let (id, made) = self.create_and_list(sid).await?;
+            let made = match made_queued(made) {
+                Ok(ours) => Made::Ours(ours),
+                // Rare: boxed, its state not in every acquire's future, and the error moved whole into it (taken apart
+                // here, the replies would stay in this future's state through the waits).
+                Err(e) => Box::pin(self.queued_not_made(e, id, sid)).await?,
             };
-            if let Some((node, czxid, children)) = found {
-                self.count(Count::Create);
-                self.cleanup.state = Pending::Created(node.clone(), id.attempt, sid, czxid);
-                return Ok(Some(Queued {
-                    node,
-                    czxid,
-                    id,
-                    children,
-                }));
+            let (node, czxid, children) = match made {
+                Made::Ours(ours) => ours,
+                Made::Again => continue,
+                Made::GaveUp => return Ok(None),
+            };
+            self.count(Count::Create);
+            self.cleanup.state = Pending::Created(node.clone(), id.attempt, sid, czxid);
+            return Ok(Some(Queued {
+                node,
+                czxid,
+                id,
+                children,
+            }));
+        }
+    }
+
+    /// A create of our queued node that failed with `e` (its reply lost, its parent gone, a session-named key of
+    /// another task of the session there).
+    async fn queued_not_made(&mut self, e: Error, id: Identity, sid: SessionId) -> Step<Made> {
+        match e {
+            Error::NoNode(_) => {
+                self.cleanup.disarm();
+                self.failed()?;
+                self.ensure_parents(sid).await?;
+                Ok(Made::Again)
             }
+            Error::ConnectionLoss => {
+                self.failed()?;
+                Ok(self.recover_queued(id).await?.map_or(Made::Again, Made::Ours))
+            }
+            // A session-named node (etcd's own lock) of another task of this session: wait for it to go, then queue
+            // (the create was refused: nothing of ours was made). A try does not wait (found by review: it waited for
+            // its bound, then failed).
+            Error::NodeExists(node) if self.protocol.session_named() => {
+                self.cleanup.disarm();
+                if self.try_once {
+                    return Ok(Made::GaveUp);
+                }
+                self.wait_any_deleted(&[node], sid, None).await?;
+                Ok(Made::Again)
+            }
+            e => Err(e.into()),
         }
     }
 

@@ -160,8 +160,10 @@ impl Attempt<'_> {
         // The replies are judged in a block of their own: what the wait needs from them is small, and a reply kept in
         // scope through the wait below would stay in this future's waiting state (every waiter's heap).
         let (is_ours, mut watch_own, blocker) = {
-            // Both watches in one round trip (the blocker's alone when ours is still armed).
-            let (armed, watched) = {
+            // Both watches in one round trip (the blocker's alone when ours is still armed). Boxed: the two requests
+            // and their replies side by side are larger than the wait that follows, and would set the size of every
+            // waiter's state.
+            let (armed, watched) = Box::pin(async {
                 let on = self.backend().on(pinned);
                 let own_path = self.path.child(ours);
                 tokio::join!(
@@ -176,7 +178,8 @@ impl Attempt<'_> {
                     },
                     self.call(on.get_and_watch(blocker_path))
                 )
-            };
+            })
+            .await;
             let (is_ours, watch_own) = match armed {
                 Ok(Some(armed)) => armed,
                 Ok(None) => return Ok(InLine::Missing),
@@ -208,17 +211,16 @@ impl Attempt<'_> {
             fired: &mut fired,
             moved: &moved,
         };
-        let out = match blocker {
-            Some((known_first, trust_change, watch)) => {
-                let mut b = Blocker {
-                    path: blocker_path,
-                    watch,
-                    known_first,
-                    trust_change,
-                    pinned,
-                };
-                self.wait_on_blocker(watches, &mut b).await
-            }
+        // `blocker` moved whole: taken apart in place, it would stay in this future's state beside `b`.
+        let mut b = blocker.map(|(known_first, trust_change, watch)| Blocker {
+            path: blocker_path,
+            watch,
+            known_first,
+            trust_change,
+            pinned,
+        });
+        let out = match &mut b {
+            Some(b) => self.wait_on_blocker(watches, b).await,
             None => blocker_gone(line.first, watches).await,
         };
         if is_ours && !fired && matches!(out, Ok(InLine::Acquired | InLine::Handed { .. } | InLine::Relist)) {
@@ -297,23 +299,30 @@ impl Attempt<'_> {
                     // The blocker's data changed: its `first` mark, or a request to let go. When the blocker is a
                     // native node of ours that is not a reader's, either says it held (see the contract) if the node
                     // is gone before we can read the data back; data read back tells by itself. Watch on.
-                    let read = self.call(self.backend().on(b.pinned).get_and_watch(b.path)).await;
-                    match read {
-                        Ok(Some((data, watch))) => {
-                            // Anything but the mark (an operator's write, a peer's request to let go) may come while
-                            // the node waits: from now on only the mark counts.
-                            let old_rule = b.trust_change && is_active(Mutant::TrustForeignWrites);
-                            b.known_first |= marked_first(&data) || old_rule || is_active(Mutant::AnyDataChangeIsMark);
-                            b.trust_change = false;
-                            b.watch = watch;
+                    // The reply ends in this block: kept in scope through the wait below, it would take room in
+                    // every state of this future.
+                    let gone = {
+                        let read = self.call(self.backend().on(b.pinned).get_and_watch(b.path)).await;
+                        match read {
+                            Ok(Some((data, watch))) => {
+                                // Anything but the mark (an operator's write, a peer's request to let go) may come
+                                // while the node waits: from now on only the mark counts.
+                                let old_rule = b.trust_change && is_active(Mutant::TrustForeignWrites);
+                                b.known_first |=
+                                    marked_first(&data) || old_rule || is_active(Mutant::AnyDataChangeIsMark);
+                                b.trust_change = false;
+                                b.watch = watch;
+                                false
+                            }
+                            Ok(None) => true,
+                            Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
+                            Err(e) => return Err(e),
                         }
-                        Ok(None) => {
-                            self.count(Count::Wakeup);
-                            let trusted = b.known_first || b.trust_change || is_active(Mutant::AnyDataChangeIsMark);
-                            return blocker_gone(trusted, w).await;
-                        }
-                        Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
-                        Err(e) => return Err(e),
+                    };
+                    if gone {
+                        self.count(Count::Wakeup);
+                        let trusted = b.known_first || b.trust_change || is_active(Mutant::AnyDataChangeIsMark);
+                        return blocker_gone(trusted, w).await;
                     }
                 }
             }

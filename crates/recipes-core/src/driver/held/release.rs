@@ -46,9 +46,13 @@ impl HeldNode {
         // first (helper-60, helper-61).
         let lost_reply = self.delete_sent.swap(true, Ordering::AcqRel);
         let mut restore = RestoreHolder(Some(self));
-        let r = delete_node_handing_over(&self.ctx, &self.node, self.identity(), waiters, lost_reply)
-            .instrument(span.clone())
-            .await;
+        // Boxed: a task that releases after it waited keeps the largest of both futures in its state, in every
+        // waiter's heap; this one is large (the delete through lost connections) and lives once per hold.
+        let r = Box::pin(
+            delete_node_handing_over(&self.ctx, &self.node, self.identity(), waiters, lost_reply)
+                .instrument(span.clone()),
+        )
+        .await;
         restore.0 = None;
         self.pass_turn();
         match r {

@@ -204,7 +204,7 @@ impl<'a> Attempt<'a> {
     }
 
     /// Our node holds the lock: nothing is left to clean up.
-    pub fn held(&mut self, node: String, czxid: i64, id: Identity) -> HeldNode {
+    pub fn held(&mut self, node: Arc<str>, czxid: i64, id: Identity) -> HeldNode {
         // The held node first: from here its drop deletes the node, whatever panics (a tracing layer, a recorder).
         let path = self.held_as.as_ref().unwrap_or(self.path);
         let held = HeldNode::new(
@@ -221,7 +221,7 @@ impl<'a> Attempt<'a> {
         self.cleanup.disarm();
         let span = tracing::Span::current();
         if !span.is_disabled() {
-            span.record("node", held.node.as_str());
+            span.record("node", &*held.node);
             span.record("token", czxid);
             span.record("waited_ms", self.started.elapsed().as_millis() as u64);
         }

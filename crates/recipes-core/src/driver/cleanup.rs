@@ -250,7 +250,7 @@ pub(crate) enum Pending {
     /// A create was sent on this session; its node may exist, name unknown.
     Sent(Uuid, SessionId),
     /// Our node exists, with this creation id.
-    Created(String, Uuid, SessionId, i64),
+    Created(Arc<str>, Uuid, SessionId, i64),
 }
 
 /// Undoes the remote side effects of an acquire that did not complete: deletes our node, awaited on the ordinary

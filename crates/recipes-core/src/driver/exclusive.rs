@@ -1,5 +1,7 @@
 //! The exclusive recipe's node: one fixed ephemeral `P/lock`, made or waited for.
 
+use std::sync::Arc;
+
 use uuid::Uuid;
 
 use super::attempt::{Attempt, Step, Stop};
@@ -15,7 +17,7 @@ impl Attempt<'_> {
     /// The exclusive recipe: create `P/lock` (and list `P` in the same round trip, to refuse beside the nodes of
     /// other recipes); when it exists, wait for its deletion and try again.
     pub async fn exclusive(&mut self) -> Step<Option<HeldNode>> {
-        let node = self.path.child(EXCLUSIVE_NODE);
+        let node: Arc<str> = self.path.child(EXCLUSIVE_NODE).into();
         loop {
             // Each try's replies end in `try_exclusive`: the wait keeps only the node's path and the session.
             let sid = match self.try_exclusive(&node).await? {
@@ -32,7 +34,7 @@ impl Attempt<'_> {
 
     /// One create of `P/lock`: held, taken by another holder (on session `sid`: wait for its deletion), or to be
     /// made again (a vanished parent, a lost reply whose create is not known to be ours).
-    async fn try_exclusive(&mut self, node: &str) -> Step<Tried> {
+    async fn try_exclusive(&mut self, node: &Arc<str>) -> Step<Tried> {
         let sid = self.connected().await?;
         let (id, CreateAndList { created, listed }) = self.create_and_list(sid).await?;
         let listed = listed.ok();
@@ -40,7 +42,7 @@ impl Attempt<'_> {
         let (czxid, listed) = match created.map(|c| c.czxid) {
             Ok(czxid) => {
                 self.count(Count::Create);
-                self.cleanup.state = Pending::Created(node.to_owned(), id.attempt, sid, czxid);
+                self.cleanup.state = Pending::Created(node.clone(), id.attempt, sid, czxid);
                 (czxid, listed)
             }
             // Boxed: the error and its ways on are not kept in every acquire's state.
@@ -58,7 +60,7 @@ impl Attempt<'_> {
         if let Verdict::Refuse(r) = self.protocol.judge(&children, EXCLUSIVE_NODE) {
             return self.refuse(r).await;
         }
-        Ok(Tried::Held(self.held(node.to_owned(), czxid, id)))
+        Ok(Tried::Held(self.held(node.clone(), czxid, id)))
     }
 
     /// A create of `P/lock` that failed with `e`: another holder's node is there (refused beside another recipe's
@@ -68,7 +70,7 @@ impl Attempt<'_> {
         &mut self,
         e: Error,
         listed: Option<Vec<String>>,
-        node: &str,
+        node: &Arc<str>,
         attempt: Uuid,
         sid: SessionId,
     ) -> Step<std::result::Result<i64, Tried>> {
@@ -130,7 +132,7 @@ impl Attempt<'_> {
     }
 
     /// After a lost create reply: whether `P/lock` is the node of this attempt, made by session `sid`.
-    async fn recover_exclusive(&mut self, node: &str, attempt: Uuid, sid: SessionId) -> Step<Option<i64>> {
+    async fn recover_exclusive(&mut self, node: &Arc<str>, attempt: Uuid, sid: SessionId) -> Step<Option<i64>> {
         if self.connected().await? != sid {
             // The session is over: whatever the create made went with it.
             self.cleanup.disarm();
@@ -153,7 +155,7 @@ impl Attempt<'_> {
             Some((data, stat)) if is_ours(&data, stat.ephemeral_owner, attempt, sid) => {
                 self.count(Count::Create);
                 self.count(Count::CreateRecovery);
-                self.cleanup.state = Pending::Created(node.to_owned(), attempt, sid, stat.czxid);
+                self.cleanup.state = Pending::Created(node.clone(), attempt, sid, stat.czxid);
                 Ok(Some(stat.czxid))
             }
             _ => Ok(None),

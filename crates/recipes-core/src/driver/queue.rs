@@ -2,6 +2,7 @@
 //! listing until it holds.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use tracing::debug;
 use uuid::Uuid;
@@ -19,7 +20,7 @@ use crate::protocol::{Verdict, Wait};
 
 /// Our node in the queue, just made.
 struct Queued {
-    node: String,
+    node: Arc<str>,
     czxid: i64,
     id: Identity,
     /// The children listed right after the create, pipelined with it (`None` when not available).
@@ -281,6 +282,8 @@ impl Attempt<'_> {
                 Made::GaveUp => return Ok(None),
             };
             self.count(Count::Create);
+            // One copy of the path, shared by the cleanup, the wait and the hold.
+            let node: Arc<str> = node.into();
             self.cleanup.state = Pending::Created(node.clone(), id.attempt, sid, czxid);
             return Ok(Some(Queued {
                 node,

@@ -29,7 +29,7 @@ use crate::recipe::Recipe;
 pub(crate) struct HeldNode {
     ctx: Arc<Ctx>,
     pub path: LockPath,
-    pub node: String,
+    pub node: Arc<str>,
     pub czxid: i64,
     pub session: SessionId,
     attempt: Uuid,
@@ -87,7 +87,7 @@ impl HeldNode {
         ctx: Arc<Ctx>,
         path: LockPath,
         recipe: Recipe,
-        node: String,
+        node: Arc<str>,
         czxid: i64,
         id: Identity,
         tags: Tags,
@@ -197,7 +197,7 @@ impl HeldNode {
 
     /// Gives the node back to the acquire that made it, never handed out (neither counted nor deleted here): its
     /// path, attempt id and session, for the acquire's cleanup.
-    pub fn unheld(self) -> (String, Uuid, SessionId, i64) {
+    pub fn unheld(self) -> (Arc<str>, Uuid, SessionId, i64) {
         self.released.store(true, Ordering::Release);
         (self.node.clone(), self.attempt, self.session, self.czxid)
     }

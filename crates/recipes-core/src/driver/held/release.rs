@@ -136,7 +136,7 @@ impl HeldNode {
     /// session ended): each node is released alone, reporting its own outcome. When its reply is lost it deleted all or
     /// none: once it is known which (a `sync`, then a look at the nodes), as for a transaction that succeeded or failed.
     pub(super) async fn delete_in_one(ctx: &Ctx, sid: SessionId, nodes: &[&HeldNode]) -> Vec<Result<()>> {
-        let paths: Vec<String> = nodes.iter().map(|n| n.node.clone()).collect();
+        let paths: Vec<String> = nodes.iter().map(|n| n.node.to_string()).collect();
         let on = ctx.backend.on(sid);
         // No node with a turn is batched today (a shared name is never: see `release_all`); told all the same.
         for n in nodes {

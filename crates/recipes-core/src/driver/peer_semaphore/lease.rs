@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -189,6 +190,7 @@ impl LeaseUnderMutex {
             Err(e) => return Err(e.into()),
         };
         a.count(Count::Create);
+        let node: Arc<str> = node.into();
         a.cleanup.state = Pending::Created(node.clone(), id.attempt, sid, czxid);
         let name = node.rsplit('/').next().unwrap_or_default().to_owned();
         // The semaphore's own path, listed after our lease is made: another recipe's or layout's nodes there do not
@@ -252,7 +254,10 @@ impl LeaseUnderMutex {
             czxid: None,
             marks: None,
         };
-        let node = a.path.child(attempt.simple().encode_lower(&mut Uuid::encode_buffer()));
+        let node: Arc<str> = a
+            .path
+            .child(attempt.simple().encode_lower(&mut Uuid::encode_buffer()))
+            .into();
         let data = NodeInfo::encode_own(attempt, a.recipe.name(), "", false);
         a.cleanup.state = Pending::Sent(attempt, sid);
         let on = a.backend().on(sid);

@@ -354,8 +354,14 @@ impl Cleanup {
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
+        // Said with the node, when known: the attempt outlives its instrumented future, and so the acquire's span
+        // (found by review, helper-78).
+        let node = match &self.state {
+            Pending::Created(node, ..) => Some(node.clone()),
+            _ => None,
+        };
         if let Some(t) = self.task() {
-            debug!(path = %self.path, "acquire abandoned; cleaning up in the background");
+            debug!(path = %self.path, node = node.as_deref(), "acquire abandoned; cleaning up in the background");
             spawn_cleanup(self.ctx.backend.runtime().as_ref(), self.path.as_str(), t);
         }
     }

@@ -345,7 +345,7 @@ mod future_sizes {
     /// recovery after a lost reply, the wait for another task's session-named key). 1,552 since the end of an attempt
     /// no longer keeps its outcome three times over, the wait in line decides what woke it before it waits again, and
     /// the queued acquire's verdicts and listings end their scopes before the next wait (issue 26, sixteenth session).
-    /// 1,240 since no reply, verdict or argument outlives its wait, the exclusive recipe's wait keeps only its node,
+    /// 1,168 since no reply, verdict or argument outlives its wait, the exclusive recipe's wait keeps only its node,
     /// the screening of nested names (rare) and the two watches' requests side by side are boxed (twentieth session).
     ///
     /// A task that releases after it waited keeps the larger of the two futures while it waits: the release's is

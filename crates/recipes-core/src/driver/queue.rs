@@ -178,7 +178,7 @@ impl Attempt<'_> {
         self.protocol.judge(&children, ours)
     }
 
-    /// A verdict other than a wait, or a hold in a layout whose names are not made again: whether we hold (a
+    /// A verdict that is neither a wait nor, where names are not made again, a hold: whether we hold (a
     /// session-named key still ours); `false` once our node, gone from the queue, is deleted (queue again); the
     /// refusal's error.
     async fn not_in_line(&mut self, verdict: Verdict, q: &Queued) -> Step<bool> {

@@ -1,45 +1,28 @@
-//! The queued recipes (fair, reentrant, read, write): make our sequential node, then follow the verdict on each
-//! listing until it holds.
+//! The queued recipes (fair, reentrant, read, write): make our sequential node (`made`), then follow the verdict on
+//! each listing until it holds.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tracing::debug;
-use uuid::Uuid;
 
 use super::attempt::{Attempt, Step, Stop};
-use super::cleanup::{is_ours, Identity, Pending};
+use super::cleanup::Identity;
 use super::wait::{InLine, InLineOn};
 use super::{session, HeldNode};
-use crate::backend::{BackendExt, CreateAndList, NodeWatch, SessionId};
+use crate::backend::{BackendExt, NodeWatch, SessionId};
 use crate::error::Error;
 use crate::info::NodeInfo;
-use crate::metrics::Count;
 use crate::mutants::{is_active, Mutant};
 use crate::protocol::{Verdict, Wait};
 
 /// Our node in the queue, just made.
-struct Queued {
-    node: Arc<str>,
-    czxid: i64,
-    id: Identity,
+pub(super) struct Queued {
+    pub(super) node: Arc<str>,
+    pub(super) czxid: i64,
+    pub(super) id: Identity,
     /// The children listed right after the create, pipelined with it (`None` when not available).
-    children: Option<Vec<String>>,
-}
-
-/// What a create of our queued node made: our node (its path, creation id, and the children listed after it when
-/// known), nothing yet (create again), or nothing, and a try gives up.
-enum Made {
-    Ours((String, i64, Option<Vec<String>>)),
-    Again,
-    GaveUp,
-}
-
-/// Our node, from a create's reply (and the listing behind it), or the create's error. Takes the replies whole: they
-/// end here.
-fn made_queued(made: CreateAndList) -> std::result::Result<(String, i64, Option<Vec<String>>), Error> {
-    let CreateAndList { created, listed } = made;
-    created.map(|c| (c.path, c.czxid, listed.ok()))
+    pub(super) children: Option<Vec<String>>,
 }
 
 impl Queued {
@@ -264,65 +247,6 @@ impl Attempt<'_> {
         self.failed()
     }
 
-    /// Creates our sequential node (protected: recognised by its attempt id after a lost reply); `None` when a try
-    /// gives up without one.
-    async fn create_queued(&mut self) -> Step<Option<Queued>> {
-        loop {
-            let sid = self.connected().await?;
-            let (id, made) = self.create_and_list(sid).await?;
-            let made = match made_queued(made) {
-                Ok(ours) => Made::Ours(ours),
-                // Rare: boxed, its state not in every acquire's future, and the error moved whole into it (taken apart
-                // here, the replies would stay in this future's state through the waits).
-                Err(e) => Box::pin(self.queued_not_made(e, id, sid)).await?,
-            };
-            let (node, czxid, children) = match made {
-                Made::Ours(ours) => ours,
-                Made::Again => continue,
-                Made::GaveUp => return Ok(None),
-            };
-            self.count(Count::Create);
-            // One copy of the path, shared by the cleanup, the wait and the hold.
-            let node: Arc<str> = node.into();
-            self.cleanup.state = Pending::Created(node.clone(), id.attempt, sid, czxid);
-            return Ok(Some(Queued {
-                node,
-                czxid,
-                id,
-                children,
-            }));
-        }
-    }
-
-    /// A create of our queued node that failed with `e` (its reply lost, its parent gone, a session-named key of
-    /// another task of the session there).
-    async fn queued_not_made(&mut self, e: Error, id: Identity, sid: SessionId) -> Step<Made> {
-        match e {
-            Error::NoNode(_) => {
-                self.cleanup.disarm();
-                self.failed()?;
-                self.ensure_parents(sid).await?;
-                Ok(Made::Again)
-            }
-            Error::ConnectionLoss => {
-                self.failed()?;
-                Ok(self.recover_queued(id).await?.map_or(Made::Again, Made::Ours))
-            }
-            // A session-named node (etcd's own lock) of another task of this session: wait for it to go, then queue
-            // (the create was refused: nothing of ours was made). A try does not wait (found by review: it waited for
-            // its bound, then failed).
-            Error::NodeExists(node) if self.protocol.session_named() => {
-                self.cleanup.disarm();
-                if self.try_once {
-                    return Ok(Made::GaveUp);
-                }
-                self.wait_any_deleted(&[node], sid, None).await?;
-                Ok(Made::Again)
-            }
-            e => Err(e.into()),
-        }
-    }
-
     /// Whether the key of our session-named node is still the one we made (its creation id), by a read after the
     /// listing that judged it first. Boxed where it is awaited: only the etcd layout asks, and every waiting acquire
     /// would otherwise carry its state (the future-size test).
@@ -335,71 +259,5 @@ impl Attempt<'_> {
                 Err(e) => return Err(e),
             }
         }
-    }
-
-    /// After a lost create reply: our node, when the create made one (found by its attempt id and owner).
-    pub async fn recover_queued(&mut self, id: Identity) -> Step<Option<(String, i64, Option<Vec<String>>)>> {
-        if self.connected().await? != id.session {
-            // The session is over: whatever the create made went with it.
-            self.cleanup.disarm();
-            return Ok(None);
-        }
-        match self.find_ours(id.attempt, id.session).await {
-            Ok(Some((node, czxid))) => {
-                self.count(Count::CreateRecovery);
-                debug!(%node, "create reply was lost; found our node by its attempt id");
-                Ok(Some((node, czxid, None)))
-            }
-            Ok(None) => {
-                self.cleanup.disarm();
-                Ok(None)
-            }
-            Err(Stop::Fail(Error::ConnectionLoss)) => {
-                self.clean_up_now().await;
-                Ok(None)
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Finds the node our create made, by attempt id and ephemeral owner (a queued node, or a kazoo lease).
-    async fn find_ours(&self, attempt: Uuid, sid: SessionId) -> Step<Option<(String, i64)>> {
-        let on = self.backend().on(sid);
-        // After a reconnection to another server, a list may not show our create yet: catch up with the leader.
-        let listed = async {
-            if !is_active(Mutant::NoSyncAfterLostReply) {
-                on.sync(self.path.as_str()).await?;
-            }
-            on.children(self.path.as_str()).await
-        };
-        let children = match self.call(listed).await {
-            Ok(c) => c,
-            Err(Stop::Fail(Error::NoNode(_))) => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        if self.protocol.session_named() {
-            // Named by the session: ours only when its data carries our attempt (another task of the session may
-            // hold a node of the name).
-            let name = self.protocol.prefix(attempt, sid);
-            if !children.contains(&name) {
-                return Ok(None);
-            }
-            let node = self.path.child(&name);
-            return Ok(match self.call(on.get(&node)).await? {
-                Some((data, stat)) if is_ours(&data, stat.ephemeral_owner, attempt, sid) => Some((node, stat.czxid)),
-                _ => None,
-            });
-        }
-        for name in children {
-            if self.protocol.made_by(&name, attempt) {
-                let node = self.path.child(&name);
-                if let Some((_, stat)) = self.call(on.get(&node)).await? {
-                    if stat.ephemeral_owner == sid {
-                        return Ok(Some((node, stat.czxid)));
-                    }
-                }
-            }
-        }
-        Ok(None)
     }
 }

@@ -7,6 +7,7 @@ mod given_up_release;
 mod handoff;
 mod handoff_drain;
 mod lease;
+mod lost_create_abandoned;
 mod metrics;
 mod multi_release;
 mod observer_reused_names;

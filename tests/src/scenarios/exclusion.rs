@@ -35,12 +35,20 @@ pub async fn write_mutual_exclusion(h: &dyn Harness) {
 pub async fn read_write_mutual_exclusion(h: &dyn Harness) {
     let path = h.path("rw-mixed");
     let occ = Occupancy::new();
+    // Every client is connected before any starts, and they start together: made one by one, the first rounds would
+    // be staggered by a session's creation each, and readers that hold 10 ms might never meet on a slow machine.
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        clients.push(h.client().await);
+    }
+    let start = Arc::new(tokio::sync::Barrier::new(clients.len()));
+    let tick = h.tick();
     let mut set = JoinSet::new();
-    for i in 0..8 {
-        let c = h.client().await;
+    for (i, c) in clients.into_iter().enumerate() {
         let rw = c.locks.read_write(&path).unwrap();
-        let occ = occ.clone();
+        let (occ, start) = (occ.clone(), start.clone());
         set.spawn(async move {
+            start.wait().await;
             for round in 0..4 {
                 if (i + round) % 3 == 0 {
                     let g = rw.write().acquire().await.expect("write");
@@ -49,6 +57,12 @@ pub async fn read_write_mutual_exclusion(h: &dyn Harness) {
                     let g = rw.read().acquire().await.expect("read");
                     occ.enter_shared();
                     tokio::time::sleep(HOLD * 2).await;
+                    // A reader's first round stays on, 2 s at most, until another reader is in with it: a lock whose
+                    // readers never share still fails the check below.
+                    let t0 = tokio::time::Instant::now();
+                    while round == 0 && occ.max_shared() < 2 && t0.elapsed() < std::time::Duration::from_secs(2) {
+                        tokio::time::sleep(tick).await;
+                    }
                     occ.exit_shared();
                     g.release().await.expect("release read");
                 }

@@ -140,7 +140,9 @@ async fn wakeups_per_release(h: &dyn Harness, recipe: Recipe, waiters: usize) ->
             }
         });
         if recipe == Recipe::Exclusive {
-            tokio::time::sleep(h.tick() * 2).await;
+            // No node of its own to wait for: time for its create to fail and its watch to be set, long enough
+            // beside a slow disk's commit (a waiter not yet watching at the release takes the lock without a wakeup).
+            tokio::time::sleep(h.tick() * 20).await;
         } else {
             wait_children(h, &path, i + 2).await;
         }

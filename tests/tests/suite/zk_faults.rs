@@ -25,8 +25,10 @@ async fn within<T>(limit: Duration, what: &str, f: impl std::future::Future<Outp
 async fn server_restart_keeps_session_and_lock() {
     require_private_zk!();
     let zk = PrivateZk::start(1);
-    let a = Locks::new(connect(zk.connect(), Duration::from_secs(8)).await);
-    let b = Locks::new(connect(zk.connect(), Duration::from_secs(8)).await);
+    // Sessions long beside the restart and the client's reconnection backoff (about 3.4 s after a kill, then 6.6):
+    // with 8 s, a revival slower than about 3.5 s ended the lease inside the 2 s look at `lost()` below.
+    let a = Locks::new(connect(zk.connect(), Duration::from_secs(20)).await);
+    let b = Locks::new(connect(zk.connect(), Duration::from_secs(20)).await);
     let g = a.fair("/restart/lock").unwrap().acquire().await.unwrap();
     let lb = b.fair("/restart/lock").unwrap();
     let waiter = tokio::spawn(async move { lb.acquire().await.map(|g| g.fencing_token()) });

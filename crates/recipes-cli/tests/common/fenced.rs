@@ -169,7 +169,14 @@ pub fn pause_attack(label: &str, args: &[&str], session: &str, path: &str) {
     signal(-group, "-STOP");
     let stopped = Instant::now();
     let a_before = store.count("a");
-    let mut b = writer_with(args, path, "b", 250, store.port, WRITER);
+    // The next holder on a long session: only the paused holder's session is under attack, and 250 writes on a 2 s
+    // session would depend on every sync being answered in time to keep its lease (a slow disk may not be).
+    let b_args: Vec<&str> = args
+        .iter()
+        .zip(std::iter::once(&"").chain(args.iter()))
+        .map(|(arg, before)| if *before == "--session-timeout" { "10s" } else { *arg })
+        .collect();
+    let mut b = writer_with(&b_args, path, "b", 250, store.port, WRITER);
     wait_until("b writes", Duration::from_secs(30), || store.count("b") >= 25);
     let b_first = store.writes().iter().find(|w| w.who == "b").map(|w| w.at).unwrap();
     // Resume, the command first: it runs a little before zklock is scheduled again.

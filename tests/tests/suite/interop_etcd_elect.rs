@@ -127,7 +127,15 @@ async fn etcd_layout_election_beside_etcdctl_elect() {
 
     stop(&mut go2);
     stop(&mut listen);
-    let left = backend.keys_with_leases(&format!("{prefix}/")).await.unwrap();
-    assert!(left.is_empty(), "keys left: {left:?}");
+    // etcdctl revokes its lease as it exits; polled (15 s at most) rather than read once, as interop_etcd does.
+    let t0 = Instant::now();
+    loop {
+        let left = backend.keys_with_leases(&format!("{prefix}/")).await.unwrap();
+        if left.is_empty() {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(15), "keys left: {left:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     backend.close().await;
 }

@@ -139,6 +139,10 @@ macro_rules! recipe_type {
 
             /// Takes the lock if it is free now; never queues. `None`: someone else holds it or is ahead.
             ///
+            /// # Notable errors
+            /// [`Error::ConnectionLoss`](crate::Error::ConnectionLoss) when the client stayed disconnected for the
+            /// try's bound (5 s): a try waits that long for the connection, then cannot tell whether the lock is free.
+            ///
             /// # Cancel safety
             /// As [`acquire`](Self::acquire).
             pub fn try_acquire(&self) -> impl Future<Output = Result<Option<LockGuard>>> + Send + '_ {

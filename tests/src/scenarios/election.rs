@@ -265,15 +265,19 @@ pub async fn election_observer_after_reconnect_never_goes_back(h: &dyn Harness) 
     let new = bounded(h, "b leads", next).await.unwrap();
     let mut last = old_term;
     let mut seen_b = false;
+    // Reads after the first that names b: each must name b again (a read that went back would name a).
+    let mut after_b = 0;
     let until = tokio::time::Instant::now() + h.patience();
-    while tokio::time::Instant::now() < until {
+    while tokio::time::Instant::now() < until && after_b < 10 {
         match observer.leader().await {
             Ok(Some(l)) => {
                 assert!(l.term >= last, "the observer went back from term {last} to {}", l.term);
+                assert!(!seen_b || l.id == "b", "the observer went back to {} after b", l.id);
                 last = l.term;
                 if l.id == "b" {
+                    after_b += usize::from(seen_b);
                     seen_b = true;
-                    break;
+                    tokio::time::sleep(h.tick()).await;
                 }
             }
             Ok(None) => panic!("nobody leads while b does"),

@@ -237,10 +237,25 @@ pub async fn multi_lock_never_hands_out_a_lost_member(h: &dyn Harness) {
         } else {
             busy.release().await.unwrap();
         }
+        // With the free member still stolen, the set must not be handed out: a while for it to (wrongly) end, the
+        // thief's guard held; then the thief lets go.
+        let mut early = None;
+        if !finished_while_stolen && stolen.is_some() {
+            if let Ok(r) = tokio::time::timeout(latency * 10, &mut task).await {
+                early = Some(r.unwrap());
+            }
+            assert!(
+                !matches!(early, Some(Ok(_))),
+                "k={k}: the set was handed out while another client holds {free}"
+            );
+        }
         if !finished_while_stolen {
             drop(stolen.take());
         }
-        let got = bounded(h, "the set's acquire ends", &mut task).await.unwrap();
+        let got = match early {
+            Some(r) => r,
+            None => bounded(h, "the set's acquire ends", &mut task).await.unwrap(),
+        };
         h.set_latency(std::time::Duration::ZERO);
         if let Ok(held) = got {
             handed_out += 1;

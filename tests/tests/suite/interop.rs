@@ -278,7 +278,7 @@ async fn contend_with(s: &Setup, layout: Layout, peers: &[(Peer, &str)], rust: &
                 .append(true)
                 .open(dir.join("log"))
                 .unwrap();
-            let (mut overlaps, mut most) = (0, 0);
+            let (mut overlaps, mut most, mut holds) = (0, 0, 0u64);
             if let Taken::Leadership(candidate, election) = &lock {
                 // Leaders of the peer seen by this observer, by the id the peer wrote in its node.
                 let mut peers_seen = 0;
@@ -294,6 +294,7 @@ async fn contend_with(s: &Setup, layout: Layout, peers: &[(Peer, &str)], rust: &
                         .unwrap();
                     let (o, _, mine) = enter(&dir, mode, &tag, &mut log);
                     overlaps += o;
+                    holds += 1;
                     let seen = election.leader().await.unwrap().expect("a leader while leading");
                     assert_eq!((seen.id.as_str(), seen.term), (candidate.id(), leading.term()));
                     tokio::time::sleep(Duration::from_micros(200)).await;
@@ -302,7 +303,7 @@ async fn contend_with(s: &Setup, layout: Layout, peers: &[(Peer, &str)], rust: &
                 }
                 assert!(peers_seen > 0, "the observer never read a peer's leader");
                 drop(locks);
-                return (tag, overlaps, 1);
+                return (tag, overlaps, 1, holds);
             }
             let Taken::Lock(lock) = lock else { unreachable!() };
             let mut long_holds = 0;
@@ -318,6 +319,7 @@ async fn contend_with(s: &Setup, layout: Layout, peers: &[(Peer, &str)], rust: &
                 };
                 let (o, inside, mine) = enter(&dir, mode, &tag, &mut log);
                 overlaps += o;
+                holds += 1;
                 most = most.max(inside);
                 if let Mode::Permit(_) = mode {
                     // Semaphore holders stay a little longer, so that several are in at once. Until one holder has
@@ -337,16 +339,17 @@ async fn contend_with(s: &Setup, layout: Layout, peers: &[(Peer, &str)], rust: &
                 g.release().await.unwrap();
             }
             drop(locks);
-            (tag, overlaps, most)
+            (tag, overlaps, most, holds)
         }));
     }
     let mut per_side = Vec::new();
     let (mut overlaps, mut most_inside) = (0, 0);
     for t in tasks {
-        let (tag, o, most) = t.await.unwrap();
+        let (tag, o, most, holds) = t.await.unwrap();
         overlaps += o;
         most_inside = most_inside.max(most);
-        per_side.push((tag, count as u64));
+        // The holds the task counted, not the count it was asked for.
+        per_side.push((tag, holds));
     }
     for (name, child) in children {
         let out = tokio::task::spawn_blocking(move || child.wait_with_output())

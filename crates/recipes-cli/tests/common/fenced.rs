@@ -210,6 +210,16 @@ pub fn pause_attack(label: &str, args: &[&str], session: &str, path: &str) {
         late.len() - accepted_late,
     );
     assert!(a_before >= 5);
+    // What zklock controls: the command, which ignores SIGTERM, is killed soon after the resume (0.09 s here, its
+    // 100 ms head start included). A command left to write through a SIGTERM grace (up to 3 s) fails the bound. (The
+    // mutant FixedTermGrace reads 0.38 s here: the watchdog's own deadline cuts zklock's fixed grace short;
+    // `trapped_sigterm_attack` is what catches it.) The store's two counts below hold by the store's own rule (it
+    // rejects any token below the highest it has seen, and the next holder wrote first): they check the store, not
+    // zklock.
+    assert!(
+        worked_for < Duration::from_millis(1500),
+        "the resumed command wrote on for {worked_for:?}"
+    );
     assert!(b_token > a_token, "the next holder's token is higher");
     assert_eq!(
         a_after_b, 0,

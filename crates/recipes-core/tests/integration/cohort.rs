@@ -341,19 +341,35 @@ async fn churn(seed: u64) {
             }
         });
     }
+    /// Counts a holder out when dropped: declared after its guard, it drops first when the task is aborted.
+    struct Leave(Arc<AtomicUsize>);
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
     for k in 0..4u64 {
         let lock = a.fair(P).unwrap();
+        let (inside, tokens) = (inside.clone(), tokens.clone());
         let h = tokio::spawn(async move {
-            // Bounded by the abort below.
+            // Bounded by the abort below. Counted in the detector as every other holder: aborted while it holds.
             loop {
                 let g = lock.acquire().await.unwrap();
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders (aborted task)");
+                let leave = Leave(inside.clone());
+                tokens.lock().unwrap().push(g.fencing_token());
                 tokio::time::sleep(Duration::from_millis(1)).await;
+                drop(leave);
                 drop(g);
             }
         });
         tokio::time::sleep(Duration::from_millis(next() % 20 + k)).await;
         h.abort();
-        let _ = h.await;
+        if let Err(e) = h.await {
+            if e.is_panic() {
+                std::panic::resume_unwind(e.into_panic());
+            }
+        }
     }
     let done = tokio::time::timeout(Duration::from_secs(600), async {
         while let Some(r) = set.join_next().await {

@@ -111,7 +111,12 @@ async fn run(layout: Layout, recipe: Recipe, d: u64, try_once: bool, held: bool,
     }
     tokio::time::sleep(Duration::from_millis(d)).await;
     a.abort();
-    let _ = a.await;
+    // Aborted, or done first; a panic of A's (its "two holders" check) fails the test.
+    if let Err(e) = a.await {
+        if e.is_panic() {
+            std::panic::resume_unwind(e.into_panic());
+        }
+    }
     tokio::time::timeout(Duration::from_secs(90), b)
         .await
         .expect("B holds in time")

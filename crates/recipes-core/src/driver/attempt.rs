@@ -58,15 +58,22 @@ pub(crate) struct Attempt<'a> {
     pub started: Instant,
     /// Whether the lock came by a same-session handoff (counted once the guard is handed out).
     pub handed: AtomicBool,
+    /// What few attempts carry, out of line: a lock's waiter keeps 8 bytes for it, not 48 (every waiter's heap).
+    rare: Option<Box<Rare<'a>>>,
+}
+
+/// The parts of an attempt that only some recipes and layouts use.
+#[derive(Default)]
+struct Rare<'a> {
     /// The path the hold, and its refusals, are known by when our node is made under another path (a
-    /// [`Procedure`](super::Procedure)'s resource); `None`: `path`.
-    pub held_as: Option<LockPath>,
+    /// [`Procedure`](super::Procedure)'s resource); `None`: the attempt's path.
+    held_as: Option<LockPath>,
     /// An election candidate's lines in the node's data ([`candidate_lines`](crate::info::candidate_lines)); empty
     /// for a lock.
-    pub candidate: &'a str,
+    candidate: &'a str,
     /// This task's turn on a key named by its session, from before its create until its key is deleted (see
     /// `turns`); `None` in every other layout.
-    pub turn: Option<Turn>,
+    turn: Option<Turn>,
 }
 
 impl<'a> Attempt<'a> {
@@ -103,10 +110,39 @@ impl<'a> Attempt<'a> {
             tags,
             started: Instant::now(),
             handed: AtomicBool::new(false),
-            held_as: None,
-            candidate: "",
-            turn: None,
+            rare: None,
         }
+    }
+
+    fn rare(&mut self) -> &mut Rare<'a> {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// The path the hold, and its refusals, are known by: a procedure's resource, or the attempt's path.
+    pub fn held_as(&self) -> &LockPath {
+        self.rare.as_ref().and_then(|r| r.held_as.as_ref()).unwrap_or(self.path)
+    }
+
+    /// Holds and refuses as `resource` (a procedure's), when its node is made under another path.
+    pub fn hold_as(&mut self, resource: LockPath) {
+        self.rare().held_as = Some(resource);
+    }
+
+    /// An election candidate's lines in the node's data; empty for a lock.
+    pub fn candidate(&self) -> &'a str {
+        self.rare.as_ref().map_or("", |r| r.candidate)
+    }
+
+    /// Stands as an election candidate with these lines in the node's data (nothing for a lock: empty).
+    pub fn stand_as(&mut self, candidate: &'a str) {
+        if !candidate.is_empty() {
+            self.rare().candidate = candidate;
+        }
+    }
+
+    /// Keeps this task's turn on the key its session names, until its key is held (then the held node keeps it).
+    pub fn keep_turn(&mut self, turn: Turn) {
+        self.rare().turn = Some(turn);
     }
 
     /// Starts the attempt's clock (its wait, a try's bound) at its first poll, not when its future was made.
@@ -119,7 +155,7 @@ impl<'a> Attempt<'a> {
 
     /// The recipe's name in the node's data: `election` for a candidate's node (a fair lock's, by its protocol).
     pub fn data_recipe(&self) -> &'static str {
-        if self.candidate.is_empty() {
+        if self.candidate().is_empty() {
             self.recipe.name()
         } else {
             crate::election::RECIPE_NAME
@@ -206,7 +242,7 @@ impl<'a> Attempt<'a> {
     /// Our node holds the lock: nothing is left to clean up.
     pub fn held(&mut self, node: Arc<str>, czxid: i64, id: Identity) -> HeldNode {
         // The held node first: from here its drop deletes the node, whatever panics (a tracing layer, a recorder).
-        let path = self.held_as.as_ref().unwrap_or(self.path);
+        let path = self.held_as();
         let held = HeldNode::new(
             self.ctx.clone(),
             path.clone(),
@@ -217,10 +253,17 @@ impl<'a> Attempt<'a> {
             self.tags.clone(),
         )
         .handing_over(self.protocol.hands_over())
-        .with_turn(self.turn.take().inspect(|t| t.holds(czxid)));
+        .with_turn(
+            self.rare
+                .as_mut()
+                .and_then(|r| r.turn.take())
+                .inspect(|t| t.holds(czxid)),
+        );
         self.cleanup.disarm();
+        // Recorded on the acquire's span alone: when it is disabled, the current span is the caller's, which may
+        // have fields of these names (found by review, helper-82).
         let span = tracing::Span::current();
-        if !span.is_disabled() {
+        if span.metadata().is_some_and(|m| m.name() == "acquire") {
             span.record("node", &*held.node);
             span.record("token", czxid);
             span.record("waited_ms", self.started.elapsed().as_millis() as u64);
@@ -231,7 +274,7 @@ impl<'a> Attempt<'a> {
 
     /// The error for a refusal.
     fn refusal_error(&self, r: Refusal) -> Error {
-        let path = self.held_as.as_ref().unwrap_or(self.path);
+        let path = self.held_as();
         match r {
             Refusal::Foreign { node, family } => {
                 let ours = self.own_family();
@@ -304,7 +347,7 @@ impl<'a> Attempt<'a> {
                 CreateMode::EphemeralSequential,
             ),
         };
-        let data = NodeInfo::encode_own(attempt, self.data_recipe(), self.candidate, false);
+        let data = NodeInfo::encode_own(attempt, self.data_recipe(), self.candidate(), false);
         self.cleanup.state = Pending::Sent(attempt, sid);
         let on = self.backend().on(sid);
         let outcome = self

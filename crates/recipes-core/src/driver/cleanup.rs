@@ -262,8 +262,10 @@ pub(crate) struct Cleanup {
     /// The metrics labels of the lock.
     tags: Tags,
     pub state: Pending,
-    /// Earlier cleanups of this acquire still running in the background (their grace ran out).
-    background: Vec<tokio::task::JoinHandle<()>>,
+    /// Earlier cleanups of this acquire still running in the background (their grace ran out). Rare: out of line,
+    /// 8 bytes of every waiter's state rather than 24 (the point of the boxed `Vec` clippy warns of).
+    #[allow(clippy::box_collection)]
+    background: Option<Box<Vec<tokio::task::JoinHandle<()>>>>,
 }
 
 impl Cleanup {
@@ -274,7 +276,7 @@ impl Cleanup {
             fixed,
             tags,
             state: Pending::Nothing,
-            background: Vec::new(),
+            background: None,
         }
     }
 
@@ -340,14 +342,17 @@ impl Cleanup {
                 Some(rt) => rt.spawn(t),
                 None => tokio::spawn(t),
             };
-            self.background.push(task);
+            self.background.get_or_insert_with(Box::default).push(task);
         }
+        let Some(background) = self.background.as_mut() else {
+            return;
+        };
         let until = Instant::now() + grace;
-        while let Some(h) = self.background.last_mut() {
+        while let Some(h) = background.last_mut() {
             if tokio::time::timeout_at(until, h).await.is_err() {
                 return;
             }
-            self.background.pop();
+            background.pop();
         }
     }
 }

@@ -231,7 +231,7 @@ impl Attempt<'_> {
     /// data the node was made with (version 0): a request to let go written there first (revocation) is not
     /// overwritten, and the node behind lists again instead.
     fn mark_first(&self, node: &str, id: Identity) {
-        let data = NodeInfo::encode_own(id.attempt, self.data_recipe(), self.candidate, true);
+        let data = NodeInfo::encode_own(id.attempt, self.data_recipe(), self.candidate(), true);
         self.backend().on(id.session).set_data_unacked(node, &data, Some(0));
     }
 

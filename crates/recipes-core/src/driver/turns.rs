@@ -191,7 +191,7 @@ impl Attempt<'_> {
             let sid = self.connected().await?;
             let line = self.ctx.turns.line(sid, self.path.as_str());
             if let Some(turn) = line.try_take() {
-                self.turn = Some(turn);
+                self.keep_turn(turn);
                 return Ok(true);
             }
             let key = self.path.child(&self.protocol.prefix(Uuid::nil(), sid));
@@ -200,7 +200,7 @@ impl Attempt<'_> {
             }
             match self.wait_for_turn(&line, &key, sid).await? {
                 Waited::Turn(turn) => {
-                    self.turn = Some(turn);
+                    self.keep_turn(turn);
                     return Ok(true);
                 }
                 Waited::KeyGone => return Ok(true),

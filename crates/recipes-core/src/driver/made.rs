@@ -9,8 +9,9 @@ use uuid::Uuid;
 use super::attempt::{Attempt, Step, Stop};
 use super::cleanup::{is_ours, Identity, Pending};
 use super::queue::Queued;
-use crate::backend::{BackendExt, CreateAndList, SessionId};
+use crate::backend::{BackendExt, CreateAndList, CreateMode, SessionId};
 use crate::error::Error;
+use crate::info::NodeInfo;
 use crate::metrics::Count;
 use crate::mutants::{is_active, Mutant};
 
@@ -30,6 +31,35 @@ fn made_queued(made: CreateAndList) -> std::result::Result<(String, i64, Option<
 }
 
 impl Attempt<'_> {
+    /// Sends the create of our node (a fresh attempt id, in the node's data, and in its name when the protocol's
+    /// prefix takes it) with a list of the lock path behind it, in one round trip; the cleanup knows the create is
+    /// in flight before it is sent.
+    pub async fn create_and_list(&mut self, sid: SessionId) -> Step<(Identity, CreateAndList)> {
+        let attempt = crate::sim::attempt_id();
+        let fixed = self.protocol.fixed_name();
+        let id = Identity {
+            fixed: self.protocol.name_is_shared(),
+            attempt,
+            session: sid,
+            czxid: None,
+            marks: None,
+        };
+        let (node, mode) = match fixed {
+            Some(name) => (self.path.child(name), CreateMode::Ephemeral),
+            None => (
+                self.path.child(&self.protocol.prefix(attempt, sid)),
+                CreateMode::EphemeralSequential,
+            ),
+        };
+        let data = NodeInfo::encode_own(attempt, self.data_recipe(), self.candidate(), false);
+        self.cleanup.state = Pending::Sent(attempt, sid);
+        let on = self.backend().on(sid);
+        let outcome = self
+            .call(async { Ok(on.create_and_list(&node, &data, mode).await) })
+            .await?;
+        Ok((id, outcome))
+    }
+
     /// Creates our sequential node (protected: recognised by its attempt id after a lost reply); `None` when a try
     /// gives up without one.
     pub(super) async fn create_queued(&mut self) -> Step<Option<Queued>> {

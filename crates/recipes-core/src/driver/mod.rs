@@ -15,6 +15,7 @@ mod exclusive;
 mod handoff;
 mod held;
 mod lease;
+mod listing;
 mod made;
 mod peer_semaphore;
 mod permits;

@@ -171,15 +171,21 @@ async fn etcd_layout_beside_go_mutex_and_etcdctl_lock() {
 
     // Every session has ended or closed: no key of theirs is left under the prefix.
     let observer = EtcdBackend::connect(EtcdOptions::new(&endpoints)).await.unwrap();
+    until_no_keys_left(&observer, &prefix).await;
+    observer.close().await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Waits (15 s at most, then fails) until no key is left under `prefix`: a session's keys go with its lease, which a
+/// peer revokes as it exits or the server ends after its time to live.
+pub(super) async fn until_no_keys_left(backend: &EtcdBackend, prefix: &str) {
     let t0 = Instant::now();
     loop {
-        let left = observer.keys_with_leases(&format!("{prefix}/")).await.unwrap();
+        let left = backend.keys_with_leases(&format!("{prefix}/")).await.unwrap();
         if left.is_empty() {
-            break;
+            return;
         }
         assert!(t0.elapsed() < Duration::from_secs(15), "keys left behind: {left:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    observer.close().await;
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 use recipes_core::{Backend, Layout, Locks};
 use recipes_etcd::{EtcdBackend, EtcdOptions};
 
+use super::interop_etcd::until_no_keys_left;
+
 /// `etcdctl elect ARGS` started, its stdout's lines collected as they come.
 fn etcdctl_elect(endpoints: &str, args: &[&str]) -> (Child, Arc<Mutex<Vec<String>>>) {
     let mut child = Command::new("etcdctl")
@@ -127,15 +129,7 @@ async fn etcd_layout_election_beside_etcdctl_elect() {
 
     stop(&mut go2);
     stop(&mut listen);
-    // etcdctl revokes its lease as it exits; polled (15 s at most) rather than read once, as interop_etcd does.
-    let t0 = Instant::now();
-    loop {
-        let left = backend.keys_with_leases(&format!("{prefix}/")).await.unwrap();
-        if left.is_empty() {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(15), "keys left: {left:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // etcdctl revokes its lease as it exits: polled rather than read once.
+    until_no_keys_left(&backend, &prefix).await;
     backend.close().await;
 }

@@ -1,5 +1,5 @@
-//! One acquire in progress: its bounds (deadline, failure budget), what it must clean up, and the requests every
-//! recipe makes (list, make the parents, refuse).
+//! One acquire in progress: its bounds (deadline, failure budget), what it must clean up, and its refusals (the
+//! listings are in `listing.rs`, the create of our node in `made.rs`).
 
 use std::future::Future;
 use std::sync::atomic::AtomicBool;

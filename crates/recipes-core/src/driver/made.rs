@@ -1,5 +1,6 @@
-//! Making our queued node: the create (pipelined with a listing), what its failures mean (a missing parent, a lost
-//! reply, another task's session-named key), and finding our node after a lost reply by its attempt id.
+//! Making our node: the create every recipe sends (pipelined with a listing; the exclusive recipe's fixed node and a
+//! peer semaphore's lease too), and for a queued node what its failures mean (a missing parent, a lost reply, another
+//! task's session-named key) and finding it after a lost reply by its attempt id.
 
 use std::sync::Arc;
 

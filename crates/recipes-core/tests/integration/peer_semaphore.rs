@@ -38,6 +38,13 @@ async fn a_curator_semaphore_refuses_another_semaphore_on_its_path() {
             "beside a {other} semaphore: {}",
             show(&r)
         );
+        // The lease is made under `/p/leases` by a procedure; the refusal names the semaphore's path, the one it is
+        // held as (helper-84: the attempt keeps that path out of line since the twenty-first session).
+        assert!(
+            matches!(&r, Err(Error::ForeignLock { path, .. }) if path == "/p"),
+            "beside a {other} semaphore: {}",
+            show(&r)
+        );
         assert_eq!(c.ephemerals().len(), 1, "the refused lease is gone");
     }
 }

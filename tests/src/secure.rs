@@ -133,6 +133,18 @@ impl SecureZk {
         }
         args.extend(["--jvm-opt", &jvm]);
         let server = PrivateZk::start_with(1, &args);
+        // The server is reported started when its plain client port answers; it binds the secure port after that
+        // one, and on a loaded machine a test's first TLS connect found nothing listening there yet (a clean run of
+        // the twenty-second session). Wait for it too, bounded.
+        let secure = std::net::SocketAddr::from(([127, 0, 0, 1], secure_port));
+        let started = std::time::Instant::now();
+        while std::net::TcpStream::connect_timeout(&secure, std::time::Duration::from_secs(1)).is_err() {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(30),
+                "the private ZooKeeper's secure client port {secure_port} is not listening after 30 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
         SecureZk {
             server,
             files,

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 
+#[cfg(feature = "etcd")]
 mod etcd;
 use recipes_core::backend::BackendExt;
 use recipes_core::{Backend, Lock, Locks, Recipe};
@@ -71,6 +72,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Figure {
     /// The etcd figures (bench/run starts a member of its own)
+    #[cfg(feature = "etcd")]
     Etcd {
         #[command(subcommand)]
         figure: etcd::Figure,
@@ -326,6 +328,7 @@ fn main() {
         .unwrap();
     rt.block_on(async move {
         match cli.figure {
+            #[cfg(feature = "etcd")]
             Figure::Etcd { figure } => etcd::run(figure).await,
             Figure::Uncontended { servers, recipe, iters } => {
                 let b = zk(&servers).await;

@@ -359,8 +359,9 @@ impl Cleanup {
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        // Said with the node, when known: the attempt outlives its instrumented future, and so the acquire's span
-        // (found by review, helper-78).
+        // Said with the node, when known: the event may come in the acquire's span (the attempt lives in the
+        // instrumented future, which enters its span while it drops), or in the caller's when that span is off (found
+        // by review, helper-78).
         let node = match &self.state {
             Pending::Created(node, ..) => Some(node.clone()),
             _ => None,

@@ -381,7 +381,9 @@ mod future_sizes {
         let sizes = format!(
             "driver acquire {acquire}, FairLock::acquire {fair}, Cohort::acquire {cohort}, LockGuard::release {release}"
         );
-        assert!(acquire <= 1024, "{sizes}");
+        // 1,000: at 992 bytes, a task that holds a lock handle and awaits the acquire (the benchmark's waiter) fits
+        // tokio's 1,152-byte cell with 16 bytes to spare; 16 more would make it 1,280 (tokio's steps are 128).
+        assert!(acquire <= 1000, "{sizes}");
         assert!(release <= 512, "{sizes}");
         assert!(fair <= acquire + 32, "{sizes}");
         assert!(cohort <= 1024, "{sizes}");

@@ -21,4 +21,5 @@ mod revocation;
 mod spans;
 mod stale_names;
 mod support;
+mod try_bound;
 mod turns;

@@ -22,6 +22,8 @@ type Span = (&'static Metadata<'static>, HashMap<String, String>);
 #[derive(Default)]
 struct Seen {
     spans: HashMap<u64, Span>,
+    /// Each span's parent, by id.
+    parents: HashMap<u64, Option<u64>>,
     stack: Vec<u64>,
     /// Each event's fields (its message under `message`).
     events: Vec<HashMap<String, String>>,
@@ -51,7 +53,14 @@ impl Subscriber for Probe {
         let id = self.next.fetch_add(1, Ordering::SeqCst) + 1;
         let mut f = HashMap::new();
         a.record(&mut Fields(&mut f));
-        self.seen.lock().unwrap().spans.insert(id, (a.metadata(), f));
+        let mut seen = self.seen.lock().unwrap();
+        let parent = if a.is_contextual() {
+            seen.stack.last().copied()
+        } else {
+            a.parent().map(Id::into_u64)
+        };
+        seen.parents.insert(id, parent);
+        seen.spans.insert(id, (a.metadata(), f));
         Id::from_u64(id)
     }
     fn record(&self, id: &Id, r: &Record<'_>) {
@@ -171,4 +180,61 @@ async fn an_abandoned_acquire_says_which_node_it_cleans_up() {
             "{abandoned:?}"
         );
     }
+}
+
+/// The acquire's span is made when `acquire()` is called, a child of the span current there, not of the one its
+/// future is first polled in (decision 78); an acquire dropped before its first poll made its span, and nothing else.
+#[tokio::test(start_paused = true)]
+async fn the_acquire_span_is_a_child_of_the_span_at_the_call() {
+    let probe = Probe {
+        seen: Arc::default(),
+        next: Arc::default(),
+        acquire_on: true,
+    };
+    let seen = probe.seen.clone();
+    let _default = tracing::subscriber::set_default(probe);
+    let cluster = MemCluster::new();
+    let locks = Locks::new(cluster.client());
+    let lock = locks.fair("/spans/call").unwrap();
+    let made = tracing::info_span!("made");
+    let polled = tracing::info_span!("polled");
+    let f = made.in_scope(|| lock.acquire());
+    let guard = f.instrument(polled).await.unwrap();
+    guard.release().await.unwrap();
+    drop(tracing::info_span!("unpolled").in_scope(|| lock.acquire()));
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    let id_of = |name: &str| {
+        let ids: Vec<u64> = (seen.spans.iter())
+            .filter(|(_, (m, _))| m.name() == name)
+            .map(|(i, _)| *i)
+            .collect();
+        assert_eq!(ids.len(), 1, "one span named {name}");
+        ids[0]
+    };
+    let acquires: Vec<(u64, bool)> = (seen.spans.iter())
+        .filter(|(_, (m, _))| m.name() == "acquire")
+        .map(|(i, (_, f))| (*i, f.contains_key("node")))
+        .collect();
+    assert_eq!(acquires.len(), 2, "one span per acquire made: {acquires:?}");
+    for (id, held) in acquires {
+        let parent = seen.parents[&id];
+        if held {
+            assert_eq!(
+                parent,
+                Some(id_of("made")),
+                "the held acquire's span under the span of its call"
+            );
+        } else {
+            assert_eq!(
+                parent,
+                Some(id_of("unpolled")),
+                "the unpolled acquire's span under the span of its call"
+            );
+        }
+    }
+    let children = cluster.children("/spans/call");
+    assert!(
+        children.is_empty(),
+        "no node left by the held or the unpolled acquire: {children:?}"
+    );
 }

@@ -117,6 +117,13 @@ pub enum Mutant {
     /// operator's delete and a session-mate's create between the read and the delete had the release delete the mate's
     /// key, and another session held beside the mate).
     ReleaseByNameAlone,
+    /// A waiter in line takes its scout's deletion (the node ahead of its blocker) for a sign that nothing is ahead of
+    /// the blocker any more, without listing again: a scout that was cancelled, or whose session expired, while
+    /// others still waited ahead of it lets the waiter in beside the holder once its blocker goes too.
+    ScoutMeansFirst,
+    /// Not a bug: no scout (a waiter whose blocker is not first lists again only after the blocker's deletion, on the
+    /// handoff's critical path, as before the scout), so that a test can show what the scout changes.
+    NoScout,
 }
 
 impl Mutant {

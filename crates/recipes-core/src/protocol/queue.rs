@@ -91,20 +91,40 @@ impl Queue {
         self.in_line_here() && matches!(self.kind, NodeKind::Lock | NodeKind::Write)
     }
 
-    /// The verdict for our node, claiming `weight`, behind the contenders `ahead` (in queue order).
-    fn verdict(&self, ahead: &[Contender], weight: u32) -> Verdict {
+    /// The verdict for our node, claiming `weight`, behind the contenders `ahead` (in queue order), judged from a
+    /// `short` listing or a long one (see [`Wait::scout`]).
+    fn verdict(&self, ahead: &[Contender], weight: u32, short: bool) -> Verdict {
         let window = blockers(self.layout, self.kind, ahead, weight, self.permits);
         let Some((on, also)) = window.split_last() else {
             return Verdict::Acquired;
         };
         let in_line = self.in_line_here() && self.kind != NodeKind::Permit;
+        let blocker_first = in_line && ahead[0].name == on.name;
+        let scout = if in_line && !blocker_first && short && !is_active(Mutant::NoScout) {
+            let at = ahead.iter().position(|c| c.name == on.name);
+            at.and_then(|i| i.checked_sub(1)).map(|i| ahead[i].name.clone())
+        } else {
+            None
+        };
         Verdict::Wait(Wait {
             on: on.name.clone(),
             also: also.iter().map(|c| c.name.clone()).collect(),
             in_line,
-            blocker_first: in_line && ahead[0].name == on.name,
+            blocker_first,
             change_means_held: in_line && on.kind != NodeKind::Read,
+            scout,
         })
+    }
+
+    /// Whether a listing holds more than [`MARK_FROM_QUEUE_LEN`] contenders of the layout, counted only as far as the
+    /// threshold: a long queue's names are not all parsed again.
+    fn long<S: AsRef<str>>(&self, children: &[S]) -> bool {
+        children.len() > MARK_FROM_QUEUE_LEN
+            && children
+                .iter()
+                .filter(|c| self.layout.parse(c.as_ref()).is_some())
+                .nth(MARK_FROM_QUEUE_LEN)
+                .is_some()
     }
 
     /// A listing's contenders, and the refusal, if any, beside them: a lock node of another family, or (peer
@@ -178,7 +198,7 @@ impl Protocol for Queue {
         let Some(weight) = listing.ours else {
             return Verdict::Missing;
         };
-        self.verdict(&listing.ahead, weight)
+        self.verdict(&listing.ahead, weight, !self.long(children))
     }
 
     /// # Contract
@@ -190,17 +210,7 @@ impl Protocol for Queue {
     /// would not say that nothing is ahead of it), nor a semaphore's claim, nor the peers' layouts (their waiters list
     /// again on every wake-up).
     fn marks_when_held(&self, children: &[String]) -> bool {
-        let in_line = self.may_mark();
-        // Counted only as far as the threshold: a long queue's names are not all parsed again.
-        let long = || {
-            children.len() > MARK_FROM_QUEUE_LEN
-                && children
-                    .iter()
-                    .filter(|c| self.layout.parse(c).is_some())
-                    .nth(MARK_FROM_QUEUE_LEN)
-                    .is_some()
-        };
-        in_line && (is_active(Mutant::AlwaysMark) || long())
+        self.may_mark() && (is_active(Mutant::AlwaysMark) || self.long(children))
     }
 
     fn passes_mark_on(&self, wait: &Wait) -> bool {

@@ -31,12 +31,18 @@ fn node(layout: Layout, kind: NodeKind, seq: u32) -> String {
 }
 
 fn wait(on: &str, in_line: bool, blocker_first: bool) -> Next {
+    scouted(on, in_line, blocker_first, None)
+}
+
+/// A wait with the scout named.
+fn scouted(on: &str, in_line: bool, blocker_first: bool, scout: Option<&str>) -> Next {
     Next::Wait(Wait {
         on: on.to_owned(),
         also: Vec::new(),
         in_line,
         blocker_first,
         change_means_held: in_line && !on.starts_with("R-"),
+        scout: scout.map(str::to_owned),
     })
 }
 
@@ -56,7 +62,7 @@ fn native_waits_in_line_and_peers_list_again() {
         );
         assert_eq!(
             judge(layout, NodeKind::Lock, &q, &c),
-            wait(&b, native, false),
+            scouted(&b, native, false, native.then_some(a.as_str())),
             "{layout}"
         );
         let gone = node(layout, NodeKind::Lock, 9);
@@ -73,7 +79,7 @@ fn judge_reference(q: &Queue, children: &[String], ours: &str) -> Verdict {
     let Some(position) = cs.iter().position(|c| c.name == ours) else {
         return Verdict::Missing;
     };
-    q.verdict(&cs[..position], cs[position].weight)
+    q.verdict(&cs[..position], cs[position].weight, !q.long(children))
 }
 
 proptest::proptest! {
@@ -142,6 +148,43 @@ fn marks_only_after_a_long_listing_and_never_as_a_reader() {
             .map(|i| node(peer, NodeKind::Lock, i))
             .collect();
         assert!(!Queue::lock(peer, NodeKind::Lock).marks_when_held(&q), "{peer}");
+    }
+}
+
+/// The scout is the contender just ahead of the blocker, named only in line, behind a blocker that is not first, after
+/// a short listing (a long one would have every waiter list it again: its holders mark instead); a reader's blocker is
+/// the nearest writer ahead, and its scout the contender just ahead of that writer.
+#[test]
+fn a_scout_only_behind_a_blocker_not_first_in_a_short_listing() {
+    let l = Layout::Native;
+    let q: Vec<String> = (0..=MARK_FROM_QUEUE_LEN as u32)
+        .map(|i| node(l, NodeKind::Write, i))
+        .collect();
+    let short = &q[..MARK_FROM_QUEUE_LEN];
+    assert_eq!(
+        judge(l, NodeKind::Write, short, &short[3]),
+        scouted(&short[2], true, false, Some(&short[1]))
+    );
+    assert_eq!(judge(l, NodeKind::Write, short, &short[1]), wait(&short[0], true, true));
+    assert_eq!(judge(l, NodeKind::Write, &q, &q[3]), wait(&q[2], true, false));
+    let rw: Vec<String> = (0..5)
+        .map(|i| node(l, if i == 2 { NodeKind::Write } else { NodeKind::Read }, i))
+        .collect();
+    assert_eq!(
+        judge(l, NodeKind::Read, &rw, &rw[4]),
+        scouted(&rw[2], true, false, Some(&rw[1]))
+    );
+    assert_eq!(
+        judge(l, NodeKind::Write, &rw, &rw[4]),
+        scouted(&rw[3], true, false, Some(&rw[2]))
+    );
+    for peer in [Layout::Curator, Layout::Kazoo] {
+        let q: Vec<String> = (0..4).map(|i| node(peer, NodeKind::Lock, i)).collect();
+        assert_eq!(
+            judge(peer, NodeKind::Lock, &q, &q[3]),
+            wait(&q[2], false, false),
+            "{peer}"
+        );
     }
 }
 

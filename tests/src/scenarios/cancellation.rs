@@ -211,6 +211,45 @@ pub async fn cancelled_middle_waiter_chain_repairs(h: &dyn Harness) {
     wait_children(h, &path, 0).await;
 }
 
+/// A waiter behind two (its blocker, and the scout ahead of it) whose scout, then blocker, are cancelled while the first
+/// holds: the scout's deletion only makes it list again (a cancelled scout says nothing of what is ahead), and the
+/// blocker's deletion, with the holder still ahead, makes it list again too. It never holds beside the holder, it
+/// holds once the holder releases, and nothing is left. With the scout's deletion taken for "nothing ahead of the
+/// blocker" (`Mutant::ScoutMeansFirst`) it held beside the holder (`scout::a_scouts_deletion_alone_lets_two_hold`).
+pub async fn cancelled_scout_and_blocker_never_let_a_waiter_in_beside_the_holder(h: &dyn Harness) {
+    let path = h.path("scout-cancelled");
+    let (a, s, p, w) = (h.client().await, h.client().await, h.client().await, h.client().await);
+    for round in 0..2 {
+        let ga = a.locks.fair(&path).unwrap().acquire().await.unwrap();
+        let ls = s.locks.fair(&path).unwrap();
+        let scout = tokio::spawn(async move { ls.acquire().await });
+        wait_children(h, &path, 2).await;
+        let lp = p.locks.fair(&path).unwrap();
+        let blocker = tokio::spawn(async move { lp.acquire().await });
+        wait_children(h, &path, 3).await;
+        let lw = w.locks.fair(&path).unwrap();
+        let mut waiter = tokio::spawn(async move { lw.acquire().await.unwrap() });
+        wait_children(h, &path, 4).await;
+        tokio::time::sleep(h.tick() * 2).await;
+        scout.abort();
+        let _ = scout.await;
+        wait_children(h, &path, 3).await;
+        assert_pending(
+            h,
+            &format!("round {round}: the waiter after its scout went"),
+            &mut waiter,
+        )
+        .await;
+        blocker.abort();
+        let _ = blocker.await;
+        wait_children(h, &path, 2).await;
+        assert_pending(h, &format!("round {round}: the waiter behind the holder"), &mut waiter).await;
+        ga.release().await.unwrap();
+        granted_then_released(h, "the waiter", waiter).await;
+        wait_children(h, &path, 0).await;
+    }
+}
+
 /// 1000 acquires of every queued recipe, cancelled or timed out at pseudo-random points: no node is left.
 #[allow(clippy::print_stdout)] // the fault campaign's figures (scripts/campaign)
 pub async fn thousand_abandoned_acquires_leave_no_node(h: &dyn Harness) {

@@ -125,7 +125,8 @@ macro_rules! __for_each_scenario {
             upgrade_refused try_acquire_on_held_fair try_acquire_on_held_exclusive try_acquire_free_every_recipe
             try_read_beside_reader_but_not_writer timeout_leaves_no_node_fair timeout_leaves_no_node_exclusive
             timeout_leaves_no_node_read dropped_acquire_leaves_no_node dropped_acquire_at_every_point
-            cancelled_middle_waiter_chain_repairs release_after_node_deleted_is_error
+            cancelled_middle_waiter_chain_repairs cancelled_scout_and_blocker_never_let_a_waiter_in_beside_the_holder
+            release_after_node_deleted_is_error
             stale_exclusive_release_spares_new_holder session_expiry_fires_lost session_expiry_waiter_takes_over
             node_deleted_fires_lost waiting_acquire_fails_on_session_expiry acquire_after_expiry_uses_new_session
             lost_create_reply_no_orphan_fair lost_create_reply_no_orphan_exclusive

@@ -8,7 +8,7 @@ use tracing::debug;
 
 use super::attempt::{Attempt, Step, Stop};
 use super::cleanup::Identity;
-use super::wait::{InLine, InLineOn};
+use super::wait::{Armed, InLine, InLineOn};
 use super::{session, HeldNode};
 use crate::backend::{BackendExt, NodeWatch, SessionId};
 use crate::error::Error;
@@ -64,8 +64,11 @@ impl Attempt<'_> {
             // say more than its missing count) and before any other: from our create on, the path, and the count it
             // stores, cannot go away while our node is there.
             let mut count_checked = self.protocol.stored_count().is_none();
-            // The watch on our node, armed by the first wait in line and kept until it holds (see `wait_in_line`).
-            let mut own = None;
+            // The watch on our node, armed by the first wait in line and kept until it holds, and what a scout needs
+            // (see `wait_in_line`).
+            let mut armed = Armed::default();
+            // Whether a hold through the blocker's mark passes the mark on (decision 0073): asked of every wait in line.
+            let mut passes = false;
             // Every local below lives only between two waits, or is taken apart before the next: one kept across
             // several would take room in every state of this future, a waiter's included (each waiter's heap).
             loop {
@@ -95,11 +98,11 @@ impl Attempt<'_> {
                     match next {
                         Verdict::Wait(wait) => wait,
                         Verdict::Acquired if !self.protocol.session_named() => {
-                            return Ok(Some(self.won(q, mark, own)));
+                            return Ok(Some(self.won(q, mark, armed.own)));
                         }
                         other @ (Verdict::Refuse(_) | Verdict::Acquired | Verdict::Missing) => {
                             if self.not_in_line(other, &q).await? {
-                                return Ok(Some(self.won(q, mark, own)));
+                                return Ok(Some(self.won(q, mark, armed.own)));
                             }
                             break;
                         }
@@ -126,9 +129,12 @@ impl Attempt<'_> {
                 }
                 // Whether a hold through the blocker's mark passes the mark on (decision 0073), asked now so that the
                 // wait keeps only what it needs of the verdict: the blocker's path and two flags.
-                let (passes_mark_on, on) = self.in_line_on(wait);
-                match self.wait_in_line(q.name(), &q.id, &mut own, &on).await? {
-                    held @ (InLine::Acquired | InLine::Handed { .. }) => {
+                let (passes_mark_on, on) = self.in_line_on(wait, &mut armed);
+                // Something was ahead of the blocker in one of our listings, the scout's included (a listing the
+                // scout asked for finds the blocker first while the drain's marks still run).
+                passes |= passes_mark_on;
+                match self.wait_in_line(q.name(), &q.id, &mut armed, &on).await? {
+                    held @ (InLine::Acquired { .. } | InLine::Handed { .. }) => {
                         // Held through the blocker's mark (a change of its data), or handed over within the process by
                         // a holder whose release marks: the mark is passed on (decisions 0073, 0075). Not after a
                         // handoff from a holder that does not mark, which would start a chain of marks in a short
@@ -139,16 +145,17 @@ impl Attempt<'_> {
                                 self.handed.store(true, Ordering::Relaxed);
                                 marking
                             }
-                            _ => true,
+                            InLine::Acquired { through_mark } => through_mark,
+                            _ => false,
                         };
-                        let mark = mark || (through_mark && self.marks_in_release() && passes_mark_on);
-                        return Ok(Some(self.won(q, mark, own)));
+                        let mark = mark || (through_mark && self.marks_in_release() && passes);
+                        return Ok(Some(self.won(q, mark, armed.own)));
                     }
                     InLine::Missing => {
                         self.vanished(&q.node).await?;
                         break;
                     }
-                    InLine::Relist => {}
+                    InLine::Relist | InLine::Scouted => {}
                 }
             }
         }
@@ -198,7 +205,8 @@ impl Attempt<'_> {
 
     /// What a wait in line keeps of its verdict: the blocker, and whether a hold through the blocker's mark passes
     /// the mark on (decision 0073).
-    fn in_line_on(&self, wait: Wait) -> (bool, InLineOn) {
+    fn in_line_on(&self, wait: Wait, armed: &mut Armed) -> (bool, InLineOn) {
+        armed.scout(wait.scout.as_deref().map(|n| self.path.child(n)));
         let on = InLineOn {
             path: self.path.child(&wait.on).into(),
             first: wait.blocker_first,

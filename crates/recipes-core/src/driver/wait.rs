@@ -23,10 +23,61 @@ pub(crate) struct InLineOn {
     pub change_means_held: bool,
 }
 
+/// The watches a queued acquire keeps from one wait in line to the next: the one on our own node (armed by the first
+/// wait, kept until the node holds), and what a scout needs, boxed (only waits behind a blocker that is not first
+/// have a scout, and every waiter's state would otherwise carry it).
+#[derive(Default)]
+pub(crate) struct Armed {
+    pub own: Option<NodeWatch>,
+    scouting: Option<Box<Scouting>>,
+}
+
+impl Armed {
+    /// The next wait's scout: the node just ahead of its blocker (see [`Wait::scout`](crate::protocol::Wait::scout)).
+    pub fn scout(&mut self, path: Option<String>) {
+        match (path, &mut self.scouting) {
+            (path, Some(s)) => s.path = path.map(String::into_boxed_str),
+            (Some(path), None) => {
+                self.scouting = Some(Box::new(Scouting {
+                    path: Some(path.into_boxed_str()),
+                    ..Scouting::default()
+                }))
+            }
+            (None, None) => {}
+        }
+    }
+
+    /// Keeps the blocker's watch for the next wait (see `wait_in_line`).
+    fn keep(&mut self, kept: KeptBlocker) {
+        self.scouting.get_or_insert_with(Box::default).kept = Some(kept);
+    }
+}
+
+/// A scout's path, the watch on it while the wait is armed, and the blocker's watch kept through the list it asked for.
+#[derive(Default)]
+struct Scouting {
+    path: Option<Box<str>>,
+    watch: Option<NodeWatch>,
+    kept: Option<KeptBlocker>,
+}
+
+/// The blocker's watch, kept through the list its scout asked for (see `wait_in_line`), to be used by the next wait
+/// when it is on the same blocker: the watch, what the wait knew of the blocker, and the session's state as it was
+/// when the watch was armed.
+struct KeptBlocker {
+    path: Arc<str>,
+    watch: NodeWatch,
+    known_first: bool,
+    marked: bool,
+    trust_change: bool,
+    moved: watch::Receiver<SessionStatus>,
+}
+
 /// How a wait in line ended.
 pub(crate) enum InLine {
-    /// Every blocker ahead has gone: we hold the lock.
-    Acquired,
+    /// Every blocker ahead has gone: we hold the lock; `through_mark`: we knew it from the blocker's `first` mark (its
+    /// data, or a change of it), not from a listing.
+    Acquired { through_mark: bool },
     /// The blocker's holder, a task of this process on our session, handed the lock to us as it released; `marking`:
     /// its release would have marked its node `first` (decision 0075).
     Handed { marking: bool },
@@ -34,6 +85,9 @@ pub(crate) enum InLine {
     Missing,
     /// Look at the queue again.
     Relist,
+    /// The scout went (or changed): look at the queue again, the blocker's watch kept (only inside `wait_in_line`,
+    /// which hands `Relist` on).
+    Scouted,
 }
 
 /// Whether node data carries the `first` mark.
@@ -143,67 +197,133 @@ impl Attempt<'_> {
     ///   re-arms itself on a data change, when polled, could sit unpolled through a relist, then answer `Pending`
     ///   with its re-arm only just sent (found by review).
     /// - `Relist` hands back to the listing path.
-    pub async fn wait_in_line(
-        &self,
-        ours: &str,
-        id: &Identity,
-        own: &mut Option<NodeWatch>,
-        line: &InLineOn,
-    ) -> Step<InLine> {
-        let (attempt, pinned) = (id.attempt, id.session);
-        let blocker_path = &line.path;
-        // Any change of the session's state from here on (a disconnection) makes a deletion of the blocker a reason to
-        // list again, not to hold (see the contract).
-        let mut moved = self.backend().session();
-        moved.borrow_and_update();
-        let kept = own.take();
+    /// - The scout (the node just ahead of the blocker, when the blocker was not first in a short listing) is watched
+    ///   too, in the same round trip. Its deletion (or finding it gone, or a lost connection) ends the wait in
+    ///   `Relist`, with the blocker's watch kept in `armed`: the list it asks for runs while the blocker may still be
+    ///   there, off the handoff's critical path, and shows whether the blocker is first now. The next wait, on the
+    ///   same blocker, uses the kept watch (no new registration, none removed) with what was known of the blocker,
+    ///   and with the session's state as it was when that watch was armed: a state change since then makes the
+    ///   blocker's deletion a reason to list again. The scout's event itself is never trusted: the scout may have
+    ///   been cancelled, or its session may have ended, with others still ahead of it. A change of the scout's data
+    ///   (its `first` mark, in a drain whose holders pass the mark on, where the blocker's own mark follows; or a
+    ///   request to let go) retires the scout: the wait goes on as one without a scout, listing no queue.
+    pub async fn wait_in_line(&self, ours: &str, id: &Identity, armed: &mut Armed, line: &InLineOn) -> Step<InLine> {
+        let pinned = id.session;
         // The replies are judged in a block of their own: what the wait needs from them is small, and a reply kept in
         // scope through the wait below would stay in this future's waiting state (every waiter's heap).
-        let (is_ours, mut watch_own, blocker) = {
-            // Both watches in one round trip (the blocker's alone when ours is still armed). Boxed: the two requests
-            // and their replies side by side are larger than the wait that follows, and would set the size of every
-            // waiter's state.
-            let (armed, watched) = Box::pin(async {
+        let (is_ours, mut watch_own, moved, mut b) = {
+            // The watches in one round trip (ours unless still armed, the blocker's unless kept, the scout's). Boxed:
+            // the requests and their replies side by side are larger than the wait that follows, and would set the
+            // size of every waiter's state.
+            let (own_armed, watched, scouted, moved) = Box::pin(async {
+                let kept_own = armed.own.take();
+                let scouting = armed.scouting.as_deref_mut();
+                let reused = scouting.and_then(|s| s.kept.take()).filter(|k| k.path == line.path);
+                // Any change of the session's state from here on (a disconnection) makes a deletion of the blocker a
+                // reason to list again, not to hold (see the contract); from the arming of a reused watch on.
+                let (moved, reused) = match reused {
+                    Some(k) => (k.moved, Some((k.known_first, k.marked, k.trust_change, k.watch))),
+                    None => {
+                        let mut moved = self.backend().session();
+                        moved.borrow_and_update();
+                        (moved, None)
+                    }
+                };
+                let scout = armed.scouting.as_deref().and_then(|s| s.path.as_deref());
                 let on = self.backend().on(pinned);
                 let own_path = self.path.child(ours);
-                tokio::join!(
+                let (own_armed, watched, scouted) = tokio::join!(
                     async {
-                        match kept {
+                        match kept_own {
                             Some(w) => Ok(Some((true, w))),
-                            None => Ok(self
-                                .call(on.get_and_watch(&own_path))
-                                .await?
-                                .map(|(data, w)| (NodeInfo::decode(&data).is_some_and(|i| i.attempt == attempt), w))),
+                            None => Ok(self.call(on.get_and_watch(&own_path)).await?.map(|(data, w)| {
+                                (NodeInfo::decode(&data).is_some_and(|i| i.attempt == id.attempt), w)
+                            })),
                         }
                     },
-                    self.call(on.get_and_watch(blocker_path))
-                )
+                    async {
+                        match reused {
+                            // Whether nothing is known ahead of the blocker (the new listing may say so), and
+                            // whether a change of its data says it held.
+                            Some((known_first, marked, trust, w)) => {
+                                Ok(Some((line.first || known_first, marked, trust, w)))
+                            }
+                            None => Ok(self.call(on.get_and_watch(&line.path)).await?.map(|(data, w)| {
+                                let trust = line.change_means_held && written_by_us(&data);
+                                let marked = marked_first(&data);
+                                (line.first || marked, marked, trust, w)
+                            })),
+                        }
+                    },
+                    async {
+                        match scout {
+                            Some(s) => self.call(on.get_and_watch(s)).await.map(|r| Some(r.map(|(_, w)| w))),
+                            None => Ok(None),
+                        }
+                    }
+                );
+                (own_armed, watched, scouted, moved)
             })
             .await;
-            let (is_ours, watch_own) = match armed {
-                Ok(Some(armed)) => armed,
+            let (is_ours, watch_own) = match own_armed {
+                Ok(Some(own_armed)) => own_armed,
                 Ok(None) => return Ok(InLine::Missing),
                 Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
                 Err(e) => return Err(e),
             };
-            let blocker = match watched {
-                // Whether nothing is known ahead of the blocker, and whether a change of its data says it held.
-                Ok(Some((data, watch))) => Some((
-                    line.first || marked_first(&data),
-                    line.change_means_held && written_by_us(&data),
-                    watch,
-                )),
-                Ok(None) => None,
-                Err(Stop::Fail(Error::ConnectionLoss)) => {
-                    // As a wait that ends in `Relist`: our node's watch is kept for the next wait.
-                    if is_ours {
-                        *own = Some(watch_own);
-                    }
-                    return Ok(InLine::Relist);
+            // As a wait that ends in `Relist`: our node's watch is kept for the next wait.
+            let relist = |armed: &mut Armed, watch_own| {
+                if is_ours {
+                    armed.own = Some(watch_own);
                 }
+                Ok(InLine::Relist)
+            };
+            let blocker = match watched {
+                Ok(blocker) => blocker,
+                Err(Stop::Fail(Error::ConnectionLoss)) => return relist(armed, watch_own),
                 Err(e) => return Err(e),
             };
-            (is_ours, watch_own, blocker)
+            // The scout's watch is this wait's alone: one left from an earlier wait (which ended otherwise before it
+            // fired) is dropped.
+            let scout_watch = armed.scouting.as_deref_mut().map(|s| &mut s.watch);
+            match scouted {
+                Ok(Some(Some(w))) => {
+                    if let Some(slot) = scout_watch {
+                        *slot = Some(w);
+                    }
+                }
+                Ok(None) => {
+                    if let Some(slot) = scout_watch {
+                        *slot = None;
+                    }
+                }
+                // The scout is gone already: list again now, the blocker's watch kept (as at the scout's event).
+                Ok(Some(None)) => {
+                    if let Some((known_first, marked, trust_change, watch)) = blocker {
+                        armed.keep(KeptBlocker {
+                            path: line.path.clone(),
+                            watch,
+                            known_first,
+                            marked,
+                            trust_change,
+                            moved,
+                        });
+                    }
+                    return relist(armed, watch_own);
+                }
+                Err(Stop::Fail(Error::ConnectionLoss)) => return relist(armed, watch_own),
+                Err(e) => return Err(e),
+            }
+            let b = blocker.map(|(known_first, marked, trust_change, watch)| Blocker {
+                path: &line.path,
+                watch,
+                known_first,
+                marked,
+                trust_change,
+                pinned,
+                scout: armed.scouting.as_deref_mut().map(|s| &mut s.watch),
+            });
+            (is_ours, watch_own, moved, b)
         };
         let mut fired = false;
         let watches = Watches {
@@ -211,20 +331,44 @@ impl Attempt<'_> {
             fired: &mut fired,
             moved: &moved,
         };
-        // `blocker` moved whole: taken apart in place, it would stay in this future's state beside `b`.
-        let mut b = blocker.map(|(known_first, trust_change, watch)| Blocker {
-            path: blocker_path,
-            watch,
-            known_first,
-            trust_change,
-            pinned,
-        });
         let out = match &mut b {
             Some(b) => self.wait_on_blocker(watches, b).await,
             None => blocker_gone(line.first, watches).await,
         };
-        if is_ours && !fired && matches!(out, Ok(InLine::Acquired | InLine::Handed { .. } | InLine::Relist)) {
-            *own = Some(watch_own);
+        let out = match (out, b) {
+            // The blocker's watch is kept for the next wait (see the contract).
+            (
+                Ok(InLine::Scouted),
+                Some(Blocker {
+                    watch,
+                    known_first,
+                    marked,
+                    trust_change,
+                    ..
+                }),
+            ) => {
+                armed.keep(KeptBlocker {
+                    path: line.path.clone(),
+                    watch,
+                    known_first,
+                    marked,
+                    trust_change,
+                    moved,
+                });
+                Ok(InLine::Relist)
+            }
+            (Ok(InLine::Scouted), None) => Ok(InLine::Relist),
+            (Ok(InLine::Acquired { .. }), Some(b)) => Ok(InLine::Acquired { through_mark: b.marked }),
+            (out, _) => out,
+        };
+        if is_ours
+            && !fired
+            && matches!(
+                out,
+                Ok(InLine::Acquired { .. } | InLine::Handed { .. } | InLine::Relist)
+            )
+        {
+            armed.own = Some(watch_own);
         }
         out
     }
@@ -262,6 +406,25 @@ impl Attempt<'_> {
                     Err(Error::ConnectionLoss) => return Ok(InLine::Relist),
                     Err(e) => return Err(e.into()),
                 },
+                r = scout_event(b.scout.as_deref_mut()) => {
+                    // Fired: never polled again.
+                    if let Some(s) = b.scout.as_deref_mut() {
+                        *s = None;
+                    }
+                    match r {
+                        Ok(NodeEvent::Deleted) if is_active(Mutant::ScoutMeansFirst) => {
+                            b.known_first = true;
+                            continue;
+                        }
+                        // A change of the scout's data: its `first` mark (most often in the transaction of its
+                        // release, in a drain whose holders pass the mark on, where the blocker's own mark will
+                        // follow), or a request to let go. Listing now would cost every waiter of such a drain a
+                        // listing of the queue: the wait goes on without its scout, as a wait without one does.
+                        Ok(NodeEvent::DataChanged) => continue,
+                        // Deleted, or the connection lost: list again, the blocker's watch kept.
+                        _ => return Ok(InLine::Scouted),
+                    }
+                },
                 () = session::over(&mut rx, b.pinned) => return Err(Stop::Fail(Error::SessionExpired)),
                 () = self.deadline_passed() => return Err(Stop::Deadline),
             };
@@ -287,7 +450,7 @@ impl Attempt<'_> {
                 Woke::Handed(marking) => {
                     // The blocker held the lock, so nothing was ahead of it, and its delete is sent.
                     return match blocker_gone(true, w).await {
-                        Ok(InLine::Acquired) => Ok(InLine::Handed { marking }),
+                        Ok(InLine::Acquired { .. }) => Ok(InLine::Handed { marking }),
                         next => next,
                     };
                 }
@@ -308,8 +471,9 @@ impl Attempt<'_> {
                                 // Anything but the mark (an operator's write, a peer's request to let go) may come
                                 // while the node waits: from now on only the mark counts.
                                 let old_rule = b.trust_change && is_active(Mutant::TrustForeignWrites);
-                                b.known_first |=
-                                    marked_first(&data) || old_rule || is_active(Mutant::AnyDataChangeIsMark);
+                                let marked = marked_first(&data) || old_rule || is_active(Mutant::AnyDataChangeIsMark);
+                                b.known_first |= marked;
+                                b.marked |= marked;
                                 b.trust_change = false;
                                 b.watch = watch;
                                 false
@@ -321,6 +485,8 @@ impl Attempt<'_> {
                     };
                     if gone {
                         self.count(Count::Wakeup);
+                        // A change that says it held is its mark, most likely (or a request to let go).
+                        b.marked |= b.trust_change;
                         let trusted = b.known_first || b.trust_change || is_active(Mutant::AnyDataChangeIsMark);
                         return blocker_gone(trusted, w).await;
                     }
@@ -347,8 +513,23 @@ struct Blocker<'p> {
     path: &'p Arc<str>,
     watch: NodeWatch,
     known_first: bool,
+    /// `known_first` came from the blocker's `first` mark (its data, or a change of it), not from a listing.
+    marked: bool,
     trust_change: bool,
     pinned: SessionId,
+    /// The watch on the scout, while it has not fired.
+    scout: Option<&'p mut Option<NodeWatch>>,
+}
+
+/// The event of the watch on the scout, if there is one (pending for ever otherwise).
+fn scout_event(
+    scout: Option<&mut Option<NodeWatch>>,
+) -> impl std::future::Future<Output = crate::Result<NodeEvent>> + '_ {
+    let mut watch = scout.and_then(Option::as_mut);
+    std::future::poll_fn(move |cx| match watch.as_mut() {
+        Some(w) => w.as_mut().poll(cx),
+        None => Poll::Pending,
+    })
 }
 
 /// What a wait in line watches beside its blocker: our own node (`fired` once its watch resolved), and the session's
@@ -370,7 +551,7 @@ async fn blocker_gone(known_first: bool, w: Watches<'_>) -> Step<InLine> {
     }
     let own_event_now = std::future::poll_fn(|cx| Poll::Ready(own.as_mut().poll(cx))).await;
     match own_event_now {
-        Poll::Pending => Ok(InLine::Acquired),
+        Poll::Pending => Ok(InLine::Acquired { through_mark: false }),
         Poll::Ready(r) => {
             *fired = true;
             own_event(r)

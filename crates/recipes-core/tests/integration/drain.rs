@@ -117,19 +117,39 @@ async fn a_drain_through_same_session_passes_lists_the_whole_queue_once() {
 /// the word when the holder took its registration: 98 names listed. When it heeded the deletion alone, it listed the
 /// rest of the queue after every pass: 2,819 names (and `recipes-bench mem-drain`, 3,000 waiters on 8 sessions,
 /// listed 20,000 to 235,000 names in a drain, where the race was left to chance).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_that_sees_the_deletion_before_the_handoff_waits_for_it() {
+///
+/// Without scouts (`Mutant::NoScout`, on both worker threads: a switch is a thread's): a waiter whose scout is the first
+/// of a pair lists when that node goes (its plain delete hands the lock to its mate within the process), which counts
+/// here as much as the relists this test is about (2,239 names in one run); at most one list per waiter that queued
+/// behind a short listing (docs/algorithm.md, optimisation 3).
+#[cfg_attr(
+    not(recipes_mutants),
+    ignore = "switches a mutant on: needs RUSTFLAGS=\"--cfg recipes_mutants\""
+)]
+#[test]
+fn a_waiter_that_sees_the_deletion_before_the_handoff_waits_for_it() {
     use crate::support::SlowGet;
+    use recipes_core::mutants::{self, Mutant};
     const WAITERS: usize = 100;
-    let path = "/drain/pairs-threads";
-    let cluster = MemCluster::new();
-    let backends: Vec<Arc<SlowGet>> = (0..4).map(|_| Arc::new(SlowGet::new(cluster.client()))).collect();
-    let sessions: Vec<Locks> = backends.iter().map(|b| Locks::new(b.clone())).collect();
-    let (holder, queued) = queue_behind_on(&cluster, &sessions, path, WAITERS, |i| i / 2).await;
-    for b in &backends {
-        b.slow_sends.store(true, Ordering::SeqCst);
-    }
-    drains_listing_the_queue_once(&cluster, path, holder, queued, WAITERS).await;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .on_thread_start(|| mutants::set(Mutant::NoScout, true))
+        .build()
+        .unwrap();
+    mutants::set(Mutant::NoScout, true);
+    rt.block_on(async {
+        let path = "/drain/pairs-threads";
+        let cluster = MemCluster::new();
+        let backends: Vec<Arc<SlowGet>> = (0..4).map(|_| Arc::new(SlowGet::new(cluster.client()))).collect();
+        let sessions: Vec<Locks> = backends.iter().map(|b| Locks::new(b.clone())).collect();
+        let (holder, queued) = queue_behind_on(&cluster, &sessions, path, WAITERS, |i| i / 2).await;
+        for b in &backends {
+            b.slow_sends.store(true, Ordering::SeqCst);
+        }
+        drains_listing_the_queue_once(&cluster, path, holder, queued, WAITERS).await;
+    });
+    mutants::set(Mutant::NoScout, false);
 }
 
 /// Decision 0073: a chain of marks starts only after a long listing (or a revocation). Eight tasks on two sessions take turns on a short

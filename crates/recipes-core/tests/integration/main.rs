@@ -18,6 +18,7 @@ mod reentrancy;
 mod regressions;
 mod released_names;
 mod revocation;
+mod scout;
 mod spans;
 mod stale_names;
 mod support;

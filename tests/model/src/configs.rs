@@ -158,6 +158,26 @@ fn cohort_readers() -> Config {
     .with_faults(2, ALL_FAULTS)
 }
 
+/// Four fair clients, the second and third giving up (after 200 ms, and a timeout of 300 ms): whoever queues fourth
+/// behind two of them has a scout that goes without holding, then a blocker that does (decision 79).
+fn scouts_cancelled() -> Config {
+    Config::new(
+        "scouts-cancelled",
+        vec![
+            plain(Recipe::Fair),
+            Program::Abandon {
+                recipe: Recipe::Fair,
+                after: Duration::from_millis(200),
+            },
+            Program::Plain {
+                recipe: Recipe::Fair,
+                patience: Patience::Timeout(Duration::from_millis(300)),
+            },
+            plain(Recipe::Fair),
+        ],
+    )
+}
+
 /// A multi-lock of two paths, the second held (or about to be) by another client: its first tries may take the
 /// first member and find the second busy, then wait for it; a fault at any point (an expiry while a try cleans up
 /// among them) must never let the set be handed out with a member lost.
@@ -323,6 +343,15 @@ pub fn random() -> Vec<Config> {
                 },
                 plain(Recipe::Exclusive),
             ],
+        )
+        .with_faults(2, ALL_FAULTS),
+        // Scouts: the fourth waits behind the third (its blocker) with the second as its scout; the second gives up
+        // while the first holds, the third waits only so long: a scout cancelled, then a blocker, with faults.
+        scouts_cancelled().with_faults(2, ALL_FAULTS),
+        // Three fair clients: the third's scout is the first, a holder; faults around its list and the kept watch.
+        Config::new(
+            "three-fair",
+            vec![plain(Recipe::Fair), plain(Recipe::Fair), plain(Recipe::Fair)],
         )
         .with_faults(2, ALL_FAULTS),
         // Two candidates and an observer of the election, each a process of its own.
@@ -788,6 +817,15 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             config: cohort_readers().with_faults(0, &[]),
             shows_as: "starves",
             by_walks: true,
+        },
+        Sensitivity {
+            problem: "found by design (decision 79): a waiter takes its scout's deletion for its blocker being first, \
+                      without listing again; a scout that gave up, then a blocker that gave up, let it in beside the \
+                      holder",
+            mutants: &[Mutant::ScoutMeansFirst],
+            config: scouts_cancelled().with_faults(0, &[]),
+            shows_as: "two holders",
+            by_walks: false,
         },
         Sensitivity {
             problem: "6: recipes ignore each other's nodes on one path",

@@ -121,6 +121,14 @@ pub enum Mutant {
     /// the blocker any more, without listing again: a scout that was cancelled, or whose session expired, while
     /// others still waited ahead of it lets the waiter in beside the holder once its blocker goes too.
     ScoutMeansFirst,
+    /// A wait uses the blocker's watch kept through its scout's list whatever blocker the list named (found by review,
+    /// helper-89): when the blocker gives up while that list is in flight, the list names the holder as the blocker,
+    /// first, and the kept watch, fired by the old blocker's deletion, lets the waiter in beside the holder.
+    KeptWatchOfAnotherBlocker,
+    /// A wait that uses the blocker's watch kept through its scout's list compares the session's state with its state
+    /// at the reuse, not at the watch's arming (found by review, helper-89): a disconnection in between goes unseen,
+    /// and the blocker's deletion, which ZooKeeper may report out of order after the reconnection, is trusted.
+    KeptWatchFreshState,
     /// Not a bug: no scout (a waiter whose blocker is not first lists again only after the blocker's deletion, on the
     /// handoff's critical path, as before the scout), so that a test can show what the scout changes.
     NoScout,

@@ -348,6 +348,21 @@ pub fn random() -> Vec<Config> {
         // Scouts: the fourth waits behind the third (its blocker) with the second as its scout; the second gives up
         // while the first holds, the third waits only so long: a scout cancelled, then a blocker, with faults.
         scouts_cancelled().with_faults(2, ALL_FAULTS),
+        // A writer waiting behind a reader behind a writer that gives up: the writer as the scout of the writer behind
+        // the reader, and of the reader (whose blocker is the nearest writer ahead); readers are no scouts.
+        Config::new(
+            "scouts-read-write",
+            vec![
+                plain(Recipe::Write),
+                Program::Abandon {
+                    recipe: Recipe::Write,
+                    after: Duration::from_millis(200),
+                },
+                plain(Recipe::Read),
+                plain(Recipe::Write),
+            ],
+        )
+        .with_faults(2, ALL_FAULTS),
         // Three fair clients: the third's scout is the first, a holder; faults around its list and the kept watch.
         Config::new(
             "three-fair",
@@ -826,6 +841,15 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             config: scouts_cancelled().with_faults(0, &[]),
             shows_as: "two holders",
             by_walks: false,
+        },
+        Sensitivity {
+            problem: "found by review (helper-89): a wait uses the blocker's watch kept through its scout's list \
+                      whatever blocker the list named; the blocker gave up while the list was in flight, and its \
+                      fired watch let the waiter in beside the holder the list named",
+            mutants: &[Mutant::KeptWatchOfAnotherBlocker],
+            config: scouts_cancelled().with_faults(2, ALL_FAULTS),
+            shows_as: "two holders",
+            by_walks: true,
         },
         Sensitivity {
             problem: "6: recipes ignore each other's nodes on one path",

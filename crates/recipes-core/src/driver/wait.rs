@@ -184,11 +184,11 @@ impl Attempt<'_> {
     ///   change, that data decides, and only the mark counts (decision 0061): someone else's write over a waiting
     ///   node, then its deletion, must not let us in beside the holder.
     /// - Our own node is watched as well, registered in the same round trip as the blocker's watch (or earlier: the
-    ///   watch armed in an earlier wait of this attempt is kept in `own` while it has not fired, so that a relist
+    ///   watch armed in an earlier wait of this attempt is kept in `armed` while it has not fired, so that a relist
     ///   costs no new registration and no request to remove the old one). ZooKeeper delivers one session's watch
     ///   events in the order of the changes, and the own-node watch is polled first, so if our node was deleted (by
     ///   someone else) before the blocker went, we never claim the lock.
-    /// - `own` keeps the watch on our node when the wait ends in `Acquired` or `Handed` (the hold keeps it until its
+    /// - `armed` keeps the watch on our node when the wait ends in `Acquired` or `Handed` (the hold keeps it until its
     ///   end) or in `Relist`, unless it fired or was armed on a node of our name whose data is not ours (`attempt`). It
     ///   is a watch on our node's data and deletion, with no hidden re-arm: a change of a waiting node's data (which
     ///   this library never writes, and the contract of `info.rs` forbids others to write) fires it, and the waiter
@@ -218,11 +218,21 @@ impl Attempt<'_> {
             let (own_armed, watched, scouted, moved) = Box::pin(async {
                 let kept_own = armed.own.take();
                 let scouting = armed.scouting.as_deref_mut();
-                let reused = scouting.and_then(|s| s.kept.take()).filter(|k| k.path == line.path);
+                let any_blocker = is_active(Mutant::KeptWatchOfAnotherBlocker);
+                let reused = scouting
+                    .and_then(|s| s.kept.take())
+                    .filter(|k| k.path == line.path || any_blocker);
                 // Any change of the session's state from here on (a disconnection) makes a deletion of the blocker a
                 // reason to list again, not to hold (see the contract); from the arming of a reused watch on.
                 let (moved, reused) = match reused {
-                    Some(k) => (k.moved, Some((k.known_first, k.marked, k.trust_change, k.watch))),
+                    Some(k) if !is_active(Mutant::KeptWatchFreshState) => {
+                        (k.moved, Some((k.known_first, k.marked, k.trust_change, k.watch)))
+                    }
+                    Some(k) => {
+                        let mut moved = self.backend().session();
+                        moved.borrow_and_update();
+                        (moved, Some((k.known_first, k.marked, k.trust_change, k.watch)))
+                    }
                     None => {
                         let mut moved = self.backend().session();
                         moved.borrow_and_update();

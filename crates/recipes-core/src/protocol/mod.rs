@@ -260,9 +260,10 @@ pub struct Wait {
     /// [`Locks::revoke_node`](crate::Locks::revoke_node) writes only to a holder. So its deletion after such a change
     /// means we hold, even when the node is gone before the new data could be read back.
     pub change_means_held: bool,
-    /// The contender just ahead of the blocker, when the wait is in line, the blocker is not first, and the listing
-    /// was short (at most [`MARK_FROM_QUEUE_LEN`] contenders): the waiter watches it too, and lists again as soon as it
-    /// goes, while the blocker may still be there. That list, off the handoff's critical path, shows whether the
+    /// The contender just ahead of the blocker, when the wait is in line, the blocker is not first, the listing was
+    /// short (at most [`MARK_FROM_QUEUE_LEN`] contenders) and that contender is not a reader (readers ahead of a writer
+    /// go one by one): the waiter watches it too, and lists again as soon as it goes, while the blocker may still be
+    /// there. That list, off the handoff's critical path, shows whether the
     /// blocker is now first; if it is, the blocker's deletion means we hold, with no list after it (the driver's
     /// `wait_in_line`). A long listing has no scout: every waiter would list the queue, and its holders mark instead.
     pub scout: Option<String>,

@@ -100,9 +100,14 @@ impl Queue {
         };
         let in_line = self.in_line_here() && self.kind != NodeKind::Permit;
         let blocker_first = in_line && ahead[0].name == on.name;
+        // A reader is no scout: readers ahead of a writer go one by one, and each would send every waiter behind the
+        // writer to list (found by review, helper-89), while the writer's own deletion is what they wait for.
         let scout = if in_line && !blocker_first && short && !is_active(Mutant::NoScout) {
             let at = ahead.iter().position(|c| c.name == on.name);
-            at.and_then(|i| i.checked_sub(1)).map(|i| ahead[i].name.clone())
+            let ahead_of_blocker = at.and_then(|i| i.checked_sub(1)).map(|i| &ahead[i]);
+            ahead_of_blocker
+                .filter(|c| c.kind != NodeKind::Read)
+                .map(|c| c.name.clone())
         } else {
             None
         };

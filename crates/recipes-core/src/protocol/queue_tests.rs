@@ -152,8 +152,9 @@ fn marks_only_after_a_long_listing_and_never_as_a_reader() {
 }
 
 /// The scout is the contender just ahead of the blocker, named only in line, behind a blocker that is not first, after
-/// a short listing (a long one would have every waiter list it again: its holders mark instead); a reader's blocker is
-/// the nearest writer ahead, and its scout the contender just ahead of that writer.
+/// a short listing (a long one would have every waiter list it again: its holders mark instead), and never a reader
+/// (readers ahead of a writer go one by one); a reader's blocker is the nearest writer ahead, and its scout the
+/// contender just ahead of that writer.
 #[test]
 fn a_scout_only_behind_a_blocker_not_first_in_a_short_listing() {
     let l = Layout::Native;
@@ -167,16 +168,21 @@ fn a_scout_only_behind_a_blocker_not_first_in_a_short_listing() {
     );
     assert_eq!(judge(l, NodeKind::Write, short, &short[1]), wait(&short[0], true, true));
     assert_eq!(judge(l, NodeKind::Write, &q, &q[3]), wait(&q[2], true, false));
+    // Readers ahead of a writer are no scouts; the writer is.
     let rw: Vec<String> = (0..5)
         .map(|i| node(l, if i == 2 { NodeKind::Write } else { NodeKind::Read }, i))
         .collect();
-    assert_eq!(
-        judge(l, NodeKind::Read, &rw, &rw[4]),
-        scouted(&rw[2], true, false, Some(&rw[1]))
-    );
+    assert_eq!(judge(l, NodeKind::Read, &rw, &rw[4]), wait(&rw[2], true, false));
     assert_eq!(
         judge(l, NodeKind::Write, &rw, &rw[4]),
         scouted(&rw[3], true, false, Some(&rw[2]))
+    );
+    let ww: Vec<String> = (0..4)
+        .map(|i| node(l, if i == 3 { NodeKind::Read } else { NodeKind::Write }, i))
+        .collect();
+    assert_eq!(
+        judge(l, NodeKind::Read, &ww, &ww[3]),
+        scouted(&ww[2], true, false, Some(&ww[1]))
     );
     for peer in [Layout::Curator, Layout::Kazoo] {
         let q: Vec<String> = (0..4).map(|i| node(peer, NodeKind::Lock, i)).collect();

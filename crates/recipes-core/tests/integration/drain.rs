@@ -152,6 +152,33 @@ fn a_waiter_that_sees_the_deletion_before_the_handoff_waits_for_it() {
     mutants::set(Mutant::NoScout, false);
 }
 
+/// The same drain with scouts (decision 79), as an application gets it: a waiter that queued behind a short listing
+/// lists once more when its scout goes without a mark (the first of a pair hands the lock to its mate with a plain
+/// delete). At most one such list per waiter among the first 64, each of the queue: 2,239 names in one run, linear in
+/// the queue (a waiter listing on every handoff would be quadratic).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paired_drain_with_scouts_lists_once_more_per_early_waiter_at_most() {
+    use crate::support::SlowGet;
+    const WAITERS: usize = 100;
+    let path = "/drain/pairs-threads-scouts";
+    let cluster = MemCluster::new();
+    let backends: Vec<Arc<SlowGet>> = (0..4).map(|_| Arc::new(SlowGet::new(cluster.client()))).collect();
+    let sessions: Vec<Locks> = backends.iter().map(|b| Locks::new(b.clone())).collect();
+    let (holder, queued) = queue_behind_on(&cluster, &sessions, path, WAITERS, |i| i / 2).await;
+    for b in &backends {
+        b.slow_sends.store(true, Ordering::SeqCst);
+    }
+    let before = cluster.listed_names();
+    drain(holder, queued).await;
+    let listed = cluster.listed_names() - before;
+    let bound = 2 * WAITERS + recipes_core::protocol::MARK_FROM_QUEUE_LEN * (WAITERS + 1);
+    assert!(
+        listed <= bound as u64,
+        "the drain listed {listed} names (at most {bound})"
+    );
+    assert!(cluster.children(path).is_empty());
+}
+
 /// Decision 0073: a chain of marks starts only after a long listing (or a revocation). Eight tasks on two sessions take turns on a short
 /// queue, so that a waiter is often handed the lock by a task of its own session while something was ahead of its
 /// blocker: a handoff from a holder that does not mark passes no mark on (found by review, helper-64: it started a

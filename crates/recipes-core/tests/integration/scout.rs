@@ -119,3 +119,199 @@ async fn a_scouts_deletion_alone_lets_two_hold() {
     g.release().await.unwrap();
     first.release().await.unwrap();
 }
+
+/// Four sessions: the first holds, the scout, the blocker and the waiter queue behind it. The scout gives up, then the
+/// blocker `gap` later. Returns whether the waiter came to hold while the first still held (it must not), and cleans
+/// up (the first releases, the waiter holds and releases, nothing is left).
+async fn scout_then_blocker_give_up(gap: Duration) -> bool {
+    let cluster = MemCluster::new();
+    cluster.set_latency(LATENCY);
+    let sessions: Vec<Locks> = (0..4).map(|_| Locks::new(cluster.client())).collect();
+    let first = sessions[0].fair(PATH).unwrap().acquire().await.unwrap();
+    let mut queued = Vec::new();
+    for (i, locks) in sessions[1..].iter().enumerate() {
+        let lock = locks.fair(PATH).unwrap();
+        queued.push(tokio::spawn(async move { lock.acquire().await }));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(cluster.children(PATH).len(), i + 2, "waiter {i} queued");
+    }
+    let mut waiter = queued.pop().unwrap();
+    let (blocker, scout) = (queued.pop().unwrap(), queued.pop().unwrap());
+    scout.abort();
+    let _ = scout.await;
+    tokio::time::sleep(gap).await;
+    blocker.abort();
+    let _ = blocker.await;
+    let early = tokio::time::timeout(Duration::from_secs(1), &mut waiter).await;
+    let beside = early.is_ok();
+    first.release().await.unwrap();
+    let g = match early {
+        Ok(held) => held,
+        Err(_) => waiter.await,
+    };
+    let g = g.unwrap().unwrap();
+    g.release().await.unwrap();
+    assert!(cluster.children(PATH).is_empty(), "nothing left");
+    beside
+}
+
+/// The blocker gives up while the list its scout asked for is in flight (found by review, helper-89): the list names
+/// the first holder as the blocker, and the watch kept from the old blocker, which its deletion fired, must not stand
+/// for the new one. Every gap from 0 to 40 ms, in steps of 500 µs, around the list's round trip of 20 ms.
+#[tokio::test(start_paused = true)]
+async fn a_blocker_gone_during_the_scouts_list_is_not_taken_for_the_next() {
+    for gap in (0..80).map(|i| Duration::from_micros(500 * i)) {
+        assert!(
+            !scout_then_blocker_give_up(gap).await,
+            "gap {gap:?}: the waiter held beside the first"
+        );
+    }
+}
+
+/// The sensitivity check of the test above: with the kept watch used whatever blocker the list named
+/// (`Mutant::KeptWatchOfAnotherBlocker`), some gap lets the waiter in beside the first holder.
+#[cfg_attr(
+    not(recipes_mutants),
+    ignore = "switches a mutant on: needs RUSTFLAGS=\"--cfg recipes_mutants\""
+)]
+#[tokio::test(start_paused = true)]
+async fn a_kept_watch_taken_for_another_blocker_lets_two_hold() {
+    mutants::set(Mutant::KeptWatchOfAnotherBlocker, true);
+    let mut beside = false;
+    for gap in (0..80).map(|i| Duration::from_micros(500 * i)) {
+        beside |= scout_then_blocker_give_up(gap).await;
+    }
+    mutants::set(Mutant::KeptWatchOfAnotherBlocker, false);
+    assert!(beside, "no gap let the waiter in beside the first holder");
+}
+
+/// The first holds; the scout, the blocker and the waiter queue behind it. The first releases, the scout holds; the
+/// waiter's connection is cut (500 ms) and the scout releases during the cut; the blocker holds, then releases. Returns
+/// the names listed from the blocker's release to the waiter's hold.
+async fn a_kept_watch_across_a_disconnection() -> u64 {
+    let cluster = MemCluster::new();
+    cluster.set_latency(Duration::from_millis(1));
+    let clients: Vec<_> = (0..4).map(|_| cluster.client()).collect();
+    let cut = clients[3].clone();
+    let sessions: Vec<Locks> = clients.into_iter().map(|c| Locks::new(c)).collect();
+    let first = sessions[0].fair(PATH).unwrap().acquire().await.unwrap();
+    let mut queued = Vec::new();
+    for (i, locks) in sessions[1..].iter().enumerate() {
+        let lock = locks.fair(PATH).unwrap();
+        queued.push(tokio::spawn(async move { lock.acquire().await.unwrap() }));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(cluster.children(PATH).len(), i + 2, "waiter {i} queued");
+    }
+    let (waiter, blocker, scout) = (queued.pop().unwrap(), queued.pop().unwrap(), queued.pop().unwrap());
+    first.release().await.unwrap();
+    let scout = scout.await.unwrap();
+    cut.disconnect_for(Duration::from_millis(500));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    scout.release().await.unwrap();
+    let blocker = blocker.await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = cluster.listed_names();
+    blocker.release().await.unwrap();
+    let g = tokio::time::timeout(Duration::from_secs(60), waiter)
+        .await
+        .expect("the waiter holds")
+        .unwrap();
+    let listed = cluster.listed_names() - before;
+    g.release().await.unwrap();
+    assert!(cluster.children(PATH).is_empty(), "nothing left");
+    listed
+}
+
+/// The blocker's watch kept through the scout's list compares the session's state with its state at the watch's
+/// arming (found by review, helper-89): a disconnection since then (the scout released during it) makes the blocker's
+/// deletion a reason to list again, as after any disconnection during a wait in line (docs/algorithm.md, 3), since
+/// ZooKeeper may report the re-registered watches' events out of order.
+#[tokio::test(start_paused = true)]
+async fn a_kept_watch_lists_after_a_disconnection_since_its_arming() {
+    assert!(
+        a_kept_watch_across_a_disconnection().await > 0,
+        "held on the kept watch without listing"
+    );
+}
+
+/// The sensitivity check of the test above: with the session's state taken at the kept watch's reuse
+/// (`Mutant::KeptWatchFreshState`), the waiter holds on the blocker's deletion without listing.
+#[cfg_attr(
+    not(recipes_mutants),
+    ignore = "switches a mutant on: needs RUSTFLAGS=\"--cfg recipes_mutants\""
+)]
+#[tokio::test(start_paused = true)]
+async fn a_kept_watch_with_the_state_at_its_reuse_trusts_the_order() {
+    mutants::set(Mutant::KeptWatchFreshState, true);
+    let listed = a_kept_watch_across_a_disconnection().await;
+    mutants::set(Mutant::KeptWatchFreshState, false);
+    assert_eq!(listed, 0, "names listed");
+}
+
+/// Twenty readers hold ahead of a waiting writer, ten readers wait behind it, and the twenty release one by one, the
+/// last queued first. Returns the names listed from the first release to the end.
+async fn readers_released_in_reverse() -> u64 {
+    const AHEAD: usize = 20;
+    const BEHIND: usize = 10;
+    let cluster = MemCluster::new();
+    cluster.set_latency(Duration::from_millis(1));
+    let sessions: Vec<Locks> = (0..AHEAD + BEHIND + 2).map(|_| Locks::new(cluster.client())).collect();
+    let path = "/scout/read-write";
+    let first = sessions[0].read_write(path).unwrap().write().acquire().await.unwrap();
+    let mut ahead = Vec::new();
+    for locks in &sessions[1..=AHEAD] {
+        let l = locks.read_write(path).unwrap().read();
+        ahead.push(tokio::spawn(async move { l.acquire().await.unwrap() }));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let lw = sessions[1 + AHEAD].read_write(path).unwrap().write();
+    let writer = tokio::spawn(async move { lw.acquire().await.unwrap().release().await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut behind = Vec::new();
+    for locks in &sessions[2 + AHEAD..] {
+        let l = locks.read_write(path).unwrap().read();
+        behind.push(tokio::spawn(async move {
+            l.acquire().await.unwrap().release().await.unwrap()
+        }));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(cluster.children(path).len(), AHEAD + BEHIND + 2);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    first.release().await.unwrap();
+    let mut readers = Vec::new();
+    for h in ahead {
+        readers.push(h.await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = cluster.listed_names();
+    while let Some(g) = readers.pop() {
+        g.release().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::timeout(Duration::from_secs(60), async {
+        writer.await.unwrap();
+        for h in behind {
+            h.await.unwrap();
+        }
+    })
+    .await
+    .expect("the writer and the readers behind it hold");
+    assert!(cluster.children(path).is_empty(), "nothing left");
+    cluster.listed_names() - before
+}
+
+/// Readers are no scouts (found by review, helper-89): with the reader just ahead of the writer as the scout of the
+/// readers behind the writer, each reader's release sent all of them to list, 4,489 names here against 499 without
+/// scouts. No more than without scouts now.
+#[cfg_attr(
+    not(recipes_mutants),
+    ignore = "switches a mutant on: needs RUSTFLAGS=\"--cfg recipes_mutants\""
+)]
+#[tokio::test(start_paused = true)]
+async fn readers_ahead_of_a_writer_send_nobody_to_list() {
+    let with = readers_released_in_reverse().await;
+    mutants::set(Mutant::NoScout, true);
+    let without = readers_released_in_reverse().await;
+    mutants::set(Mutant::NoScout, false);
+    assert!(with <= without, "names listed: {with} with scouts, {without} without");
+}

@@ -50,6 +50,24 @@ async fn queue_behind_on(
     (holder, queued)
 }
 
+/// `waiters` queued behind a holder on four sessions, neighbours two by two on one session, each delete sent for a
+/// handoff keeping its thread 5 ms before the holder goes on (`SlowGet::slow_sends`): see
+/// `a_waiter_that_sees_the_deletion_before_the_handoff_waits_for_it`.
+async fn queue_in_pairs_slow_sends(
+    cluster: &MemCluster,
+    path: &str,
+    waiters: usize,
+) -> (recipes_core::LockGuard, JoinSet<()>) {
+    use crate::support::SlowGet;
+    let backends: Vec<Arc<SlowGet>> = (0..4).map(|_| Arc::new(SlowGet::new(cluster.client()))).collect();
+    let sessions: Vec<Locks> = backends.iter().map(|b| Locks::new(b.clone())).collect();
+    let queued = queue_behind_on(cluster, &sessions, path, waiters, |i| i / 2).await;
+    for b in &backends {
+        b.slow_sends.store(true, Ordering::SeqCst);
+    }
+    queued
+}
+
 /// Releases `holder` and waits (bounded) until every queued waiter has held and released.
 async fn drain(holder: recipes_core::LockGuard, mut queued: JoinSet<()>) {
     holder.release().await.unwrap();
@@ -128,7 +146,6 @@ async fn a_drain_through_same_session_passes_lists_the_whole_queue_once() {
 )]
 #[test]
 fn a_waiter_that_sees_the_deletion_before_the_handoff_waits_for_it() {
-    use crate::support::SlowGet;
     use recipes_core::mutants::{self, Mutant};
     const WAITERS: usize = 100;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -141,12 +158,7 @@ fn a_waiter_that_sees_the_deletion_before_the_handoff_waits_for_it() {
     rt.block_on(async {
         let path = "/drain/pairs-threads";
         let cluster = MemCluster::new();
-        let backends: Vec<Arc<SlowGet>> = (0..4).map(|_| Arc::new(SlowGet::new(cluster.client()))).collect();
-        let sessions: Vec<Locks> = backends.iter().map(|b| Locks::new(b.clone())).collect();
-        let (holder, queued) = queue_behind_on(&cluster, &sessions, path, WAITERS, |i| i / 2).await;
-        for b in &backends {
-            b.slow_sends.store(true, Ordering::SeqCst);
-        }
+        let (holder, queued) = queue_in_pairs_slow_sends(&cluster, path, WAITERS).await;
         drains_listing_the_queue_once(&cluster, path, holder, queued, WAITERS).await;
     });
     mutants::set(Mutant::NoScout, false);
@@ -158,16 +170,10 @@ fn a_waiter_that_sees_the_deletion_before_the_handoff_waits_for_it() {
 /// the queue (a waiter listing on every handoff would be quadratic).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paired_drain_with_scouts_lists_once_more_per_early_waiter_at_most() {
-    use crate::support::SlowGet;
     const WAITERS: usize = 100;
     let path = "/drain/pairs-threads-scouts";
     let cluster = MemCluster::new();
-    let backends: Vec<Arc<SlowGet>> = (0..4).map(|_| Arc::new(SlowGet::new(cluster.client()))).collect();
-    let sessions: Vec<Locks> = backends.iter().map(|b| Locks::new(b.clone())).collect();
-    let (holder, queued) = queue_behind_on(&cluster, &sessions, path, WAITERS, |i| i / 2).await;
-    for b in &backends {
-        b.slow_sends.store(true, Ordering::SeqCst);
-    }
+    let (holder, queued) = queue_in_pairs_slow_sends(&cluster, path, WAITERS).await;
     let before = cluster.listed_names();
     drain(holder, queued).await;
     let listed = cluster.listed_names() - before;

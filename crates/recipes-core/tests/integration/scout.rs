@@ -10,9 +10,27 @@ use std::time::Duration;
 use recipes_core::mutants::{self, Mutant};
 use recipes_core::{LockGuard, Locks};
 use recipes_mem::MemCluster;
+use tokio::task::JoinHandle;
 
 const LATENCY: Duration = Duration::from_millis(10);
 const PATH: &str = "/scout/resource";
+
+/// The first of `sessions` holds `PATH`, and each of the others queues behind it in turn (an acquire task each, its node
+/// made before the next one's), on a cluster with request latency.
+async fn first_holds_others_queue(
+    cluster: &MemCluster,
+    sessions: &[Locks],
+) -> (LockGuard, Vec<JoinHandle<recipes_core::Result<LockGuard>>>) {
+    let first = sessions[0].fair(PATH).unwrap().acquire().await.unwrap();
+    let mut queued = Vec::new();
+    for (i, locks) in sessions[1..].iter().enumerate() {
+        let lock = locks.fair(PATH).unwrap();
+        queued.push(tokio::spawn(async move { lock.acquire().await }));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(cluster.children(PATH).len(), i + 2, "waiter {i} queued");
+    }
+    (first, queued)
+}
 
 /// Three sessions: the first holds, the second waits on it, the third behind the second (its blocker) with the first
 /// as its scout. The first releases; once the second holds and everything has settled, the second releases. Returns
@@ -21,25 +39,14 @@ async fn handoff_behind_two() -> (u64, Duration) {
     let cluster = MemCluster::new();
     cluster.set_latency(LATENCY);
     let sessions: Vec<Locks> = (0..3).map(|_| Locks::new(cluster.client())).collect();
-    let first = sessions[0].fair(PATH).unwrap().acquire().await.unwrap();
-    let mut waiters = Vec::new();
-    for (i, locks) in sessions[1..].iter().enumerate() {
-        let lock = locks.fair(PATH).unwrap();
-        waiters.push(tokio::spawn(async move { lock.acquire().await.unwrap() }));
-        for _ in 0..100 {
-            if cluster.children(PATH).len() == i + 2 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        assert_eq!(cluster.children(PATH).len(), i + 2, "waiter {i} queued");
-    }
+    let (first, mut waiters) = first_holds_others_queue(&cluster, &sessions).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     first.release().await.unwrap();
     let third = waiters.pop().unwrap();
-    let second: LockGuard = tokio::time::timeout(Duration::from_secs(10), waiters.pop().unwrap())
+    let second = tokio::time::timeout(Duration::from_secs(10), waiters.pop().unwrap())
         .await
         .expect("the second holds")
+        .unwrap()
         .unwrap();
     // The third's scout went with the first's release: its list is done while the second holds.
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -48,6 +55,7 @@ async fn handoff_behind_two() -> (u64, Duration) {
     let g = tokio::time::timeout(Duration::from_secs(10), third)
         .await
         .expect("the third holds")
+        .unwrap()
         .unwrap();
     let (listed, took) = (cluster.listed_names() - listed, at.elapsed());
     g.release().await.unwrap();
@@ -95,14 +103,7 @@ async fn a_scouts_deletion_alone_lets_two_hold() {
     let cluster = MemCluster::new();
     cluster.set_latency(LATENCY);
     let sessions: Vec<Locks> = (0..4).map(|_| Locks::new(cluster.client())).collect();
-    let first = sessions[0].fair(PATH).unwrap().acquire().await.unwrap();
-    let mut queued = Vec::new();
-    for (i, locks) in sessions[1..].iter().enumerate() {
-        let lock = locks.fair(PATH).unwrap();
-        queued.push(tokio::spawn(async move { lock.acquire().await }));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(cluster.children(PATH).len(), i + 2, "waiter {i} queued");
-    }
+    let (first, mut queued) = first_holds_others_queue(&cluster, &sessions).await;
     let waiter = queued.pop().unwrap();
     for cancelled in queued {
         cancelled.abort();
@@ -127,14 +128,7 @@ async fn scout_then_blocker_give_up(gap: Duration) -> bool {
     let cluster = MemCluster::new();
     cluster.set_latency(LATENCY);
     let sessions: Vec<Locks> = (0..4).map(|_| Locks::new(cluster.client())).collect();
-    let first = sessions[0].fair(PATH).unwrap().acquire().await.unwrap();
-    let mut queued = Vec::new();
-    for (i, locks) in sessions[1..].iter().enumerate() {
-        let lock = locks.fair(PATH).unwrap();
-        queued.push(tokio::spawn(async move { lock.acquire().await }));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(cluster.children(PATH).len(), i + 2, "waiter {i} queued");
-    }
+    let (first, mut queued) = first_holds_others_queue(&cluster, &sessions).await;
     let mut waiter = queued.pop().unwrap();
     let (blocker, scout) = (queued.pop().unwrap(), queued.pop().unwrap());
     scout.abort();
@@ -194,27 +188,21 @@ async fn a_kept_watch_across_a_disconnection() -> u64 {
     let clients: Vec<_> = (0..4).map(|_| cluster.client()).collect();
     let cut = clients[3].clone();
     let sessions: Vec<Locks> = clients.into_iter().map(|c| Locks::new(c)).collect();
-    let first = sessions[0].fair(PATH).unwrap().acquire().await.unwrap();
-    let mut queued = Vec::new();
-    for (i, locks) in sessions[1..].iter().enumerate() {
-        let lock = locks.fair(PATH).unwrap();
-        queued.push(tokio::spawn(async move { lock.acquire().await.unwrap() }));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(cluster.children(PATH).len(), i + 2, "waiter {i} queued");
-    }
+    let (first, mut queued) = first_holds_others_queue(&cluster, &sessions).await;
     let (waiter, blocker, scout) = (queued.pop().unwrap(), queued.pop().unwrap(), queued.pop().unwrap());
     first.release().await.unwrap();
-    let scout = scout.await.unwrap();
+    let scout = scout.await.unwrap().unwrap();
     cut.disconnect_for(Duration::from_millis(500));
     tokio::time::sleep(Duration::from_millis(50)).await;
     scout.release().await.unwrap();
-    let blocker = blocker.await.unwrap();
+    let blocker = blocker.await.unwrap().unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = cluster.listed_names();
     blocker.release().await.unwrap();
     let g = tokio::time::timeout(Duration::from_secs(60), waiter)
         .await
         .expect("the waiter holds")
+        .unwrap()
         .unwrap();
     let listed = cluster.listed_names() - before;
     g.release().await.unwrap();

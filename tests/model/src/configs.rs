@@ -348,17 +348,18 @@ pub fn random() -> Vec<Config> {
         // Scouts: the fourth waits behind the third (its blocker) with the second as its scout; the second gives up
         // while the first holds, the third waits only so long: a scout cancelled, then a blocker, with faults.
         scouts_cancelled().with_faults(2, ALL_FAULTS),
-        // A writer waiting behind a reader behind a writer that gives up: the writer as the scout of the writer behind
-        // the reader, and of the reader (whose blocker is the nearest writer ahead); readers are no scouts.
+        // In the order of the list: a writer, a reader, a writer that gives up, a writer. The third's scout is the
+        // first writer (its blocker, the reader, is not first); the fourth has no scout (the contender ahead of its
+        // blocker is a reader: readers are no scouts). Other orders put readers behind writers, scouting a writer.
         Config::new(
             "scouts-read-write",
             vec![
                 plain(Recipe::Write),
+                plain(Recipe::Read),
                 Program::Abandon {
                     recipe: Recipe::Write,
                     after: Duration::from_millis(200),
                 },
-                plain(Recipe::Read),
                 plain(Recipe::Write),
             ],
         )

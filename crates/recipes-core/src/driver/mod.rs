@@ -20,6 +20,7 @@ mod made;
 mod peer_semaphore;
 mod permits;
 mod queue;
+mod scout;
 pub(crate) mod session;
 mod turns;
 mod wait;

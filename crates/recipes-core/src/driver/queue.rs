@@ -8,7 +8,8 @@ use tracing::debug;
 
 use super::attempt::{Attempt, Step, Stop};
 use super::cleanup::Identity;
-use super::wait::{Armed, InLine, InLineOn};
+use super::scout::Armed;
+use super::wait::{InLine, InLineOn};
 use super::{session, HeldNode};
 use crate::backend::{BackendExt, NodeWatch, SessionId};
 use crate::error::Error;

@@ -5,6 +5,7 @@ use std::task::Poll;
 
 use super::attempt::{Attempt, Step, Stop};
 use super::cleanup::Identity;
+use super::scout::{scout_event, Armed};
 use super::session;
 use tokio::sync::watch;
 
@@ -21,56 +22,6 @@ pub(crate) struct InLineOn {
     pub path: Arc<str>,
     pub first: bool,
     pub change_means_held: bool,
-}
-
-/// The watches a queued acquire keeps from one wait in line to the next: the one on our own node (armed by the first
-/// wait, kept until the node holds), and what a scout needs, boxed (only waits behind a blocker that is not first
-/// have a scout, and every waiter's state would otherwise carry it).
-#[derive(Default)]
-pub(crate) struct Armed {
-    pub own: Option<NodeWatch>,
-    scouting: Option<Box<Scouting>>,
-}
-
-impl Armed {
-    /// The next wait's scout: the node just ahead of its blocker (see [`Wait::scout`](crate::protocol::Wait::scout)).
-    pub fn scout(&mut self, path: Option<String>) {
-        match (path, &mut self.scouting) {
-            (path, Some(s)) => s.path = path.map(String::into_boxed_str),
-            (Some(path), None) => {
-                self.scouting = Some(Box::new(Scouting {
-                    path: Some(path.into_boxed_str()),
-                    ..Scouting::default()
-                }))
-            }
-            (None, None) => {}
-        }
-    }
-
-    /// Keeps the blocker's watch for the next wait (see `wait_in_line`).
-    fn keep(&mut self, kept: KeptBlocker) {
-        self.scouting.get_or_insert_with(Box::default).kept = Some(kept);
-    }
-}
-
-/// A scout's path, the watch on it while the wait is armed, and the blocker's watch kept through the list it asked for.
-#[derive(Default)]
-struct Scouting {
-    path: Option<Box<str>>,
-    watch: Option<NodeWatch>,
-    kept: Option<KeptBlocker>,
-}
-
-/// The blocker's watch, kept through the list its scout asked for (see `wait_in_line`), to be used by the next wait
-/// when it is on the same blocker: the watch, what the wait knew of the blocker, and the session's state as it was
-/// when the watch was armed.
-struct KeptBlocker {
-    path: Arc<str>,
-    watch: NodeWatch,
-    known_first: bool,
-    marked: bool,
-    trust_change: bool,
-    moved: watch::Receiver<SessionStatus>,
 }
 
 /// How a wait in line ended.
@@ -310,18 +261,18 @@ impl Attempt<'_> {
                 // The scout is gone already: list again now, the blocker's watch kept (as at the scout's event).
                 Ok(Some(None)) => {
                     if let Some((known_first, marked, trust_change, watch)) = blocker {
-                        armed.keep(KeptBlocker {
-                            path: line.path.clone(),
-                            watch,
-                            known_first,
-                            marked,
-                            trust_change,
-                            moved,
-                        });
+                        armed.keep(&line.path, watch, (known_first, marked, trust_change), moved);
                     }
                     return relist(armed, watch_own);
                 }
                 Err(Stop::Fail(Error::ConnectionLoss)) => return relist(armed, watch_own),
+                // The scout is only a way to list sooner: a scout we may not read (an ACL of another client's node,
+                // found by review, helper-91) is no reason to fail the acquire. The wait goes on without it.
+                Err(Stop::Fail(e)) if !matches!(e, Error::SessionExpired | Error::Closed) => {
+                    if let Some(slot) = scout_watch {
+                        *slot = None;
+                    }
+                }
                 Err(e) => return Err(e),
             }
             let b = blocker.map(|(known_first, marked, trust_change, watch)| Blocker {
@@ -357,14 +308,7 @@ impl Attempt<'_> {
                     ..
                 }),
             ) => {
-                armed.keep(KeptBlocker {
-                    path: line.path.clone(),
-                    watch,
-                    known_first,
-                    marked,
-                    trust_change,
-                    moved,
-                });
+                armed.keep(&line.path, watch, (known_first, marked, trust_change), moved);
                 Ok(InLine::Relist)
             }
             (Ok(InLine::Scouted), None) => Ok(InLine::Relist),
@@ -529,17 +473,6 @@ struct Blocker<'p> {
     pinned: SessionId,
     /// The watch on the scout, while it has not fired.
     scout: Option<&'p mut Option<NodeWatch>>,
-}
-
-/// The event of the watch on the scout, if there is one (pending for ever otherwise).
-fn scout_event(
-    scout: Option<&mut Option<NodeWatch>>,
-) -> impl std::future::Future<Output = crate::Result<NodeEvent>> + '_ {
-    let mut watch = scout.and_then(Option::as_mut);
-    std::future::poll_fn(move |cx| match watch.as_mut() {
-        Some(w) => w.as_mut().poll(cx),
-        None => Poll::Pending,
-    })
 }
 
 /// What a wait in line watches beside its blocker: our own node (`fired` once its watch resolved), and the session's

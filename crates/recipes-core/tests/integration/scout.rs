@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use recipes_core::mutants::{self, Mutant};
@@ -319,4 +320,39 @@ async fn readers_ahead_of_a_writer_send_nobody_to_list() {
     let without = readers_released_in_reverse().await;
     mutants::set(Mutant::NoScout, false);
     assert!(with <= without, "names listed: {with} with scouts, {without} without");
+}
+
+/// A scout we may not read (another client's node under an ACL that denies us reading it; found by review, helper-91)
+/// is no reason to fail the acquire: the wait goes on without a scout, holds once the two ahead have released, and
+/// leaves nothing. Before, the acquire failed with `NotAuthorized`.
+#[tokio::test(start_paused = true)]
+async fn a_scout_we_may_not_read_is_waited_without() {
+    use crate::support::SlowGet;
+    let cluster = MemCluster::new();
+    cluster.set_latency(LATENCY);
+    let refusing = Arc::new(SlowGet::new(cluster.client()));
+    let (a, b, c) = (
+        Locks::new(cluster.client()),
+        Locks::new(cluster.client()),
+        Locks::new(refusing.clone()),
+    );
+    let first = a.fair(PATH).unwrap().acquire().await.unwrap();
+    *refusing.unreadable.lock().unwrap() = Some(format!("{PATH}/{}", cluster.children(PATH)[0]));
+    let lock_b = b.fair(PATH).unwrap();
+    let second = tokio::spawn(async move { lock_b.acquire().await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let lock_c = c.fair(PATH).unwrap();
+    let mut third = tokio::spawn(async move { lock_c.acquire().await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(cluster.children(PATH).len(), 3, "the third waits behind two");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), &mut third)
+            .await
+            .is_err(),
+        "the third's acquire ended while two were ahead of it"
+    );
+    first.release().await.unwrap();
+    bounded(second).await.release().await.unwrap();
+    bounded(third).await.release().await.unwrap();
+    assert!(cluster.children(PATH).is_empty(), "nothing left");
 }

@@ -45,6 +45,8 @@ pub struct SlowGet {
     /// A delete sent now (`SendNow`) blocks its thread for 5 ms before returning, while this is set: on a runtime of
     /// several threads, the deleted node's watchers run on another and see its deletion before the sender goes on.
     pub slow_sends: Arc<AtomicBool>,
+    /// Reads (`get_and_watch`) of this path are refused with `NoAuth`, as an ACL that denies us reading it would.
+    pub unreadable: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl SlowGet {
@@ -59,6 +61,7 @@ impl SlowGet {
             orphan_deletes: Arc::default(),
             marks: Arc::default(),
             slow_sends: Arc::default(),
+            unreadable: Arc::default(),
         }
     }
 
@@ -173,6 +176,9 @@ impl Backend for SlowGet {
         self.inner.watch_deletion(s, p).await
     }
     async fn get_and_watch(&self, s: SessionId, p: &str) -> Result<Option<(Vec<u8>, NodeWatch)>> {
+        if self.unreadable.lock().is_ok_and(|u| u.as_deref() == Some(p)) {
+            return Err(recipes_core::Error::NotAuthorized(p.to_owned()));
+        }
         self.inner.get_and_watch(s, p).await
     }
     async fn set_data(&self, s: SessionId, p: &str, d: &[u8]) -> Result<()> {

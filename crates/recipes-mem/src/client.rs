@@ -1,9 +1,11 @@
 //! One client session on a [`MemCluster`]: the [`Backend`] implementation and the client's fault injection.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::future::{Either, FutureExt};
 use recipes_core::backend::{
     parent_path, ChildOrder, CreateAndList, CreateMode, Created, CreationChecks, DeletionWatch, Lease, NodeEvent,
     NodeWatch, ReplyFuture, SendNow, SessionId, SessionStatus, Stat, Transactions,
@@ -95,31 +97,35 @@ impl MemClient {
         self.cluster.with(|st, now| st.close(sid, now));
     }
 
-    fn send(&self, session: SessionId, op: Op) -> Result<Sent> {
+    fn send(&self, session: SessionId, op: Op<'_>) -> Result<Sent> {
         self.send_at(Instant::now(), session, op)
     }
 
-    fn send_at(&self, now: Instant, session: SessionId, op: Op) -> Result<Sent> {
+    fn send_at(&self, now: Instant, session: SessionId, op: Op<'_>) -> Result<Sent> {
         self.cluster
             .with_at(now, |st, now| st.send(&self.shared, session, op, now))
     }
 
     /// Waits for the reply to a request sent (or fails as the send did).
-    async fn reply(sent: Result<Sent>) -> Result<Reply> {
-        match sent? {
+    ///
+    /// Not an `async fn`: one keeps the sent request and its reply side by side in its state, and every request's
+    /// future (boxed by the backend trait, so moved whole into its box) carries it; this one is as large as a reply.
+    fn reply(sent: Result<Sent>) -> impl Future<Output = Result<Reply>> {
+        match sent {
+            Err(e) => Either::Left(Either::Left(std::future::ready(Err(e)))),
             // Answered at once, yet a request is a yield point, as one that waits on a socket is: a task that loops
             // on requests still lets the others of its runtime run (tokio's budget), timeouts around it included.
-            Sent::Done(reply) => {
-                tokio::task::coop::consume_budget().await;
-                reply
+            Ok(Sent::Done(reply)) => {
+                Either::Left(Either::Right(tokio::task::coop::consume_budget().map(move |()| reply)))
             }
             // Every reply channel is answered or failed; a dropped one can only mean the connection went.
-            Sent::Later(rx) => rx.await.unwrap_or(Err(Error::ConnectionLoss)),
+            Ok(Sent::Later(rx)) => Either::Right(rx.map(|r| r.unwrap_or(Err(Error::ConnectionLoss)))),
         }
     }
 
-    async fn request(&self, session: SessionId, op: Op) -> Result<Reply> {
-        Self::reply(self.send(session, op)).await
+    /// Sends a request now and waits for its reply.
+    fn request(&self, session: SessionId, op: Op<'_>) -> impl Future<Output = Result<Reply>> {
+        Self::reply(self.send(session, op))
     }
 }
 
@@ -149,34 +155,34 @@ impl Backend for MemClient {
     async fn create_and_list(&self, session: SessionId, path: &str, data: &[u8], mode: CreateMode) -> CreateAndList {
         // Both sent now, back to back: the server applies them in order, so the list follows the create.
         let now = Instant::now();
-        let create = self.send_at(now, session, Op::create(path, data, mode));
-        let parent = parent_path(path).to_owned();
-        let list = self.send_at(now, session, Op::Children { path: parent });
-        let created = Self::reply(create).await.map(Reply::created);
-        let listed = Self::reply(list).await.map(Reply::names);
+        let create = Self::reply(self.send_at(now, session, Op::create(path, data, mode)));
+        let parent = parent_path(path).into();
+        let list = Self::reply(self.send_at(now, session, Op::Children { path: parent }));
+        let created = create.await.map(Reply::created);
+        let listed = list.await.map(Reply::names);
         CreateAndList { created, listed }
     }
 
     async fn children(&self, session: SessionId, path: &str) -> Result<Vec<String>> {
-        let op = Op::Children { path: path.to_owned() };
+        let op = Op::Children { path: path.into() };
         self.request(session, op).await.map(Reply::names)
     }
 
     async fn get(&self, session: SessionId, path: &str) -> Result<Option<(Vec<u8>, Stat)>> {
-        self.request(session, Op::Get { path: path.to_owned() })
+        self.request(session, Op::Get { path: path.into() })
             .await
             .map(Reply::node)
     }
 
     async fn sync(&self, session: SessionId, path: &str) -> Result<()> {
-        let op = Op::Sync { path: path.to_owned() };
+        let op = Op::Sync { path: path.into() };
         self.request(session, op).await.map(|r| r.done("sync"))
     }
 
     async fn watch_deletion(&self, session: SessionId, path: &str) -> Result<Option<(Stat, DeletionWatch)>> {
         let (watch, rx) = oneshot::channel();
         let op = Op::Exists {
-            path: path.to_owned(),
+            path: path.into(),
             watch,
         };
         let stat = self.request(session, op).await?.exists();
@@ -189,7 +195,7 @@ impl Backend for MemClient {
     async fn get_and_watch(&self, session: SessionId, path: &str) -> Result<Option<(Vec<u8>, NodeWatch)>> {
         let (watch, rx) = oneshot::channel();
         let op = Op::GetWatch {
-            path: path.to_owned(),
+            path: path.into(),
             watch,
         };
         let node = self.request(session, op).await?.node();
@@ -201,8 +207,8 @@ impl Backend for MemClient {
 
     async fn set_data(&self, session: SessionId, path: &str, data: &[u8]) -> Result<()> {
         let op = Op::SetData {
-            path: path.to_owned(),
-            data: data.to_vec(),
+            path: path.into(),
+            data: data.into(),
             version: None,
         };
         self.request(session, op).await.map(|r| r.done("set"))
@@ -211,15 +217,15 @@ impl Backend for MemClient {
     fn set_data_unacked(&self, session: SessionId, path: &str, data: &[u8], version: Option<i32>) {
         // Sent now; nobody waits for the reply. Not sent at all when the session is over or disconnected.
         let op = Op::SetData {
-            path: path.to_owned(),
-            data: data.to_vec(),
+            path: path.into(),
+            data: data.into(),
             version,
         };
         let _ = self.send(session, op);
     }
 
     async fn delete(&self, session: SessionId, path: &str) -> Result<()> {
-        let op = Op::Delete { path: path.to_owned() };
+        let op = Op::Delete { path: path.into() };
         self.request(session, op).await.map(|r| r.done("delete"))
     }
 
@@ -271,8 +277,8 @@ impl Transactions for MemClient {
 
     async fn set_data_and_delete(&self, session: SessionId, path: &str, data: &[u8]) -> Result<()> {
         let op = Op::SetDataAndDelete {
-            path: path.to_owned(),
-            data: data.to_vec(),
+            path: path.into(),
+            data: data.into(),
         };
         self.request(session, op).await.map(|r| r.done("set data and delete"))
     }
@@ -282,7 +288,7 @@ impl Transactions for MemClient {
 impl CreationChecks for MemClient {
     async fn delete_if_created(&self, session: SessionId, path: &str, czxid: i64) -> Result<bool> {
         let op = Op::DeleteCreated {
-            path: path.to_owned(),
+            path: path.into(),
             czxid,
         };
         self.request(session, op).await.map(Reply::deleted)
@@ -293,7 +299,7 @@ impl SendNow for MemClient {
     fn delete_sent(&self, session: SessionId, path: &str) -> Option<ReplyFuture> {
         // Sent now: the server applies it before every later request of the session. Refused at once (the session is
         // over or disconnected): not sent, nothing to hand over.
-        let sent = self.send(session, Op::Delete { path: path.to_owned() }).ok()?;
+        let sent = self.send(session, Op::Delete { path: path.into() }).ok()?;
         Some(Box::pin(async move {
             Self::reply(Ok(sent)).await.map(|r| r.done("delete"))
         }))

@@ -6,6 +6,7 @@
 mod heartbeats_in_order;
 mod orphans;
 mod pump;
+mod request_sizes;
 mod requests_yield;
 mod testing_your_application;
 mod tree;

@@ -55,7 +55,7 @@ const LOST_REPLY_BLIP: Duration = Duration::from_millis(10);
 /// A request on its way to the server.
 #[derive(Debug)]
 struct Request {
-    op: Op,
+    op: Op<'static>,
     /// Where the reply goes (taken when the caller learns that the connection broke).
     reply: Option<ReplyTx>,
     sent: Instant,
@@ -180,6 +180,10 @@ impl State {
 
     /// Brings the server up to `now`: reaps the containers that have been empty long enough.
     pub fn catch_up(&mut self, now: Instant) {
+        // Every request catches up, and mostly no container is due: that answer costs one look at the first.
+        if !self.tree.next_reap(self.reap_delay).is_some_and(|at| at <= now) {
+            return;
+        }
         for path in self.tree.reap(now, self.reap_delay) {
             self.fire_watches(&path, NodeEvent::Deleted, now);
         }
@@ -187,7 +191,7 @@ impl State {
 
     /// Sends a request on session `sid`. Checked first: the backend's contract binds a request to the session it
     /// names; a request of an ended session, or one sent while disconnected, is not sent at all.
-    pub fn send(&mut self, client: &ClientShared, sid: SessionId, op: Op, now: Instant) -> Result<Sent> {
+    pub fn send(&mut self, client: &ClientShared, sid: SessionId, op: Op<'_>, now: Instant) -> Result<Sent> {
         let current = client.current();
         let sid = if is_active(Mutant::UnboundRequests) {
             current.id
@@ -220,7 +224,7 @@ impl State {
         let (tx, rx) = oneshot::channel();
         let due = rec.outbound.back().map_or(now + latency, |r| r.due.max(now + latency));
         rec.outbound.push_back(Request {
-            op,
+            op: op.into_owned(),
             reply: Some(tx),
             sent: now,
             due,
@@ -240,7 +244,7 @@ impl State {
     /// [`deliver`](Self::deliver) do in the immediate mode, for a session with nothing else on its way (no request
     /// ahead to apply first, no reply or event ahead to deliver first, no reply to lose), without queueing the
     /// request and its reply. Watch events the request fires reach their clients before the reply, as there.
-    fn apply_now(&mut self, sid: SessionId, op: Op, now: Instant) -> Result<Reply> {
+    fn apply_now(&mut self, sid: SessionId, op: Op<'_>, now: Instant) -> Result<Reply> {
         self.catch_up(now);
         let alive = self.sessions.get(&sid).is_some_and(|rec| rec.alive);
         let result = if alive {

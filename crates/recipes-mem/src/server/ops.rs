@@ -1,6 +1,8 @@
 //! The requests and replies of the wire ([`Op`], [`Reply`]), and running a request on the tree (the watches it sets and
 //! fires are in `watches`).
 
+use std::borrow::Cow;
+
 use recipes_core::backend::{CreateMode, Created, NodeEvent, SessionId, Stat};
 use recipes_core::Result;
 use tokio::time::Instant;
@@ -9,42 +11,43 @@ use super::watches::WatchKind;
 use super::{Access, State, WatchTx};
 use crate::tree::{parent_of, Node};
 
-/// A request, as sent on the wire.
+/// A request, as sent on the wire: its path and data borrowed from the caller while it is applied at once (no
+/// copy made only to be dropped; each was an allocation of every request), owned once it waits in a queue.
 #[derive(Debug)]
-pub(crate) enum Op {
+pub(crate) enum Op<'a> {
     Create {
-        path: String,
-        data: Vec<u8>,
+        path: Cow<'a, str>,
+        data: Cow<'a, [u8]>,
         mode: CreateMode,
     },
     Children {
-        path: String,
+        path: Cow<'a, str>,
     },
     Get {
-        path: String,
+        path: Cow<'a, str>,
     },
     /// An exists-watch: registered (when the node exists) before the reply says whether it exists.
     Exists {
-        path: String,
+        path: Cow<'a, str>,
         watch: WatchTx,
     },
     /// A data watch with a read of the data.
     GetWatch {
-        path: String,
+        path: Cow<'a, str>,
         watch: WatchTx,
     },
     SetData {
-        path: String,
-        data: Vec<u8>,
+        path: Cow<'a, str>,
+        data: Cow<'a, [u8]>,
         /// The data version expected (ZooKeeper's), or any.
         version: Option<i32>,
     },
     Delete {
-        path: String,
+        path: Cow<'a, str>,
     },
     /// A delete of the node the write `czxid` made; a node of that name another write made is left alone.
     DeleteCreated {
-        path: String,
+        path: Cow<'a, str>,
         czxid: i64,
     },
     /// A transaction of deletes: all or none.
@@ -53,22 +56,52 @@ pub(crate) enum Op {
     },
     /// A transaction of a `setData` (any version) and a `delete` of one node: both or neither.
     SetDataAndDelete {
-        path: String,
-        data: Vec<u8>,
+        path: Cow<'a, str>,
+        data: Cow<'a, [u8]>,
     },
     /// Catch up with the leader: the one server here is always caught up.
     Sync {
-        path: String,
+        path: Cow<'a, str>,
     },
 }
 
-impl Op {
+impl<'a> Op<'a> {
     /// A create of `path`.
-    pub fn create(path: &str, data: &[u8], mode: CreateMode) -> Op {
+    pub fn create(path: &'a str, data: &'a [u8], mode: CreateMode) -> Self {
         Op::Create {
-            path: path.to_owned(),
-            data: data.to_vec(),
+            path: path.into(),
+            data: data.into(),
             mode,
+        }
+    }
+
+    /// The request with its own copies of what it borrowed: to wait in a queue.
+    pub fn into_owned(self) -> Op<'static> {
+        let own = |p: Cow<'a, str>| Cow::Owned(p.into_owned());
+        let own_data = |d: Cow<'a, [u8]>| Cow::Owned(d.into_owned());
+        match self {
+            Op::Create { path, data, mode } => Op::Create {
+                path: own(path),
+                data: own_data(data),
+                mode,
+            },
+            Op::Children { path } => Op::Children { path: own(path) },
+            Op::Get { path } => Op::Get { path: own(path) },
+            Op::Exists { path, watch } => Op::Exists { path: own(path), watch },
+            Op::GetWatch { path, watch } => Op::GetWatch { path: own(path), watch },
+            Op::SetData { path, data, version } => Op::SetData {
+                path: own(path),
+                data: own_data(data),
+                version,
+            },
+            Op::Delete { path } => Op::Delete { path: own(path) },
+            Op::DeleteCreated { path, czxid } => Op::DeleteCreated { path: own(path), czxid },
+            Op::DeleteAll { paths } => Op::DeleteAll { paths },
+            Op::SetDataAndDelete { path, data } => Op::SetDataAndDelete {
+                path: own(path),
+                data: own_data(data),
+            },
+            Op::Sync { path } => Op::Sync { path: own(path) },
         }
     }
 
@@ -222,11 +255,11 @@ impl Reply {
 
 impl State {
     /// Runs a request on the tree, as session `sid`.
-    pub(super) fn execute(&mut self, sid: SessionId, op: Op, now: Instant) -> Result<Reply> {
+    pub(super) fn execute(&mut self, sid: SessionId, op: Op<'_>, now: Instant) -> Result<Reply> {
         self.requests += 1;
         match op {
             Op::Create { path, data, mode } => {
-                let created = self.tree.create(sid, &path, data, mode, now)?;
+                let created = self.tree.create(sid, &path, data.into_owned(), mode, now)?;
                 Ok(Reply::Created(created))
             }
             Op::Children { path } => self.tree.children(&path).map(|names| {
@@ -235,11 +268,11 @@ impl State {
             }),
             Op::Get { path } => Ok(Reply::Node(self.tree.node(&path).map(Node::read))),
             Op::Exists { path, watch } => {
-                let node = self.watch(sid, path, WatchKind::Deletion, watch);
+                let node = self.watch(sid, path.into_owned(), WatchKind::Deletion, watch);
                 Ok(Reply::Exists(node.map(Node::stat)))
             }
             Op::GetWatch { path, watch } => {
-                let node = self.watch(sid, path, WatchKind::Data, watch);
+                let node = self.watch(sid, path.into_owned(), WatchKind::Data, watch);
                 Ok(Reply::Node(node.map(Node::read)))
             }
             Op::SetData { path, data, version } => {
@@ -256,7 +289,7 @@ impl State {
                 let node = self
                     .tree
                     .node(&path)
-                    .ok_or_else(|| recipes_core::Error::NoNode(path.clone()))?;
+                    .ok_or_else(|| recipes_core::Error::NoNode(path.to_string()))?;
                 if node.stat().czxid != czxid {
                     return Ok(Reply::Kept);
                 }

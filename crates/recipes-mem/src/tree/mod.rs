@@ -86,9 +86,16 @@ impl WallClock {
 }
 
 pub(crate) fn parent_of(path: &str) -> &str {
+    split(path).0
+}
+
+/// A path's parent and its last name, found by one search for the last `/` (each search passes over the whole name:
+/// two per create and delete were about 3% of an in-memory acquire + release).
+fn split(path: &str) -> (&str, &str) {
     match path.rfind('/') {
-        Some(0) | None => "/",
-        Some(i) => &path[..i],
+        Some(0) => ("/", &path[1..]),
+        None => ("/", path),
+        Some(i) => (&path[..i], &path[i + 1..]),
     }
 }
 
@@ -107,10 +114,6 @@ fn push_sequence(full: &mut String, seq: i32) {
         rest /= 10;
     }
     full.extend(digits.iter().map(|&d| char::from(d)));
-}
-
-pub(crate) fn name_of(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
 }
 
 fn check_path(path: &str) -> Result<()> {
@@ -197,7 +200,8 @@ impl Tree {
             }
             _ => path.to_owned(),
         };
-        let name = name_of(&full).to_owned();
+        // The name follows the parent's path and its `/` (the sequence suffix included): no second search.
+        let name = full[if parent_path == "/" { 1 } else { parent_path.len() + 1 }..].to_owned();
         if parent.children.contains(&name) {
             return Err(Error::NodeExists(full));
         }
@@ -249,11 +253,11 @@ impl Tree {
         }
         self.emptied.remove(path);
         self.zxid += 1;
-        let parent = parent_of(path);
+        let (parent, name) = split(path);
         let Some(p) = self.nodes.get_mut(parent) else {
             unreachable!("a node's parent stays while it has children, and `/` is never removed")
         };
-        p.children.remove(name_of(path));
+        p.children.remove(name);
         p.cversion = p.cversion.wrapping_add(1);
         if p.container && p.children.is_empty() {
             self.emptied.insert(parent, now);

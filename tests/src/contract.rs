@@ -29,6 +29,7 @@ macro_rules! __for_each_contract {
             lost_reply_returns_to_same_session
             server_expires_session_behind_cut_connection versioned_set_applies_only_over_that_version
             delete_all_is_all_or_none set_data_and_delete_is_one_write
+            a_transaction_sent_now_precedes_later_requests
             a_delete_if_created_spares_a_name_made_again
         );
     };
@@ -384,5 +385,33 @@ pub async fn set_data_and_delete_is_one_write(h: &dyn Harness) {
         .unwrap();
     on.delete(&format!("{nested}/x")).await.unwrap();
     on.delete(&nested).await.unwrap();
+    assert!(h.children(&parent).await.is_empty(), "every node deleted");
+}
+
+/// `SendNow::set_data_and_delete_sent` (a release that hands the lock over within the process and marks, decision
+/// 0080) puts the transaction on its way before it returns: a read of the session made after the call, and awaited
+/// before the transaction's reply, is applied after it (the session's order) and finds the node gone. A transaction
+/// sent only at its reply's first poll would be applied after the read.
+pub async fn a_transaction_sent_now_precedes_later_requests(h: &dyn Harness) {
+    let c = h.client().await;
+    let backend = c.locks.backend().clone();
+    if backend.send_now().is_none() {
+        return skip(
+            h,
+            "a_transaction_sent_now_precedes_later_requests",
+            "requests sent before the call returns",
+        );
+    }
+    let on = backend.current();
+    let parent = h.path("sent-now");
+    containers(on, &parent).await;
+    let node = format!("{parent}/n");
+    on.create(&node, b"made", CreateMode::Ephemeral).await.unwrap();
+    let reply = on
+        .set_data_and_delete_sent(&node, b"first=1")
+        .expect("the backend sends transactions at once");
+    let read = bounded(h, "a read after the transaction", on.get(&node)).await.unwrap();
+    assert!(read.is_none(), "the read was applied before the transaction: {read:?}");
+    bounded(h, "the transaction's reply", reply).await.unwrap();
     assert!(h.children(&parent).await.is_empty(), "every node deleted");
 }

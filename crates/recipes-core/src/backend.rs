@@ -334,4 +334,9 @@ impl SessionRef<'_> {
     pub fn delete_sent(&self, path: &str) -> Option<ReplyFuture> {
         self.backend.send_now()?.delete_sent(self.id, path)
     }
+
+    /// See [`SendNow::set_data_and_delete_sent`]; `None` when nothing was sent.
+    pub fn set_data_and_delete_sent(&self, path: &str, data: &[u8]) -> Option<ReplyFuture> {
+        self.backend.send_now()?.set_data_and_delete_sent(self.id, path, data)
+    }
 }

@@ -132,6 +132,10 @@ pub enum Mutant {
     /// Not a bug: no scout (a waiter whose blocker is not first lists again only after the blocker's deletion, on the
     /// handoff's critical path, as before the scout), so that a test can show what the scout changes.
     NoScout,
+    /// Not a bug: a release that hands the lock to a task of its session deletes its node without the mark its
+    /// release would write (as before decision 0080), so that a test can show what the mark changes: a contender
+    /// whose scout is the node lists the whole queue.
+    HandoffDeletesBare,
 }
 
 impl Mutant {

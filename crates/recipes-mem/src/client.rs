@@ -304,4 +304,15 @@ impl SendNow for MemClient {
             Self::reply(Ok(sent)).await.map(|r| r.done("delete"))
         }))
     }
+
+    fn set_data_and_delete_sent(&self, session: SessionId, path: &str, data: &[u8]) -> Option<ReplyFuture> {
+        let op = Op::SetDataAndDelete {
+            path: path.into(),
+            data: data.into(),
+        };
+        let sent = self.send(session, op).ok()?;
+        Some(Box::pin(async move {
+            Self::reply(Ok(sent)).await.map(|r| r.done("set data and delete"))
+        }))
+    }
 }

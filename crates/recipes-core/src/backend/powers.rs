@@ -69,4 +69,12 @@ pub trait SendNow: Send + Sync {
     /// [`Backend::delete`](super::Backend::delete)'s). `None` when nothing was sent (the session is not the current
     /// live one).
     fn delete_sent(&self, session: SessionId, path: &str) -> Option<ReplyFuture>;
+
+    /// Sends [`Transactions::set_data_and_delete`] now, before returning, and returns the wait for its reply. `None`
+    /// when nothing was sent: the session is not the current live one, or the backend has no such transaction (the
+    /// default).
+    fn set_data_and_delete_sent(&self, session: SessionId, path: &str, data: &[u8]) -> Option<ReplyFuture> {
+        let _ = (session, path, data);
+        None
+    }
 }

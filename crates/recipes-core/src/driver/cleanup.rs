@@ -159,12 +159,26 @@ pub(crate) async fn delete_node_handing_over(
     }
     let status = ctx.backend.session_status();
     let live = status.id == id.session && status.state == SessionState::Connected;
-    let Some(reply) = live.then(|| ctx.backend.on(id.session).delete_sent(node)).flatten() else {
+    let on = ctx.backend.on(id.session);
+    // Whether our release marks (after a long listing, or passing a mark on): the waiter we hand over to may then pass
+    // the mark on (decision 0075), and the mark goes with the delete, in one transaction sent now (decision 0080): a
+    // contender further back whose scout is our node sees the mark, not a bare deletion that would send it to list
+    // the whole queue.
+    let mark = id.marks.filter(|_| !is_active(Mutant::HandoffDeletesBare));
+    let marked = |recipe: Recipe| {
+        let data = NodeInfo::encode_own(id.attempt, recipe.name(), "", true);
+        on.set_data_and_delete_sent(node, &data)
+    };
+    let sent = match (live, mark) {
+        (false, _) => None,
+        (true, Some(recipe)) => marked(recipe).map(|r| (r, true)),
+        (true, None) => None,
+    };
+    let Some((reply, with_mark)) = sent.or_else(|| live.then(|| on.delete_sent(node)).flatten().map(|r| (r, false)))
+    else {
         drop(waiters);
         return delete_node(ctx, node, id).await;
     };
-    // Whether our release would mark (after a long listing, or passing a mark on): the waiter we hand over to may then
-    // pass the mark on, though our plain delete here writes none (decision 0075).
     let marking = id.marks.is_some();
     for w in waiters {
         let _ = w.send(marking);
@@ -172,8 +186,16 @@ pub(crate) async fn delete_node_handing_over(
     match reply.await {
         Ok(()) => Ok(Deleted::Ours),
         Err(Error::NoNode(_)) => Ok(Deleted::Absent),
-        // The delete may still land: go on as after any lost reply.
+        // The delete may still land: go on as after any lost reply (which deletes without the mark).
         Err(Error::ConnectionLoss) => delete_node_after(ctx, node, id, true).await,
+        // Refused for the mark alone (an ACL that lets us delete the node but not write it): as `delete_once`, the
+        // node goes without it, at once. The holder we handed over to holds meanwhile, behind our node: nobody
+        // else can hold while a node is ahead of theirs, and none of ours is the holder's any more.
+        Err(e) if with_mark && !reports_end(&e) => {
+            debug!(%node, error = %e, "the mark was refused with the handoff's release; deleting the node without it");
+            let id = Identity { marks: None, ..id };
+            delete_node_after(ctx, node, id, false).await
+        }
         Err(e) => Err(e),
     }
 }

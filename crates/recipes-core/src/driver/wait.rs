@@ -382,18 +382,19 @@ impl Attempt<'_> {
                 () = session::over(&mut rx, b.pinned) => return Err(Stop::Fail(Error::SessionExpired)),
                 () = self.deadline_passed() => return Err(Stop::Deadline),
             };
-            // The blocker's deletion came first, but its holder, a task of this process, took our registration to
-            // hand over: it sent its delete and tells us in the same poll, which another worker thread may not have
-            // reached yet. Its word follows at once (sent, or dropped when it could not hand over); heeding the
-            // deletion alone would list again, and break a chain of marks (decision 0075). The deadline and the
-            // session's end still count (found by review, helper-71: an await added between the holder's take and
-            // its word would otherwise keep us past them).
+            // The blocker's deletion (or the change of its data by the mark sent with it, decision 0080) came first,
+            // but its holder, a task of this process, took our registration to hand over: it sent its delete and tells
+            // us in the same poll, which another worker thread may not have reached yet. Its word follows at once
+            // (sent, or dropped when it could not hand over); heeding the deletion alone would list again, and break
+            // a chain of marks (decision 0075), and the change alone would read the blocker again. The deadline and
+            // the session's end still count (found by review, helper-71: an await added between the holder's take
+            // and its word would otherwise keep us past them).
             let woke = match woke {
-                Woke::Deleted if handing && waiting.taken() => tokio::select! {
+                woke @ (Woke::Deleted | Woke::Changed) if handing && waiting.taken() => tokio::select! {
                     biased;
                     r = &mut waiting.handed => match r {
                         Ok(marking) if !is_active(Mutant::NoHandoff) => Woke::Handed(marking),
-                        _ => Woke::Deleted,
+                        _ => woke,
                     },
                     () = session::over(&mut rx, b.pinned) => return Err(Stop::Fail(Error::SessionExpired)),
                     () = self.deadline_passed() => return Err(Stop::Deadline),

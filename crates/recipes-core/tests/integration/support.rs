@@ -31,7 +31,8 @@ pub const DELAY: Duration = Duration::from_millis(600);
 /// `ConnectionLoss` without being sent, for as many as `lost_deletes` counts down. Then a plain delete is sent and its
 /// connection breaks while it is in flight, for as many as `orphan_deletes` counts down: the request lands 100 ms
 /// later as an orphan, its caller gets `ConnectionLoss`, and the next get sleeps [`DELAY`] after its reply. `marks`
-/// counts the releases that marked their node `first` in their transaction (`set_data_and_delete`).
+/// counts the releases that marked their node `first` in their transaction (`set_data_and_delete`, or its form sent at
+/// once, for a handoff).
 #[derive(Debug)]
 pub struct SlowGet {
     pub inner: Arc<dyn Backend>,
@@ -135,6 +136,23 @@ impl SendNow for SlowGet {
         if self.slow_sends.load(Ordering::SeqCst) {
             // The woken watcher sits in this worker's LIFO slot, which other workers cannot steal from: a task spawned
             // now takes the slot and moves it to the queue they steal from.
+            drop(tokio::spawn(async {}));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        sent
+    }
+
+    fn set_data_and_delete_sent(&self, s: SessionId, p: &str, data: &[u8]) -> Option<ReplyFuture> {
+        let sent = self
+            .inner
+            .send_now()
+            .expect("offered only when the inner backend has it")
+            .set_data_and_delete_sent(s, p, data);
+        if sent.is_some() {
+            self.marks.fetch_add(1, Ordering::SeqCst);
+        }
+        if self.slow_sends.load(Ordering::SeqCst) {
+            // As `delete_sent`'s.
             drop(tokio::spawn(async {}));
             std::thread::sleep(Duration::from_millis(5));
         }

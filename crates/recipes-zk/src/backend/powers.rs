@@ -49,4 +49,29 @@ impl SendNow for ZkBackend {
             settle(&inner, session, sent, Evidence::Leader, r, &path, &client)
         }))
     }
+
+    fn set_data_and_delete_sent(&self, session: SessionId, path: &str, data: &[u8]) -> Option<ReplyFuture> {
+        let client = self.inner.client_for(session).ok()?;
+        let sent = Stamp::now();
+        let inner = self.inner.clone();
+        let (path, data) = (path.to_owned(), data.to_owned());
+        let mut reply: ReplyFuture = Box::pin(async move {
+            // zookeeper-client's transaction borrows its client: made in this future, which owns the client, and
+            // sent at its first poll, below.
+            let mut txn = client.new_multi_writer();
+            let r = match (txn.add_set_data(&path, &data, None), txn.add_delete(&path, None)) {
+                (Ok(()), Ok(())) => txn.commit().await.map(drop).map_err(zk::Error::from),
+                (Err(e), _) | (_, Err(e)) => Err(e),
+            };
+            settle(&inner, session, sent, Evidence::Leader, r, &path, &client)
+        });
+        // Polled once now: the transaction is sent at call time (the commit sends before it returns its future), so
+        // it is on its way before this returns, as `delete_sent`'s delete. The first poll ends waiting for the reply
+        // (or with it), and every later poll registers the caller's waker.
+        let waker = futures::task::noop_waker_ref();
+        match reply.as_mut().poll(&mut std::task::Context::from_waker(waker)) {
+            std::task::Poll::Ready(r) => Some(Box::pin(std::future::ready(r))),
+            std::task::Poll::Pending => Some(reply),
+        }
+    }
 }

@@ -267,9 +267,11 @@ impl<'a> Attempt<'a> {
                     // One clock read for the wait's end and the hold's start.
                     let now = Instant::now();
                     held.held_from(now);
-                    self.ctx
-                        .counters
-                        .acquired(&self.tags, now.saturating_duration_since(self.started));
+                    self.ctx.counters.acquired(
+                        &self.tags,
+                        self.started
+                            .map_or(Duration::ZERO, |t| now.saturating_duration_since(t)),
+                    );
                     if self.handed.load(Ordering::Relaxed) {
                         self.count(Count::Handoff);
                     }

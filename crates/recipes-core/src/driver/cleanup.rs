@@ -190,11 +190,12 @@ pub(crate) async fn delete_node_handing_over(
         Err(Error::ConnectionLoss) => delete_node_after(ctx, node, id, true).await,
         // Refused for the mark alone (an ACL that lets us delete the node but not write it): as `delete_once`, the
         // node goes without it, at once. The holder we handed over to holds meanwhile, behind our node: nobody
-        // else can hold while a node is ahead of theirs, and none of ours is the holder's any more.
+        // else can hold while a node is ahead of theirs, and none of ours is the holder's any more. Deleted as after
+        // a lost reply (a `sync` first, then absent means ours, and no mark): an error whose outcome is unknown may
+        // hide an applied transaction (found by review, helper-92).
         Err(e) if with_mark && !reports_end(&e) => {
             debug!(%node, error = %e, "the mark was refused with the handoff's release; deleting the node without it");
-            let id = Identity { marks: None, ..id };
-            delete_node_after(ctx, node, id, false).await
+            delete_node_after(ctx, node, id, true).await
         }
         Err(e) => Err(e),
     }

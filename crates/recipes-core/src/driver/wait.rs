@@ -394,7 +394,12 @@ impl Attempt<'_> {
                     biased;
                     r = &mut waiting.handed => match r {
                         Ok(marking) if !is_active(Mutant::NoHandoff) => Woke::Handed(marking),
-                        _ => woke,
+                        // The word is spent: never polled again (the loop comes round after a change whose blocker
+                        // is still there; a second poll of the spent receiver panics: found by review, helper-92).
+                        _ => {
+                            handing = false;
+                            woke
+                        }
                     },
                     () = session::over(&mut rx, b.pinned) => return Err(Stop::Fail(Error::SessionExpired)),
                     () = self.deadline_passed() => return Err(Stop::Deadline),

@@ -6,6 +6,7 @@ mod drain;
 mod given_up_release;
 mod handoff;
 mod handoff_drain;
+mod handoff_mark;
 mod lease;
 mod lost_create_abandoned;
 mod metrics;

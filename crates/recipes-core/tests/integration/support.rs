@@ -22,6 +22,13 @@ pub async fn wait_children(cluster: &recipes_mem::MemCluster, path: &str, n: usi
     panic!("{path}: {:?}", cluster.children(path));
 }
 
+thread_local! {
+    /// The call of `SlowGet::session_status` on this thread that this counts down to (1: the next; 0: none) stalls
+    /// 50 ms and reports `Suspended`: a releasing thread held up right after it took its waiters' registrations, that
+    /// then finds its connection blinking (helper-92).
+    pub static STALL_STATUS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
 /// How long a delayed read waits.
 pub const DELAY: Duration = Duration::from_millis(600);
 
@@ -48,6 +55,10 @@ pub struct SlowGet {
     pub slow_sends: Arc<AtomicBool>,
     /// Reads (`get_and_watch`) of this path are refused with `NoAuth`, as an ACL that denies us reading it would.
     pub unreadable: Arc<std::sync::Mutex<Option<String>>>,
+    /// A handoff's marked transaction (`set_data_and_delete_sent`) is refused with `NotAuthorized`, nothing applied,
+    /// as an ACL that lets us delete our node but not write it would; `refused_marks` counts them.
+    pub refuse_sent_marks: Arc<AtomicBool>,
+    pub refused_marks: Arc<AtomicU32>,
 }
 
 impl SlowGet {
@@ -63,6 +74,8 @@ impl SlowGet {
             marks: Arc::default(),
             slow_sends: Arc::default(),
             unreadable: Arc::default(),
+            refuse_sent_marks: Arc::default(),
+            refused_marks: Arc::default(),
         }
     }
 
@@ -143,6 +156,11 @@ impl SendNow for SlowGet {
     }
 
     fn set_data_and_delete_sent(&self, s: SessionId, p: &str, data: &[u8]) -> Option<ReplyFuture> {
+        if self.refuse_sent_marks.load(Ordering::SeqCst) {
+            self.refused_marks.fetch_add(1, Ordering::SeqCst);
+            let p = p.to_owned();
+            return Some(Box::pin(async move { Err(recipes_core::Error::NotAuthorized(p)) }));
+        }
         let sent = self
             .inner
             .send_now()
@@ -229,6 +247,17 @@ impl Backend for SlowGet {
         self.inner.session()
     }
     fn session_status(&self) -> SessionStatus {
+        let stall = STALL_STATUS.with(|c| {
+            let n = c.get();
+            c.set(n.saturating_sub(1));
+            n == 1
+        });
+        if stall {
+            std::thread::sleep(Duration::from_millis(50));
+            let mut s = self.inner.session_status();
+            s.state = SessionState::Suspended;
+            return s;
+        }
         self.inner.session_status()
     }
     async fn close(&self) {

@@ -72,14 +72,18 @@ pub(crate) fn is_ours(data: &[u8], stat_owner: SessionId, attempt: Uuid, session
 
 /// Deletes `node` on its own session. A fixed-name node is read first and deleted only if it is ours (both requests
 /// on that session, so an expiry in between fails the delete instead of letting it run elsewhere).
+/// The data a release writes over its node with its delete, in one transaction: the `first` mark. A candidate's lines
+/// are left out: no read ever sees this data (it is deleted in the same transaction).
+fn mark_data(attempt: Uuid, recipe: Recipe) -> Vec<u8> {
+    NodeInfo::encode_own(attempt, recipe.name(), "", true)
+}
+
 async fn delete_once(ctx: &Ctx, node: &str, id: Identity) -> Result<Deleted> {
     let on = ctx.backend.on(id.session);
     if let (Some(recipe), false) = (id.marks, id.fixed) {
         // The mark and the delete in one transaction: the node behind sees the change of data, then the deletion, and
         // holds (docs/algorithm.md, optimisation 3). Only over a queue's node, whose name is never another's.
-        // A candidate's lines are left out: no read ever sees this data (it is deleted in the same transaction).
-        let data = NodeInfo::encode_own(id.attempt, recipe.name(), "", true);
-        match on.set_data_and_delete(node, &data).await {
+        match on.set_data_and_delete(node, &mark_data(id.attempt, recipe)).await {
             None => {}
             Some(Ok(())) => return Ok(Deleted::Ours),
             Some(Err(Error::NoNode(_))) => return Ok(Deleted::Absent),
@@ -163,19 +167,11 @@ pub(crate) async fn delete_node_handing_over(
     // Whether our release marks (after a long listing, or passing a mark on): the waiter we hand over to may then pass
     // the mark on (decision 0075), and the mark goes with the delete, in one transaction sent now (decision 0080): a
     // contender further back whose scout is our node sees the mark, not a bare deletion that would send it to list
-    // the whole queue.
-    let mark = id.marks.filter(|_| !is_active(Mutant::HandoffDeletesBare));
-    let marked = |recipe: Recipe| {
-        let data = NodeInfo::encode_own(id.attempt, recipe.name(), "", true);
-        on.set_data_and_delete_sent(node, &data)
-    };
-    let sent = match (live, mark) {
-        (false, _) => None,
-        (true, Some(recipe)) => marked(recipe).map(|r| (r, true)),
-        (true, None) => None,
-    };
-    let Some((reply, with_mark)) = sent.or_else(|| live.then(|| on.delete_sent(node)).flatten().map(|r| (r, false)))
-    else {
+    // the whole queue. A backend that cannot send the transaction now sends the plain delete.
+    let mark = id.marks.filter(|_| live && !is_active(Mutant::HandoffDeletesBare));
+    let marked = mark.and_then(|recipe| on.set_data_and_delete_sent(node, &mark_data(id.attempt, recipe)));
+    let with_mark = marked.is_some();
+    let Some(reply) = marked.or_else(|| live.then(|| on.delete_sent(node)).flatten()) else {
         drop(waiters);
         return delete_node(ctx, node, id).await;
     };

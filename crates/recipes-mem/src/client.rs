@@ -295,14 +295,18 @@ impl CreationChecks for MemClient {
     }
 }
 
+impl MemClient {
+    /// Sends `op` now: the server applies it before every later request of the session. Refused at once (the
+    /// session is over or disconnected): not sent (`None`), nothing to hand over.
+    fn sent_now(&self, session: SessionId, op: Op<'_>, what: &'static str) -> Option<ReplyFuture> {
+        let sent = self.send(session, op).ok()?;
+        Some(Box::pin(Self::reply(Ok(sent)).map(move |r| r.map(|r| r.done(what)))))
+    }
+}
+
 impl SendNow for MemClient {
     fn delete_sent(&self, session: SessionId, path: &str) -> Option<ReplyFuture> {
-        // Sent now: the server applies it before every later request of the session. Refused at once (the session is
-        // over or disconnected): not sent, nothing to hand over.
-        let sent = self.send(session, Op::Delete { path: path.into() }).ok()?;
-        Some(Box::pin(async move {
-            Self::reply(Ok(sent)).await.map(|r| r.done("delete"))
-        }))
+        self.sent_now(session, Op::Delete { path: path.into() }, "delete")
     }
 
     fn set_data_and_delete_sent(&self, session: SessionId, path: &str, data: &[u8]) -> Option<ReplyFuture> {
@@ -310,9 +314,6 @@ impl SendNow for MemClient {
             path: path.into(),
             data: data.into(),
         };
-        let sent = self.send(session, op).ok()?;
-        Some(Box::pin(async move {
-            Self::reply(Ok(sent)).await.map(|r| r.done("set data and delete"))
-        }))
+        self.sent_now(session, op, "set data and delete")
     }
 }

@@ -1,5 +1,5 @@
-//! A release that hands the lock over within the process and marks (decision 0080): what its word and its refused
-//! mark do. Both tests are helper-92's, from its review of the decision.
+//! A release that hands the lock over within the process and marks (decision 0080): what its word, its refused mark
+//! and its cancellation do. The tests are helper-92's and helper-93's, from their reviews of the decision.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -110,4 +110,68 @@ fn refused_handoff_marks_never_let_two_hold() {
         let refused: u32 = backends.iter().map(|b| b.refused_marks.load(Ordering::SeqCst)).sum();
         assert!(refused > 0, "no handoff's mark was refused");
     });
+}
+
+/// Releases that hand over with their mark, dropped after their first poll (the marked transaction and the word are
+/// sent; the guard's drop then deletes the node as after a lost reply), on one to three sessions, answered at once or
+/// after 1 or 2 ms: never two holders, nothing left, and the marked path was taken (helper-93).
+#[test]
+fn cancelled_releases_of_marked_handoffs_leave_one_holder_and_nothing_behind() {
+    for (latency_ms, sessions, cancel_every) in [(0, 1, 2), (0, 2, 3), (0, 3, 2), (2, 1, 2), (2, 2, 3), (1, 3, 2)] {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(cancelled_releases(latency_ms, sessions, cancel_every));
+    }
+}
+
+async fn cancelled_releases(latency_ms: u64, sessions_n: usize, cancel_every: usize) {
+    const WAITERS: usize = 90;
+    let path = "/handoff-mark/cancelled";
+    let cluster = MemCluster::new();
+    cluster.set_latency(Duration::from_millis(latency_ms));
+    let backends: Vec<Arc<SlowGet>> = (0..sessions_n)
+        .map(|_| Arc::new(SlowGet::new(cluster.client())))
+        .collect();
+    let sessions: Vec<Locks> = backends.iter().map(|b| Locks::new(b.clone())).collect();
+    let holders = Arc::new(AtomicI32::new(0));
+    let holder = sessions[0].fair(path).unwrap().acquire().await.unwrap();
+    let mut queued = JoinSet::new();
+    for i in 0..WAITERS {
+        // Three neighbours to a session; more than 64 waiters, so releases mark.
+        let lock = sessions[(i / 3) % sessions_n].fair(path).unwrap();
+        let holders = holders.clone();
+        queued.spawn(async move {
+            let g = lock.acquire().await.unwrap();
+            assert_eq!(holders.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+            tokio::time::sleep(Duration::from_micros(300)).await;
+            holders.fetch_sub(1, Ordering::SeqCst);
+            if i % cancel_every == 0 {
+                let _ = tokio::time::timeout(Duration::ZERO, g.release()).await;
+            } else {
+                g.release().await.unwrap();
+            }
+        });
+        crate::support::wait_children(&cluster, path, i + 2).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    holder.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(120), async {
+        while let Some(r) = queued.join_next().await {
+            r.unwrap();
+        }
+    })
+    .await
+    .expect("the queue drains");
+    for _ in 0..3000 {
+        if cluster.children(path).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(cluster.children(path).is_empty(), "{:?}", cluster.children(path));
+    let marks: u32 = backends.iter().map(|b| b.marks.load(Ordering::SeqCst)).sum();
+    assert!(marks > 0, "no release marked ({latency_ms} ms, {sessions_n} sessions)");
 }

@@ -26,14 +26,16 @@ type Waiters = Vec<(u64, oneshot::Sender<bool>)>;
 pub(crate) struct Handoffs {
     next: AtomicU64,
     /// By session, then by the blocker's path: the path is shared with the waiter's registration, one allocation per
-    /// waiter in line (each waiter keeps its registration for as long as it waits).
+    /// waiter in line (each waiter keeps its registration for as long as it waits). A blocker has one waiter in line
+    /// but for a moment (a cancelled waiter's follower may come to wait on the same node): room for one is made, not
+    /// the four a `Vec` grows to first (48 bytes of every waiter's heap).
     waiting: Mutex<HashMap<SessionId, HashMap<Arc<str>, Waiters>>>,
 }
 
 impl Handoffs {
     /// Registers a waiter in line on `blocker` (a node path) of `session`; the registration ends when the returned
     /// value is dropped.
-    pub fn wait(&self, session: SessionId, blocker: &Arc<str>) -> Waiting<'_> {
+    pub fn wait<'a>(&'a self, session: SessionId, blocker: &'a Arc<str>) -> Waiting<'a> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.waiting
@@ -41,12 +43,12 @@ impl Handoffs {
             .entry(session)
             .or_default()
             .entry(blocker.clone())
-            .or_default()
+            .or_insert_with(|| Vec::with_capacity(1))
             .push((id, tx));
         Waiting {
             board: self,
             session,
-            blocker: blocker.clone(),
+            blocker,
             id,
             handed: rx,
         }
@@ -81,7 +83,8 @@ impl Handoffs {
 pub(crate) struct Waiting<'a> {
     board: &'a Handoffs,
     session: SessionId,
-    blocker: Arc<str>,
+    /// Lent by the waiter, which keeps it for as long as it waits.
+    blocker: &'a Arc<str>,
     id: u64,
     pub handed: oneshot::Receiver<bool>,
 }
@@ -93,7 +96,7 @@ impl Waiting<'_> {
         let waiting = self.board.waiting.lock();
         !waiting
             .get(&self.session)
-            .and_then(|w| w.get(&*self.blocker))
+            .and_then(|w| w.get(&**self.blocker))
             .is_some_and(|ws| ws.iter().any(|(id, _)| *id == self.id))
     }
 }
@@ -104,10 +107,10 @@ impl Drop for Waiting<'_> {
         let Some(of_session) = waiting.get_mut(&self.session) else {
             return;
         };
-        if let Some(ws) = of_session.get_mut(&*self.blocker) {
+        if let Some(ws) = of_session.get_mut(&**self.blocker) {
             ws.retain(|(id, _)| *id != self.id);
             if ws.is_empty() {
-                of_session.remove(&*self.blocker);
+                of_session.remove(&**self.blocker);
             }
         }
         if of_session.is_empty() {

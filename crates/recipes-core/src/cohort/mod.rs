@@ -302,11 +302,14 @@ impl Cohort {
                 }
             }
         };
+        // Pinned here and lent to the wait: moved into it, it would be kept twice (as the wait's capture, and in its
+        // `select!`), in every waiting task's state.
+        tokio::pin!(over);
         let wait = async {
             tokio::select! {
                 biased;
                 turn = rx => turn.map_err(|_| self.vanished()),
-                () = over => Err(session::closed_or(ctx.backend.as_ref(), Error::SessionExpired)),
+                () = &mut over => Err(session::closed_or(ctx.backend.as_ref(), Error::SessionExpired)),
             }
         };
         match patience.deadline() {

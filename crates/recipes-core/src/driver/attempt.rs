@@ -4,11 +4,12 @@
 use std::future::Future;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::debug;
 
-use super::cleanup::{Cleanup, Identity};
+use super::cleanup::{Cleanup, Identity, Of};
 use super::turns::Turn;
 use super::{session, Claim, Ctx, HeldNode, CLEANUP_GRACE, TRY_BOUND};
 use crate::backend::{Backend, SessionId, SessionState};
@@ -91,7 +92,6 @@ impl<'a> Attempt<'a> {
                 claim.permits,
             )
         };
-        let fixed = protocol.name_is_shared();
         Attempt {
             ctx,
             path,
@@ -106,7 +106,7 @@ impl<'a> Attempt<'a> {
                 Patience::Forever => None,
             },
             failures: 0,
-            cleanup: Cleanup::new(ctx.clone(), path.clone(), fixed, tags.clone()),
+            cleanup: Cleanup::new(),
             tags,
             started: None,
             handed: AtomicBool::new(false),
@@ -331,6 +331,31 @@ impl<'a> Attempt<'a> {
             Some(d) => CLEANUP_GRACE.min(d.saturating_duration_since(Instant::now())),
             None => CLEANUP_GRACE,
         };
-        self.cleanup.finish_within(grace).await;
+        self.finish_cleanup(grace).await;
+    }
+
+    /// Runs the cleanup now, waiting for it at most `grace` (see [`Cleanup::finish_within`]).
+    pub async fn finish_cleanup(&mut self, grace: Duration) {
+        let (cleanup, of) = self.cleanup_of();
+        cleanup.finish_within(grace, of).await;
+    }
+
+    /// The cleanup, and what its delete needs of this attempt.
+    fn cleanup_of(&mut self) -> (&mut Cleanup, Of<'_>) {
+        let of = Of {
+            ctx: self.ctx,
+            path: self.path,
+            tags: &self.tags,
+            fixed: self.protocol.name_is_shared(),
+        };
+        (&mut self.cleanup, of)
+    }
+}
+
+impl Drop for Attempt<'_> {
+    /// An acquire dropped before its end: what it made is deleted in the background.
+    fn drop(&mut self) {
+        let (cleanup, of) = self.cleanup_of();
+        cleanup.abandon(of);
     }
 }

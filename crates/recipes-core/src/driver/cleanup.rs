@@ -273,13 +273,9 @@ pub(crate) enum Pending {
 }
 
 /// Undoes the remote side effects of an acquire that did not complete: deletes our node, awaited on the ordinary
-/// exit paths and in the background when the acquire future is dropped.
+/// exit paths and in the background when the acquire future is dropped (by the attempt's `Drop`, which lends it the
+/// lock's context, path and labels: kept once in every waiter's state, not twice).
 pub(crate) struct Cleanup {
-    ctx: Arc<Ctx>,
-    path: LockPath,
-    fixed: bool,
-    /// The metrics labels of the lock.
-    tags: Tags,
     pub state: Pending,
     /// Earlier cleanups of this acquire still running in the background (their grace ran out). Rare: out of line,
     /// 8 bytes of every waiter's state rather than 24 (the point of the boxed `Vec` clippy warns of).
@@ -287,13 +283,19 @@ pub(crate) struct Cleanup {
     background: Option<Box<Vec<tokio::task::JoinHandle<()>>>>,
 }
 
+/// What a cleanup's delete needs of its attempt: the lock's context, its path, its metrics labels, and whether its
+/// protocol's nodes have a fixed name (see [`Identity::fixed`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Of<'a> {
+    pub ctx: &'a Arc<Ctx>,
+    pub path: &'a LockPath,
+    pub tags: &'a Tags,
+    pub fixed: bool,
+}
+
 impl Cleanup {
-    pub fn new(ctx: Arc<Ctx>, path: LockPath, fixed: bool, tags: Tags) -> Self {
+    pub fn new() -> Self {
         Cleanup {
-            ctx,
-            path,
-            fixed,
-            tags,
             state: Pending::Nothing,
             background: None,
         }
@@ -304,12 +306,12 @@ impl Cleanup {
         self.state = Pending::Nothing;
     }
 
-    fn task(&mut self) -> Option<impl Future<Output = ()> + Send + 'static> {
+    fn task(&mut self, of: Of<'_>) -> Option<impl Future<Output = ()> + Send + 'static> {
         let mut state = std::mem::replace(&mut self.state, Pending::Nothing);
         if matches!(state, Pending::Sent(..)) && is_active(Mutant::CleanupIgnoresInFlight) {
             state = Pending::Nothing;
         }
-        let fixed = self.fixed;
+        let fixed = of.fixed;
         let (node, id) = match state {
             Pending::Nothing => return None,
             Pending::Sent(attempt, session) => (
@@ -333,9 +335,9 @@ impl Cleanup {
                 },
             ),
         };
-        let ctx = self.ctx.clone();
-        let path = self.path.clone();
-        let tags = self.tags.clone();
+        let ctx = of.ctx.clone();
+        let path = of.path.clone();
+        let tags = of.tags.clone();
         Some(async move {
             let res = match node {
                 None => delete_by_attempt(&ctx, &path, id).await,
@@ -355,9 +357,9 @@ impl Cleanup {
 
     /// Runs the cleanup now, and waits at most `grace` for it and for earlier ones still running; past that they go on
     /// in the background.
-    pub async fn finish_within(&mut self, grace: Duration) {
-        if let Some(t) = self.task() {
-            let task = match self.ctx.backend.runtime() {
+    pub async fn finish_within(&mut self, grace: Duration, of: Of<'_>) {
+        if let Some(t) = self.task(of) {
+            let task = match of.ctx.backend.runtime() {
                 Some(rt) => rt.spawn(t),
                 None => tokio::spawn(t),
             };
@@ -374,10 +376,9 @@ impl Cleanup {
             background.pop();
         }
     }
-}
 
-impl Drop for Cleanup {
-    fn drop(&mut self) {
+    /// The acquire was dropped: what it made is deleted in the background.
+    pub fn abandon(&mut self, of: Of<'_>) {
         // Said with the node, when known: the event may come in the acquire's span (the attempt lives in the
         // instrumented future, which enters its span while it drops), or in the caller's when that span is off (found
         // by review, helper-78).
@@ -385,9 +386,9 @@ impl Drop for Cleanup {
             Pending::Created(node, ..) => Some(node.clone()),
             _ => None,
         };
-        if let Some(t) = self.task() {
-            debug!(path = %self.path, node = node.as_deref(), "acquire abandoned; cleaning up in the background");
-            spawn_cleanup(self.ctx.backend.runtime().as_ref(), self.path.as_str(), t);
+        if let Some(t) = self.task(of) {
+            debug!(path = %of.path, node = node.as_deref(), "acquire abandoned; cleaning up in the background");
+            spawn_cleanup(of.ctx.backend.runtime().as_ref(), of.path.as_str(), t);
         }
     }
 }

@@ -191,7 +191,7 @@ type Settling<'s> = std::pin::Pin<Box<dyn Future<Output = Result<Option<HeldNode
 
 /// Says that an `impl Future` keeps a borrow of lifetime `'a` (an attempt's, under a shorter borrow of the attempt
 /// itself), where edition 2021 cannot say it otherwise.
-trait Captures<'a> {}
+pub(super) trait Captures<'a> {}
 impl<T: ?Sized> Captures<'_> for T {}
 
 /// As [`acquire_claim`]; `procedure`: how the attempt comes to hold, when not by its protocol's node; `candidate`:
@@ -305,7 +305,7 @@ impl<'a> Attempt<'a> {
             // The ways that end without a hold are boxed: each is larger than the hand-out, and the settling's future
             // is made, then moved into the attempt's, on every acquire.
             Ok(None) => Either::Right(Box::pin(async {
-                self.cleanup.finish_within(CLEANUP_GRACE).await;
+                self.finish_cleanup(CLEANUP_GRACE).await;
                 Ok(None)
             }) as Settling<'s>),
             Err(stop) => Either::Right(Box::pin(self.gave_up(stop)) as Settling<'s>),
@@ -330,7 +330,7 @@ impl<'a> Attempt<'a> {
     async fn gave_up(&mut self, stop: Stop) -> Result<Option<HeldNode>> {
         match stop {
             Stop::Deadline => {
-                self.cleanup.finish_within(CLEANUP_GRACE).await;
+                self.finish_cleanup(CLEANUP_GRACE).await;
                 if self.try_once {
                     Err(Error::ConnectionLoss)
                 } else {
@@ -342,7 +342,7 @@ impl<'a> Attempt<'a> {
                     // Whatever we made went with the session.
                     self.cleanup.disarm();
                 } else {
-                    self.cleanup.finish_within(CLEANUP_GRACE).await;
+                    self.finish_cleanup(CLEANUP_GRACE).await;
                 }
                 Err(e)
             }

@@ -58,7 +58,8 @@ impl Attempt<'_> {
         };
         let children = self.screen(self.path.as_str(), children, sid).await?;
         if let Verdict::Refuse(r) = self.protocol.judge(&children, EXCLUSIVE_NODE) {
-            return self.refuse(r).await;
+            // Boxed: a refusal is rare, and its state would set the size of every acquire's future (a fair lock's too).
+            return Box::pin(self.refuse(r)).await;
         }
         Ok(Tried::Held(self.held(node.clone(), czxid, id)))
     }

@@ -44,7 +44,8 @@ impl Attempt<'_> {
             let verdict = self.protocol.newcomer(&children);
             match verdict {
                 Err(r) => return self.refused(r),
-                Ok(_) => self.check_permits(sid, false).await?,
+                // Boxed: only a try that may not wait checks here, and every waiter would otherwise carry its state.
+                Ok(_) => Box::pin(self.check_permits(sid, false)).await?,
             }
             if matches!(verdict, Ok(true)) {
                 return Ok(None);
@@ -101,8 +102,10 @@ impl Attempt<'_> {
                         Verdict::Acquired if !self.protocol.session_named() => {
                             return Ok(Some(self.won(q, mark, armed.own)));
                         }
+                        // Boxed: a refusal, a missing node or a session-named key (etcd's layout, a round trip
+                        // of its own) is rare beside a wait, and every waiter would otherwise carry its state.
                         other @ (Verdict::Refuse(_) | Verdict::Acquired | Verdict::Missing) => {
-                            if self.not_in_line(other, &q).await? {
+                            if Box::pin(self.not_in_line(other, &q)).await? {
                                 return Ok(Some(self.won(q, mark, armed.own)));
                             }
                             break;

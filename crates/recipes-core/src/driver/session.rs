@@ -50,13 +50,19 @@ pub(crate) fn closed_or(backend: &dyn Backend, e: Error) -> Error {
 ///
 /// # Cancel safety
 /// Cancel safe: it only reads the status channel.
-pub(crate) async fn over(rx: &mut watch::Receiver<SessionStatus>, pinned: SessionId) {
-    loop {
-        if is_over(*rx.borrow_and_update(), pinned) {
-            return;
-        }
-        if rx.changed().await.is_err() {
-            return;
+///
+/// Not an `async fn`: one keeps its arguments twice in its state, and every waiter in line keeps this future (the
+/// point of the block clippy would make an `async fn` again).
+#[allow(clippy::manual_async_fn)]
+pub(crate) fn over(rx: &mut watch::Receiver<SessionStatus>, pinned: SessionId) -> impl Future<Output = ()> + Send + '_ {
+    async move {
+        loop {
+            if is_over(*rx.borrow_and_update(), pinned) {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
         }
     }
 }

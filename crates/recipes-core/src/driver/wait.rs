@@ -1,13 +1,14 @@
 //! Waiting in line: for the blocker ahead of us, through its mark, its scout or a handoff within the process (the waits
 //! outside the line are in `deleted`).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::task::Poll;
 
 use super::attempt::{Attempt, Step, Stop};
 use super::cleanup::Identity;
 use super::scout::{scout_event, Armed};
-use super::session;
+use super::{session, Captures};
 use tokio::sync::watch;
 
 use crate::backend::{BackendExt, NodeEvent, NodeWatch, SessionId, SessionStatus};
@@ -98,173 +99,183 @@ impl Attempt<'_> {
     ///   been cancelled, or its session may have ended, with others still ahead of it. A change of the scout's data
     ///   (its `first` mark, in a drain whose holders pass the mark on, where the blocker's own mark follows; or a
     ///   request to let go) retires the scout: the wait goes on as one without a scout, listing no queue.
-    pub async fn wait_in_line(&self, ours: &str, id: &Identity, armed: &mut Armed, line: &InLineOn) -> Step<InLine> {
-        let pinned = id.session;
-        // The replies are judged in a block of their own: what the wait needs from them is small, and a reply kept in
-        // scope through the wait below would stay in this future's waiting state (every waiter's heap).
-        let (is_ours, mut watch_own, moved, mut b) = {
-            // The watches in one round trip (ours unless still armed, the blocker's unless kept, the scout's). Boxed:
-            // the requests and their replies side by side are larger than the wait that follows, and would set the
-            // size of every waiter's state.
-            let (own_armed, watched, scouted, moved) = Box::pin(async {
-                let kept_own = armed.own.take();
-                let scouting = armed.scouting.as_deref_mut();
-                let any_blocker = is_active(Mutant::KeptWatchOfAnotherBlocker);
-                let reused = scouting
-                    .and_then(|s| s.kept.take())
-                    .filter(|k| k.path == line.path || any_blocker);
-                // Any change of the session's state from here on (a disconnection) makes a deletion of the blocker a
-                // reason to list again, not to hold (see the contract); from the arming of a reused watch on.
-                let (moved, reused) = match reused {
-                    Some(k) if !is_active(Mutant::KeptWatchFreshState) => {
-                        (k.moved, Some((k.known_first, k.marked, k.trust_change, k.watch)))
-                    }
-                    Some(k) => {
-                        let mut moved = self.backend().session();
-                        moved.borrow_and_update();
-                        (moved, Some((k.known_first, k.marked, k.trust_change, k.watch)))
-                    }
-                    None => {
-                        let mut moved = self.backend().session();
-                        moved.borrow_and_update();
-                        (moved, None)
-                    }
-                };
-                let scout = armed.scouting.as_deref().and_then(|s| s.path.as_deref());
-                let on = self.backend().on(pinned);
-                let own_path = self.path.child(ours);
-                let (own_armed, watched, scouted) = tokio::join!(
-                    async {
-                        match kept_own {
-                            Some(w) => Ok(Some((true, w))),
-                            None => Ok(self.call(on.get_and_watch(&own_path)).await?.map(|(data, w)| {
-                                (NodeInfo::decode(&data).is_some_and(|i| i.attempt == id.attempt), w)
-                            })),
+    ///
+    /// Not an `async fn`, as `wait_on_blocker`: its arguments are kept once in its state.
+    pub fn wait_in_line<'s>(
+        &'s self,
+        ours: &'s str,
+        id: &'s Identity,
+        armed: &'s mut Armed,
+        line: &'s InLineOn,
+    ) -> impl Future<Output = Step<InLine>> + Send + 's {
+        async move {
+            let pinned = id.session;
+            // The replies are judged in a block of their own: what the wait needs from them is small, and a reply kept
+            // in scope through the wait below would stay in this future's waiting state (every waiter's heap).
+            let (is_ours, mut watch_own, moved, mut b) = {
+                // The watches in one round trip (ours unless still armed, the blocker's unless kept, the scout's).
+                // Boxed: the requests and their replies side by side are larger than the wait that follows, and would
+                // set the size of every waiter's state.
+                let (own_armed, watched, scouted, moved) = Box::pin(async {
+                    let kept_own = armed.own.take();
+                    let scouting = armed.scouting.as_deref_mut();
+                    let any_blocker = is_active(Mutant::KeptWatchOfAnotherBlocker);
+                    let reused = scouting
+                        .and_then(|s| s.kept.take())
+                        .filter(|k| k.path == line.path || any_blocker);
+                    // Any change of the session's state from here on (a disconnection) makes a deletion of the blocker
+                    // a reason to list again, not to hold (see the contract); from the arming of a reused watch on.
+                    let (moved, reused) = match reused {
+                        Some(k) if !is_active(Mutant::KeptWatchFreshState) => {
+                            (k.moved, Some((k.known_first, k.marked, k.trust_change, k.watch)))
                         }
-                    },
-                    async {
-                        match reused {
-                            // Whether nothing is known ahead of the blocker (the new listing may say so), and
-                            // whether a change of its data says it held.
-                            Some((known_first, marked, trust, w)) => {
-                                Ok(Some((line.first || known_first, marked, trust, w)))
+                        Some(k) => {
+                            let mut moved = self.backend().session();
+                            moved.borrow_and_update();
+                            (moved, Some((k.known_first, k.marked, k.trust_change, k.watch)))
+                        }
+                        None => {
+                            let mut moved = self.backend().session();
+                            moved.borrow_and_update();
+                            (moved, None)
+                        }
+                    };
+                    let scout = armed.scouting.as_deref().and_then(|s| s.path.as_deref());
+                    let on = self.backend().on(pinned);
+                    let own_path = self.path.child(ours);
+                    let (own_armed, watched, scouted) = tokio::join!(
+                        async {
+                            match kept_own {
+                                Some(w) => Ok(Some((true, w))),
+                                None => Ok(self.call(on.get_and_watch(&own_path)).await?.map(|(data, w)| {
+                                    (NodeInfo::decode(&data).is_some_and(|i| i.attempt == id.attempt), w)
+                                })),
                             }
-                            None => Ok(self.call(on.get_and_watch(&line.path)).await?.map(|(data, w)| {
-                                let trust = line.change_means_held && written_by_us(&data);
-                                let marked = marked_first(&data);
-                                (line.first || marked, marked, trust, w)
-                            })),
+                        },
+                        async {
+                            match reused {
+                                // Whether nothing is known ahead of the blocker (the new listing may say so), and
+                                // whether a change of its data says it held.
+                                Some((known_first, marked, trust, w)) => {
+                                    Ok(Some((line.first || known_first, marked, trust, w)))
+                                }
+                                None => Ok(self.call(on.get_and_watch(&line.path)).await?.map(|(data, w)| {
+                                    let trust = line.change_means_held && written_by_us(&data);
+                                    let marked = marked_first(&data);
+                                    (line.first || marked, marked, trust, w)
+                                })),
+                            }
+                        },
+                        async {
+                            match scout {
+                                Some(s) => self.call(on.get_and_watch(s)).await.map(|r| Some(r.map(|(_, w)| w))),
+                                None => Ok(None),
+                            }
                         }
-                    },
-                    async {
-                        match scout {
-                            Some(s) => self.call(on.get_and_watch(s)).await.map(|r| Some(r.map(|(_, w)| w))),
-                            None => Ok(None),
+                    );
+                    (own_armed, watched, scouted, moved)
+                })
+                .await;
+                let (is_ours, watch_own) = match own_armed {
+                    Ok(Some(own_armed)) => own_armed,
+                    Ok(None) => return Ok(InLine::Missing),
+                    Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
+                    Err(e) => return Err(e),
+                };
+                // As a wait that ends in `Relist`: our node's watch is kept for the next wait.
+                let relist = |armed: &mut Armed, watch_own| {
+                    if is_ours {
+                        armed.own = Some(watch_own);
+                    }
+                    Ok(InLine::Relist)
+                };
+                let blocker = match watched {
+                    Ok(blocker) => blocker,
+                    Err(Stop::Fail(Error::ConnectionLoss)) => return relist(armed, watch_own),
+                    Err(e) => return Err(e),
+                };
+                // The scout's watch is this wait's alone: one left from an earlier wait (which ended otherwise before
+                // it fired) is dropped.
+                let scout_watch = armed.scouting.as_deref_mut().map(|s| &mut s.watch);
+                match scouted {
+                    Ok(Some(Some(w))) => {
+                        if let Some(slot) = scout_watch {
+                            *slot = Some(w);
                         }
                     }
-                );
-                (own_armed, watched, scouted, moved)
-            })
-            .await;
-            let (is_ours, watch_own) = match own_armed {
-                Ok(Some(own_armed)) => own_armed,
-                Ok(None) => return Ok(InLine::Missing),
-                Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
-                Err(e) => return Err(e),
-            };
-            // As a wait that ends in `Relist`: our node's watch is kept for the next wait.
-            let relist = |armed: &mut Armed, watch_own| {
-                if is_ours {
-                    armed.own = Some(watch_own);
-                }
-                Ok(InLine::Relist)
-            };
-            let blocker = match watched {
-                Ok(blocker) => blocker,
-                Err(Stop::Fail(Error::ConnectionLoss)) => return relist(armed, watch_own),
-                Err(e) => return Err(e),
-            };
-            // The scout's watch is this wait's alone: one left from an earlier wait (which ended otherwise before it
-            // fired) is dropped.
-            let scout_watch = armed.scouting.as_deref_mut().map(|s| &mut s.watch);
-            match scouted {
-                Ok(Some(Some(w))) => {
-                    if let Some(slot) = scout_watch {
-                        *slot = Some(w);
+                    Ok(None) => {
+                        if let Some(slot) = scout_watch {
+                            *slot = None;
+                        }
                     }
-                }
-                Ok(None) => {
-                    if let Some(slot) = scout_watch {
-                        *slot = None;
+                    // The scout is gone already: list again now, the blocker's watch kept (as at the scout's event).
+                    Ok(Some(None)) => {
+                        if let Some((known_first, marked, trust_change, watch)) = blocker {
+                            armed.keep(&line.path, watch, (known_first, marked, trust_change), moved);
+                        }
+                        return relist(armed, watch_own);
                     }
-                }
-                // The scout is gone already: list again now, the blocker's watch kept (as at the scout's event).
-                Ok(Some(None)) => {
-                    if let Some((known_first, marked, trust_change, watch)) = blocker {
-                        armed.keep(&line.path, watch, (known_first, marked, trust_change), moved);
+                    Err(Stop::Fail(Error::ConnectionLoss)) => return relist(armed, watch_own),
+                    // The scout is only a way to list sooner: a scout we may not read (an ACL of another client's node,
+                    // found by review, helper-91) is no reason to fail the acquire. The wait goes on without it.
+                    Err(Stop::Fail(e)) if !matches!(e, Error::SessionExpired | Error::Closed) => {
+                        if let Some(slot) = scout_watch {
+                            *slot = None;
+                        }
                     }
-                    return relist(armed, watch_own);
+                    Err(e) => return Err(e),
                 }
-                Err(Stop::Fail(Error::ConnectionLoss)) => return relist(armed, watch_own),
-                // The scout is only a way to list sooner: a scout we may not read (an ACL of another client's node,
-                // found by review, helper-91) is no reason to fail the acquire. The wait goes on without it.
-                Err(Stop::Fail(e)) if !matches!(e, Error::SessionExpired | Error::Closed) => {
-                    if let Some(slot) = scout_watch {
-                        *slot = None;
-                    }
-                }
-                Err(e) => return Err(e),
-            }
-            let b = blocker.map(|(known_first, marked, trust_change, watch)| Blocker {
-                path: &line.path,
-                watch,
-                known_first,
-                marked,
-                trust_change,
-                pinned,
-                scout: armed.scouting.as_deref_mut().map(|s| &mut s.watch),
-            });
-            (is_ours, watch_own, moved, b)
-        };
-        let mut fired = false;
-        let watches = Watches {
-            own: &mut watch_own,
-            fired: &mut fired,
-            moved: &moved,
-        };
-        let out = match &mut b {
-            Some(b) => self.wait_on_blocker(watches, b).await,
-            None => blocker_gone(line.first, watches).await,
-        };
-        let out = match (out, b) {
-            // The blocker's watch is kept for the next wait (see the contract).
-            (
-                Ok(InLine::Scouted),
-                Some(Blocker {
+                let b = blocker.map(|(known_first, marked, trust_change, watch)| Blocker {
+                    path: &line.path,
                     watch,
                     known_first,
                     marked,
                     trust_change,
-                    ..
-                }),
-            ) => {
-                armed.keep(&line.path, watch, (known_first, marked, trust_change), moved);
-                Ok(InLine::Relist)
+                    pinned,
+                    scout: armed.scouting.as_deref_mut().map(|s| &mut s.watch),
+                });
+                (is_ours, watch_own, moved, b)
+            };
+            let mut fired = false;
+            let watches = Watches {
+                own: &mut watch_own,
+                fired: &mut fired,
+                moved: &moved,
+            };
+            let out = match &mut b {
+                Some(b) => self.wait_on_blocker(watches, b).await,
+                None => blocker_gone(line.first, watches).await,
+            };
+            let out = match (out, b) {
+                // The blocker's watch is kept for the next wait (see the contract).
+                (
+                    Ok(InLine::Scouted),
+                    Some(Blocker {
+                        watch,
+                        known_first,
+                        marked,
+                        trust_change,
+                        ..
+                    }),
+                ) => {
+                    armed.keep(&line.path, watch, (known_first, marked, trust_change), moved);
+                    Ok(InLine::Relist)
+                }
+                (Ok(InLine::Scouted), None) => Ok(InLine::Relist),
+                (Ok(InLine::Acquired { .. }), Some(b)) => Ok(InLine::Acquired { through_mark: b.marked }),
+                (out, _) => out,
+            };
+            if is_ours
+                && !fired
+                && matches!(
+                    out,
+                    Ok(InLine::Acquired { .. } | InLine::Handed { .. } | InLine::Relist)
+                )
+            {
+                armed.own = Some(watch_own);
             }
-            (Ok(InLine::Scouted), None) => Ok(InLine::Relist),
-            (Ok(InLine::Acquired { .. }), Some(b)) => Ok(InLine::Acquired { through_mark: b.marked }),
-            (out, _) => out,
-        };
-        if is_ours
-            && !fired
-            && matches!(
-                out,
-                Ok(InLine::Acquired { .. } | InLine::Handed { .. } | InLine::Relist)
-            )
-        {
-            armed.own = Some(watch_own);
+            out
         }
-        out
     }
 
     /// The rest of `wait_in_line`, once both watches are armed and the blocker's data read (`known_first`, and
@@ -274,121 +285,131 @@ impl Attempt<'_> {
     /// What woke the wait is decided inside the `select!`, and every wait after it (the read of the blocker's data,
     /// the look at our own node) runs outside: a `select!` whose branches await keeps its futures and its output in
     /// place through those waits, in every waiter's state.
-    async fn wait_on_blocker(&self, w: Watches<'_>, b: &mut Blocker<'_>) -> Step<InLine> {
-        let mut rx = self.backend().session();
-        // A release of the blocker by a task of this process on this session may hand the lock over at once.
-        let mut waiting = self.ctx.handoffs.wait(b.pinned, b.path);
-        let mut handing = true;
-        loop {
-            let woke = tokio::select! {
-                biased;
-                r = &mut *w.own => {
-                    *w.fired = true;
-                    return own_event(r);
-                },
-                r = &mut waiting.handed, if handing => match r {
-                    Ok(marking) if !is_active(Mutant::NoHandoff) => Woke::Handed(marking),
-                    // The holder could not hand over: its deletion shows on the watch.
-                    _ => {
-                        handing = false;
-                        continue;
-                    }
-                },
-                r = &mut b.watch => match r {
-                    Ok(NodeEvent::Deleted) => Woke::Deleted,
-                    Ok(_) => Woke::Changed,
-                    Err(Error::ConnectionLoss) => return Ok(InLine::Relist),
-                    Err(e) => return Err(e.into()),
-                },
-                r = scout_event(b.scout.as_deref_mut()) => {
-                    // Fired: never polled again.
-                    if let Some(s) = b.scout.as_deref_mut() {
-                        *s = None;
-                    }
-                    match r {
-                        Ok(NodeEvent::Deleted) if is_active(Mutant::ScoutMeansFirst) => {
-                            b.known_first = true;
-                            continue;
-                        }
-                        // A change of the scout's data: its `first` mark (most often in the transaction of its
-                        // release, in a drain whose holders pass the mark on, where the blocker's own mark will
-                        // follow), or a request to let go. Listing now would cost every waiter of such a drain a
-                        // listing of the queue: the wait goes on without its scout, as a wait without one does.
-                        Ok(NodeEvent::DataChanged) => continue,
-                        // Deleted, or the connection lost: list again, the blocker's watch kept.
-                        _ => return Ok(InLine::Scouted),
-                    }
-                },
-                () = session::over(&mut rx, b.pinned) => return Err(Stop::Fail(Error::SessionExpired)),
-                () = self.deadline_passed() => return Err(Stop::Deadline),
-            };
-            // The blocker's deletion (or the change of its data by the mark sent with it, decision 0080) came first,
-            // but its holder, a task of this process, took our registration to hand over: it sent its delete and tells
-            // us in the same poll, which another worker thread may not have reached yet. Its word follows at once
-            // (sent, or dropped when it could not hand over); heeding the deletion alone would list again, and break
-            // a chain of marks (decision 0075), and the change alone would read the blocker again. The deadline and
-            // the session's end still count (found by review, helper-71: an await added between the holder's take
-            // and its word would otherwise keep us past them).
-            let woke = match woke {
-                woke @ (Woke::Deleted | Woke::Changed) if handing && waiting.taken() => tokio::select! {
+    ///
+    /// Not an `async fn`: one keeps each of its arguments twice in its state (as given, and bound in its body), 40
+    /// bytes of every waiter's; a block moved out of a plain function keeps them once.
+    fn wait_on_blocker<'s, 'p>(
+        &'s self,
+        w: Watches<'s>,
+        b: &'s mut Blocker<'p>,
+    ) -> impl Future<Output = Step<InLine>> + Send + Captures<'p> + 's {
+        async move {
+            let mut rx = self.backend().session();
+            // A release of the blocker by a task of this process on this session may hand the lock over at once.
+            let mut waiting = self.ctx.handoffs.wait(b.pinned, b.path);
+            let mut handing = true;
+            loop {
+                let woke = tokio::select! {
                     biased;
-                    r = &mut waiting.handed => match r {
+                    r = &mut *w.own => {
+                        *w.fired = true;
+                        return own_event(r);
+                    },
+                    r = &mut waiting.handed, if handing => match r {
                         Ok(marking) if !is_active(Mutant::NoHandoff) => Woke::Handed(marking),
-                        // The word is spent: never polled again (the loop comes round after a change whose blocker
-                        // is still there; a second poll of the spent receiver panics: found by review, helper-92).
+                        // The holder could not hand over: its deletion shows on the watch.
                         _ => {
                             handing = false;
-                            woke
+                            continue;
+                        }
+                    },
+                    r = &mut b.watch => match r {
+                        Ok(NodeEvent::Deleted) => Woke::Deleted,
+                        Ok(_) => Woke::Changed,
+                        Err(Error::ConnectionLoss) => return Ok(InLine::Relist),
+                        Err(e) => return Err(e.into()),
+                    },
+                    r = scout_event(b.scout.as_deref_mut()) => {
+                        // Fired: never polled again.
+                        if let Some(s) = b.scout.as_deref_mut() {
+                            *s = None;
+                        }
+                        match r {
+                            Ok(NodeEvent::Deleted) if is_active(Mutant::ScoutMeansFirst) => {
+                                b.known_first = true;
+                                continue;
+                            }
+                            // A change of the scout's data: its `first` mark (most often in the transaction of its
+                            // release, in a drain whose holders pass the mark on, where the blocker's own mark will
+                            // follow), or a request to let go. Listing now would cost every waiter of such a drain a
+                            // listing of the queue: the wait goes on without its scout, as a wait without one does.
+                            Ok(NodeEvent::DataChanged) => continue,
+                            // Deleted, or the connection lost: list again, the blocker's watch kept.
+                            _ => return Ok(InLine::Scouted),
                         }
                     },
                     () = session::over(&mut rx, b.pinned) => return Err(Stop::Fail(Error::SessionExpired)),
                     () = self.deadline_passed() => return Err(Stop::Deadline),
-                },
-                woke => woke,
-            };
-            match woke {
-                Woke::Handed(marking) => {
-                    // The blocker held the lock, so nothing was ahead of it, and its delete is sent.
-                    return match blocker_gone(true, w).await {
-                        Ok(InLine::Acquired { .. }) => Ok(InLine::Handed { marking }),
-                        next => next,
-                    };
-                }
-                Woke::Deleted => {
-                    self.count(Count::Wakeup);
-                    return blocker_gone(b.known_first, w).await;
-                }
-                Woke::Changed => {
-                    // The blocker's data changed: its `first` mark, or a request to let go. When the blocker is a
-                    // native node of ours that is not a reader's, either says it held (see the contract) if the node
-                    // is gone before we can read the data back; data read back tells by itself. Watch on.
-                    // The reply ends in this block: kept in scope through the wait below, it would take room in
-                    // every state of this future.
-                    let gone = {
-                        let read = self.call(self.backend().on(b.pinned).get_and_watch(b.path)).await;
-                        match read {
-                            Ok(Some((data, watch))) => {
-                                // Anything but the mark (an operator's write, a peer's request to let go) may come
-                                // while the node waits: from now on only the mark counts.
-                                let old_rule = b.trust_change && is_active(Mutant::TrustForeignWrites);
-                                let marked = marked_first(&data) || old_rule || is_active(Mutant::AnyDataChangeIsMark);
-                                b.known_first |= marked;
-                                b.marked |= marked;
-                                b.trust_change = false;
-                                b.watch = watch;
-                                false
+                };
+                // The blocker's deletion (or the change of its data by the mark sent with it, decision 0080) came
+                // first, but its holder, a task of this process, took our registration to hand over: it sent its delete
+                // and tells us in the same poll, which another worker thread may not have reached yet. Its word follows
+                // at once (sent, or dropped when it could not hand over); heeding the deletion alone would list again,
+                // and break a chain of marks (decision 0075), and the change alone would read the blocker again. The
+                // deadline and the session's end still count (found by review, helper-71: an await added between the
+                // holder's take and its word would otherwise keep us past them).
+                let woke = match woke {
+                    woke @ (Woke::Deleted | Woke::Changed) if handing && waiting.taken() => tokio::select! {
+                        biased;
+                        r = &mut waiting.handed => match r {
+                            Ok(marking) if !is_active(Mutant::NoHandoff) => Woke::Handed(marking),
+                            // The word is spent: never polled again (the loop comes round after a change whose blocker
+                            // is still there; a second poll of the spent receiver panics: found by review, helper-92).
+                            _ => {
+                                handing = false;
+                                woke
                             }
-                            Ok(None) => true,
-                            Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
-                            Err(e) => return Err(e),
-                        }
-                    };
-                    if gone {
+                        },
+                        () = session::over(&mut rx, b.pinned) => return Err(Stop::Fail(Error::SessionExpired)),
+                        () = self.deadline_passed() => return Err(Stop::Deadline),
+                    },
+                    woke => woke,
+                };
+                match woke {
+                    Woke::Handed(marking) => {
+                        // The blocker held the lock, so nothing was ahead of it, and its delete is sent.
+                        return match blocker_gone(true, w).await {
+                            Ok(InLine::Acquired { .. }) => Ok(InLine::Handed { marking }),
+                            next => next,
+                        };
+                    }
+                    Woke::Deleted => {
                         self.count(Count::Wakeup);
-                        // A change that says it held is its mark, most likely (or a request to let go).
-                        b.marked |= b.trust_change;
-                        let trusted = b.known_first || b.trust_change || is_active(Mutant::AnyDataChangeIsMark);
-                        return blocker_gone(trusted, w).await;
+                        return blocker_gone(b.known_first, w).await;
+                    }
+                    Woke::Changed => {
+                        // The blocker's data changed: its `first` mark, or a request to let go. When the blocker is a
+                        // native node of ours that is not a reader's, either says it held (see the contract) if the
+                        // node is gone before we can read the data back; data read back tells by itself. Watch on. The
+                        // reply ends in this block: kept in scope through the wait below, it would take room in every
+                        // state of this future.
+                        let gone = {
+                            let read = self.call(self.backend().on(b.pinned).get_and_watch(b.path)).await;
+                            match read {
+                                Ok(Some((data, watch))) => {
+                                    // Anything but the mark (an operator's write, a peer's request to let go) may come
+                                    // while the node waits: from now on only the mark counts.
+                                    let old_rule = b.trust_change && is_active(Mutant::TrustForeignWrites);
+                                    let marked =
+                                        marked_first(&data) || old_rule || is_active(Mutant::AnyDataChangeIsMark);
+                                    b.known_first |= marked;
+                                    b.marked |= marked;
+                                    b.trust_change = false;
+                                    b.watch = watch;
+                                    false
+                                }
+                                Ok(None) => true,
+                                Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
+                                Err(e) => return Err(e),
+                            }
+                        };
+                        if gone {
+                            self.count(Count::Wakeup);
+                            // A change that says it held is its mark, most likely (or a request to let go).
+                            b.marked |= b.trust_change;
+                            let trusted = b.known_first || b.trust_change || is_active(Mutant::AnyDataChangeIsMark);
+                            return blocker_gone(trusted, w).await;
+                        }
                     }
                 }
             }

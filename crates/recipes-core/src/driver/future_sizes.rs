@@ -29,7 +29,8 @@ fn size<A, Fut>(_f: impl FnOnce(A) -> Fut) -> usize {
 /// twice), an attempt's cleanup borrows the lock's context, path and labels from it at its end instead of keeping
 /// copies, and the rare ways of a queued acquire (a refusal, a missing node, a try's count check) are boxed; the
 /// cohort's wait, which kept its session watch twice, went from 952 to 712 (twenty-seventh session). The benchmark's
-/// waiting task went from 1,152 to 1,024 bytes (its live heap per waiter from 2,778 to 2,650).
+/// waiting task went from 1,152 to 1,024 bytes (its live heap per waiter from 2,778 to 2,650). 848 since the wait in
+/// line borrows our node's path from the queued node, and the first listing is no longer matched around a wait.
 ///
 /// A task that releases after it waited keeps the larger of the two futures while it waits: the release's is
 /// bounded too (1,616 bytes until its delete was boxed; 400 until the held node in its guard was, 232 since).

@@ -1,9 +1,11 @@
 //! The queued recipes (fair, reentrant, read, write): make our sequential node (`made`), then follow the verdict on
 //! each listing until it holds.
 
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use futures::future::Either;
 use tracing::debug;
 
 use super::attempt::{Attempt, Step, Stop};
@@ -75,10 +77,7 @@ impl Attempt<'_> {
             // several would take room in every state of this future, a waiter's included (each waiter's heap).
             loop {
                 // The children listed with the create, pipelined with it, then our own listings.
-                let children = match q.children.take() {
-                    Some(c) => c,
-                    None => self.list(q.id.session).await?,
-                };
+                let children = self.listed_or_list(q.children.take(), q.id.session).await?;
                 let children = self.screen(self.path.as_str(), children, q.id.session).await?;
                 if session::is_over(self.backend().session_status(), q.id.session) {
                     self.cleanup.disarm();
@@ -137,7 +136,10 @@ impl Attempt<'_> {
                 // Something was ahead of the blocker in one of our listings, the scout's included (a listing the
                 // scout asked for finds the blocker first while the drain's marks still run).
                 passes |= passes_mark_on;
-                match self.wait_in_line(q.name(), &q.id, &mut armed, &on).await? {
+                // Bound before it is matched: a scrutinee's temporaries (the `?`'s result) would stay in this future's
+                // state through the waits in the arms.
+                let waited = self.wait_in_line(&q, &mut armed, &on).await?;
+                match waited {
                     held @ (InLine::Acquired { .. } | InLine::Handed { .. }) => {
                         // Held through the blocker's mark (a change of its data), or handed over within the process by
                         // a holder whose release marks: the mark is passed on (decisions 0073, 0075). Not after a
@@ -162,6 +164,19 @@ impl Attempt<'_> {
                     InLine::Relist | InLine::Scouted => {}
                 }
             }
+        }
+    }
+
+    /// `listed`, the children listed with the create, or a listing now. A plain function: a `match` on the first
+    /// listing around the wait for the next would keep it (empty) in the queued acquire's state through that wait.
+    fn listed_or_list(
+        &self,
+        listed: Option<Vec<String>>,
+        sid: SessionId,
+    ) -> impl Future<Output = Step<Vec<String>>> + Send + '_ {
+        match listed {
+            Some(c) => Either::Left(std::future::ready(Ok(c))),
+            None => Either::Right(self.list(sid)),
         }
     }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use super::attempt::{Attempt, Step, Stop};
-use super::cleanup::Identity;
+use super::queue::Queued;
 use super::scout::{scout_event, Armed};
 use super::{session, Captures};
 use tokio::sync::watch;
@@ -100,16 +100,16 @@ impl Attempt<'_> {
     ///   (its `first` mark, in a drain whose holders pass the mark on, where the blocker's own mark follows; or a
     ///   request to let go) retires the scout: the wait goes on as one without a scout, listing no queue.
     ///
-    /// Not an `async fn`, as `wait_on_blocker`: its arguments are kept once in its state.
-    pub fn wait_in_line<'s>(
+    /// Not an `async fn`, as `wait_on_blocker`: its arguments are kept once in its state. Our node (`q`) is watched by
+    /// the path it was made at, not by one built again for each wait.
+    pub(super) fn wait_in_line<'s>(
         &'s self,
-        ours: &'s str,
-        id: &'s Identity,
+        q: &'s Queued,
         armed: &'s mut Armed,
         line: &'s InLineOn,
     ) -> impl Future<Output = Step<InLine>> + Send + 's {
         async move {
-            let pinned = id.session;
+            let (id, pinned) = (&q.id, q.id.session);
             // The replies are judged in a block of their own: what the wait needs from them is small, and a reply kept
             // in scope through the wait below would stay in this future's waiting state (every waiter's heap).
             let (is_ours, mut watch_own, moved, mut b) = {
@@ -142,12 +142,11 @@ impl Attempt<'_> {
                     };
                     let scout = armed.scouting.as_deref().and_then(|s| s.path.as_deref());
                     let on = self.backend().on(pinned);
-                    let own_path = self.path.child(ours);
                     let (own_armed, watched, scouted) = tokio::join!(
                         async {
                             match kept_own {
                                 Some(w) => Ok(Some((true, w))),
-                                None => Ok(self.call(on.get_and_watch(&own_path)).await?.map(|(data, w)| {
+                                None => Ok(self.call(on.get_and_watch(&q.node)).await?.map(|(data, w)| {
                                     (NodeInfo::decode(&data).is_some_and(|i| i.attempt == id.attempt), w)
                                 })),
                             }

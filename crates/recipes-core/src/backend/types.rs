@@ -46,7 +46,8 @@ pub enum ChildOrder {
 /// The reply to a successful create.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Created {
-    /// The full path of the node made (with its sequence suffix, for sequential nodes).
+    /// The full path of the node made: the path asked for, with the sequence suffix appended for sequential nodes
+    /// (in the client's namespace: a chroot, say, is not in it). The recipes watch, mark and delete the node by it.
     pub path: String,
     /// The id of the transaction that created it (ZooKeeper's czxid): strictly increasing across creates.
     pub czxid: i64,

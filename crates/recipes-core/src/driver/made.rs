@@ -82,6 +82,15 @@ impl Attempt<'_> {
             // One copy of the path, shared by the cleanup, the wait and the hold.
             let node: Arc<str> = node.into();
             self.cleanup.state = Pending::Created(node.clone(), id.attempt, sid, czxid);
+            // The backend's contract (`Created::path`): the node is under the lock path, by a name without a `/`.
+            // The wait in line watches it by this path (found by review, helper-95: a backend that answered with
+            // another would have been broken before, but now the wait relies on it too).
+            debug_assert!(
+                node.rsplit_once('/')
+                    .is_some_and(|(parent, _)| parent == self.path.as_str()),
+                "{node} is not a node of {}",
+                self.path
+            );
             return Ok(Some(Queued {
                 node,
                 czxid,

@@ -70,14 +70,14 @@ pub(crate) fn is_ours(data: &[u8], stat_owner: SessionId, attempt: Uuid, session
     stat_owner == session && NodeInfo::decode(data).is_some_and(|i| i.attempt == attempt)
 }
 
-/// Deletes `node` on its own session. A fixed-name node is read first and deleted only if it is ours (both requests
-/// on that session, so an expiry in between fails the delete instead of letting it run elsewhere).
 /// The data a release writes over its node with its delete, in one transaction: the `first` mark. A candidate's lines
 /// are left out: no read ever sees this data (it is deleted in the same transaction).
 fn mark_data(attempt: Uuid, recipe: Recipe) -> Vec<u8> {
     NodeInfo::encode_own(attempt, recipe.name(), "", true)
 }
 
+/// Deletes `node` on its own session. A fixed-name node is read first and deleted only if it is ours (both requests
+/// on that session, so an expiry in between fails the delete instead of letting it run elsewhere).
 async fn delete_once(ctx: &Ctx, node: &str, id: Identity) -> Result<Deleted> {
     let on = ctx.backend.on(id.session);
     if let (Some(recipe), false) = (id.marks, id.fixed) {

@@ -26,13 +26,18 @@ impl Transactions for ZkBackend {
 
     async fn set_data_and_delete(&self, session: SessionId, path: &str, data: &[u8]) -> Result<()> {
         self.request(session, path, Evidence::Leader, |c| async move {
-            let mut txn = c.new_multi_writer();
-            txn.add_set_data(path, data, None)?;
-            txn.add_delete(path, None)?;
-            txn.commit().await.map(drop).map_err(zk::Error::from)
+            set_data_and_delete(&c, path, data).await
         })
         .await
     }
+}
+
+/// `data` written over `path`, then `path` deleted, in one transaction (a `multi`), sent at the future's first poll.
+async fn set_data_and_delete(c: &zk::Client, path: &str, data: &[u8]) -> std::result::Result<(), zk::Error> {
+    let mut txn = c.new_multi_writer();
+    txn.add_set_data(path, data, None)?;
+    txn.add_delete(path, None)?;
+    txn.commit().await.map(drop).map_err(zk::Error::from)
 }
 
 impl SendNow for ZkBackend {
@@ -58,11 +63,7 @@ impl SendNow for ZkBackend {
         let mut reply: ReplyFuture = Box::pin(async move {
             // zookeeper-client's transaction borrows its client: made in this future, which owns the client, and
             // sent at its first poll, below.
-            let mut txn = client.new_multi_writer();
-            let r = match (txn.add_set_data(&path, &data, None), txn.add_delete(&path, None)) {
-                (Ok(()), Ok(())) => txn.commit().await.map(drop).map_err(zk::Error::from),
-                (Err(e), _) | (_, Err(e)) => Err(e),
-            };
+            let r = set_data_and_delete(&client, &path, &data).await;
             settle(&inner, session, sent, Evidence::Leader, r, &path, &client)
         });
         // Polled once now: the transaction is sent at call time (the commit sends before it returns its future), so

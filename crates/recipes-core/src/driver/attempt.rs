@@ -145,6 +145,12 @@ impl<'a> Attempt<'a> {
         self.rare().turn = Some(turn);
     }
 
+    /// How long the acquire has waited by `now` (nothing if it never began).
+    pub fn waited(&self, now: Instant) -> Duration {
+        self.started
+            .map_or(Duration::ZERO, |t| now.saturating_duration_since(t))
+    }
+
     /// Starts the attempt's clock (its wait, a try's bound) at its first poll, not when its future was made.
     pub fn begin(&mut self) {
         let now = Instant::now();
@@ -267,8 +273,7 @@ impl<'a> Attempt<'a> {
         if span.metadata().is_some_and(|m| m.name() == "acquire") {
             span.record("node", &*held.node);
             span.record("token", czxid);
-            let waited = self.started.map_or(std::time::Duration::ZERO, |t| t.elapsed());
-            span.record("waited_ms", waited.as_millis() as u64);
+            span.record("waited_ms", self.waited(Instant::now()).as_millis() as u64);
         }
         debug!("acquired");
         held

@@ -268,11 +268,7 @@ impl<'a> Attempt<'a> {
                     // One clock read for the wait's end and the hold's start.
                     let now = Instant::now();
                     held.held_from(now);
-                    self.ctx.counters.acquired(
-                        &self.tags,
-                        self.started
-                            .map_or(Duration::ZERO, |t| now.saturating_duration_since(t)),
-                    );
+                    self.ctx.counters.acquired(&self.tags, self.waited(now));
                     if self.handed.load(Ordering::Relaxed) {
                         self.count(Count::Handoff);
                     }

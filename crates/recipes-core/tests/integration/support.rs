@@ -62,6 +62,16 @@ pub struct SlowGet {
 }
 
 impl SlowGet {
+    /// With `slow_sends`, a sender held up right after its request went out (its handoff's word not yet given).
+    fn after_send(&self) {
+        if self.slow_sends.load(Ordering::SeqCst) {
+            // The woken watcher sits in this worker's LIFO slot, which other workers cannot steal from: a task spawned
+            // now takes the slot and moves it to the queue they steal from.
+            drop(tokio::spawn(async {}));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     pub fn new(client: Arc<MemClient>) -> Self {
         SlowGet {
             inner: client.clone(),
@@ -146,12 +156,7 @@ impl SendNow for SlowGet {
             .send_now()
             .expect("offered only when the inner backend has it")
             .delete_sent(s, p);
-        if self.slow_sends.load(Ordering::SeqCst) {
-            // The woken watcher sits in this worker's LIFO slot, which other workers cannot steal from: a task spawned
-            // now takes the slot and moves it to the queue they steal from.
-            drop(tokio::spawn(async {}));
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        self.after_send();
         sent
     }
 
@@ -169,11 +174,7 @@ impl SendNow for SlowGet {
         if sent.is_some() {
             self.marks.fetch_add(1, Ordering::SeqCst);
         }
-        if self.slow_sends.load(Ordering::SeqCst) {
-            // As `delete_sent`'s.
-            drop(tokio::spawn(async {}));
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        self.after_send();
         sent
     }
 }

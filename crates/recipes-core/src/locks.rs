@@ -64,6 +64,7 @@ impl Locks {
             lease_margin: LeaseMargin::default(),
             metrics_path_label: false,
             cohorts: None,
+            foreign_writes: false,
         }
     }
 
@@ -80,6 +81,16 @@ impl Locks {
     /// The lease margin.
     pub fn lease_margin(&self) -> LeaseMargin {
         LeaseMargin(self.ctx.lease_margin)
+    }
+
+    /// Whether a waiter allows for writes of lock-node data by others (see [`LocksBuilder::foreign_writes`]).
+    ///
+    /// ```
+    /// use recipes_core::Locks;
+    /// assert!(!Locks::new(recipes_mem::MemCluster::new().client()).foreign_writes()); // off by default
+    /// ```
+    pub fn foreign_writes(&self) -> bool {
+        self.ctx.foreign_writes
     }
 
     /// Closes the session: every lock it holds is released at once (the server deletes the session's nodes), and

@@ -72,6 +72,11 @@ pub enum Mutant {
     /// the data back as something other than the `first` mark (an operator's write over a waiting node, Curator's
     /// `Revoker`): when that waiting node goes, the waiter gets in beside the holder (found by review).
     TrustForeignWrites,
+    /// A waiter of a `Locks` built with `foreign_writes` still takes a change of its blocker's data, with the blocker
+    /// gone when it reads it back, for the blocker's hold (the default's rule): a request to let go written into a
+    /// waiting node whose acquire is then given up lets the waiter behind in beside the holder (found by review,
+    /// helper-96).
+    ForeignWritesTrusted,
     /// A waiter in line holds on its blocker's deletion after a disconnection during its wait, trusting that its own
     /// node's deletion, had there been one, was reported first: after a reconnection ZooKeeper reports the changes
     /// of the re-registered watches in the order of the re-registration, not of the changes (found by review).

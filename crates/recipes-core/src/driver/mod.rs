@@ -57,6 +57,9 @@ pub(crate) struct Ctx {
     pub max_attempts: u32,
     /// The share of the session timeout a lease does not count on.
     pub lease_margin: f64,
+    /// Others may write lock-node data (`LocksBuilder::foreign_writes`): a change of a blocker's data says nothing
+    /// until it is read back.
+    pub foreign_writes: bool,
     /// Tasks of this process waiting in line, for a release to hand the lock to.
     pub handoffs: handoff::Handoffs,
     /// The turns of this process's tasks on keys named by their session (etcd's own lock's layout).

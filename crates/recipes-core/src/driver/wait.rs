@@ -74,7 +74,8 @@ impl Attempt<'_> {
     ///   [`NodeInfo`], or a request to let go): a persistent node named like a lock node is someone else's to
     ///   write. Otherwise only data read back as the mark counts. And once the waiter reads the data back after a
     ///   change, that data decides, and only the mark counts (decision 0061): someone else's write over a waiting
-    ///   node, then its deletion, must not let us in beside the holder.
+    ///   node, then its deletion, must not let us in beside the holder. Where others may write lock-node data
+    ///   (`Ctx::foreign_writes`), no change is trusted so: only the mark read back counts.
     /// - Our own node is watched as well, registered in the same round trip as the blocker's watch (or earlier: the
     ///   watch armed in an earlier wait of this attempt is kept in `armed` while it has not fired, so that a relist
     ///   costs no new registration and no request to remove the old one). ZooKeeper delivers one session's watch
@@ -159,7 +160,8 @@ impl Attempt<'_> {
                                     Ok(Some((line.first || known_first, marked, trust, w)))
                                 }
                                 None => Ok(self.call(on.get_and_watch(&line.path)).await?.map(|(data, w)| {
-                                    let trust = line.change_means_held && written_by_us(&data);
+                                    let foreign = self.ctx.foreign_writes && !is_active(Mutant::ForeignWritesTrusted);
+                                    let trust = line.change_means_held && written_by_us(&data) && !foreign;
                                     let marked = marked_first(&data);
                                     (line.first || marked, marked, trust, w)
                                 })),

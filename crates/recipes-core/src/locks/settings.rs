@@ -78,6 +78,7 @@ pub struct LocksBuilder {
     pub(super) lease_margin: LeaseMargin,
     pub(super) metrics_path_label: bool,
     pub(super) cohorts: Option<u32>,
+    pub(super) foreign_writes: bool,
 }
 
 impl LocksBuilder {
@@ -150,6 +151,39 @@ impl LocksBuilder {
         }
     }
 
+    /// Whether something other than this library may write the data of lock nodes on this `Locks`' paths (default
+    /// `false`): an operator's `set`, or Curator's `Revoker.attemptRevoke`, which writes its request to let go into
+    /// any participant's node, waiting or holding.
+    ///
+    /// The default trusts the contract of [`info`](crate::info): lock-node data is this library's to write,
+    /// and it writes a node's data only once the node holds (its `first` mark, and
+    /// [`revoke_node`](crate::Locks::revoke_node)'s request, which refuses a node that waits). So a waiter in a long
+    /// queue that sees its blocker's data change, and then finds the blocker gone, holds without listing the queue:
+    /// that is what keeps a drain linear (docs/algorithm.md, optimisation 3). A write over a *waiting* node breaks the
+    /// contract, and if that node is deleted (its acquire given up, its session ended) before the waiter behind it
+    /// reads it back, that waiter would hold beside the holder.
+    ///
+    /// With `true`, a waiter holds through its blocker's mark only when it reads the mark back, and a change whose node
+    /// is gone by then sends it to list the queue again: no foreign write can let two hold, and a drain of a long queue
+    /// costs one listing of the queue per handoff (docs/performance.md). Only the native layout is affected: the peer
+    /// layouts list again at every wake-up, as their peers do.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use recipes_core::Locks;
+    /// let locks = Locks::builder(recipes_mem::MemCluster::new().client()).foreign_writes(true).build();
+    /// assert!(locks.foreign_writes());
+    /// let guard = locks.fair("/shared/with/curator-tools").unwrap().acquire().await.unwrap();
+    /// guard.release().await.unwrap();
+    /// # });
+    /// ```
+    pub fn foreign_writes(self, on: bool) -> Self {
+        LocksBuilder {
+            foreign_writes: on,
+            ..self
+        }
+    }
+
     /// The `Locks`.
     pub fn build(self) -> Locks {
         Locks {
@@ -159,6 +193,7 @@ impl LocksBuilder {
                 counters: Counters::new(self.metrics_path_label),
                 max_attempts: self.max_attempts,
                 lease_margin: self.lease_margin.get(),
+                foreign_writes: self.foreign_writes,
                 handoffs: Default::default(),
                 turns: Default::default(),
             }),

@@ -70,5 +70,7 @@ pub(crate) enum Choice {
     Fault(Fault, usize),
     /// An operator deletes the lock node with this creation id.
     Delete(i64),
+    /// An operator writes a request to let go into the lock node with this creation id.
+    Write(i64),
     Delay,
 }

@@ -94,10 +94,14 @@ pub enum Fault {
     OperatorDelete,
     /// Time runs while requests are in flight: a caller's deadline passes with its request on the wire.
     Delay,
+    /// An operator, or a peer's tool (Curator's `Revoker`), writes a request to let go into a lock node, waiting or
+    /// holding (opt-in, and not in [`ALL`](Fault::ALL): the default settings' contract forbids it; a `Locks` built
+    /// with [`foreign_writes`](recipes_core::LocksBuilder::foreign_writes) allows for it).
+    OperatorWrite,
 }
 
 impl Fault {
-    /// Every kind the explorer knows.
+    /// Every kind the explorer knows but the operator's write.
     pub const ALL: &'static [Fault] = &[
         Fault::Expire,
         Fault::Partition,

@@ -69,4 +69,13 @@ impl Controller {
     pub fn operator_delete(&self, path: &str) -> Result<()> {
         self.cluster.with(|st, now| st.operator_delete(path, now))
     }
+
+    /// Writes a node's data as an operator would (`zkCli set`), or a peer's tool (Curator's `Revoker`), from outside
+    /// every client session.
+    ///
+    /// # Notable errors
+    /// `NoNode`.
+    pub fn operator_set_data(&self, path: &str, data: &[u8]) -> Result<()> {
+        self.cluster.with(|st, now| st.operator_set_data(path, data, now))
+    }
 }

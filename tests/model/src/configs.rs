@@ -101,6 +101,26 @@ pub fn exhaustive() -> Vec<Config> {
     ]
 }
 
+/// A holder and two waiters, one of which gives up, of `Locks` built for others' writes of lock-node data, with an
+/// operator's request to let go written into any node at any point (Curator's `Revoker` takes any participant's
+/// path): the waiter behind the one that gives up must not take the write for its blocker's hold (found by review,
+/// helper-96).
+fn foreign_write() -> Config {
+    Config::new(
+        "foreign-write",
+        vec![
+            plain(Recipe::Fair),
+            Program::Abandon {
+                recipe: Recipe::Fair,
+                after: Duration::from_millis(300),
+            },
+            plain(Recipe::Fair),
+        ],
+    )
+    .with_foreign_writes()
+    .with_faults(1, &[FaultKind::OperatorWrite])
+}
+
 /// Three tasks of one process in a cohort of at most two holds of a node, and another session queued between them:
 /// passes, the bound, and faults in the middle of a cohort.
 fn cohort() -> Config {
@@ -314,6 +334,7 @@ pub fn random() -> Vec<Config> {
         // Tasks sharing one session: walked at random (their schedules do not replay exactly).
         etcd_layout(),
         etcd_layout_apart(),
+        foreign_write(),
         Config::new(
             "three-mixed",
             vec![plain(Recipe::Read), plain(Recipe::Write), Program::Reenter],
@@ -622,6 +643,16 @@ pub struct Sensitivity {
 /// The known bugs, each with the configuration in which the checker finds it.
 pub fn sensitivity() -> Vec<Sensitivity> {
     vec![
+        Sensitivity {
+            problem: "found by review (helper-96): built for others' writes of lock-node data, a waiter still takes a \
+                      change of its blocker's data for its hold when the blocker is gone as it reads it back: a \
+                      request to let go written into a waiting node whose acquire is then given up lets the waiter \
+                      behind in beside the holder",
+            mutants: &[Mutant::ForeignWritesTrusted],
+            config: foreign_write(),
+            shows_as: "two holders",
+            by_walks: false,
+        },
         Sensitivity {
             problem: "11: a task of one session claims the lock on a watch event while its session's release is in \
                       flight, after a stall: the guard it gets has an expired lease",

@@ -82,6 +82,9 @@ pub struct Config {
     /// Cohorts of at most this many holds of one node for every client's fair locks
     /// ([`LocksBuilder::cohorts`](recipes_core::LocksBuilder::cohorts)), checked by the oracle of the bound.
     pub cohorts: Option<u32>,
+    /// Every client's `Locks` built with [`foreign_writes`](recipes_core::LocksBuilder::foreign_writes): for the
+    /// operator's writes ([`FaultKind::OperatorWrite`]).
+    pub foreign_writes: bool,
 }
 
 impl fmt::Debug for Config {
@@ -93,6 +96,7 @@ impl fmt::Debug for Config {
             .field("faults", &self.faults)
             .field("fault_kinds", &self.fault_kinds)
             .field("cohorts", &self.cohorts)
+            .field("foreign_writes", &self.foreign_writes)
             .finish()
     }
 }
@@ -109,6 +113,7 @@ impl Config {
             session_timeout: Duration::from_secs(4),
             setup: None,
             cohorts: None,
+            foreign_writes: false,
         }
     }
 
@@ -128,6 +133,12 @@ impl Config {
     /// This configuration with cohorts of at most `k` holds of one node.
     pub fn with_cohorts(mut self, k: u32) -> Self {
         self.cohorts = Some(k);
+        self
+    }
+
+    /// This configuration with every client's `Locks` built for others' writes of lock-node data.
+    pub fn with_foreign_writes(mut self) -> Self {
+        self.foreign_writes = true;
         self
     }
 
@@ -168,7 +179,7 @@ type Shared = Arc<Mutex<Oracle>>;
 
 /// The public explorer, set up for `config`: one process per client, its oracle checked after every step.
 fn explorer(config: &Config) -> Explorer<Shared> {
-    let (layout, cohorts) = (config.layout, config.cohorts);
+    let (layout, cohorts, foreign_writes) = (config.layout, config.cohorts, config.foreign_writes);
     let clients = config.clients.len();
     let mut explorer = Explorer::new(config.name)
         .processes(clients)
@@ -176,7 +187,7 @@ fn explorer(config: &Config) -> Explorer<Shared> {
         .faults(config.faults, &config.fault_kinds)
         .operator_deletes_under(&[PATH])
         .locks(move |b| {
-            let b = b.layout(layout);
+            let b = b.layout(layout).foreign_writes(foreign_writes);
             match cohorts {
                 Some(k) => b.cohorts(k),
                 None => b,

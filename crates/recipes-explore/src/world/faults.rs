@@ -21,6 +21,7 @@ impl<S: Clone + Send + Sync + 'static> World<'_, S> {
                         }
                     }
                     Fault::OperatorDelete => out.extend(self.deletable().into_iter().map(|(_, c)| Choice::Delete(c))),
+                    Fault::OperatorWrite => out.extend(self.deletable().into_iter().map(|(_, c)| Choice::Write(c))),
                     kind => {
                         for (i, p) in self.procs.iter().enumerate() {
                             // Expire ends a session under a connected client, which learns at once. Behind a cut
@@ -37,7 +38,7 @@ impl<S: Clone + Send + Sync + 'static> World<'_, S> {
         }
     }
 
-    /// The nodes an operator may delete, by creation id: the children of the explorer's lock paths, or every
+    /// The nodes an operator may delete or write, by creation id: the children of the explorer's lock paths, or every
     /// ephemeral node.
     fn deletable(&self) -> Vec<(String, i64)> {
         let paths: Vec<String> = match &self.ex.delete_under {
@@ -55,7 +56,7 @@ impl<S: Clone + Send + Sync + 'static> World<'_, S> {
         nodes
     }
 
-    /// Injects the fault `choice` names (a delay, an operator's delete, or a fault of one process).
+    /// Injects the fault `choice` names (a delay, an operator's delete or write, or a fault of one process).
     pub(super) async fn apply_fault(&mut self, choice: Choice) {
         self.faults_left -= 1;
         match choice {
@@ -66,6 +67,17 @@ impl<S: Clone + Send + Sync + 'static> World<'_, S> {
                     if self.ctl.operator_delete(&node).is_ok() {
                         self.deleted.push((node, czxid));
                     }
+                }
+            }
+            Choice::Write(czxid) => {
+                if let Some((node, _)) = self.deletable().into_iter().find(|(_, c)| *c == czxid) {
+                    self.note(|w| {
+                        format!(
+                            "{} FAULT an operator writes a request to let go into {node}",
+                            w.elapsed()
+                        )
+                    });
+                    let _ = self.ctl.operator_set_data(&node, recipes_core::REVOKE_MESSAGE);
                 }
             }
             Choice::Fault(kind, i) => {
@@ -86,7 +98,9 @@ impl<S: Clone + Send + Sync + 'static> World<'_, S> {
                             t.abort();
                         }
                     }
-                    Fault::OperatorDelete | Fault::Delay => unreachable!("chosen as their own choices"),
+                    Fault::OperatorDelete | Fault::OperatorWrite | Fault::Delay => {
+                        unreachable!("chosen as their own choices")
+                    }
                 }
             }
             _ => unreachable!("not a fault: {choice:?}"),

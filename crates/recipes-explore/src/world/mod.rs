@@ -353,7 +353,7 @@ impl<'e, S: Clone + Send + Sync + 'static> World<'e, S> {
                 self.tick("tick, with a store request in flight;").await;
             }
             Choice::Tick => self.tick("tick").await,
-            Choice::Delay | Choice::Delete(_) | Choice::Fault(..) => self.apply_fault(choice).await,
+            Choice::Delay | Choice::Delete(_) | Choice::Write(_) | Choice::Fault(..) => self.apply_fault(choice).await,
         }
     }
 }

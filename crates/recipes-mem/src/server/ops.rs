@@ -340,6 +340,14 @@ impl State {
         }
     }
 
+    /// Writes a node's data from outside every session (an operator's tool, a peer's `Revoker`), firing its watches.
+    pub fn operator_set_data(&mut self, path: &str, data: &[u8], now: Instant) -> Result<()> {
+        self.tree.set_data(path, data, None)?;
+        self.fire_watches(path, NodeEvent::DataChanged, now);
+        self.touch();
+        Ok(())
+    }
+
     /// Deletes a node from outside every session (an operator's tool), firing its watches.
     pub fn operator_delete(&mut self, path: &str, now: Instant) -> Result<()> {
         self.tree.delete(path, now)?;

@@ -133,6 +133,9 @@ enum Figure {
         waiters: usize,
         #[arg(long, default_value_t = 8)]
         sessions: usize,
+        /// The waiters' `Locks` built with `foreign_writes` (a change of a blocker's data is trusted only read back)
+        #[arg(long)]
+        foreign_writes: bool,
     },
     /// Resident memory per waiting contender (N waiters in this process, one session)
     Memory {
@@ -186,6 +189,9 @@ enum Figure {
         /// The sessions the waiters are spread over (one client each)
         #[arg(long, default_value_t = 8)]
         sessions: usize,
+        /// The waiters' `Locks` built with `foreign_writes`
+        #[arg(long)]
+        foreign_writes: bool,
     },
 }
 
@@ -486,13 +492,14 @@ fn main() {
                 servers,
                 waiters,
                 sessions,
+                foreign_writes,
             } => {
                 let path = unique(&format!("drain-{waiters}"));
                 let holder = zk(&servers).await;
                 let g = Locks::new(holder.clone()).fair(&path).unwrap().acquire().await.unwrap();
                 let mut pool = Vec::new();
                 for _ in 0..sessions {
-                    pool.push(Locks::new(zk(&servers).await));
+                    pool.push(Locks::builder(zk(&servers).await).foreign_writes(foreign_writes).build());
                 }
                 let done = Arc::new(AtomicU64::new(0));
                 let (all_done_tx, mut all_done) = tokio::sync::mpsc::channel::<Instant>(1);
@@ -706,12 +713,18 @@ fn main() {
                 let ours = t0.elapsed().as_secs_f64() * 1e6 / paths.max(1) as f64;
                 println!("ours_us={ours:.2}");
             }
-            Figure::MemDrain { waiters, sessions } => {
+            Figure::MemDrain {
+                waiters,
+                sessions,
+                foreign_writes,
+            } => {
                 let sessions = sessions.max(1);
                 let cluster = recipes_mem::MemCluster::new();
                 let holder = Locks::new(cluster.client());
                 let g = holder.fair("/bench/drain").unwrap().acquire().await.unwrap();
-                let pool: Vec<Locks> = (0..sessions).map(|_| Locks::new(cluster.client())).collect();
+                let pool: Vec<Locks> = (0..sessions)
+                    .map(|_| Locks::builder(cluster.client()).foreign_writes(foreign_writes).build())
+                    .collect();
                 let done = Arc::new(AtomicU64::new(0));
                 let (tx, mut rx) = tokio::sync::mpsc::channel::<Instant>(1);
                 for i in 0..waiters {

@@ -10,6 +10,7 @@
 //! and never runs on the session the backend opened after it.
 
 mod attempt;
+mod blocker;
 mod cleanup;
 mod deleted;
 mod exclusive;

@@ -1,6 +1,6 @@
 //! The scout of a wait in line (decision 0079, docs/decisions/0079-a-scout-ahead-of-the-blocker.md): the
 //! watches a queued acquire keeps from one wait to the next, the scout's, and the blocker's watch kept through the
-//! list the scout's deletion asks for. `wait.rs` decides what they mean.
+//! list the scout's deletion asks for. `wait.rs` and `blocker.rs` decide what they mean.
 
 use std::sync::Arc;
 use std::task::Poll;

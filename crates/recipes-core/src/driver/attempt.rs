@@ -9,7 +9,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::debug;
 
-use super::cleanup::{Cleanup, Identity, Of};
+use super::cleanup::{Cleanup, Of};
+use super::delete::Identity;
 use super::turns::Turn;
 use super::{session, Claim, Ctx, HeldNode, CLEANUP_GRACE, TRY_BOUND};
 use crate::backend::{Backend, SessionId, SessionState};

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::attempt::{Attempt, Step, Stop};
-use super::cleanup::{is_ours, Pending};
+use super::cleanup::Pending;
+use super::delete::is_ours;
 use super::HeldNode;
 use crate::backend::{BackendExt, ChildOrder, CreateAndList, SessionId};
 use crate::error::Error;

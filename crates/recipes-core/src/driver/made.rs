@@ -8,7 +8,8 @@ use tracing::debug;
 use uuid::Uuid;
 
 use super::attempt::{Attempt, Step, Stop};
-use super::cleanup::{is_ours, Identity, Pending};
+use super::cleanup::Pending;
+use super::delete::{is_ours, Identity};
 use super::queue::Queued;
 use crate::backend::{BackendExt, CreateAndList, CreateMode, SessionId};
 use crate::error::Error;

@@ -12,6 +12,7 @@
 mod attempt;
 mod blocker;
 mod cleanup;
+mod delete;
 mod deleted;
 mod exclusive;
 mod handoff;

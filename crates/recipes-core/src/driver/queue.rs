@@ -9,7 +9,7 @@ use futures::future::Either;
 use tracing::debug;
 
 use super::attempt::{Attempt, Step, Stop};
-use super::cleanup::Identity;
+use super::delete::Identity;
 use super::scout::Armed;
 use super::wait::{InLine, InLineOn};
 use super::{session, HeldNode};

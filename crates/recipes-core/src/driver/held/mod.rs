@@ -14,7 +14,8 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 use uuid::Uuid;
 
-use super::cleanup::{delete_node_after, spawn_cleanup, Deleted, Identity};
+use super::cleanup::spawn_cleanup;
+use super::delete::{delete_node_after, Deleted, Identity};
 use super::session::reports_end;
 use super::turns::Turn;
 use super::Ctx;

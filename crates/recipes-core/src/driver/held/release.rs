@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 
 use tracing::{debug, Instrument};
 
-use super::super::cleanup::{delete_node_handing_over, Deleted};
+use super::super::delete::{delete_node_handing_over, Deleted};
 use super::super::session::reports_end;
 use super::super::session::through_losses;
 use super::super::Ctx;

@@ -12,7 +12,8 @@ use uuid::Uuid;
 
 use crate::backend::{BackendExt, CreateAndList, CreateMode, SessionId};
 use crate::driver::attempt::{Attempt, Step, Stop};
-use crate::driver::cleanup::{Identity, Pending};
+use crate::driver::cleanup::Pending;
+use crate::driver::delete::Identity;
 use crate::driver::{HeldNode, Procedure};
 use crate::error::Error;
 use crate::info::{decode_permits, encode_permits, NodeInfo};

@@ -77,6 +77,10 @@ pub enum Mutant {
     /// waiting node whose acquire is then given up lets the waiter behind in beside the holder (found by review,
     /// helper-96).
     ForeignWritesTrusted,
+    /// Not a bug, a cost: built with `foreign_writes`, a release still sends the `first` mark with its delete, which
+    /// no waiter can read back, and whose change the waiter behind reads back for nothing (found by review,
+    /// helper-97).
+    MarkSentUnread,
     /// A waiter in line holds on its blocker's deletion after a disconnection during its wait, trusting that its own
     /// node's deletion, had there been one, was reported first: after a reconnection ZooKeeper reports the changes
     /// of the re-registered watches in the order of the re-registration, not of the changes (found by review).

@@ -409,3 +409,47 @@ async fn abandoned_waiter_behind_a_foreign_write(foreign_writes: bool) -> bool {
     crate::support::wait_children(&cluster, PATH, 0).await;
     two
 }
+
+/// Built for others' writes, a release sends no mark with its delete: nobody could read it back, and its change alone
+/// is not trusted, so it would only cost the node behind a read of a node already gone (found by review, helper-97:
+/// 3.0 requests per drain handoff, not 2.0). Every hold marks here (`AlwaysMark`); a watch of another session on the
+/// holder's node sees its data change first by default, and its deletion first with the setting.
+#[cfg_attr(
+    not(recipes_mutants),
+    ignore = "switches a mutant on: needs RUSTFLAGS=\"--cfg recipes_mutants\""
+)]
+#[tokio::test(start_paused = true)]
+async fn under_foreign_writes_a_release_sends_no_mark() {
+    use recipes_core::backend::NodeEvent;
+    const PATH: &str = "/revocation/no-mark";
+    mutants::set(Mutant::AlwaysMark, true);
+    for (foreign_writes, sent_unread) in [(false, false), (true, false), (true, true)] {
+        mutants::set(Mutant::MarkSentUnread, sent_unread);
+        let cluster = MemCluster::new();
+        let locks = Locks::builder(cluster.client()).foreign_writes(foreign_writes).build();
+        let guard = locks.fair(PATH).unwrap().acquire().await.unwrap();
+        let watcher = cluster.client();
+        let (_, watch) = watcher
+            .on(watcher.session_id())
+            .get_and_watch(guard.node())
+            .await
+            .unwrap()
+            .expect("the held node");
+        guard.release().await.unwrap();
+        let event = tokio::time::timeout(Duration::from_secs(1), watch)
+            .await
+            .unwrap()
+            .unwrap();
+        let expected = if foreign_writes && !sent_unread {
+            NodeEvent::Deleted
+        } else {
+            NodeEvent::DataChanged
+        };
+        assert_eq!(
+            event, expected,
+            "foreign_writes: {foreign_writes}, MarkSentUnread: {sent_unread}"
+        );
+    }
+    mutants::set(Mutant::AlwaysMark, false);
+    mutants::set(Mutant::MarkSentUnread, false);
+}

@@ -111,7 +111,7 @@ impl Fault {
         Fault::Delay,
     ];
 
-    /// Every kind but the operator's delete: the faults a correct application must survive.
+    /// Every kind but the operator's delete and write: the faults a correct application must survive.
     pub const USUAL: &'static [Fault] = &[Fault::Expire, Fault::Partition, Fault::Blip, Fault::Crash, Fault::Delay];
 }
 

@@ -106,19 +106,26 @@ pub fn exhaustive() -> Vec<Config> {
 /// path): the waiter behind the one that gives up must not take the write for its blocker's hold (found by review,
 /// helper-96).
 fn foreign_write() -> Config {
-    Config::new(
-        "foreign-write",
-        vec![
-            plain(Recipe::Fair),
-            Program::Abandon {
-                recipe: Recipe::Fair,
-                after: Duration::from_millis(300),
-            },
-            plain(Recipe::Fair),
-        ],
-    )
-    .with_foreign_writes()
-    .with_faults(1, &[FaultKind::OperatorWrite])
+    foreign_writes("foreign-write", one_giving_up(), 1)
+}
+
+/// A fair holder, a fair waiter that gives up after 300 ms, and a fair waiter.
+fn one_giving_up() -> Vec<Program> {
+    vec![
+        plain(Recipe::Fair),
+        Program::Abandon {
+            recipe: Recipe::Fair,
+            after: Duration::from_millis(300),
+        },
+        plain(Recipe::Fair),
+    ]
+}
+
+/// `programs`, each client's `Locks` built for others' writes, with up to `writes` operator's writes into any node.
+fn foreign_writes(name: &'static str, programs: Vec<Program>, writes: u32) -> Config {
+    Config::new(name, programs)
+        .with_foreign_writes()
+        .with_faults(writes, &[FaultKind::OperatorWrite])
 }
 
 /// Three tasks of one process in a cohort of at most two holds of a node, and another session queued between them:
@@ -324,6 +331,22 @@ pub fn switched() -> Vec<(Vec<Mutant>, Config)> {
                 ],
             )
             .with_faults(2, ALL_FAULTS),
+        ),
+        // Built for others' writes (decision 81), with up to two operator's writes into any node: every hold marking as
+        // soon as it holds, the only mark a waiter can read back there (a release's mark is not sent under the
+        // setting), and tasks sharing a session, so that handoffs within the process meet the writes (found by
+        // review, helper-97: no configuration had a mark read back under the setting).
+        (
+            vec![Mutant::AlwaysMark, Mutant::MarkWhenHeld],
+            foreign_writes("foreign-write-marking-when-held", one_giving_up(), 2),
+        ),
+        (
+            vec![Mutant::AlwaysMark],
+            foreign_writes(
+                "foreign-write-one-session",
+                vec![Program::Tasks(one_giving_up()), plain(Recipe::Fair)],
+                2,
+            ),
         ),
     ]
 }

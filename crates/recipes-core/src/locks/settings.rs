@@ -164,9 +164,16 @@ impl LocksBuilder {
     /// reads it back, that waiter would hold beside the holder.
     ///
     /// With `true`, a waiter holds through its blocker's mark only when it reads the mark back, and a change whose node
-    /// is gone by then sends it to list the queue again: no foreign write can let two hold, and a drain of a long queue
-    /// costs one listing of the queue per handoff (docs/performance.md). Only the native layout is affected: the peer
-    /// layouts list again at every wake-up, as their peers do.
+    /// is gone by then sends it to list the queue again: no foreign write over a queue's node can let two hold. A
+    /// release no longer sends the mark with its delete (nobody could read it back), and a drain of a long queue costs
+    /// one listing of the queue per handoff (docs/performance.md). Only the native layout on ZooKeeper and in memory
+    /// is affected: the peer layouts list again at every wake-up, as their peers do, and on etcd no waiter waits in
+    /// line (decision 68).
+    ///
+    /// Not covered: the exclusive recipe's node (`P/lock`) and etcd's session-named key, which an acquire whose create
+    /// reply was lost recognises by the attempt id in their data (so [`revoke_node`](crate::Locks::revoke_node)
+    /// refuses them). A write over one at that moment makes the acquire take the node for another's, and wait on it
+    /// until its deadline, or until its session ends if it has none; no two hold.
     ///
     /// ```
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {

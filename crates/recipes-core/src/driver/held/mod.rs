@@ -86,7 +86,8 @@ pub(crate) struct Held {
     own_watch: OwnWatch,
     /// Whether its delete also marks it `first`, in one transaction (a native lock's or writer's node that judged a
     /// long listing, or that passes on its blocker's mark, on a backend with transactions: the node behind then holds
-    /// without listing, and the mark costs no write of its own). See docs/algorithm.md, optimisation 3.
+    /// without listing, and the mark costs no write of its own). Never where others may write lock-node data
+    /// (`foreign_writes`): nobody could read that mark back. See docs/algorithm.md, optimisation 3.
     marks_on_release: bool,
     /// Its task's turn on a key named by its session (see `turns`): passed on once the key is deleted.
     turn: parking_lot::Mutex<Option<Turn>>,

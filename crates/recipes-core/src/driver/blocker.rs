@@ -125,9 +125,10 @@ impl Attempt<'_> {
                     Woke::Changed => {
                         // The blocker's data changed: its `first` mark, or a request to let go. When the blocker is a
                         // native node of ours that is not a reader's, either says it held (see the contract) if the
-                        // node is gone before we can read the data back; data read back tells by itself. Watch on. The
-                        // reply ends in this block: kept in scope through the wait below, it would take room in every
-                        // state of this future.
+                        // node is gone before we can read the data back, unless others may write lock-node data
+                        // (`trust_change` is then false); data read back tells by itself. Watch on. The reply ends in
+                        // this block: kept in scope through the wait below, it would take room in every state of this
+                        // future.
                         let gone = {
                             let read = self.call(self.backend().on(b.pinned).get_and_watch(b.path)).await;
                             match read {

@@ -29,8 +29,9 @@
 //! node. The recipes rely on it (a change of the data of a native `L-` or `W-` node ahead, when the node is gone
 //! before the new data is read, means that it held: decisions 0052, 0061); applications and other tools (Curator's
 //! `Revoker`, `zkCli set`) must not write it, unless every `Locks` on those paths is built with
-//! [`foreign_writes`](crate::LocksBuilder::foreign_writes), which makes a waiter trust only the mark it reads. Builds of this library before that decision wrote a request to let go
-//! over waiting nodes too: upgrade every process that revokes before any that waits.
+//! [`foreign_writes`](crate::LocksBuilder::foreign_writes), which makes a waiter trust only the mark it reads. Builds
+//! of this library before that decision wrote a request to let go over waiting nodes too: upgrade every process that
+//! revokes before any that waits.
 
 use std::sync::OnceLock;
 

@@ -155,6 +155,7 @@ macro_rules! __for_each_scenario {
             revoke_node_writes_only_lock_nodes multi_lock_ends_with_its_session
             a_node_named_like_a_lock_node_never_says_it_held revoke_node_refuses_a_waiting_node
             a_foreign_write_to_a_waiting_node_never_says_it_held
+            foreign_writes_a_write_and_deletion_together_never_let_two_hold
             revoke_node_refuses_a_native_node_beside_another_layouts_holder
             cohort_passes_keep_exclusion_and_token_order cohort_bound_lets_a_waiting_session_in
             cohort_session_expiry_reaches_every_task cohort_cancellations_leave_no_node

@@ -479,6 +479,58 @@ pub async fn a_foreign_write_to_a_waiting_node_never_says_it_held(h: &dyn Harnes
     }
 }
 
+/// Built for others' writes (`foreign_writes`, decision 81), a request to let go written over a waiting node and the
+/// node's deletion sent back to back, so that the waiter behind it reads the node back after it has gone, never let
+/// that waiter in beside the holder: it lists again (helper-96's hole, which the default's contract leaves open: with
+/// the default settings the waiter comes in here on ZooKeeper). The deleted waiter queues again; every waiter holds in
+/// its turn, and nothing is left.
+pub async fn foreign_writes_a_write_and_deletion_together_never_let_two_hold(h: &dyn Harness) {
+    foreign_write_and_deletion_together(h, true).await;
+}
+
+/// The scenario above with `foreign_writes` as given (the default's hole shows with `false`).
+async fn foreign_write_and_deletion_together(h: &dyn Harness, foreign_writes: bool) {
+    let path = h.path("foreign-writes-together");
+    let (a, b, c, admin) = (h.client().await, h.client().await, h.client().await, h.client().await);
+    let built = |x: &TestClient| {
+        Locks::builder(x.locks.backend().clone())
+            .foreign_writes(foreign_writes)
+            .build()
+    };
+    let (la, lb, lc) = (built(&a), built(&b), built(&c));
+    let ga = la.fair(&path).unwrap().acquire().await.unwrap();
+    let lock_b = lb.fair(&path).unwrap();
+    let wb = tokio::spawn(async move { lock_b.acquire().await });
+    wait_children(h, &path, 2).await;
+    let lock_c = lc.fair(&path).unwrap();
+    let wc = tokio::spawn(async move { lock_c.acquire().await });
+    wait_children(h, &path, 3).await;
+    tokio::time::sleep(h.tick() * 4).await;
+    let who = admin.locks.participants(&path).await.unwrap();
+    let b_node = who.waiters().next().expect("two waiters").node.clone();
+    let b_path = format!("{path}/{b_node}");
+    let on = admin.locks.backend().current();
+    on.set_data(&b_path, recipes_core::REVOKE_MESSAGE).await.unwrap();
+    on.delete(&b_path).await.unwrap();
+    tokio::time::sleep(h.tick() * 8).await;
+    assert!(ga.is_valid(), "the holder lost the lock");
+    assert!(
+        !wc.is_finished(),
+        "the waiter behind a node written and deleted got in beside the holder (foreign_writes: {foreign_writes})"
+    );
+    ga.release().await.unwrap();
+    let gc = bounded(h, "the waiter behind the deleted node", wc)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!wb.is_finished(), "the re-queued waiter holds beside the next");
+    gc.release().await.unwrap();
+    let gb = bounded(h, "the re-queued waiter", wb).await.unwrap().unwrap();
+    assert_ne!(gb.node().rsplit('/').next().unwrap(), b_node);
+    gb.release().await.unwrap();
+    wait_children(h, &path, 0).await;
+}
+
 type Waiting = tokio::task::JoinHandle<Result<LockGuard, Error>>;
 
 /// A fair lock on `path` held by `a`, then `b` and `c` waiting for it in that order.

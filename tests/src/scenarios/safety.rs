@@ -454,7 +454,7 @@ pub async fn a_foreign_write_to_a_waiting_node_never_says_it_held(h: &dyn Harnes
         .into_iter()
         .enumerate()
     {
-        let (ga, wb, wc) = held_with_two_waiters(h, &path, (&a, &b, &c)).await;
+        let (ga, wb, wc) = held_with_two_waiters(h, &path, (&a.locks, &b.locks, &c.locks)).await;
         let who = admin.locks.participants(&path).await.unwrap();
         let b_node = who.waiters().next().expect("two waiters").node.clone();
         let b_path = format!("{path}/{b_node}");
@@ -462,20 +462,7 @@ pub async fn a_foreign_write_to_a_waiting_node_never_says_it_held(h: &dyn Harnes
         let case =
             format!("round {round}: the waiter got in beside the holder when a node written by someone else went");
         written_then_deleted_ahead(h, &on, &b_path, data, &ga, &wc, &case).await;
-        ga.release().await.unwrap();
-        let gc = bounded(h, "the waiter behind the deleted node", wc)
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(
-            !wb.is_finished(),
-            "round {round}: the re-queued waiter holds beside the next"
-        );
-        gc.release().await.unwrap();
-        let gb = bounded(h, "the re-queued waiter", wb).await.unwrap().unwrap();
-        assert_ne!(gb.node().rsplit('/').next().unwrap(), b_node, "round {round}");
-        gb.release().await.unwrap();
-        wait_children(h, &path, 0).await;
+        each_in_turn_after_the_deletion(h, &path, ga, (wb, wc), &b_node, &format!("round {round}")).await;
     }
 }
 
@@ -498,13 +485,7 @@ async fn foreign_write_and_deletion_together(h: &dyn Harness, foreign_writes: bo
             .build()
     };
     let (la, lb, lc) = (built(&a), built(&b), built(&c));
-    let ga = la.fair(&path).unwrap().acquire().await.unwrap();
-    let lock_b = lb.fair(&path).unwrap();
-    let wb = tokio::spawn(async move { lock_b.acquire().await });
-    wait_children(h, &path, 2).await;
-    let lock_c = lc.fair(&path).unwrap();
-    let wc = tokio::spawn(async move { lock_c.acquire().await });
-    wait_children(h, &path, 3).await;
+    let (ga, wb, wc) = held_with_two_waiters(h, &path, (&la, &lb, &lc)).await;
     tokio::time::sleep(h.tick() * 4).await;
     let who = admin.locks.participants(&path).await.unwrap();
     let b_node = who.waiters().next().expect("two waiters").node.clone();
@@ -518,17 +499,30 @@ async fn foreign_write_and_deletion_together(h: &dyn Harness, foreign_writes: bo
         !wc.is_finished(),
         "the waiter behind a node written and deleted got in beside the holder (foreign_writes: {foreign_writes})"
     );
+    each_in_turn_after_the_deletion(h, &path, ga, (wb, wc), &b_node, "written and deleted at once").await;
+}
+
+/// The holder `ga` lets go after the first waiter's node (`b_node`) was deleted: the second waiter (`wc`) holds, then
+/// the first, queued again under a new node, and nothing is left (`case` names the run in failures).
+async fn each_in_turn_after_the_deletion(
+    h: &dyn Harness,
+    path: &str,
+    ga: LockGuard,
+    (wb, wc): (Waiting, Waiting),
+    b_node: &str,
+    case: &str,
+) {
     ga.release().await.unwrap();
     let gc = bounded(h, "the waiter behind the deleted node", wc)
         .await
         .unwrap()
         .unwrap();
-    assert!(!wb.is_finished(), "the re-queued waiter holds beside the next");
+    assert!(!wb.is_finished(), "{case}: the re-queued waiter holds beside the next");
     gc.release().await.unwrap();
     let gb = bounded(h, "the re-queued waiter", wb).await.unwrap().unwrap();
-    assert_ne!(gb.node().rsplit('/').next().unwrap(), b_node);
+    assert_ne!(gb.node().rsplit('/').next().unwrap(), b_node, "{case}");
     gb.release().await.unwrap();
-    wait_children(h, &path, 0).await;
+    wait_children(h, path, 0).await;
 }
 
 type Waiting = tokio::task::JoinHandle<Result<LockGuard, Error>>;
@@ -537,13 +531,13 @@ type Waiting = tokio::task::JoinHandle<Result<LockGuard, Error>>;
 async fn held_with_two_waiters(
     h: &dyn Harness,
     path: &str,
-    (a, b, c): (&TestClient, &TestClient, &TestClient),
+    (a, b, c): (&Locks, &Locks, &Locks),
 ) -> (LockGuard, Waiting, Waiting) {
-    let ga = a.locks.fair(path).unwrap().acquire().await.unwrap();
-    let lock_b = b.locks.fair(path).unwrap();
+    let ga = a.fair(path).unwrap().acquire().await.unwrap();
+    let lock_b = b.fair(path).unwrap();
     let wb = tokio::spawn(async move { lock_b.acquire().await });
     wait_children(h, path, 2).await;
-    let lock_c = c.locks.fair(path).unwrap();
+    let lock_c = c.fair(path).unwrap();
     let wc = tokio::spawn(async move { lock_c.acquire().await });
     wait_children(h, path, 3).await;
     (ga, wb, wc)
@@ -575,7 +569,7 @@ async fn written_then_deleted_ahead<T>(
 pub async fn revoke_node_refuses_a_waiting_node(h: &dyn Harness) {
     let path = h.path("revoke-waiting");
     let (a, b, c, admin) = (h.client().await, h.client().await, h.client().await, h.client().await);
-    let (ga, wb, wc) = held_with_two_waiters(h, &path, (&a, &b, &c)).await;
+    let (ga, wb, wc) = held_with_two_waiters(h, &path, (&a.locks, &b.locks, &c.locks)).await;
     let who = admin.locks.participants(&path).await.unwrap();
     let waiting: Vec<String> = who.waiters().map(|p| p.node.clone()).collect();
     assert_eq!(waiting.len(), 2, "{who:?}");

@@ -12,6 +12,7 @@ mod lost_create_abandoned;
 mod metrics;
 mod multi_release;
 mod observer_reused_names;
+mod operator_writes;
 mod path;
 mod peer_semaphore;
 mod recorder_panics;

@@ -171,9 +171,10 @@ impl LocksBuilder {
     /// line (decision 68).
     ///
     /// Not covered: the exclusive recipe's node (`P/lock`) and etcd's session-named key, which an acquire whose create
-    /// reply was lost recognises by the attempt id in their data (so [`revoke_node`](crate::Locks::revoke_node)
-    /// refuses them). A write over one at that moment makes the acquire take the node for another's, and wait on it
-    /// until its deadline, or until its session ends if it has none; no two hold.
+    /// reply was lost, or the cleanup of one dropped with its create in flight, recognises by the attempt id in their
+    /// data (so [`revoke_node`](crate::Locks::revoke_node) refuses them). A write over one at that moment makes the
+    /// acquire take the node for another's, and wait on it until its deadline (until its session ends if it has
+    /// none), or the cleanup leave it until its session ends; no two hold.
     ///
     /// ```
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {

@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 
 #[cfg(feature = "etcd")]
 mod etcd;
+mod view;
 use recipes_core::backend::BackendExt;
 use recipes_core::{Backend, Lock, Locks, Recipe};
 use recipes_zk::{ZkBackend, ZkOptions};
@@ -170,6 +171,23 @@ enum Figure {
     FloorContended {
         #[command(flatten)]
         load: Load,
+    },
+    /// The same protocol through a shared view of the queue: each session keeps the names under the lock path from a
+    /// persistent recursive watch, and a client waits on the predecessor its session's view shows (create, delete:
+    /// two requests per handoff, and each change sent to every session), handoffs per second
+    FloorView {
+        #[command(flatten)]
+        load: Load,
+    },
+    /// Live heap per waiting contender on the raw ZooKeeper client (N waiters in this process, one session), each
+    /// with one watch of its own on its predecessor, or (`--view`) all of them through their session's view
+    FloorMemory {
+        #[arg(long)]
+        servers: String,
+        #[arg(long)]
+        waiters: usize,
+        #[arg(long)]
+        view: bool,
     },
     /// In-memory backend: uncontended acquire + release, against tokio::sync::Mutex as the floor
     MemUncontended {
@@ -642,6 +660,19 @@ fn main() {
                 println!("requests_per_handoff={:.2}", requests as f64 / n.max(1) as f64);
                 sessions[0].delete(&path, None).await.ok();
             }
+            Figure::FloorView {
+                load:
+                    Load {
+                        servers,
+                        clients,
+                        seconds,
+                    },
+            } => view::contended(&servers, clients, seconds).await,
+            Figure::FloorMemory {
+                servers,
+                waiters,
+                view,
+            } => view::memory(&servers, waiters, view).await,
             Figure::FloorHandoff { servers, iters } => {
                 let a = raw(&servers).await;
                 let b = raw(&servers).await;

@@ -114,7 +114,7 @@ async fn start_here(options: EtcdOptions, runtime: tokio::runtime::Handle) -> Re
     });
     let made = tokio::time::timeout(
         deadline.saturating_duration_since(Instant::now()),
-        shared.sender.new_session(id),
+        shared.sender.new_session(id, deadline),
     )
     .await
     .unwrap_or_else(|_| {

@@ -92,8 +92,7 @@ impl EtcdBackend {
     /// Every key under `prefix` (at any depth), with the lease it is attached to (`0`: none), sorted: what a
     /// tool or a test looks at to find keys left behind.
     pub async fn keys_with_leases(&self, prefix: &str) -> Result<Vec<(String, i64)>> {
-        let mut c = self.shared.client.clone();
-        let resp = c
+        let resp = ops::kv(&self.shared.client)
             .get(prefix, Some(etcd_client::GetOptions::new().with_prefix()))
             .await
             .map_err(ops::error)?;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Client, Compare, CompareOp, GetOptions, KvClient, PutOptions, Txn, TxnOp, TxnOpResponse};
 use recipes_core::backend::{SessionId, Stat};
 use recipes_core::{Error, Result};
 use tokio::time::Instant;
@@ -126,6 +126,18 @@ where
     call().await
 }
 
+/// The largest reply this backend decodes: etcd's own Go client's default (`MaxCallRecvMsgSize`, 2 GiB less a byte),
+/// not tonic's 4 MiB. A listing reads every key under a lock path's prefix, at any depth (etcd has no hierarchy), so a
+/// path with many keys nested under it answered more than 4 MiB: the reply of a create and its listing could not be
+/// decoded and was taken for a lost one, every listing that could find the key failed alike, and each attempt of the
+/// acquire left its key on a live session (found by review, helper-100).
+const RECEIVE_LIMIT: usize = i32::MAX as usize;
+
+/// `client`'s key-value client, decoding replies up to [`RECEIVE_LIMIT`] (every read and write of this backend).
+pub(crate) fn kv(client: &Client) -> KvClient {
+    client.kv_client().max_decoding_message_size(RECEIVE_LIMIT)
+}
+
 /// Makes session `id`'s sequence key (version 1), attached to its lease; after a lost reply, tries again until
 /// `deadline`, as the lease's grant does (a connect gave up at the first lost reply, with most of its time left: a
 /// leader SIGKILLed between the grant and this request failed a `zklock` of the etcd campaign with 69). The key is
@@ -139,8 +151,8 @@ pub(crate) async fn make_session_key(client: &Client, key: &str, id: SessionId, 
     let mut lost = false;
     loop {
         let sent = unless_unsent(client, || {
-            let (mut c, t) = (client.clone(), txn.clone());
-            async move { c.txn(t).await }
+            let (mut kv, t) = (kv(client), txn.clone());
+            async move { kv.txn(t).await }
         })
         .await
         .map_err(error);

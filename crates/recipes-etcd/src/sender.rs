@@ -218,8 +218,8 @@ async fn run_job(client: &Client, s: &mut Seq, op: &Op) -> Result<Reply> {
     otherwise.extend(reads);
     let txn = Txn::new().when(when).and_then(then).or_else(otherwise);
     match ops::unless_unsent(client, || {
-        let (mut c, t) = (client.clone(), txn.clone());
-        async move { c.txn(t).await }
+        let (mut kv, t) = (ops::kv(client), txn.clone());
+        async move { kv.txn(t).await }
     })
     .await
     {
@@ -320,8 +320,8 @@ fn has_duplicate(op: &Op) -> bool {
 async fn guard_only(client: &Client, s: &mut Seq) -> Result<()> {
     let txn = Txn::new().when(vec![s.guard()]).or_else(vec![s.read_back()]);
     let resp = ops::unless_unsent(client, || {
-        let (mut c, t) = (client.clone(), txn.clone());
-        async move { c.txn(t).await }
+        let (mut kv, t) = (ops::kv(client), txn.clone());
+        async move { kv.txn(t).await }
     })
     .await
     .map_err(ops::error)?;
@@ -355,8 +355,8 @@ async fn seal(client: &Client, s: &mut Seq) -> Result<()> {
         .and_then(vec![s.step()])
         .or_else(vec![s.read_back()]);
     let resp = ops::unless_unsent(client, || {
-        let (mut c, t) = (client.clone(), txn.clone());
-        async move { c.txn(t).await }
+        let (mut kv, t) = (ops::kv(client), txn.clone());
+        async move { kv.txn(t).await }
     })
     .await
     .map_err(ops::error)?;

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use recipes_core::backend::{BackendExt, CreateMode};
 use recipes_core::{Backend, Error, Locks};
 use recipes_etcd::{EtcdBackend, EtcdOptions};
 
@@ -91,4 +92,45 @@ async fn a_persistent_key_at_the_exclusive_nodes_name_is_refused() {
     }
     a.close().await;
     b.close().await;
+}
+
+/// More than 4 MiB of keys nested under a lock path (a listing on etcd reads every key under the path's prefix, at any
+/// depth, and keeps the direct children): the fair lock is taken and released as on any path, and leaves nothing.
+/// Before the fix (found by review, helper-100) the reply of the create and its listing went over the client's 4 MiB,
+/// was taken for a lost one, every listing failed alike, and the acquire ended in `RetriesExhausted` with one key left
+/// per attempt on its live session, ahead of every later contender. 48 keys with names of 100 KB (etcd limits a
+/// request, not a key) make the 4.8 MB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_than_4_mib_of_keys_nested_under_the_path_leave_nothing() {
+    let Some(endpoints) = endpoints() else { return };
+    let parent = recipes_conformance::zk::unique_path("etcd-nesting", "large");
+    let (a, la) = locks(&endpoints).await;
+    let on = a.on(a.session_status().id);
+    let nested: Vec<String> = (0..48)
+        .map(|i| format!("{parent}/nested/{i}-{}", "k".repeat(100_000)))
+        .collect();
+    for key in &nested {
+        on.create(key, b"", CreateMode::Persistent).await.unwrap();
+    }
+    let g = la
+        .fair(&parent)
+        .unwrap()
+        .acquire_timeout(Duration::from_secs(20))
+        .await
+        .expect("the lock is taken beside 4.8 MB of nested keys");
+    assert!(g.is_some(), "the lock is free");
+    g.unwrap().release().await.unwrap();
+    let left: Vec<String> = a
+        .keys_with_leases(&format!("{parent}/"))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(k, _)| k)
+        .filter(|k| !k[parent.len() + 1..].contains('/'))
+        .collect();
+    for key in &nested {
+        on.delete(key).await.unwrap();
+    }
+    a.close().await;
+    assert!(left.is_empty(), "keys left: {left:?}");
 }

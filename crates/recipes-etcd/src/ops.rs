@@ -1,11 +1,8 @@
 //! The trait's requests as etcd's: the transactions of the writes, what a refused one means, keys, and errors.
 
-use std::time::Duration;
-
 use etcd_client::{Client, Compare, CompareOp, GetOptions, KvClient, PutOptions, Txn, TxnOp, TxnOpResponse};
 use recipes_core::backend::{SessionId, Stat};
 use recipes_core::{Error, Result};
-use tokio::time::Instant;
 
 use crate::sender::Op;
 
@@ -138,49 +135,23 @@ pub(crate) fn kv(client: &Client) -> KvClient {
     client.kv_client().max_decoding_message_size(RECEIVE_LIMIT)
 }
 
-/// Makes session `id`'s sequence key (version 1), attached to its lease; after a lost reply, tries again until
-/// `deadline`, as the lease's grant does (a connect gave up at the first lost reply, with most of its time left: a
-/// leader SIGKILLed between the grant and this request failed a `zklock` of the etcd campaign with 69). The key is
-/// named by the lease, and made only where absent: a key found attached to the lease after a lost reply, never
-/// written since, is the one the lost request made, and a late copy of that request finds the key and writes nothing.
-pub(crate) async fn make_session_key(client: &Client, key: &str, id: SessionId, deadline: Instant) -> Result<()> {
+/// Makes session `id`'s sequence key (version 1), attached to its lease.
+pub(crate) async fn make_session_key(client: &Client, key: &str, id: SessionId) -> Result<()> {
     let txn = Txn::new()
         .when(vec![Compare::create_revision(key, CompareOp::Equal, 0)])
-        .and_then(vec![TxnOp::put(key, "", Some(PutOptions::new().with_lease(id)))])
-        .or_else(vec![TxnOp::get(key, None)]);
-    let mut lost = false;
-    loop {
-        let sent = unless_unsent(client, || {
-            let (mut kv, t) = (kv(client), txn.clone());
-            async move { kv.txn(t).await }
-        })
-        .await
-        .map_err(error);
-        let resp = match sent {
-            Ok(resp) => resp,
-            Err(Error::ConnectionLoss) if Instant::now() + RETRY_PAUSE < deadline => {
-                lost = true;
-                tokio::time::sleep(RETRY_PAUSE).await;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        if resp.succeeded() {
-            return Ok(());
-        }
-        let found = match resp.op_responses().first() {
-            Some(TxnOpResponse::Get(g)) => g.kvs().first().map(|kv| (kv.lease(), kv.version())),
-            _ => None,
-        };
-        return match found {
-            Some((lease, 1)) if lost && lease == id => Ok(()),
-            _ => Err(Error::Backend(format!("the session key {key} exists already"))),
-        };
+        .and_then(vec![TxnOp::put(key, "", Some(PutOptions::new().with_lease(id)))]);
+    let resp = unless_unsent(client, || {
+        let (mut kv, t) = (kv(client), txn.clone());
+        async move { kv.txn(t).await }
+    })
+    .await
+    .map_err(error)?;
+    if resp.succeeded() {
+        Ok(())
+    } else {
+        Err(Error::Backend(format!("the session key {key} exists already")))
     }
 }
-
-/// The pause before a request whose reply was lost is sent again while connecting.
-const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// The prefix of `path`'s children's keys.
 pub(crate) fn children_prefix(path: &str) -> String {

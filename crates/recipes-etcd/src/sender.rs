@@ -7,7 +7,6 @@ use recipes_core::{Error, Result};
 use std::sync::Weak;
 
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::time::Instant;
 
 use crate::ops;
 pub(crate) use crate::request::{unexpected, Op, Reply};
@@ -21,8 +20,8 @@ struct Job {
 
 enum Msg {
     Job(Job),
-    /// A new session: its lease id, and until when to try; answered once its sequence key exists.
-    Session(SessionId, Instant, oneshot::Sender<Result<()>>),
+    /// A new session: its lease id; answered once its sequence key exists.
+    Session(SessionId, oneshot::Sender<Result<()>>),
 }
 
 /// The queue of one backend's requests.
@@ -66,12 +65,10 @@ impl Sender {
         }));
     }
 
-    /// Starts session `id` (a lease just granted): makes its sequence key, trying until `deadline`.
-    pub async fn new_session(&self, id: SessionId, deadline: Instant) -> Result<()> {
+    /// Starts session `id` (a lease just granted): makes its sequence key.
+    pub async fn new_session(&self, id: SessionId) -> Result<()> {
         let (done, answer) = oneshot::channel();
-        self.tx
-            .send(Msg::Session(id, deadline, done))
-            .map_err(|_| Error::Closed)?;
+        self.tx.send(Msg::Session(id, done)).map_err(|_| Error::Closed)?;
         answer.await.map_err(|_| Error::Closed)?
     }
 }
@@ -122,9 +119,9 @@ async fn run(
     let mut seq: Option<Seq> = None;
     while let Some(msg) = rx.recv().await {
         match msg {
-            Msg::Session(id, deadline, done) => {
+            Msg::Session(id, done) => {
                 let key = ops::session_key(id);
-                let r = ops::make_session_key(&client, &key, id, deadline).await;
+                let r = ops::make_session_key(&client, &key, id).await;
                 seq = r.as_ref().ok().map(|()| Seq {
                     session: id,
                     key,

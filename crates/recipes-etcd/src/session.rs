@@ -112,22 +112,56 @@ async fn start_here(options: EtcdOptions, runtime: tokio::runtime::Handle) -> Re
         closed: AtomicBool::new(false),
         publishing: Mutex::new(()),
     });
-    let made = tokio::time::timeout(
-        deadline.saturating_duration_since(Instant::now()),
-        shared.sender.new_session(id, deadline),
-    )
-    .await
-    .unwrap_or_else(|_| {
-        Err(unreachable(format!(
-            "no member answered within {:?}",
-            options.connect_timeout
-        )))
-    });
-    if let Err(e) = made {
+    // The session key within what is left of the connect timeout. A lost reply (a member gone between the grant and
+    // this request: a leader SIGKILLed failed a zklock of the etcd campaign with 69, most of its time left) or a lease
+    // already gone is tried again, as the grant is, but on a new lease: the old one is revoked first, so that a copy of
+    // the lost request that lands late finds no lease to put the key on (a copy that found the key gone by an
+    // operator's hand would make it again, and the next session's writes would read its version: found by review,
+    // helper-101).
+    let mut id = id;
+    loop {
+        let made = tokio::time::timeout(
+            deadline.saturating_duration_since(Instant::now()),
+            shared.sender.new_session(id),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(unreachable(format!(
+                "no member answered within {:?}",
+                options.connect_timeout
+            )))
+        });
+        let e = match made {
+            Ok(()) => break,
+            Err(e) => e,
+        };
         let _ = revoke(&shared.client, id).await;
-        return Err(match e {
-            Error::ConnectionLoss => unreachable("the session key's request went unanswered".to_owned()),
-            e => e,
+        let again = matches!(e, Error::ConnectionLoss | Error::SessionExpired)
+            && Instant::now() + Duration::from_millis(100) < deadline;
+        if !again {
+            return Err(match e {
+                Error::ConnectionLoss | Error::SessionExpired => {
+                    unreachable("the session key's request went unanswered".to_owned())
+                }
+                e => e,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (next, granted, base) =
+            match grant(&shared.client, ttl, deadline.saturating_duration_since(Instant::now())).await {
+                Ok(g) => g,
+                Err(Grant::Unanswered(why)) => return Err(unreachable(why)),
+                Err(Grant::Refused(e)) => return Err(e),
+            };
+        id = next;
+        *shared.lease.lock() = Lease {
+            session: id,
+            answered_send: Some(base),
+            session_timeout: granted,
+        };
+        shared.status.send_replace(SessionStatus {
+            id,
+            state: SessionState::Connected,
         });
     }
     shared.runtime.spawn(keep_alive(Arc::downgrade(&shared)));

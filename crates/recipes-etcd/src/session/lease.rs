@@ -236,7 +236,7 @@ async fn expired(shared: &Weak<Shared>, id: SessionId) {
         };
         match grant(&s.client, s.ttl, patience).await {
             Ok((new, granted, base)) => {
-                let made = s.sender.new_session(new, Instant::now() + patience).await;
+                let made = s.sender.new_session(new).await;
                 if made.is_ok() && !s.is_closed() {
                     *s.lease.lock() = Lease {
                         session: new,

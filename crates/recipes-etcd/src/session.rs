@@ -135,17 +135,23 @@ async fn start_here(options: EtcdOptions, runtime: tokio::runtime::Handle) -> Re
             Ok(()) => break,
             Err(e) => e,
         };
-        let _ = revoke(&shared.client, id).await;
         let again = matches!(e, Error::ConnectionLoss | Error::SessionExpired)
             && Instant::now() + Duration::from_millis(100) < deadline;
         if !again {
+            let _ = revoke(&shared.client, id).await;
             return Err(match e {
-                Error::ConnectionLoss | Error::SessionExpired => {
-                    unreachable("the session key's request went unanswered".to_owned())
-                }
+                Error::ConnectionLoss => unreachable("the session key's request went unanswered".to_owned()),
+                Error::SessionExpired => unreachable("the session's lease was gone before its key was made".to_owned()),
                 e => e,
             });
         }
+        // The revoke only cleans up early (the new lease is what makes a late copy harmless; a lease not revoked
+        // lapses within its TTL, nobody keeping it alive): in the background, so that the retry keeps its time
+        // (found by review, helper-102).
+        let client = shared.client.clone();
+        shared.runtime.spawn(async move {
+            let _ = revoke(&client, id).await;
+        });
         tokio::time::sleep(Duration::from_millis(100)).await;
         let (next, granted, base) =
             match grant(&shared.client, ttl, deadline.saturating_duration_since(Instant::now())).await {

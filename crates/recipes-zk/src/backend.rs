@@ -300,7 +300,13 @@ impl Backend for ZkBackend {
         let Some(found) = found else {
             return Ok(None);
         };
-        let w = deletion_watch(watcher, Arc::downgrade(&self.inner), session, path.to_owned());
+        let w = deletion_watch(
+            watcher,
+            Arc::downgrade(&self.inner),
+            session,
+            path.to_owned(),
+            found.czxid,
+        );
         Ok(Some((stat(&found), w)))
     }
 

@@ -40,12 +40,19 @@ impl ClosedExt for Option<Arc<Inner>> {
     }
 }
 
-/// A deletion watch of `session`: a data change re-arms it on the same session (never on a later one).
+/// A deletion watch of `session` on the node made at `czxid`: a data change re-arms it on the same session (never on a
+/// later one), and a node of the name found then with another creation id means the one watched was deleted.
+///
+/// ZooKeeper consumes an exists watch at a change of data, and reports a node deleted and made again while the client
+/// was disconnected as a change of data (`setWatches`): a re-arm that looked at the name alone took the new node for
+/// the one watched, and waited on it (found by review, helper-103: the exclusive recipe's holder, its `P/lock`
+/// deleted by an operator and made again by the next contender, never learnt that it had lost the lock).
 pub(crate) fn deletion_watch(
     watcher: zk::OneshotWatcher,
     inner: Weak<Inner>,
     session: SessionId,
     path: String,
+    czxid: i64,
 ) -> DeletionWatch {
     Box::pin(async move {
         let mut watcher = watcher;
@@ -67,7 +74,8 @@ pub(crate) fn deletion_watch(
                     };
                     match client.check_and_watch_stat(&path).await {
                         Ok((None, _)) => return Ok(()),
-                        Ok((Some(_), w)) => watcher = w,
+                        Ok((Some(s), w)) if s.czxid == czxid => watcher = w,
+                        Ok((Some(_), _)) => return Ok(()),
                         Err(zk::Error::SessionExpired) => return Err(Error::SessionExpired),
                         Err(_) => return Err(Error::ConnectionLoss),
                     }

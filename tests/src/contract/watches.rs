@@ -66,3 +66,34 @@ pub async fn a_change_before_the_watch_is_polled_is_seen(h: &dyn Harness) {
     assert!(fired.is_ok(), "{fired:?}");
     on_a.delete(&node).await.unwrap();
 }
+
+/// A deletion watch reports the deletion of the node it was armed on when a change of its data came first and a node
+/// of the same name stands there again by the time the watch looks. ZooKeeper consumes an exists watch at the change
+/// of data (the ZooKeeper backend arms it again on that event), and after a reconnection it reports a node deleted and
+/// made again as a change of data (`setWatches`): the watch must tell the new node by its creation id, not by its name.
+/// Found by review (helper-103): the exclusive recipe's holder, its `P/lock` deleted by an operator and made again by
+/// the next contender, never learnt it had lost the lock, and two held it.
+pub async fn a_deletion_after_a_change_is_seen_through_a_new_node(h: &dyn Harness) {
+    let path = h.path("renewed-after-change");
+    let a = h.client().await;
+    let b = h.client().await;
+    let on_a = a.locks.backend().current();
+    let on_b = b.locks.backend().current();
+    containers(on_a, &path).await;
+    let node = format!("{path}/lock");
+    on_a.create(&node, b"1", CreateMode::Ephemeral).await.unwrap();
+    let (_, watch) = on_b.watch_deletion(&node).await.unwrap().expect("exists");
+    // The change, then the deletion and a new node of the name, all before the watch's first poll: on ZooKeeper its
+    // first event is the change, and the node it finds when it arms itself again is the new one.
+    on_a.set_data(&node, b"2").await.unwrap();
+    on_a.delete(&node).await.unwrap();
+    on_a.create(&node, b"3", CreateMode::Ephemeral).await.unwrap();
+    let fired = bounded(
+        h,
+        "the deletion of the node watched, a node of its name made again",
+        watch,
+    )
+    .await;
+    assert!(fired.is_ok(), "{fired:?}");
+    on_a.delete(&node).await.unwrap();
+}

@@ -5,17 +5,21 @@ use std::task::Poll;
 use recipes_core::backend::{BackendExt, CreateMode};
 
 use super::containers;
-use crate::harness::Harness;
+use crate::harness::{Harness, TestClient};
 use crate::util::{bounded, eventually};
+
+/// A lock path's parents made for a test named `name`, and two clients: one to change nodes, one to watch them.
+async fn two_clients(h: &dyn Harness, name: &str) -> (String, TestClient, TestClient) {
+    let path = h.path(name);
+    let (a, b) = (h.client().await, h.client().await);
+    containers(a.locks.backend().current(), &path).await;
+    (path, a, b)
+}
 
 /// A watch event reaches its session before the reply to a later read that sees the change.
 pub async fn watch_event_arrives_before_later_reply(h: &dyn Harness) {
-    let path = h.path("event-order");
-    let a = h.client().await;
-    let b = h.client().await;
-    let on_a = a.locks.backend().current();
-    let on_b = b.locks.backend().current();
-    containers(on_a, &path).await;
+    let (path, a, b) = two_clients(h, "event-order").await;
+    let (on_a, on_b) = (a.locks.backend().current(), b.locks.backend().current());
     let node = format!("{path}/n");
     on_a.create(&node, b"", CreateMode::Ephemeral).await.unwrap();
     let (_, mut watch) = on_b.watch_deletion(&node).await.unwrap().expect("exists");
@@ -37,12 +41,8 @@ pub async fn watch_event_arrives_before_later_reply(h: &dyn Harness) {
 /// etcd backend's watches, which start at the store's current revision when first polled and read what happened
 /// since the read (an etcd watch that starts in the past is served up to 100 ms late).
 pub async fn a_change_before_the_watch_is_polled_is_seen(h: &dyn Harness) {
-    let path = h.path("before-poll");
-    let a = h.client().await;
-    let b = h.client().await;
-    let on_a = a.locks.backend().current();
-    let on_b = b.locks.backend().current();
-    containers(on_a, &path).await;
+    let (path, a, b) = two_clients(h, "before-poll").await;
+    let (on_a, on_b) = (a.locks.backend().current(), b.locks.backend().current());
     let node = format!("{path}/n");
     for renewed in [false, true] {
         on_a.create(&node, b"1", CreateMode::Ephemeral).await.unwrap();
@@ -74,12 +74,8 @@ pub async fn a_change_before_the_watch_is_polled_is_seen(h: &dyn Harness) {
 /// Found by review (helper-103): the exclusive recipe's holder, its `P/lock` deleted by an operator and made again by
 /// the next contender, never learnt it had lost the lock, and two held it.
 pub async fn a_deletion_after_a_change_is_seen_through_a_new_node(h: &dyn Harness) {
-    let path = h.path("renewed-after-change");
-    let a = h.client().await;
-    let b = h.client().await;
-    let on_a = a.locks.backend().current();
-    let on_b = b.locks.backend().current();
-    containers(on_a, &path).await;
+    let (path, a, b) = two_clients(h, "renewed-after-change").await;
+    let (on_a, on_b) = (a.locks.backend().current(), b.locks.backend().current());
     let node = format!("{path}/lock");
     on_a.create(&node, b"1", CreateMode::Ephemeral).await.unwrap();
     let (_, watch) = on_b.watch_deletion(&node).await.unwrap().expect("exists");

@@ -114,10 +114,10 @@ async fn start_here(options: EtcdOptions, runtime: tokio::runtime::Handle) -> Re
     });
     // The session key within what is left of the connect timeout. A lost reply (a member gone between the grant and
     // this request: a leader SIGKILLed failed a zklock of the etcd campaign with 69, most of its time left) or a lease
-    // already gone is tried again, as the grant is, but on a new lease: the old one is revoked first, so that a copy of
-    // the lost request that lands late finds no lease to put the key on (a copy that found the key gone by an
-    // operator's hand would make it again, and the next session's writes would read its version: found by review,
-    // helper-101).
+    // already gone is tried again, as the grant is, but on a new lease, the old one revoked: a copy of the lost request
+    // that lands late then puts the key on a lease nobody uses, or on none (a copy that found the key gone by an
+    // operator's hand would make it again on the session's own lease, and the session's writes would read its version:
+    // found by review, helper-101).
     let mut id = id;
     loop {
         let made = tokio::time::timeout(

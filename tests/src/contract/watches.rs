@@ -6,7 +6,7 @@ use recipes_core::backend::{BackendExt, CreateMode};
 
 use super::containers;
 use crate::harness::{Harness, TestClient};
-use crate::util::{bounded, eventually};
+use crate::util::{bounded, eventually, skip};
 
 /// A lock path's parents made for a test named `name`, and two clients: one to change nodes, one to watch them.
 async fn two_clients(h: &dyn Harness, name: &str) -> (String, TestClient, TestClient) {
@@ -69,27 +69,54 @@ pub async fn a_change_before_the_watch_is_polled_is_seen(h: &dyn Harness) {
 
 /// A deletion watch reports the deletion of the node it was armed on when a change of its data came first and a node
 /// of the same name stands there again by the time the watch looks. ZooKeeper consumes an exists watch at the change
-/// of data (the ZooKeeper backend arms it again on that event), and after a reconnection it reports a node deleted and
-/// made again as a change of data (`setWatches`): the watch must tell the new node by its creation id, not by its name.
-/// Found by review (helper-103): the exclusive recipe's holder, its `P/lock` deleted by an operator and made again by
-/// the next contender, never learnt it had lost the lock, and two held it.
+/// of data (the ZooKeeper backend arms it again on that event): the watch must tell the new node by its creation id,
+/// not by its name. Found by review (helper-103): the exclusive recipe's holder, its `P/lock` deleted by an operator
+/// and made again by the next contender, never learnt it had lost the lock, and two held it.
 pub async fn a_deletion_after_a_change_is_seen_through_a_new_node(h: &dyn Harness) {
-    let (path, a, b) = two_clients(h, "renewed-after-change").await;
+    made_again_is_reported_deleted(h, "renewed-after-change", Before::DataChange).await;
+}
+
+/// A deletion watch reports the deletion of its node when the node was deleted and made again while the watching
+/// client's connection was cut: ZooKeeper's re-registration of the client's watches after the reconnection
+/// (`setWatches`) reports a node that stands there with a newer change as a change of data, not as a deletion. The
+/// path the review found (helper-103): the exclusive recipe's holder, briefly cut off while an operator deleted its
+/// `P/lock` and the next contender made it again, never learnt that it had lost the lock.
+pub async fn a_node_made_again_while_cut_off_is_reported_deleted(h: &dyn Harness) {
+    if !h.capabilities().disconnect {
+        return skip(h, "a_node_made_again_while_cut_off_is_reported_deleted", "disconnects");
+    }
+    made_again_is_reported_deleted(h, "renewed-while-cut", Before::CutOff).await;
+}
+
+/// What comes before the deletion of a watched node and the new node of its name.
+enum Before {
+    /// A change of its data (before the watch's first poll).
+    DataChange,
+    /// The watching client's connection cut, well within its session (it reconnects to the same session, its watch
+    /// registered again).
+    CutOff,
+}
+
+/// One client watches a node for its deletion; the other, after `before`, deletes it and makes a node of the name
+/// again: the watch reports the deletion.
+async fn made_again_is_reported_deleted(h: &dyn Harness, name: &str, before: Before) {
+    let (path, a, b) = two_clients(h, name).await;
     let (on_a, on_b) = (a.locks.backend().current(), b.locks.backend().current());
     let node = format!("{path}/lock");
     on_a.create(&node, b"1", CreateMode::Ephemeral).await.unwrap();
     let (_, watch) = on_b.watch_deletion(&node).await.unwrap().expect("exists");
-    // The change, then the deletion and a new node of the name, all before the watch's first poll: on ZooKeeper its
-    // first event is the change, and the node it finds when it arms itself again is the new one.
-    on_a.set_data(&node, b"2").await.unwrap();
+    match before {
+        Before::DataChange => on_a.set_data(&node, b"2").await.unwrap(),
+        Before::CutOff => b.faults.disconnect_for(b.faults.session_timeout() / 5).await,
+    }
     on_a.delete(&node).await.unwrap();
     on_a.create(&node, b"3", CreateMode::Ephemeral).await.unwrap();
     let fired = bounded(
         h,
-        "the deletion of the node watched, a node of its name made again",
+        "the deletion of a node watched, a node of its name made again",
         watch,
     )
     .await;
-    assert!(fired.is_ok(), "{fired:?}");
+    assert!(fired.is_ok(), "{name}: {fired:?}");
     on_a.delete(&node).await.unwrap();
 }

@@ -5,8 +5,9 @@
 //!
 //! What it reproduces of ZooKeeper, wherever a recipe could tell the difference:
 //! - persistent, container, ephemeral and ephemeral-sequential nodes; sequence numbers from the parent's
-//!   child-change counter (`%010d` of a signed 32-bit value, so they skip and can wrap); strictly increasing
-//!   creation ids (czxid);
+//!   child-change counter (`%010d` of a signed 32-bit value, so they skip and can wrap; ZooKeeper moves it at each
+//!   create only, this backend at each delete too: its numbers advance faster and wrap sooner, never kinder);
+//!   strictly increasing creation ids (czxid);
 //! - one-shot watches registered before the existence check, delivered in order with the session's replies;
 //! - **requests bound to their session**: a request of an ended session fails, and never runs on its successor;
 //! - **the network**: a request is sent, applied and answered in three separate steps; one session's requests are

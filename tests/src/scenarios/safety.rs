@@ -472,18 +472,9 @@ pub async fn a_foreign_write_to_a_waiting_node_never_says_it_held(h: &dyn Harnes
 /// the default settings the waiter comes in here on ZooKeeper). The deleted waiter queues again; every waiter holds in
 /// its turn, and nothing is left.
 pub async fn foreign_writes_a_write_and_deletion_together_never_let_two_hold(h: &dyn Harness) {
-    foreign_write_and_deletion_together(h, true).await;
-}
-
-/// The scenario above with `foreign_writes` as given (the default's hole shows with `false`).
-async fn foreign_write_and_deletion_together(h: &dyn Harness, foreign_writes: bool) {
     let path = h.path("foreign-writes-together");
     let (a, b, c, admin) = (h.client().await, h.client().await, h.client().await, h.client().await);
-    let built = |x: &TestClient| {
-        Locks::builder(x.locks.backend().clone())
-            .foreign_writes(foreign_writes)
-            .build()
-    };
+    let built = |x: &TestClient| Locks::builder(x.locks.backend().clone()).foreign_writes(true).build();
     let (la, lb, lc) = (built(&a), built(&b), built(&c));
     let (ga, wb, wc) = held_with_two_waiters(h, &path, (&la, &lb, &lc)).await;
     tokio::time::sleep(h.tick() * 4).await;
@@ -497,7 +488,7 @@ async fn foreign_write_and_deletion_together(h: &dyn Harness, foreign_writes: bo
     assert!(ga.is_valid(), "the holder lost the lock");
     assert!(
         !wc.is_finished(),
-        "the waiter behind a node written and deleted got in beside the holder (foreign_writes: {foreign_writes})"
+        "the waiter behind a node written and deleted got in beside the holder"
     );
     each_in_turn_after_the_deletion(h, &path, ga, (wb, wc), &b_node, "written and deleted at once").await;
 }

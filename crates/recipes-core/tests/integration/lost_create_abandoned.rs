@@ -13,14 +13,7 @@ use recipes_core::backend::ChildOrder;
 use recipes_core::{Layout, LockGuard, Locks, Recipe, Result};
 use recipes_mem::MemCluster;
 
-/// Counts a holder out when dropped.
-struct Out(Arc<AtomicUsize>);
-
-impl Drop for Out {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
+use crate::support::Out;
 
 /// One acquire of `recipe` at `path` (a semaphore: one of one permit): `None` timeout = a try.
 async fn acq(l: Locks, path: &'static str, recipe: Recipe, timeout: Option<Duration>) -> Result<Option<LockGuard>> {
@@ -121,12 +114,8 @@ async fn run(layout: Layout, recipe: Recipe, d: u64, try_once: bool, held: bool,
         .await
         .expect("B holds in time")
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(8)).await;
-    let left = cluster.ephemerals();
-    assert!(
-        left.is_empty(),
-        "left behind: {left:?} ({layout:?} {recipe:?} d={d} try={try_once} held={held} expire={expire})"
-    );
+    let case = format!("{layout:?} {recipe:?} d={d} try={try_once} held={held} expire={expire}");
+    crate::support::assert_nothing_left(&cluster, &case).await;
 }
 
 #[tokio::test(start_paused = true)]

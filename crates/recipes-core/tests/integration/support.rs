@@ -1,7 +1,7 @@
 //! What several integration tests share: a backend that delegates to another and delays its reads and deletes on
 //! demand (to open a window between a request and what a recipe does after it), and a wait for a path's children.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +20,23 @@ pub async fn wait_children(cluster: &recipes_mem::MemCluster, path: &str, n: usi
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     panic!("{path}: {:?}", cluster.children(path));
+}
+
+/// Counts a holder out of a count of holders when dropped (a sweep's check of one holder at a time).
+pub struct Out(pub Arc<AtomicUsize>);
+
+impl Drop for Out {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Asserts, once every session of `cluster` has had time to end (8 s of tokio's clock), that no ephemeral node is left
+/// (`case` names the run in the failure).
+pub async fn assert_nothing_left(cluster: &recipes_mem::MemCluster, case: &str) {
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let left = cluster.ephemerals();
+    assert!(left.is_empty(), "left behind: {left:?} ({case})");
 }
 
 thread_local! {

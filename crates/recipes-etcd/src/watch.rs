@@ -270,8 +270,8 @@ async fn between(
     until: Until,
 ) -> Result<Gap> {
     let got = crate::ops::unless_unsent(&shared.client, || {
-        let (mut c, p) = (shared.client.clone(), path.to_owned());
-        async move { c.get(p, Some(etcd_client::GetOptions::new().with_revision(at))).await }
+        let (mut kv, p) = (crate::ops::kv(&shared.client), path.to_owned());
+        async move { kv.get(p, Some(etcd_client::GetOptions::new().with_revision(at))).await }
     })
     .await;
     match got {

@@ -17,7 +17,8 @@ mod watches;
 pub use creation::a_delete_if_created_spares_a_name_made_again;
 pub use watches::{
     a_change_before_the_watch_is_polled_is_seen, a_deletion_after_a_change_is_seen_through_a_new_node,
-    a_node_made_again_while_cut_off_is_reported_deleted, watch_event_arrives_before_later_reply,
+    a_node_made_again_while_cut_off_is_reported_deleted, a_watch_set_before_a_cut_reports_the_node_as_it_is_then,
+    watch_event_arrives_before_later_reply,
 };
 
 /// Calls the macro `$m` with `@expand` arguments and the name of every contract check.
@@ -30,6 +31,7 @@ macro_rules! __for_each_contract {
             containers_are_reaped_later_not_at_once one_session_applies_in_order
             watch_event_arrives_before_later_reply a_change_before_the_watch_is_polled_is_seen
             a_deletion_after_a_change_is_seen_through_a_new_node a_node_made_again_while_cut_off_is_reported_deleted
+            a_watch_set_before_a_cut_reports_the_node_as_it_is_then
             lost_reply_returns_to_same_session
             server_expires_session_behind_cut_connection versioned_set_applies_only_over_that_version
             delete_all_is_all_or_none set_data_and_delete_is_one_write

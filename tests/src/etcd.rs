@@ -146,6 +146,7 @@ impl Harness for EtcdHarness {
             latency: false,
             set_sequence: false,
             hierarchy: false,
+            watches_rebuilt: false,
         }
     }
     fn cannot_express(&self, name: &str) -> Option<&'static str> {

@@ -23,6 +23,10 @@ pub struct Capabilities {
     /// A lock path is a node of its own that stays while anything is under it (ZooKeeper's containers); etcd's flat
     /// keys have none (decision 0065, point 4).
     pub hierarchy: bool,
+    /// After a reconnection, a watch set before it reports the node as it is then, not each change in turn
+    /// (ZooKeeper's `setWatches`: a change then a deletion is the deletion; a node deleted and made again is a change
+    /// of data). etcd's watches resume from a revision, and replay the changes in order.
+    pub watches_rebuilt: bool,
 }
 
 /// Fault injection on one client.

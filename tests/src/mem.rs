@@ -87,6 +87,7 @@ impl Harness for MemHarness {
             // No sequences when children are ordered by creation.
             set_sequence: !self.by_creation_mode(),
             hierarchy: true,
+            watches_rebuilt: true,
         }
     }
     async fn client(&self) -> TestClient {

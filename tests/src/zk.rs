@@ -163,6 +163,7 @@ impl Harness for ZkHarness {
             latency: false,
             set_sequence: false,
             hierarchy: true,
+            watches_rebuilt: true,
         }
     }
     async fn client(&self) -> TestClient {

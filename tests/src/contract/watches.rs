@@ -2,7 +2,7 @@
 
 use std::task::Poll;
 
-use recipes_core::backend::{BackendExt, CreateMode};
+use recipes_core::backend::{BackendExt, CreateMode, NodeEvent};
 
 use super::containers;
 use crate::harness::{Harness, TestClient};
@@ -86,6 +86,52 @@ pub async fn a_node_made_again_while_cut_off_is_reported_deleted(h: &dyn Harness
         return skip(h, "a_node_made_again_while_cut_off_is_reported_deleted", "disconnects");
     }
     made_again_is_reported_deleted(h, "renewed-while-cut", Before::CutOff).await;
+}
+
+/// A data watch of a client whose connection was cut reports, after the reconnection, the node as it is then, not
+/// the first change made meanwhile: ZooKeeper drops a connection's watches with the connection, and the client sets
+/// them again on its reconnection (`setWatches`), each answered from the node as it stands. A node changed then
+/// deleted while the watcher was cut off is reported deleted; a node deleted then made again under its name is
+/// reported changed (a recipe must not take that for the node it watched). The in-memory backend models this, so
+/// that the model checker meets what a real reconnection reports (helper-103 found it replaying the changes in order).
+pub async fn a_watch_set_before_a_cut_reports_the_node_as_it_is_then(h: &dyn Harness) {
+    let name = "a_watch_set_before_a_cut_reports_the_node_as_it_is_then";
+    if !h.capabilities().disconnect || !h.capabilities().watches_rebuilt {
+        return skip(
+            h,
+            name,
+            "disconnects, and watches set again from the nodes at a reconnection",
+        );
+    }
+    for made_again in [false, true] {
+        // A path of its own each time: the container is reaped once emptied.
+        let (path, a, b) = two_clients(h, &format!("rebuilt-watch-{made_again}")).await;
+        let (on_a, on_b) = (a.locks.backend().current(), b.locks.backend().current());
+        let node = format!("{path}/n");
+        on_a.create(&node, b"1", CreateMode::Ephemeral).await.unwrap();
+        let (_, watch) = on_b.get_and_watch(&node).await.unwrap().expect("exists");
+        b.faults.disconnect_for(b.faults.session_timeout() / 5).await;
+        if made_again {
+            on_a.delete(&node).await.unwrap();
+            on_a.create(&node, b"2", CreateMode::Ephemeral).await.unwrap();
+        } else {
+            on_a.set_data(&node, b"2").await.unwrap();
+            on_a.delete(&node).await.unwrap();
+        }
+        let fired = bounded(h, "a watch set again at a reconnection", watch).await;
+        let expected = if made_again {
+            NodeEvent::DataChanged
+        } else {
+            NodeEvent::Deleted
+        };
+        assert!(
+            matches!(fired, Ok(e) if e == expected),
+            "made again {made_again}: {fired:?}, not {expected:?}"
+        );
+        if made_again {
+            on_a.delete(&node).await.unwrap();
+        }
+    }
 }
 
 /// What comes before the deletion of a watched node and the new node of its name.

@@ -10,3 +10,4 @@ mod request_sizes;
 mod requests_yield;
 mod testing_your_application;
 mod tree;
+mod watches_set_again;

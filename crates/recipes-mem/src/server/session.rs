@@ -223,6 +223,7 @@ impl State {
             }
         }
         rec.client.publish(sid, SessionState::Connected);
+        self.watches_set_again(sid, now);
         self.touch();
         if self.immediate() {
             self.deliver_ready(sid);

@@ -1,5 +1,7 @@
 //! The watches the sessions set on the nodes, and their firing: ZooKeeper's one-shot watches, in the order they were
-//! set.
+//! set. A session whose connection is down misses its watches' firing: ZooKeeper drops a connection's watches with
+//! it, and the client sets them again on its reconnection (`setWatches`), each answered from the node as it is then
+//! (see `State::watches_set_again`).
 
 use std::collections::HashMap;
 
@@ -28,12 +30,36 @@ impl WatchKind {
     }
 }
 
-/// One watch set by a session.
+/// One watch set by a session, on the node of this creation id at this version of its data.
 #[derive(Debug)]
 pub(super) struct Watch {
     session: SessionId,
     kind: WatchKind,
     tx: WatchTx,
+    czxid: i64,
+    version: i32,
+    /// Its place among the watches set (see `Watches::set`).
+    set: u64,
+}
+
+impl Watch {
+    /// What the watch reports when its session sets it again after a reconnection, the node at `path` being `now`
+    /// (ZooKeeper's `setWatches`, answered from the node as it stands): deleted when it is gone; a change of data
+    /// when its data changed, or when another node of the name stands there (ZooKeeper compares the node's last
+    /// change with the last the client saw, and reports a node made again as changed, helper-103); for a deletion
+    /// watch, the deletion then too (the ZooKeeper backend's exists watch tells a node made again by its creation
+    /// id); nothing (the watch stays) otherwise.
+    fn set_again(&self, now: Option<&Node>) -> Option<NodeEvent> {
+        let Some(node) = now else {
+            return Some(NodeEvent::Deleted);
+        };
+        match self.kind {
+            WatchKind::Deletion if node.czxid != self.czxid => Some(NodeEvent::Deleted),
+            WatchKind::Deletion => None,
+            WatchKind::Data if node.czxid != self.czxid || node.version != self.version => Some(NodeEvent::DataChanged),
+            WatchKind::Data => None,
+        }
+    }
 }
 
 /// A path's list of watches is pruned of dropped ones once it is this long, and then each time it has doubled since.
@@ -42,7 +68,11 @@ const PRUNE_FROM: usize = 8;
 /// The watches set on the nodes, by path, each path's in the order they were set. Hashed by path, as the tree's nodes
 /// are (see `Tree`): what leaves the table in several paths' watches leaves it sorted by path.
 #[derive(Debug, Default)]
-pub(crate) struct Watches(HashMap<String, PathWatches, foldhash::fast::FixedState>);
+pub(crate) struct Watches {
+    by_path: HashMap<String, PathWatches, foldhash::fast::FixedState>,
+    /// Counts the watches set: each watch's place in the order its session set them.
+    set: u64,
+}
 
 /// One path's watches, in the order they were set, and the length at which dropped ones are pruned next.
 #[derive(Debug, Default)]
@@ -52,17 +82,18 @@ pub(crate) struct PathWatches {
 }
 
 impl Watches {
-    /// Takes out the watches on `path` that `event` fires, in order.
-    pub(super) fn fired(&mut self, path: &str, event: NodeEvent) -> Vec<Watch> {
-        let Some(ws) = self.0.get_mut(path) else {
+    /// Takes out the watches on `path` that `event` fires, in order, but those of sessions whose connection is
+    /// `down`: they stay, to be set again at the reconnection.
+    pub(super) fn fired(&mut self, path: &str, event: NodeEvent, down: impl Fn(SessionId) -> bool) -> Vec<Watch> {
+        let Some(ws) = self.by_path.get_mut(path) else {
             return Vec::new();
         };
         let (fire, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut ws.list)
             .into_iter()
-            .partition(|w| w.kind.fires_on(event));
+            .partition(|w| w.kind.fires_on(event) && !down(w.session));
         ws.list = keep;
         if ws.list.is_empty() {
-            self.0.remove(path);
+            self.by_path.remove(path);
         }
         fire
     }
@@ -73,7 +104,7 @@ impl Watches {
     /// and the dropped ones interleave (found by review: pruning at fixed lengths rescanned a list that stayed at one;
     /// pruning at every watch made a herd on one node quadratic).
     pub(super) fn add(&mut self, path: String, watch: Watch) {
-        let ws = self.0.entry(path).or_default();
+        let ws = self.by_path.entry(path).or_default();
         if ws.list.len() >= ws.prune_at.max(PRUNE_FROM) {
             ws.list.retain(|w| !w.tx.is_closed());
             ws.prune_at = 2 * ws.list.len();
@@ -83,7 +114,7 @@ impl Watches {
 
     /// The sessions with a watch on `path`.
     pub(super) fn sessions_on(&self, path: &str) -> impl Iterator<Item = SessionId> + '_ {
-        self.0
+        self.by_path
             .get(path)
             .into_iter()
             .flat_map(|ws| ws.list.iter().map(|w| w.session))
@@ -91,25 +122,33 @@ impl Watches {
 
     /// How many watches are set.
     pub(crate) fn count(&self) -> usize {
-        self.0.values().map(|ws| ws.list.len()).sum()
+        self.by_path.values().map(|ws| ws.list.len()).sum()
     }
 
     /// Takes out every watch of session `sid`, path by path in order: an order that depends on the paths alone, not
     /// on the table's history of inserts and removals, nor on the platform (found by review, helper-73: the model
     /// checker treats events on different nodes as commuting, and replays a schedule recorded on another machine).
     pub(super) fn take_session(&mut self, sid: SessionId) -> Vec<WatchTx> {
-        let mut taken: Vec<(&String, Vec<Watch>)> = Vec::new();
-        for (path, ws) in &mut self.0 {
+        self.take_session_by_path(sid)
+            .into_iter()
+            .flat_map(|(_, ws)| ws)
+            .map(|w| w.tx)
+            .collect()
+    }
+
+    /// Takes out every watch of session `sid`, with its path, path by path in order (see `take_session`).
+    pub(super) fn take_session_by_path(&mut self, sid: SessionId) -> Vec<(String, Vec<Watch>)> {
+        let mut taken: Vec<(String, Vec<Watch>)> = Vec::new();
+        for (path, ws) in &mut self.by_path {
             let (mine, rest): (Vec<_>, Vec<_>) =
                 std::mem::take(&mut ws.list).into_iter().partition(|w| w.session == sid);
             ws.list = rest;
             if !mine.is_empty() {
-                taken.push((path, mine));
+                taken.push((path.clone(), mine));
             }
         }
-        taken.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        let taken: Vec<WatchTx> = taken.into_iter().flat_map(|(_, ws)| ws).map(|w| w.tx).collect();
-        self.0.retain(|_, ws| !ws.list.is_empty());
+        taken.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        self.by_path.retain(|_, ws| !ws.list.is_empty());
         taken
     }
 }
@@ -119,14 +158,49 @@ impl State {
     /// node); returns the node.
     pub(super) fn watch(&mut self, sid: SessionId, path: String, kind: WatchKind, tx: WatchTx) -> Option<&Node> {
         let node = self.tree.node(&path)?;
-        self.watches.add(path, Watch { session: sid, kind, tx });
+        self.watches.set += 1;
+        let watch = Watch {
+            session: sid,
+            kind,
+            tx,
+            czxid: node.czxid,
+            version: node.version,
+            set: self.watches.set,
+        };
+        self.watches.add(path, watch);
         Some(node)
     }
 
-    /// Fires the watches on `path` that `event` triggers.
+    /// Fires the watches on `path` that `event` triggers, but those of sessions whose connection is down (ZooKeeper
+    /// dropped them with the connection: their client sets them again at its reconnection).
     pub(super) fn fire_watches(&mut self, path: &str, event: NodeEvent, now: Instant) {
-        for w in self.watches.fired(path, event) {
+        let sessions = &self.sessions;
+        let down = |sid: SessionId| sessions.get(&sid).is_some_and(|r| r.alive && !r.up);
+        for w in self.watches.fired(path, event, down) {
             self.deliver_event(w.session, w.tx, Ok(event), now);
+        }
+    }
+
+    /// The client of `sid`, its connection made again, sets its watches again (ZooKeeper's `setWatches`): each is
+    /// answered from its node as it is now (see `Watch::set_again`), the events sent last-set first. ZooKeeper's
+    /// client sends its watches in the order of its own table, which is neither the order of the changes nor of the
+    /// watches: after a reconnection the watch on our own node may report its deletion after the watch on the node
+    /// ahead of ours reports that one's, though ours went first (`Mutant::TrustAcrossReconnection`). Of the orders
+    /// ZooKeeper may take, last-set first is the one that breaks a rule trusting a watch set first to report first (a
+    /// waiter sets the watch on its own node before the one on its blocker).
+    pub(super) fn watches_set_again(&mut self, sid: SessionId, now: Instant) {
+        let mut set: Vec<(String, Watch)> = self
+            .watches
+            .take_session_by_path(sid)
+            .into_iter()
+            .flat_map(|(path, ws)| ws.into_iter().map(move |w| (path.clone(), w)))
+            .collect();
+        set.sort_unstable_by_key(|(_, w)| std::cmp::Reverse(w.set));
+        for (path, w) in set {
+            match w.set_again(self.tree.node(&path)) {
+                Some(event) => self.deliver_event(sid, w.tx, Ok(event), now),
+                None => self.watches.add(path, w),
+            }
         }
     }
 }

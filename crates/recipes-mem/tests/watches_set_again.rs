@@ -1,0 +1,60 @@
+//! A client whose connection broke sets its watches again when it reconnects, as ZooKeeper's client does
+//! (`setWatches`): the server dropped them with the connection, so none fires while the client is cut off, and each
+//! is answered from its node as it is at the reconnection. The events come one by one, last-set first: ZooKeeper's
+//! client sends its watches in the order of its own table, which is not the order of the changes, and of the orders
+//! it may take, last-set first is the one that breaks a rule trusting a watch set first to report first (a waiter
+//! sets the watch on its own node before the one on its blocker). The conformance suite checks what each watch
+//! reports on the real server (`a_watch_set_before_a_cut_reports_the_node_as_it_is_then`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::task::Poll;
+use std::time::Duration;
+
+use recipes_core::backend::{BackendExt, CreateMode, NodeEvent, NodeWatch};
+use recipes_mem::{MemCluster, NetEvent};
+
+/// What a watch has reported so far, without waiting.
+async fn now(w: &mut NodeWatch) -> Poll<recipes_core::Result<NodeEvent>> {
+    std::future::poll_fn(|cx| Poll::Ready(w.as_mut().poll(cx))).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn watches_set_again_report_the_nodes_as_they_are_last_set_first() {
+    let cluster = MemCluster::new();
+    let (a, b) = (cluster.client(), cluster.client());
+    let on_a = a.current();
+    on_a.create("/p", b"", CreateMode::Persistent).await.unwrap();
+    for n in ["/p/1", "/p/2", "/p/3"] {
+        on_a.create(n, b"", CreateMode::Persistent).await.unwrap();
+    }
+    let on_b = b.current();
+    let (_, mut first) = on_b.get_and_watch("/p/1").await.unwrap().expect("there");
+    let (_, mut second) = on_b.get_and_watch("/p/2").await.unwrap().expect("there");
+    let (_, mut untouched) = on_b.get_and_watch("/p/3").await.unwrap().expect("there");
+    let ctl = cluster.controlled();
+    b.disconnect_for(Duration::from_millis(10));
+    // Cut off, in this order: the first node deleted, the second changed then deleted.
+    ctl.operator_delete("/p/1").unwrap();
+    ctl.operator_set_data("/p/2", b"x").unwrap();
+    ctl.operator_delete("/p/2").unwrap();
+    assert!(ctl.events().is_empty(), "nothing fires for a cut connection");
+    assert!(now(&mut first).await.is_pending() && now(&mut second).await.is_pending());
+    tokio::time::advance(Duration::from_millis(20)).await;
+    let reconnect = ctl.events();
+    assert!(matches!(reconnect.as_slice(), [NetEvent::Timer(_)]), "{reconnect:?}");
+    assert!(ctl.fire(reconnect[0]));
+    let sid = b.session_id();
+    // The watch set last reports first, and its node as it is: deleted, not changed.
+    assert!(ctl.fire(NetEvent::Deliver(sid)));
+    assert!(matches!(now(&mut second).await, Poll::Ready(Ok(NodeEvent::Deleted))));
+    assert!(now(&mut first).await.is_pending(), "the watch set first reports last");
+    assert!(ctl.fire(NetEvent::Deliver(sid)));
+    assert!(matches!(now(&mut first).await, Poll::Ready(Ok(NodeEvent::Deleted))));
+    // A node nothing touched keeps its watch.
+    assert!(!ctl.fire(NetEvent::Deliver(sid)));
+    assert!(now(&mut untouched).await.is_pending());
+    ctl.operator_delete("/p/3").unwrap();
+    assert!(ctl.fire(NetEvent::Deliver(sid)));
+    assert!(matches!(now(&mut untouched).await, Poll::Ready(Ok(NodeEvent::Deleted))));
+}

@@ -39,17 +39,16 @@ pub(crate) fn at_step<S>(ex: &Explorer<S>, step: &Step<'_, S>, tracker: &mut Tra
 }
 
 /// Among the valid guards of live processes, at most one exclusive hold per lock, and none beside a shared hold of
-/// another node. Holds on nodes an operator deleted while they held are left out: the lease no longer promises
-/// anything once a node is deleted behind the library's back (its holder learns through `lost()`). A hold handed out
-/// on a node an operator had already deleted counts: the library claimed a lock its node no longer stood for (a waiter
-/// that trusted the order of its watches' events after a reconnection, `Mutant::TrustAcrossReconnection`).
+/// another node. Holds on nodes an operator deleted are left out: the lease no longer promises anything once a node
+/// is deleted behind the library's back (its holder learns through `lost()`).
 fn one_holder<S>(step: &Step<'_, S>, tracker: &mut Tracker) -> Result<(), String> {
     let mut by_path: BTreeMap<String, Vec<(usize, Sharing, String, u128)>> = BTreeMap::new();
-    for (process, sharing, h, deletes_before) in tracker.holds_since(None) {
+    for (process, sharing, h) in tracker.holds(None) {
         if !h.valid || step.crashed(process) {
             continue;
         }
-        if step.deleted[deletes_before.min(step.deleted.len())..]
+        if step
+            .deleted
             .iter()
             .any(|(node, czxid)| *node == h.node && *czxid == creation_id(h.token))
         {

@@ -227,15 +227,11 @@ impl<S> Process<S> {
         });
         let guard = Arc::new(guard);
         let weak: Weak<dyn Holds> = Arc::downgrade(&guard) as Weak<dyn Holds>;
-        let mut tracker = self.inner.tracker.lock();
-        let deletes_before = tracker.operator_deletes;
-        tracker.guards.push(TrackedEntry {
+        self.inner.tracker.lock().guards.push(TrackedEntry {
             process: self.inner.id,
             sharing,
             guard: weak,
-            deletes_before,
         });
-        drop(tracker);
         Tracked::new(guard)
     }
 

@@ -53,8 +53,6 @@ pub(crate) struct TrackedEntry {
     pub process: usize,
     pub sharing: Sharing,
     pub guard: Weak<dyn Holds>,
-    /// How many nodes an operator had deleted when the guard was handed to the oracles.
-    pub deletes_before: usize,
 }
 
 /// The guards the processes asked the oracles to watch, with deadlines they asked to be kept.
@@ -66,8 +64,6 @@ pub(crate) struct Tracker {
     /// Steps that ended after their deadline: (process, what, by how much).
     pub overruns: Vec<(usize, String, Duration)>,
     pub next_deadline: u64,
-    /// How many nodes an operator has deleted (the world's list of them, `Step::deleted`, in order).
-    pub operator_deletes: usize,
 }
 
 impl Tracker {
@@ -86,14 +82,6 @@ impl Tracker {
 
     /// The holds of the live tracked guards of `process` (all processes with `None`).
     pub fn holds(&mut self, process: Option<usize>) -> Vec<(usize, Sharing, HoldView)> {
-        self.holds_since(process)
-            .into_iter()
-            .map(|(p, s, h, _)| (p, s, h))
-            .collect()
-    }
-
-    /// As [`holds`](Self::holds), with how many nodes an operator had deleted when each guard was handed over.
-    pub fn holds_since(&mut self, process: Option<usize>) -> Vec<(usize, Sharing, HoldView, usize)> {
         self.guards.retain(|e| e.guard.strong_count() > 0);
         let mut out = Vec::new();
         let mut views = Vec::new();
@@ -103,7 +91,7 @@ impl Tracker {
             }
             let Some(g) = e.guard.upgrade() else { continue };
             g.views(&mut views);
-            out.extend(views.drain(..).map(|h| (e.process, e.sharing, h, e.deletes_before)));
+            out.extend(views.drain(..).map(|h| (e.process, e.sharing, h)));
         }
         out
     }

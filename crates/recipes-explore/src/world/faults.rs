@@ -66,7 +66,6 @@ impl<S: Clone + Send + Sync + 'static> World<'_, S> {
                     self.note(|w| format!("{} FAULT an operator deletes {node}", w.elapsed()));
                     if self.ctl.operator_delete(&node).is_ok() {
                         self.deleted.push((node, czxid));
-                        self.tracker.lock().operator_deletes += 1;
                     }
                 }
             }

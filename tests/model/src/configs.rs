@@ -907,6 +907,21 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             by_walks: true,
         },
         Sensitivity {
+            problem: "found by review: a waiter in line holds on its blocker's deletion after a disconnection during \
+                      its wait; ZooKeeper sets the client's watches again at the reconnection and reports them in its \
+                      own order, so its own node's deletion, made first, may come after the blocker's (the in-memory \
+                      backend reported them in the order of the changes until the thirtieth session, and the checker \
+                      could not see it)",
+            mutants: &[Mutant::TrustAcrossReconnection],
+            config: Config::new(
+                "fair-cut-off",
+                vec![plain(Recipe::Fair), plain(Recipe::Fair), plain(Recipe::Fair)],
+            )
+            .with_faults(2, &[FaultKind::Blip, FaultKind::OperatorDelete]),
+            shows_as: "two holders|is valid but its node",
+            by_walks: false,
+        },
+        Sensitivity {
             problem: "6: recipes ignore each other's nodes on one path",
             mutants: &[Mutant::NoForeignCheck],
             config: Config::new("mixed-recipes", vec![plain(Recipe::Exclusive), plain(Recipe::Fair)])

@@ -181,6 +181,12 @@ type Shared = Arc<Mutex<Oracle>>;
 fn explorer(config: &Config) -> Explorer<Shared> {
     let (layout, cohorts, foreign_writes) = (config.layout, config.cohorts, config.foreign_writes);
     let clients = config.clients.len();
+    // Whether a hold may be passed within a process, without the server (tasks of one session, a cohort).
+    let handed_over = cohorts.is_some()
+        || config
+            .clients
+            .iter()
+            .any(|c| matches!(c, Program::Tasks(_) | Program::TasksApart(_)));
     let mut explorer = Explorer::new(config.name)
         .processes(clients)
         .session_timeout(config.session_timeout)
@@ -197,7 +203,7 @@ fn explorer(config: &Config) -> Explorer<Shared> {
         explorer = explorer.setup(Arc::new(setup));
     }
     explorer
-        .state(move |s| Arc::new(Mutex::new(Oracle::new(s.activity(), cohorts))))
+        .state(move |s| Arc::new(Mutex::new(Oracle::new(s.activity(), cohorts, handed_over))))
         .check(move |step| {
             let mut o = step.state().lock().unwrap_or_else(|e| e.into_inner());
             for i in 0..clients {
@@ -206,7 +212,10 @@ fn explorer(config: &Config) -> Explorer<Shared> {
                 }
             }
             for (node, czxid) in step.operator_deletes() {
-                o.deleted.insert((node.clone(), (*czxid).max(0) as u64));
+                let deleted = (node.clone(), (*czxid).max(0) as u64);
+                if o.deleted.insert(deleted.clone()) && behind_others(step.cluster(), node, *czxid) {
+                    o.deleted_behind.insert(deleted);
+                }
             }
             o.check(step.cluster());
             match o.violations.first() {
@@ -214,6 +223,19 @@ fn explorer(config: &Config) -> Explorer<Shared> {
                 None => Ok(()),
             }
         })
+}
+
+/// Whether a node of the same parent as the deleted `node` (made at `czxid`), and made before it, is there: checked
+/// in the step of the delete, where nothing else changed the tree (every request is an event of its own).
+fn behind_others(cluster: &recipes_mem::MemCluster, node: &str, czxid: i64) -> bool {
+    let Some((parent, _)) = node.rsplit_once('/') else {
+        return false;
+    };
+    cluster
+        .children(parent)
+        .into_iter()
+        .filter_map(|n| cluster.stat(&format!("{parent}/{n}")))
+        .any(|s| s.czxid < czxid)
 }
 
 /// The program of each client: its configuration's, on its process.

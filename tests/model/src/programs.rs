@@ -132,6 +132,9 @@ struct Hold {
     token: u128,
     /// The guard while held (taken out to release it).
     guard: Option<Arc<Guard>>,
+    /// An exclusive hold handed out on a node an operator had deleted while nodes made before it were there: a node
+    /// never first in its line (see `Oracle::deleted_behind`).
+    never_first: bool,
 }
 
 /// What the clients report, and the oracles over it.
@@ -145,6 +148,16 @@ pub(crate) struct Oracle {
     /// longer promises exclusion (a holder cannot know until `lost()` looks), so the exclusion and token oracles stop;
     /// `lost()`'s truthfulness, progress and leftovers are still checked.
     pub deleted: HashSet<(String, u64)>,
+    /// Of those, the nodes deleted while a node of the same parent made before them was still there. A node first in
+    /// its line stays first until it goes (later nodes are made behind it): these never were, and no reply or event
+    /// can have said that they held. An exclusive hold handed out on one is checked as any other (a waiter that
+    /// trusted the order of its watches' events after a reconnection, `Mutant::TrustAcrossReconnection`), where a
+    /// hold on a node deleted once it was first is left out: the library may have been told so before the delete.
+    pub deleted_behind: HashSet<(String, u64)>,
+    /// Whether a hold may be passed within a process (tasks of one session, a cohort): such a handoff does not check
+    /// that the new holder's node is still there (docs/algorithm.md, optimisation 7, point 5), so after an operator's
+    /// delete on ZooKeeper's order the oracles stop, and no hold counts as never first.
+    handed_over: bool,
     /// Tells the explorer that something changed, and writes the notes (acquired, released, errors) into the trace.
     activity: Activity,
     /// The cohorts' bound: no node may be held more times in a row.
@@ -152,13 +165,15 @@ pub(crate) struct Oracle {
 }
 
 impl Oracle {
-    pub fn new(activity: Activity, cohort_bound: Option<u32>) -> Self {
+    pub fn new(activity: Activity, cohort_bound: Option<u32>, handed_over: bool) -> Self {
         Oracle {
             holds: Vec::new(),
             violations: Vec::new(),
             max_tokens: std::collections::HashMap::new(),
             crashed: HashSet::new(),
             deleted: HashSet::new(),
+            deleted_behind: HashSet::new(),
+            handed_over,
             activity,
             cohort_bound,
         }
@@ -248,6 +263,8 @@ impl Oracle {
                 if reentry { ", re-entered" } else { "" }
             ),
         );
+        let never_first =
+            exclusive && !self.handed_over && self.deleted_behind.contains(&(node.clone(), creation_id(token)));
         self.holds.push(Hold {
             client,
             task,
@@ -256,6 +273,7 @@ impl Oracle {
             node,
             token,
             guard: Some(Arc::new(guard)),
+            never_first,
         });
         self.holds.len() - 1
     }
@@ -271,15 +289,18 @@ impl Oracle {
     /// The oracles over the current state: exclusion among valid guards (a semaphore's permits held by valid guards
     /// add up to at most its count), and their nodes present.
     ///
-    /// After an operator's delete: where the backend conditions deletes on a node's creation (etcd's order), the
-    /// holds on the nodes the operator deleted are left out (their holders cannot know until `lost()` looks; nor can
-    /// an acquire whose last read of its node was answered before the delete and arrived after it: so a hold handed
-    /// out after the delete is left out too), and every other hold is checked as before (found by review, helper-49: a release deleted a session-mate's key made again
-    /// after the operator's delete); elsewhere (ZooKeeper's fixed node keeps that window, docs/algorithm.md) the
-    /// oracles stop.
+    /// After an operator's delete: where the backend conditions deletes on a node's creation (etcd's order), or where
+    /// every node deleted had a sequential name (never made again) and no hold passes within a process
+    /// (`handed_over`), the holds on the nodes the operator deleted are
+    /// left out (their holders cannot know until `lost()` looks; nor can an acquire whose last read of its node was
+    /// answered before the delete and arrived after it: so a hold handed out after the delete is left out too, but for
+    /// a node never first, see `deleted_behind`), and every other hold is checked as before (found by review,
+    /// helper-49: a release deleted a session-mate's key made again after the operator's delete); elsewhere
+    /// (ZooKeeper's fixed node keeps that window, docs/algorithm.md) the oracles stop.
     pub fn check(&mut self, cluster: &MemCluster) {
         let by_creation = cluster.child_order() == recipes_core::backend::ChildOrder::Creation;
-        if !self.deleted.is_empty() && !by_creation {
+        let stop = self.handed_over || self.deleted.iter().any(|(node, _)| !sequential(node));
+        if !by_creation && !self.deleted.is_empty() && stop {
             return;
         }
         let mut paths: Vec<&str> = self.holds.iter().map(|h| h.path.as_str()).collect();
@@ -310,7 +331,8 @@ impl Oracle {
             if self.crashed.contains(&h.client) {
                 continue;
             }
-            if !g.lock().is_valid() || self.deleted.contains(&(h.node.clone(), creation_id(h.token))) {
+            let deleted = self.deleted.contains(&(h.node.clone(), creation_id(h.token)));
+            if !g.lock().is_valid() || (deleted && !h.never_first) {
                 continue;
             }
             // Holders are tasks: two tasks of one client (one session) exclude each other as two clients do.
@@ -350,6 +372,12 @@ impl Oracle {
             ));
         }
     }
+}
+
+/// Whether a node's name ends in a ZooKeeper sequence (ten digits): a name the server never makes again.
+fn sequential(node: &str) -> bool {
+    let name = node.rsplit('/').next().unwrap_or(node);
+    name.len() >= 10 && name.as_bytes()[name.len() - 10..].iter().all(u8::is_ascii_digit)
 }
 
 /// The node's name without its attempt id (random in every run): its kind and sequence.

@@ -585,8 +585,8 @@ fn reader_ahead() -> Config {
     .with_faults(1, ALL_FAULTS)
 }
 
-/// Makes the lock path with its sequence counter in the range ZooKeeper writes with nine digits (-999999999 … -1),
-/// kept from being reaped by a child that is no lock node.
+/// Makes the lock path with its sequence counter in the range ZooKeeper writes with nine digits (-999999999 … -1), a
+/// persistent node (never reaped).
 fn wrapped_counter(cluster: &recipes_mem::MemCluster) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
     counter_at(cluster.clone(), -3)
 }

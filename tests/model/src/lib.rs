@@ -225,8 +225,10 @@ fn explorer(config: &Config) -> Explorer<Shared> {
         })
 }
 
-/// Whether a node of the same parent as the deleted `node` (made at `czxid`), and made before it, is there: checked
-/// in the step of the delete, where nothing else changed the tree (every request is an event of its own).
+/// Whether a lock node of the same parent as the deleted `node` (made at `czxid`), and made before it, is there:
+/// checked in the step of the delete, where nothing else changed the tree (every request is an event of its own).
+/// Only ephemeral children count: the library's lock nodes are, and what it does not count as one ahead of it (a
+/// semaphore's count, a nested lock path that only looks like a lock node) is not (found by review, helper-107).
 fn behind_others(cluster: &recipes_mem::MemCluster, node: &str, czxid: i64) -> bool {
     let Some((parent, _)) = node.rsplit_once('/') else {
         return false;
@@ -235,7 +237,7 @@ fn behind_others(cluster: &recipes_mem::MemCluster, node: &str, czxid: i64) -> b
         .children(parent)
         .into_iter()
         .filter_map(|n| cluster.stat(&format!("{parent}/{n}")))
-        .any(|s| s.czxid < czxid)
+        .any(|s| s.czxid < czxid && s.ephemeral_owner != 0)
 }
 
 /// The program of each client: its configuration's, on its process.

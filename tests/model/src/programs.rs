@@ -145,8 +145,9 @@ pub(crate) struct Oracle {
     max_tokens: std::collections::HashMap<String, (u128, u128)>,
     pub crashed: HashSet<usize>,
     /// Nodes an operator deleted: (path, czxid). Once a lock node is deleted behind the library's back, the lease no
-    /// longer promises exclusion (a holder cannot know until `lost()` looks), so the exclusion and token oracles stop;
-    /// `lost()`'s truthfulness, progress and leftovers are still checked.
+    /// longer promises exclusion (a holder cannot know until `lost()` looks): the token oracle stops, and the exclusion
+    /// oracles stop or leave those holds out (see `check`); `lost()`'s truthfulness, progress and leftovers are still
+    /// checked.
     pub deleted: HashSet<(String, u64)>,
     /// Of those, the nodes deleted while a node of the same parent made before them was still there. A node first in
     /// its line stays first until it goes (later nodes are made behind it): these never were, and no reply or event

@@ -136,7 +136,7 @@ impl Locks {
     /// [`Error::InvalidPath`]; [`Error::InvalidArgument`] for a layout of ZooKeeper's peers (Curator, kazoo) on a
     /// backend that orders children by creation (etcd), which cannot make their sequential names.
     pub(crate) fn lock_path(&self, path: impl AsRef<str>) -> Result<LockPath> {
-        let path = LockPath::new(path)?;
+        let path = self.registry.path(path.as_ref())?;
         crate::protocol::layout_fits(self.ctx.layout, self.ctx.backend.child_order())?;
         Ok(path)
     }

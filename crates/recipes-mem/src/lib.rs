@@ -17,9 +17,10 @@
 //!   [`MemCluster::set_container_reap_delay`]), not at once;
 //! - sessions suspended while disconnected, which the server expires after their timeout whether or not the client
 //!   knows.
-//! - **watches set again at a reconnection**: no watch of a cut-off session fires; when it reconnects, each is answered
-//!   from its node as it is then (ZooKeeper's `setWatches`: a change then a deletion is the deletion, a node made
-//!   again under its name is a change), last-set first, which is not the order of the changes.
+//! - **watches set again at a reconnection**: no watch of a cut-off session fires, and the events on their way at the
+//!   cut are lost with it; when it reconnects, each watch is answered from its node as it is then (ZooKeeper's
+//!   `setWatches`: a change then a deletion is the deletion, a node made again under its name is a change), last-set
+//!   first, which is not the order of the changes.
 //!
 //! Time is tokio's clock, so tests may run under `tokio::time::pause` (`#[tokio::test(start_paused = true)]`).
 //!

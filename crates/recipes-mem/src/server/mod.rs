@@ -36,7 +36,7 @@ use events::Timer;
 pub use events::{Access, NetEvent};
 pub(crate) use ops::{Op, Reply};
 pub(crate) use session::{ClientShared, Session};
-use watches::Watches;
+use watches::{Watch, Watches};
 
 use crate::tree::Tree;
 
@@ -83,7 +83,9 @@ enum Inbound {
         seq: u64,
     },
     Event {
-        tx: WatchTx,
+        /// The watch that fired, and its path: set again if the connection breaks before the event arrives (as
+        /// ZooKeeper's client, which never got the event, sets its watch again at the reconnection).
+        fired: Box<(String, Watch)>,
         event: Result<NodeEvent>,
         due: Instant,
         seq: u64,
@@ -111,9 +113,7 @@ impl Inbound {
             Inbound::Reply { tx, result, .. } => {
                 let _ = tx.send(result);
             }
-            Inbound::Event { tx, event, .. } => {
-                let _ = tx.send(event);
-            }
+            Inbound::Event { fired, event, .. } => fired.1.send(event),
         }
     }
 }
@@ -334,22 +334,24 @@ impl State {
         self.touch();
     }
 
-    /// Sends a watch event to `sid`'s client, behind the replies and events already on their way.
-    fn deliver_event(&mut self, sid: SessionId, tx: WatchTx, event: Result<NodeEvent>, now: Instant) {
+    /// Sends the event of `watch` (set on `path`) to its session's client, behind the replies and events already on
+    /// their way.
+    fn deliver_event(&mut self, path: &str, watch: Watch, event: Result<NodeEvent>, now: Instant) {
         let watch_delay = self.watch_delay;
         let immediate = self.immediate();
         let seq = self.next_seq();
-        let Some(rec) = self.sessions.get_mut(&sid) else {
+        let Some(rec) = self.sessions.get_mut(&watch.session()) else {
             unreachable!("only live sessions set watches, and the server takes a session's watches when it ends it")
         };
         if !rec.alive {
-            rec.doomed.push(tx);
+            rec.doomed.push(watch.into_tx());
             return;
         }
         if immediate && rec.up && rec.inbound.is_empty() {
-            let _ = tx.send(event);
+            watch.send(event);
             return;
         }
-        rec.queue_inbound(now + watch_delay, |due| Inbound::Event { tx, event, due, seq });
+        let fired = Box::new((path.to_owned(), watch));
+        rec.queue_inbound(now + watch_delay, |due| Inbound::Event { fired, event, due, seq });
     }
 }

@@ -168,8 +168,10 @@ impl State {
     }
 
     /// The connection of `sid` breaks: replies on their way are lost (their callers see connection loss), requests
-    /// not yet applied become orphans, watch events wait for the reconnection. Returns the break's epoch (`None`
-    /// when the connection was already down).
+    /// not yet applied become orphans, and watch events on their way are lost too, their watches set again at the
+    /// reconnection (ZooKeeper's client never got them: it sets them again with its others, answered from the nodes
+    /// as they are then, found by review, helper-108). Returns the break's epoch (`None` when the connection was
+    /// already down).
     pub fn link_down(&mut self, sid: SessionId, now: Instant) -> Option<u64> {
         let rec = self.sessions.get_mut(&sid)?;
         if !rec.up {
@@ -179,13 +181,13 @@ impl State {
         rec.up = false;
         rec.epoch += 1;
         let epoch = rec.epoch;
-        let inbound = rec.inbound.take();
-        for item in inbound {
+        let mut unsent = Vec::new();
+        for item in rec.inbound.take() {
             match item {
                 Inbound::Reply { tx, .. } => {
                     let _ = tx.send(Err(Error::ConnectionLoss));
                 }
-                event @ Inbound::Event { .. } => rec.inbound.push_back(event),
+                Inbound::Event { fired, .. } => unsent.push(*fired),
             }
         }
         let outbound = rec.outbound.take();
@@ -197,6 +199,9 @@ impl State {
             unreachable!("a session has its record only while its client uses it")
         }
         rec.client.publish(sid, SessionState::Suspended);
+        for (path, watch) in unsent {
+            self.watches.add(path, watch);
+        }
         self.touch();
         Some(epoch)
     }
@@ -216,12 +221,6 @@ impl State {
         // Requests of the broken connection may still land after the reconnection (ZooKeeper: the old server may have
         // forwarded them to the leader before the session moved), though before any later write or `sync` of the
         // session (see `waits_for_orphans`). So orphans stay in flight.
-        let watch_delay = self.watch_delay;
-        for item in rec.inbound.iter_mut() {
-            if let Inbound::Event { due, .. } = item {
-                *due = (*due).max(now + watch_delay);
-            }
-        }
         rec.client.publish(sid, SessionState::Connected);
         self.watches_set_again(sid, now);
         self.touch();

@@ -43,6 +43,21 @@ pub(super) struct Watch {
 }
 
 impl Watch {
+    /// The session that set it.
+    pub(super) fn session(&self) -> SessionId {
+        self.session
+    }
+
+    /// Its client's end of the channel.
+    pub(super) fn into_tx(self) -> WatchTx {
+        self.tx
+    }
+
+    /// Hands `event` to its client.
+    pub(super) fn send(self, event: recipes_core::Result<NodeEvent>) {
+        let _ = self.tx.send(event);
+    }
+
     /// What the watch reports when its session sets it again after a reconnection, the node at `path` being `now`
     /// (ZooKeeper's `setWatches`, answered from the node as it stands): deleted when it is gone; a change of data
     /// when its data changed, or when another node of the name stands there (ZooKeeper compares the node's last
@@ -177,7 +192,7 @@ impl State {
         let sessions = &self.sessions;
         let down = |sid: SessionId| sessions.get(&sid).is_some_and(|r| r.alive && !r.up);
         for w in self.watches.fired(path, event, down) {
-            self.deliver_event(w.session, w.tx, Ok(event), now);
+            self.deliver_event(path, w, Ok(event), now);
         }
     }
 
@@ -198,7 +213,7 @@ impl State {
         set.sort_unstable_by_key(|(_, w)| std::cmp::Reverse(w.set));
         for (path, w) in set {
             match w.set_again(self.tree.node(&path)) {
-                Some(event) => self.deliver_event(sid, w.tx, Ok(event), now),
+                Some(event) => self.deliver_event(&path, w, Ok(event), now),
                 None => self.watches.add(path, w),
             }
         }

@@ -159,6 +159,9 @@ pub(crate) struct Oracle {
     /// that the new holder's node is still there (docs/algorithm.md, optimisation 7, point 5), so after an operator's
     /// delete on ZooKeeper's order the oracles stop, and no hold counts as never first.
     handed_over: bool,
+    /// Whether a node first in its line stays first until it goes (the layout orders by creation, see
+    /// `deleted_behind`): where it does not, no hold counts as never first.
+    first_stays_first: bool,
     /// Tells the explorer that something changed, and writes the notes (acquired, released, errors) into the trace.
     activity: Activity,
     /// The cohorts' bound: no node may be held more times in a row.
@@ -166,7 +169,7 @@ pub(crate) struct Oracle {
 }
 
 impl Oracle {
-    pub fn new(activity: Activity, cohort_bound: Option<u32>, handed_over: bool) -> Self {
+    pub fn new(activity: Activity, cohort_bound: Option<u32>, handed_over: bool, first_stays_first: bool) -> Self {
         Oracle {
             holds: Vec::new(),
             violations: Vec::new(),
@@ -175,6 +178,7 @@ impl Oracle {
             deleted: HashSet::new(),
             deleted_behind: HashSet::new(),
             handed_over,
+            first_stays_first,
             activity,
             cohort_bound,
         }
@@ -264,8 +268,10 @@ impl Oracle {
                 if reentry { ", re-entered" } else { "" }
             ),
         );
-        let never_first =
-            exclusive && !self.handed_over && self.deleted_behind.contains(&(node.clone(), creation_id(token)));
+        let never_first = exclusive
+            && !self.handed_over
+            && self.first_stays_first
+            && self.deleted_behind.contains(&(node.clone(), creation_id(token)));
         self.holds.push(Hold {
             client,
             task,

@@ -15,7 +15,7 @@ use crate::error::Result;
 mod powers;
 mod types;
 
-pub use powers::{CreationChecks, SendNow, Transactions};
+pub use powers::{tree_watch_until_moved, CreationChecks, SendNow, Transactions, TreeWatches};
 pub use types::*;
 
 /// One client session on a ZooKeeper-like coordination service: the primitives the lock recipes are built on.
@@ -151,6 +151,11 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// over within the process on release, and every waiter learns of the deletion from its watch (docs/algorithm.md,
     /// "same-session handoff").
     fn send_now(&self) -> Option<&dyn SendNow> {
+        None
+    }
+
+    /// The backend's persistent watches on a tree of nodes, or `None` (the default) when it has none.
+    fn tree_watches(&self) -> Option<&dyn TreeWatches> {
         None
     }
 

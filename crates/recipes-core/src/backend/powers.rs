@@ -3,9 +3,11 @@
 //! then takes the plain way (one delete after another, no handoff within the process), never a sentinel error.
 
 use async_trait::async_trait;
+use futures::{Stream, StreamExt};
+use tokio::sync::watch;
 
-use super::{ReplyFuture, SessionId};
-use crate::error::Result;
+use super::{ReplyFuture, SessionId, SessionState, SessionStatus, TreeEvent, TreeWatch};
+use crate::error::{Error, Result};
 
 /// Transactions: several writes committed as one (ZooKeeper's `multi`, etcd's `txn`).
 #[async_trait]
@@ -77,4 +79,92 @@ pub trait SendNow: Send + Sync {
         let _ = (session, path, data);
         None
     }
+}
+
+/// Persistent watches on a tree of nodes (ZooKeeper 3.6's persistent recursive watch): one watch that reports every
+/// change of a node and of every node below it, where one-shot watches cost a watch per node.
+///
+/// On ZooKeeper, and on the in-memory cluster in ZooKeeper's order; etcd's backend has none yet (its watch on a key
+/// prefix would be one). No recipe uses it yet: it is the base of one view of a queue per session (decision 0084).
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use futures::StreamExt;
+/// use recipes_core::backend::{BackendExt, CreateMode, TreeChange};
+/// use recipes_core::Backend;
+/// let client: std::sync::Arc<dyn Backend> = recipes_mem::MemCluster::new().client();
+/// let on = client.current();
+/// on.create("/queue", b"", CreateMode::Persistent).await?;
+/// let mut events = client.tree_watches().expect("ZooKeeper's order").watch_tree(on.id(), "/queue").await?;
+/// on.create("/queue/a", b"", CreateMode::Ephemeral).await?;
+/// on.delete("/queue/a").await?;
+/// let created = events.next().await.expect("an event")?;
+/// assert_eq!((created.path.as_str(), created.change), ("/queue/a", TreeChange::Created));
+/// assert_eq!(events.next().await.expect("an event")?.change, TreeChange::Deleted);
+/// # Ok::<(), recipes_core::Error>(())
+/// # }).unwrap();
+/// ```
+#[async_trait]
+pub trait TreeWatches: Send + Sync {
+    /// Sets a persistent watch of `session` on `path` and every node below it, whether `path` exists or not, in one
+    /// request applied in order with the session's others.
+    ///
+    /// # Contract
+    /// - Every change the server applies after the watch is set, to `path` or a node below it (a create, a change of
+    ///   data, a delete; not a change of a child list as such), is reported once, in the order the server applied
+    ///   them, by whichever session made it.
+    /// - A session's events and replies come in one order: once a reply of `session` shows a change (a listing, a
+    ///   read, a failed create), the change's event is in the stream already, ready without a wait.
+    /// - At the first change of the session's state after the request was sent ([`Backend::session`](super::Backend::session) reports it: a
+    ///   disconnection, a reconnection, the expiry, the close), the stream yields one error
+    ///   ([`Error::ConnectionLoss`](crate::Error::ConnectionLoss), [`Error::SessionExpired`](crate::Error::SessionExpired)
+    ///   or [`Error::Closed`](crate::Error::Closed)) and ends. ZooKeeper loses a persistent watch's events across a
+    ///   reconnection (ZOOKEEPER-4698): what the stream said is no longer the whole story, and whatever was built on it
+    ///   must be built again (a new watch, a new listing). Events yielded before the error are true.
+    /// - Dropping the stream removes the watch (on ZooKeeper before 3.9, best effort: ZOOKEEPER-4472).
+    /// - A one-shot watch of the same session on a node below `path` fires as it would alone. Not on `path` itself:
+    ///   ZooKeeper before 3.9 keeps one watch mode per path and session (ZOOKEEPER-4466).
+    ///
+    /// # Notable errors
+    /// `ConnectionLoss`, `SessionExpired`, `Closed`.
+    async fn watch_tree(&self, session: SessionId, path: &str) -> Result<TreeWatch>;
+}
+
+/// A backend's tree watch: `events` until the first change of the session's state that `armed` (subscribed and
+/// marked seen before the watch's request was sent) reports, then that change's error, then the end (see
+/// [`TreeWatches::watch_tree`]). An end of `events` itself is reported as [`Error::Closed`](crate::Error::Closed).
+pub fn tree_watch_until_moved<S>(events: S, armed: watch::Receiver<SessionStatus>) -> TreeWatch
+where
+    S: Stream<Item = Result<TreeEvent>> + Send + Unpin + 'static,
+{
+    let id = armed.borrow().id;
+    Box::pin(futures::stream::unfold(
+        Some((events, armed)),
+        move |state| async move {
+            let (mut events, mut armed) = state?;
+            // A change of the session's state comes first: whatever the watch says after it may be missing events.
+            let moved = |s: SessionStatus| match s.state {
+                SessionState::Closed => Error::Closed,
+                SessionState::Expired => Error::SessionExpired,
+                _ if s.id != id => Error::SessionExpired,
+                _ => Error::ConnectionLoss,
+            };
+            if armed.has_changed().unwrap_or(true) {
+                let now = *armed.borrow();
+                return Some((Err(moved(now)), None));
+            }
+            tokio::select! {
+                biased;
+                changed = armed.changed() => {
+                    let now = *armed.borrow();
+                    Some((Err(if changed.is_ok() { moved(now) } else { Error::Closed }), None))
+                }
+                event = events.next() => match event {
+                    Some(Ok(e)) => Some((Ok(e), Some((events, armed)))),
+                    Some(Err(e)) => Some((Err(e), None)),
+                    None => Some((Err(Error::Closed), None)),
+                },
+            }
+        },
+    ))
 }

@@ -156,5 +156,32 @@ pub type NodeWatch = Pin<Box<dyn Future<Output = Result<NodeEvent>> + Send + 'st
 /// the watch ends ([`Error::SessionExpired`](crate::Error::SessionExpired), [`Error::Closed`](crate::Error::Closed)).
 pub type DeletionWatch = Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>>;
 
+/// A change a [`TreeWatch`] reports: ZooKeeper's events of a persistent recursive watch (its `NodeCreated`,
+/// `NodeDataChanged` and `NodeDeleted`; no child-list events).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TreeChange {
+    /// The node was made.
+    Created,
+    /// The node's data changed.
+    DataChanged,
+    /// The node was deleted.
+    Deleted,
+}
+
+/// One event of a [`TreeWatch`]: what changed, and the full path of the node it changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeEvent {
+    /// The node's path (the watched path itself, or a path below it).
+    pub path: String,
+    /// What happened to it.
+    pub change: TreeChange,
+}
+
+/// A persistent watch on a node and every node below it (see
+/// [`TreeWatches::watch_tree`](crate::backend::TreeWatches::watch_tree)): its events, in order, until it ends with an
+/// error.
+pub type TreeWatch = Pin<Box<dyn futures::Stream<Item = Result<TreeEvent>> + Send + 'static>>;
+
 /// The reply to a request already sent (see [`SendNow::delete_sent`](crate::backend::SendNow::delete_sent)).
 pub type ReplyFuture = Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>>;

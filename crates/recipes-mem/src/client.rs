@@ -7,8 +7,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::future::{Either, FutureExt};
 use recipes_core::backend::{
-    parent_path, ChildOrder, CreateAndList, CreateMode, Created, CreationChecks, DeletionWatch, Lease, NodeEvent,
-    NodeWatch, ReplyFuture, SendNow, SessionId, SessionStatus, Stat, Transactions,
+    parent_path, tree_watch_until_moved, ChildOrder, CreateAndList, CreateMode, Created, CreationChecks, DeletionWatch,
+    Lease, NodeEvent, NodeWatch, ReplyFuture, SendNow, SessionId, SessionStatus, Stat, Transactions, TreeWatch,
+    TreeWatches,
 };
 use recipes_core::{Backend, Error, Result};
 use tokio::sync::{oneshot, watch};
@@ -237,6 +238,11 @@ impl Backend for MemClient {
         Some(self)
     }
 
+    fn tree_watches(&self) -> Option<&dyn TreeWatches> {
+        // ZooKeeper's, where the cluster stands for ZooKeeper; etcd's backend has none yet.
+        (self.cluster.child_order() == ChildOrder::Sequence).then_some(self as &dyn TreeWatches)
+    }
+
     fn creation_checks(&self) -> Option<&dyn CreationChecks> {
         // etcd's, where the cluster stands for etcd (ordered by creation); ZooKeeper has none, and a kinder backend
         // would hide the window its recipes keep.
@@ -292,6 +298,29 @@ impl CreationChecks for MemClient {
             czxid,
         };
         self.request(session, op).await.map(Reply::deleted)
+    }
+}
+
+#[async_trait]
+impl TreeWatches for MemClient {
+    async fn watch_tree(&self, session: SessionId, path: &str) -> Result<TreeWatch> {
+        // Marked seen before the request is sent: any change of the session's state from here on ends the watch.
+        // As ZooKeeper's client checks a path before it sends it.
+        let bad = !path.starts_with('/')
+            || (path != "/" && path[1..].split('/').any(|s| s.is_empty() || s == "." || s == ".."))
+            || path.contains('\0');
+        if bad {
+            return Err(Error::Refused(format!("{path}: not a valid path")));
+        }
+        let mut armed = self.session();
+        armed.borrow_and_update();
+        let (watch, rx) = futures::channel::mpsc::unbounded();
+        let op = Op::AddTreeWatch {
+            path: path.into(),
+            watch,
+        };
+        self.request(session, op).await?.done("watch tree");
+        Ok(tree_watch_until_moved(rx, armed))
     }
 }
 

@@ -10,4 +10,5 @@ mod request_sizes;
 mod requests_yield;
 mod testing_your_application;
 mod tree;
+mod tree_watches;
 mod watches_set_again;

@@ -299,6 +299,7 @@ impl State {
             NetEvent::Deliver(s) => match self.sessions.get(&s).and_then(|r| r.inbound.front()) {
                 Some(Inbound::Reply { result, .. }) => format!("{} reply {}", sid(s), Reply::describe(result)),
                 Some(Inbound::Event { event, .. }) => format!("{} watch {:?}", sid(s), event),
+                Some(Inbound::Tree { event, .. }) => format!("{} tree {:?} {}", sid(s), event.change, event.path),
                 None => format!("{} deliver (nothing)", sid(s)),
             },
             NetEvent::Timer(seq) => match self.timers.iter().find(|((_, q), _)| *q == seq) {

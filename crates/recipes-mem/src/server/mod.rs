@@ -26,7 +26,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::backend::{NodeEvent, SessionId, SessionState};
+use recipes_core::backend::{NodeEvent, SessionId, SessionState, TreeEvent};
 use recipes_core::mutants::{is_active, Mutant};
 use recipes_core::{Error, Result};
 use tokio::sync::{oneshot, Notify};
@@ -41,6 +41,7 @@ use watches::{Watch, Watches};
 use crate::tree::Tree;
 
 pub(crate) type WatchTx = oneshot::Sender<Result<NodeEvent>>;
+pub(crate) type TreeTx = futures::channel::mpsc::UnboundedSender<Result<TreeEvent>>;
 
 /// A request sent: its reply already (applied and delivered at once), or where it will come.
 pub(crate) enum Sent {
@@ -90,12 +91,21 @@ enum Inbound {
         due: Instant,
         seq: u64,
     },
+    /// An event of a tree watch: lost if the connection breaks before it arrives (ZOOKEEPER-4698).
+    Tree {
+        tx: TreeTx,
+        event: Box<TreeEvent>,
+        due: Instant,
+        seq: u64,
+    },
 }
 
 impl Inbound {
     fn due(&self) -> (Instant, u64) {
         match self {
-            Inbound::Reply { due, seq, .. } | Inbound::Event { due, seq, .. } => (*due, *seq),
+            Inbound::Reply { due, seq, .. } | Inbound::Event { due, seq, .. } | Inbound::Tree { due, seq, .. } => {
+                (*due, *seq)
+            }
         }
     }
 
@@ -103,7 +113,7 @@ impl Inbound {
     fn request_sent(&self) -> Option<Instant> {
         match self {
             Inbound::Reply { sent, .. } => Some(*sent),
-            Inbound::Event { .. } => None,
+            Inbound::Event { .. } | Inbound::Tree { .. } => None,
         }
     }
 
@@ -114,6 +124,9 @@ impl Inbound {
                 let _ = tx.send(result);
             }
             Inbound::Event { fired, event, .. } => fired.1.send(event),
+            Inbound::Tree { tx, event, .. } => {
+                let _ = tx.unbounded_send(Ok(*event));
+            }
         }
     }
 }
@@ -353,5 +366,23 @@ impl State {
         }
         let fired = Box::new((path.to_owned(), watch));
         rec.queue_inbound(now + watch_delay, |due| Inbound::Event { fired, event, due, seq });
+    }
+
+    /// Sends the event of a tree watch of `sid` to its client, behind the replies and events already on their way
+    /// (the session is up: a tree watch goes when its connection breaks).
+    fn deliver_tree_event(&mut self, sid: SessionId, tx: TreeTx, event: TreeEvent, now: Instant) {
+        let watch_delay = self.watch_delay;
+        let immediate = self.immediate();
+        let seq = self.next_seq();
+        // A tree watch goes with its session's connection; were one left, its event would be lost as ZooKeeper's is.
+        let Some(rec) = self.sessions.get_mut(&sid).filter(|r| r.up) else {
+            return;
+        };
+        if immediate && rec.inbound.is_empty() {
+            let _ = tx.unbounded_send(Ok(event));
+            return;
+        }
+        let event = Box::new(event);
+        rec.queue_inbound(now + watch_delay, |due| Inbound::Tree { tx, event, due, seq });
     }
 }

@@ -3,12 +3,12 @@
 
 use std::borrow::Cow;
 
-use recipes_core::backend::{CreateMode, Created, NodeEvent, SessionId, Stat};
+use recipes_core::backend::{CreateMode, Created, NodeEvent, SessionId, Stat, TreeChange};
 use recipes_core::Result;
 use tokio::time::Instant;
 
 use super::watches::WatchKind;
-use super::{Access, State, WatchTx};
+use super::{Access, State, TreeTx, WatchTx};
 use crate::tree::{parent_of, Node};
 
 /// A request, as sent on the wire: its path and data borrowed from the caller while it is applied at once (no
@@ -63,6 +63,11 @@ pub(crate) enum Op<'a> {
     Sync {
         path: Cow<'a, str>,
     },
+    /// A persistent watch on a node and every node below it (ZooKeeper's `addWatch`, recursive).
+    AddTreeWatch {
+        path: Cow<'a, str>,
+        watch: TreeTx,
+    },
 }
 
 impl<'a> Op<'a> {
@@ -102,6 +107,7 @@ impl<'a> Op<'a> {
                 data: own_data(data),
             },
             Op::Sync { path } => Op::Sync { path: own(path) },
+            Op::AddTreeWatch { path, watch } => Op::AddTreeWatch { path: own(path), watch },
         }
     }
 
@@ -119,6 +125,8 @@ impl<'a> Op<'a> {
             Op::Children { path } => (vec![format!("children:{path}")], vec![]),
             Op::Get { path } | Op::Exists { path, .. } | Op::GetWatch { path, .. } => (vec![node(path)], vec![]),
             Op::Sync { .. } => (vec![], vec![]),
+            // Whether a change below the path is reported depends on its order with this: commutes with nothing.
+            Op::AddTreeWatch { .. } => return Access::global(),
         };
         Access {
             session: Some(sid),
@@ -142,6 +150,7 @@ impl<'a> Op<'a> {
             Op::DeleteAll { paths } => format!("delete all of {}", paths.join(" ")),
             Op::SetDataAndDelete { path, .. } => format!("set and delete {path}"),
             Op::Sync { path } => format!("sync {path}"),
+            Op::AddTreeWatch { path, .. } => format!("watch tree {path}"),
         }
     }
 
@@ -260,6 +269,7 @@ impl State {
         match op {
             Op::Create { path, data, mode } => {
                 let created = self.tree.create(sid, &path, data.into_owned(), mode, now)?;
+                self.fire_trees(&created.path, TreeChange::Created, now);
                 Ok(Reply::Created(created))
             }
             Op::Children { path } => self.tree.children(&path).map(|names| {
@@ -337,6 +347,14 @@ impl State {
                 Ok(Reply::Done)
             }
             Op::Sync { .. } => Ok(Reply::Done),
+            Op::AddTreeWatch { path, watch } => {
+                // A request of a broken connection applied after the break (an orphan) sets nothing: ZooKeeper binds a
+                // watch to the connection it came on.
+                if self.sessions.get(&sid).is_some_and(|r| r.up) {
+                    self.watches.add_tree(sid, path.into_owned(), watch);
+                }
+                Ok(Reply::Done)
+            }
         }
     }
 

@@ -188,6 +188,8 @@ impl State {
                     let _ = tx.send(Err(Error::ConnectionLoss));
                 }
                 Inbound::Event { fired, .. } => unsent.push(*fired),
+                // Lost with the connection (ZOOKEEPER-4698); the stream ends at the state's change.
+                Inbound::Tree { .. } => {}
             }
         }
         let outbound = rec.outbound.take();
@@ -199,6 +201,7 @@ impl State {
             unreachable!("a session has its record only while its client uses it")
         }
         rec.client.publish(sid, SessionState::Suspended);
+        self.watches.drop_trees_of(sid);
         for (path, watch) in unsent {
             self.watches.add(path, watch);
         }
@@ -243,6 +246,7 @@ impl State {
             }
         }
         let doomed = self.watches.take_session(sid);
+        self.watches.drop_trees_of(sid);
         let Some(rec) = self.sessions.get_mut(&sid) else {
             unreachable!("a session's record goes only once its client learns of the end")
         };

@@ -5,10 +5,10 @@
 
 use std::collections::HashMap;
 
-use recipes_core::backend::{NodeEvent, SessionId};
+use recipes_core::backend::{NodeEvent, SessionId, TreeChange, TreeEvent};
 use tokio::time::Instant;
 
-use super::{State, WatchTx};
+use super::{State, TreeTx, WatchTx};
 use crate::tree::Node;
 
 /// What a watch waits for.
@@ -87,6 +87,26 @@ pub(crate) struct Watches {
     by_path: HashMap<String, PathWatches, foldhash::fast::FixedState>,
     /// Counts the watches set: each watch's place in the order its session set them.
     set: u64,
+    /// The tree watches (ZooKeeper's persistent recursive), in the order they were set: few, each on a subtree.
+    trees: Vec<TreeWatch>,
+}
+
+/// A persistent watch of a session on a node and every node below it: kept while its session's connection is up
+/// and its stream is not dropped.
+#[derive(Debug)]
+struct TreeWatch {
+    session: SessionId,
+    root: String,
+    tx: TreeTx,
+}
+
+impl TreeWatch {
+    fn covers(&self, path: &str) -> bool {
+        match path.strip_prefix(self.root.as_str()) {
+            Some(rest) => rest.is_empty() || rest.starts_with('/') || self.root == "/",
+            None => false,
+        }
+    }
 }
 
 /// One path's watches, in the order they were set, and the length at which dropped ones are pruned next.
@@ -127,12 +147,40 @@ impl Watches {
         ws.list.push(watch);
     }
 
-    /// The sessions with a watch on `path`.
-    pub(super) fn sessions_on(&self, path: &str) -> impl Iterator<Item = SessionId> + '_ {
+    /// The sessions with a watch on `path`, or on a tree it is in.
+    pub(super) fn sessions_on<'a>(&'a self, path: &'a str) -> impl Iterator<Item = SessionId> + 'a {
         self.by_path
             .get(path)
             .into_iter()
             .flat_map(|ws| ws.list.iter().map(|w| w.session))
+            .chain(self.trees.iter().filter(move |t| t.covers(path)).map(|t| t.session))
+    }
+
+    /// Sets a tree watch of `session` on `root`.
+    pub(super) fn add_tree(&mut self, session: SessionId, root: String, tx: TreeTx) {
+        self.trees.retain(|t| !t.tx.is_closed());
+        self.trees.push(TreeWatch { session, root, tx });
+    }
+
+    /// The tree watches that a change of `path` fires (their session and channel), in the order they were set; those
+    /// whose stream was dropped go.
+    fn trees_on(&mut self, path: &str) -> Vec<(SessionId, TreeTx)> {
+        if self.trees.is_empty() {
+            return Vec::new();
+        }
+        self.trees.retain(|t| !t.tx.is_closed());
+        self.trees
+            .iter()
+            .filter(|t| t.covers(path))
+            .map(|t| (t.session, t.tx.clone()))
+            .collect()
+    }
+
+    /// Drops the tree watches of `session`: its connection broke, or the session ended (ZooKeeper drops a
+    /// connection's watches; the client sets a persistent watch again at its reconnection, but the events between are
+    /// lost, ZOOKEEPER-4698, so a tree watch here ends at the break and its user sets a new one).
+    pub(super) fn drop_trees_of(&mut self, session: SessionId) {
+        self.trees.retain(|t| t.session != session);
     }
 
     /// How many watches are set.
@@ -193,6 +241,22 @@ impl State {
         let down = |sid: SessionId| sessions.get(&sid).is_some_and(|r| r.alive && !r.up);
         for w in self.watches.fired(path, event, down) {
             self.deliver_event(path, w, Ok(event), now);
+        }
+        let change = match event {
+            NodeEvent::Deleted => TreeChange::Deleted,
+            _ => TreeChange::DataChanged,
+        };
+        self.fire_trees(path, change, now);
+    }
+
+    /// Fires the tree watches over `path` (after its node's own watches, as ZooKeeper's client hands them out).
+    pub(super) fn fire_trees(&mut self, path: &str, change: TreeChange, now: Instant) {
+        for (sid, tx) in self.watches.trees_on(path) {
+            let event = TreeEvent {
+                path: path.to_owned(),
+                change,
+            };
+            self.deliver_tree_event(sid, tx, event, now);
         }
     }
 

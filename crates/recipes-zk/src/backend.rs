@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use recipes_core::backend::{
     parent_path, CreateAndList, CreateMode, Created, DeletionWatch, Lease, NodeWatch, SendNow, SessionId,
-    SessionStatus, Stat, Transactions,
+    SessionStatus, Stat, Transactions, TreeWatches,
 };
 use recipes_core::{Backend, Error, Result};
 use tokio::sync::watch;
@@ -354,6 +354,10 @@ impl Backend for ZkBackend {
     }
 
     fn send_now(&self) -> Option<&dyn SendNow> {
+        Some(self)
+    }
+
+    fn tree_watches(&self) -> Option<&dyn TreeWatches> {
         Some(self)
     }
 

@@ -1,11 +1,11 @@
-//! The watches a session hands the recipes: a data-or-deletion watch, and a deletion watch that a data change re-arms
-//! on the same session.
+//! The watches a session hands the recipes: a data-or-deletion watch, a deletion watch that a data change re-arms on
+//! the same session, and the events of a tree watch.
 
 use std::sync::{Arc, Weak};
 
-use futures::FutureExt;
+use futures::{FutureExt, Stream};
 
-use recipes_core::backend::{DeletionWatch, NodeEvent, NodeWatch, SessionId};
+use recipes_core::backend::{DeletionWatch, NodeEvent, NodeWatch, SessionId, TreeChange, TreeEvent};
 use recipes_core::Error;
 
 use crate::errors::session_event_error;
@@ -83,4 +83,38 @@ pub(crate) fn deletion_watch(
             }
         }
     })
+}
+
+/// The events of a persistent recursive watch of a session, as a tree watch reports them, until its first session
+/// event (a disconnection, the expiry, the close), reported as an error that ends it: ZooKeeper loses a persistent
+/// watch's events across a reconnection (ZOOKEEPER-4698), and zookeeper-client's watcher may not be polled after a
+/// terminal event. Child-list events (none come in the recursive mode) are skipped.
+pub(crate) fn tree_events(
+    watcher: zk::PersistentWatcher,
+    inner: Weak<Inner>,
+) -> impl Stream<Item = Result<TreeEvent, Error>> + Send + Unpin + 'static {
+    Box::pin(futures::stream::unfold(Some(watcher), move |watcher| {
+        let inner = inner.clone();
+        async move {
+            let mut watcher = watcher?;
+            loop {
+                let event = watcher.changed().await;
+                let change = match event.event_type {
+                    zk::EventType::NodeCreated => TreeChange::Created,
+                    zk::EventType::NodeDataChanged => TreeChange::DataChanged,
+                    zk::EventType::NodeDeleted => TreeChange::Deleted,
+                    zk::EventType::NodeChildrenChanged => continue,
+                    zk::EventType::Session => {
+                        let e = session_event_error(event.session_state, inner.upgrade().is_none_or_closed());
+                        return Some((Err(e), None));
+                    }
+                };
+                let event = TreeEvent {
+                    path: event.path,
+                    change,
+                };
+                return Some((Ok(event), Some(watcher)));
+            }
+        }
+    }))
 }

@@ -1,13 +1,19 @@
-//! The ZooKeeper backend's optional powers: transactions (`multi`) and requests sent before the call returns.
+//! The ZooKeeper backend's optional powers: transactions (`multi`), requests sent before the call returns, and tree
+//! watches (persistent recursive).
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
-use recipes_core::backend::{ReplyFuture, SendNow, SessionId, Transactions};
-use recipes_core::Result;
+use recipes_core::backend::{
+    tree_watch_until_moved, ReplyFuture, SendNow, SessionId, Transactions, TreeWatch, TreeWatches,
+};
+use recipes_core::{Backend, Result};
 
 use super::ZkBackend;
 use crate::convert::settle;
 use crate::lease::Stamp;
 use crate::session::Evidence;
+use crate::watches::tree_events;
 use crate::zk;
 
 #[async_trait]
@@ -74,5 +80,23 @@ impl SendNow for ZkBackend {
             std::task::Poll::Ready(r) => Some(Box::pin(std::future::ready(r))),
             std::task::Poll::Pending => Some(reply),
         }
+    }
+}
+
+#[async_trait]
+impl TreeWatches for ZkBackend {
+    async fn watch_tree(&self, session: SessionId, path: &str) -> Result<TreeWatch> {
+        // Marked seen before the request is sent: any change of the session's state from here on ends the watch.
+        let mut armed = self.session();
+        armed.borrow_and_update();
+        let watcher = self
+            .request(session, path, Evidence::Seen, |c| async move {
+                c.watch(path, zk::AddWatchMode::PersistentRecursive).await
+            })
+            .await?;
+        Ok(tree_watch_until_moved(
+            tree_events(watcher, Arc::downgrade(&self.inner)),
+            armed,
+        ))
     }
 }

@@ -13,8 +13,13 @@ use crate::harness::Harness;
 use crate::util::{bounded, eventually, skip};
 
 mod creation;
+mod trees;
 mod watches;
 pub use creation::a_delete_if_created_spares_a_name_made_again;
+pub use trees::{
+    a_tree_watch_ends_at_a_cut, a_tree_watch_event_arrives_before_a_later_reply,
+    a_tree_watch_reports_every_change_below_it_in_order,
+};
 pub use watches::{
     a_change_before_the_watch_is_polled_is_seen, a_deletion_after_a_change_is_seen_through_a_new_node,
     a_node_made_again_while_cut_off_is_reported_deleted, a_watch_set_before_a_cut_reports_the_node_as_it_is_then,
@@ -37,6 +42,8 @@ macro_rules! __for_each_contract {
             delete_all_is_all_or_none set_data_and_delete_is_one_write
             a_transaction_sent_now_precedes_later_requests
             a_delete_if_created_spares_a_name_made_again
+            a_tree_watch_reports_every_change_below_it_in_order a_tree_watch_event_arrives_before_a_later_reply
+            a_tree_watch_ends_at_a_cut
         );
     };
 }

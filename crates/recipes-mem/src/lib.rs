@@ -21,6 +21,9 @@
 //!   cut are lost with it; when it reconnects, each watch is answered from its node as it is then (ZooKeeper's
 //!   `setWatches`: a change then a deletion is the deletion, a node made again under its name is a change), last-set
 //!   first, which is not the order of the changes.
+//! - **tree watches** (ZooKeeper's persistent recursive watch, see
+//!   [`TreeWatches`](recipes_core::backend::TreeWatches)): every create, change of data and delete below the watched
+//!   node, in the session's one stream of replies and events; lost with the connection, which ends the watch.
 //!
 //! Time is tokio's clock, so tests may run under `tokio::time::pause` (`#[tokio::test(start_paused = true)]`).
 //!

@@ -141,6 +141,51 @@ async fn watch_event(rx: oneshot::Receiver<Result<NodeEvent>>) -> Result<NodeEve
     rx.await.unwrap_or(Err(Error::Closed))
 }
 
+/// What a deletion watch needs to set itself again after a change of its node's data: ZooKeeper's exists watch is a
+/// data watch, used up by the change.
+struct SetAgain {
+    cluster: MemCluster,
+    shared: Arc<ClientShared>,
+    session: SessionId,
+    path: String,
+    czxid: i64,
+}
+
+impl SetAgain {
+    /// The deletion watch of `session` on the node made at `czxid`, as the ZooKeeper backend's: a change of data sets
+    /// it again with an existence check on the same session (a request of its own, which may fail with the
+    /// connection), and a node of the name found then with another creation id means the one watched was deleted.
+    fn deletion_watch(self, first: oneshot::Receiver<Result<NodeEvent>>) -> DeletionWatch {
+        Box::pin(async move {
+            let mut rx = first;
+            loop {
+                match watch_event(rx).await? {
+                    NodeEvent::Deleted => return Ok(()),
+                    _ => {
+                        let (watch, next) = oneshot::channel();
+                        let op = Op::Exists {
+                            path: self.path.as_str().into(),
+                            watch,
+                        };
+                        let sent = self
+                            .cluster
+                            .with(|st, now| st.send(&self.shared, self.session, op, now));
+                        match MemClient::reply(sent).await {
+                            Ok(reply) => match reply.exists() {
+                                Some(stat) if stat.czxid == self.czxid => rx = next,
+                                _ => return Ok(()),
+                            },
+                            Err(Error::SessionExpired) => return Err(Error::SessionExpired),
+                            Err(Error::Closed) => return Err(Error::Closed),
+                            Err(_) => return Err(Error::ConnectionLoss),
+                        }
+                    }
+                }
+            }
+        })
+    }
+}
+
 #[async_trait]
 impl Backend for MemClient {
     fn child_order(&self) -> recipes_core::backend::ChildOrder {
@@ -188,8 +233,14 @@ impl Backend for MemClient {
         };
         let stat = self.request(session, op).await?.exists();
         Ok(stat.map(|stat| {
-            let w: DeletionWatch = Box::pin(async move { watch_event(rx).await.map(|_| ()) });
-            (stat, w)
+            let again = SetAgain {
+                cluster: self.cluster.clone(),
+                shared: self.shared.clone(),
+                session,
+                path: path.to_owned(),
+                czxid: stat.czxid,
+            };
+            (stat, again.deletion_watch(rx))
         }))
     }
 

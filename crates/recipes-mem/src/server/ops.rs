@@ -7,7 +7,6 @@ use recipes_core::backend::{CreateMode, Created, NodeEvent, SessionId, Stat, Tre
 use recipes_core::Result;
 use tokio::time::Instant;
 
-use super::watches::WatchKind;
 use super::{Access, State, TreeTx, WatchTx};
 use crate::tree::{parent_of, Node};
 
@@ -278,11 +277,11 @@ impl State {
             }),
             Op::Get { path } => Ok(Reply::Node(self.tree.node(&path).map(Node::read))),
             Op::Exists { path, watch } => {
-                let node = self.watch(sid, path.into_owned(), WatchKind::Deletion, watch);
+                let node = self.watch(sid, path.into_owned(), watch);
                 Ok(Reply::Exists(node.map(Node::stat)))
             }
             Op::GetWatch { path, watch } => {
-                let node = self.watch(sid, path.into_owned(), WatchKind::Data, watch);
+                let node = self.watch(sid, path.into_owned(), watch);
                 Ok(Reply::Node(node.map(Node::read)))
             }
             Op::SetData { path, data, version } => {

@@ -11,30 +11,12 @@ use tokio::time::Instant;
 use super::{State, TreeTx, WatchTx};
 use crate::tree::Node;
 
-/// What a watch waits for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum WatchKind {
-    /// Deletion only (an exists-watch).
-    Deletion,
-    /// Deletion or a change of data.
-    Data,
-}
-
-impl WatchKind {
-    fn fires_on(self, event: NodeEvent) -> bool {
-        match event {
-            NodeEvent::Deleted => true,
-            NodeEvent::DataChanged => self == WatchKind::Data,
-            _ => false,
-        }
-    }
-}
-
-/// One watch set by a session, on the node of this creation id at this version of its data.
+/// One watch set by a session, on the node of this creation id at this version of its data: ZooKeeper's data watch,
+/// which a read or an existence check of the node sets, and a change of its data or its deletion fires (an exists
+/// watch too: the backends' deletion watches set one again after a change of data, as the ZooKeeper backend's does).
 #[derive(Debug)]
 pub(super) struct Watch {
     session: SessionId,
-    kind: WatchKind,
     tx: WatchTx,
     czxid: i64,
     version: i32,
@@ -61,19 +43,13 @@ impl Watch {
     /// What the watch reports when its session sets it again after a reconnection, the node at `path` being `now`
     /// (ZooKeeper's `setWatches`, answered from the node as it stands): deleted when it is gone; a change of data
     /// when its data changed, or when another node of the name stands there (ZooKeeper compares the node's last
-    /// change with the last the client saw, and reports a node made again as changed, helper-103); for a deletion
-    /// watch, the deletion then too (the ZooKeeper backend's exists watch tells a node made again by its creation
-    /// id); nothing (the watch stays) otherwise.
+    /// change with the last the client saw, and reports a node made again as changed, helper-103; a deletion watch
+    /// tells it by its creation id when it sets itself again); nothing (the watch stays) otherwise.
     fn set_again(&self, now: Option<&Node>) -> Option<NodeEvent> {
         let Some(node) = now else {
             return Some(NodeEvent::Deleted);
         };
-        match self.kind {
-            WatchKind::Deletion if node.czxid != self.czxid => Some(NodeEvent::Deleted),
-            WatchKind::Deletion => None,
-            WatchKind::Data if node.czxid != self.czxid || node.version != self.version => Some(NodeEvent::DataChanged),
-            WatchKind::Data => None,
-        }
+        (node.czxid != self.czxid || node.version != self.version).then_some(NodeEvent::DataChanged)
     }
 }
 
@@ -117,15 +93,13 @@ pub(crate) struct PathWatches {
 }
 
 impl Watches {
-    /// Takes out the watches on `path` that `event` fires, in order, but those of sessions whose connection is
-    /// `down`: they stay, to be set again at the reconnection.
-    pub(super) fn fired(&mut self, path: &str, event: NodeEvent, down: impl Fn(SessionId) -> bool) -> Vec<Watch> {
+    /// Takes out the watches on `path` (a change of its data or its deletion fires them all), in order, but those of
+    /// sessions whose connection is `down`: they stay, to be set again at the reconnection.
+    pub(super) fn fired(&mut self, path: &str, down: impl Fn(SessionId) -> bool) -> Vec<Watch> {
         let Some(ws) = self.by_path.get_mut(path) else {
             return Vec::new();
         };
-        let (fire, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut ws.list)
-            .into_iter()
-            .partition(|w| w.kind.fires_on(event) && !down(w.session));
+        let (fire, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut ws.list).into_iter().partition(|w| !down(w.session));
         ws.list = keep;
         if ws.list.is_empty() {
             self.by_path.remove(path);
@@ -219,12 +193,11 @@ impl Watches {
 impl State {
     /// Sets a watch of `sid` on `path` when the node exists (as ZooKeeper sets the watch of a read that finds the
     /// node); returns the node.
-    pub(super) fn watch(&mut self, sid: SessionId, path: String, kind: WatchKind, tx: WatchTx) -> Option<&Node> {
+    pub(super) fn watch(&mut self, sid: SessionId, path: String, tx: WatchTx) -> Option<&Node> {
         let node = self.tree.node(&path)?;
         self.watches.set += 1;
         let watch = Watch {
             session: sid,
-            kind,
             tx,
             czxid: node.czxid,
             version: node.version,
@@ -239,7 +212,7 @@ impl State {
     pub(super) fn fire_watches(&mut self, path: &str, event: NodeEvent, now: Instant) {
         let sessions = &self.sessions;
         let down = |sid: SessionId| sessions.get(&sid).is_some_and(|r| r.alive && !r.up);
-        for w in self.watches.fired(path, event, down) {
+        for w in self.watches.fired(path, down) {
             self.deliver_event(path, w, Ok(event), now);
         }
         let change = match event {

@@ -120,7 +120,10 @@ async fn a_deletion_watch_sets_itself_again_after_a_change() {
     assert!((&mut kept).now_or_never().is_none(), "the node is there: still watched");
     // The connection breaks before the second sets itself again.
     b.disconnect_for(Duration::from_millis(10));
-    assert!(matches!((&mut cut).now_or_never(), Some(Err(recipes_core::Error::ConnectionLoss))));
+    assert!(matches!(
+        (&mut cut).now_or_never(),
+        Some(Err(recipes_core::Error::ConnectionLoss))
+    ));
     tokio::time::advance(Duration::from_millis(20)).await;
     let reconnect = ctl.events();
     assert!(matches!(reconnect.as_slice(), [NetEvent::Timer(_)]), "{reconnect:?}");

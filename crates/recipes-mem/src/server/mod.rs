@@ -261,7 +261,7 @@ impl State {
         self.catch_up(now);
         let alive = self.sessions.get(&sid).is_some_and(|rec| rec.alive);
         let result = if alive {
-            self.execute(sid, op, now)
+            self.execute(sid, op, false, now)
         } else {
             Err(Error::SessionExpired)
         };
@@ -297,7 +297,7 @@ impl State {
         };
         let ephemeral_create = req.op.is_ephemeral_create();
         let result = if rec.alive {
-            self.execute(sid, req.op, now)
+            self.execute(sid, req.op, orphan, now)
         } else {
             Err(Error::SessionExpired)
         };

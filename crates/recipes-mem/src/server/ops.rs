@@ -262,8 +262,9 @@ impl Reply {
 }
 
 impl State {
-    /// Runs a request on the tree, as session `sid`.
-    pub(super) fn execute(&mut self, sid: SessionId, op: Op<'_>, now: Instant) -> Result<Reply> {
+    /// Runs a request on the tree, as session `sid`. `orphan`: a request of a broken connection, which sets no watch
+    /// (ZooKeeper binds a watch to the connection it came on; its caller was told the connection was lost).
+    pub(super) fn execute(&mut self, sid: SessionId, op: Op<'_>, orphan: bool, now: Instant) -> Result<Reply> {
         self.requests += 1;
         match op {
             Op::Create { path, data, mode } => {
@@ -276,12 +277,14 @@ impl State {
                 Reply::Names(names)
             }),
             Op::Get { path } => Ok(Reply::Node(self.tree.node(&path).map(Node::read))),
+            Op::Exists { path, .. } if orphan => Ok(Reply::Exists(self.tree.node(&path).map(Node::stat))),
+            Op::GetWatch { path, .. } if orphan => Ok(Reply::Node(self.tree.node(&path).map(Node::read))),
             Op::Exists { path, watch } => {
-                let node = self.watch(sid, path.into_owned(), watch);
+                let node = self.watch(sid, path.into_owned(), true, watch);
                 Ok(Reply::Exists(node.map(Node::stat)))
             }
             Op::GetWatch { path, watch } => {
-                let node = self.watch(sid, path.into_owned(), watch);
+                let node = self.watch(sid, path.into_owned(), false, watch);
                 Ok(Reply::Node(node.map(Node::read)))
             }
             Op::SetData { path, data, version } => {
@@ -347,9 +350,7 @@ impl State {
             }
             Op::Sync { .. } => Ok(Reply::Done),
             Op::AddTreeWatch { path, watch } => {
-                // A request of a broken connection applied after the break (an orphan) sets nothing: ZooKeeper binds a
-                // watch to the connection it came on.
-                if self.sessions.get(&sid).is_some_and(|r| r.up) {
+                if !orphan {
                     self.watches.add_tree(sid, path.into_owned(), watch);
                 }
                 Ok(Reply::Done)

@@ -65,6 +65,8 @@ pub(crate) struct Watches {
     set: u64,
     /// The tree watches (ZooKeeper's persistent recursive), in the order they were set: few, each on a subtree.
     trees: Vec<TreeWatch>,
+    /// Tree watches whose session then set a one-shot watch on their root: silent until the connection goes.
+    silenced: Vec<TreeWatch>,
 }
 
 /// A persistent watch of a session on a node and every node below it: kept while its session's connection is up
@@ -155,11 +157,27 @@ impl Watches {
     /// lost, ZOOKEEPER-4698, so a tree watch here ends at the break and its user sets a new one).
     pub(super) fn drop_trees_of(&mut self, session: SessionId) {
         self.trees.retain(|t| t.session != session);
+        self.silenced.retain(|t| t.session != session);
     }
 
-    /// How many watches are set.
+    /// A one-shot watch of `session` on `path`: ZooKeeper before 3.9 keeps one watch mode per path and session
+    /// (ZOOKEEPER-4466), so it replaces the session's tree watch rooted there. That watch reports nothing more, and
+    /// does not end either (found by review, helper-109, on ZooKeeper 3.8.0): its stream stays silent until the
+    /// connection goes.
+    fn silence_trees(&mut self, session: SessionId, path: &str) {
+        if self.trees.is_empty() {
+            return;
+        }
+        let (silenced, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.trees)
+            .into_iter()
+            .partition(|t| t.session == session && t.root == path);
+        self.trees = kept;
+        self.silenced.extend(silenced);
+    }
+
+    /// How many watches are set (tree watches, silenced ones too, included).
     pub(crate) fn count(&self) -> usize {
-        self.by_path.values().map(|ws| ws.list.len()).sum()
+        self.by_path.values().map(|ws| ws.list.len()).sum::<usize>() + self.trees.len() + self.silenced.len()
     }
 
     /// Takes out every watch of session `sid`, path by path in order: an order that depends on the paths alone, not
@@ -192,8 +210,12 @@ impl Watches {
 
 impl State {
     /// Sets a watch of `sid` on `path` when the node exists (as ZooKeeper sets the watch of a read that finds the
-    /// node); returns the node.
-    pub(super) fn watch(&mut self, sid: SessionId, path: String, tx: WatchTx) -> Option<&Node> {
+    /// node); returns the node. `exists`: an existence check, whose watch ZooKeeper sets on a missing node too (the
+    /// backends drop that one at once, but it has replaced a tree watch rooted there all the same).
+    pub(super) fn watch(&mut self, sid: SessionId, path: String, exists: bool, tx: WatchTx) -> Option<&Node> {
+        if exists || self.tree.node(&path).is_some() {
+            self.watches.silence_trees(sid, &path);
+        }
         let node = self.tree.node(&path)?;
         self.watches.set += 1;
         let watch = Watch {

@@ -115,15 +115,20 @@ pub trait TreeWatches: Send + Sync {
     ///   them, by whichever session made it.
     /// - A session's events and replies come in one order: once a reply of `session` shows a change (a listing, a
     ///   read, a failed create), the change's event is in the stream already, ready without a wait.
-    /// - At the first change of the session's state after the request was sent ([`Backend::session`](super::Backend::session) reports it: a
-    ///   disconnection, a reconnection, the expiry, the close), the stream yields one error
-    ///   ([`Error::ConnectionLoss`](crate::Error::ConnectionLoss), [`Error::SessionExpired`](crate::Error::SessionExpired)
-    ///   or [`Error::Closed`](crate::Error::Closed)) and ends. ZooKeeper loses a persistent watch's events across a
-    ///   reconnection (ZOOKEEPER-4698): what the stream said is no longer the whole story, and whatever was built on it
+    /// - At the first wake of the session's receiver after the request was sent
+    ///   ([`Backend::session`](super::Backend::session): a disconnection, a reconnection, the expiry, the close, or the
+    ///   lease moving back, which wakes it with the state unchanged), the stream yields one error and ends:
+    ///   [`Error::ConnectionLoss`](crate::Error::ConnectionLoss),
+    ///   [`Error::SessionExpired`](crate::Error::SessionExpired) or [`Error::Closed`](crate::Error::Closed).
+    ///   ZooKeeper loses a persistent watch's events across a reconnection (ZOOKEEPER-4698), and a backend may learn of
+    ///   a reconnection only after it: what the stream said is no longer the whole story, and whatever was built on it
     ///   must be built again (a new watch, a new listing). Events yielded before the error are true.
-    /// - Dropping the stream removes the watch (on ZooKeeper before 3.9, best effort: ZOOKEEPER-4472).
-    /// - A one-shot watch of the same session on a node below `path` fires as it would alone. Not on `path` itself:
-    ///   ZooKeeper before 3.9 keeps one watch mode per path and session (ZOOKEEPER-4466).
+    /// - Dropping the stream removes the watch (on ZooKeeper before 3.9, best effort: ZOOKEEPER-4472; in memory, at
+    ///   the next change it would report).
+    /// - A one-shot watch of the same session on a node below `path` fires as it would alone. **Never set one on `path`
+    ///   itself**: ZooKeeper before 3.9 keeps one watch mode per path and session (ZOOKEEPER-4466), and on ZooKeeper
+    ///   3.8 the one-shot watch replaces the tree watch, which then reports nothing more and does not end. The
+    ///   in-memory backend does the same (found by review, helper-109).
     ///
     /// # Notable errors
     /// `ConnectionLoss`, `SessionExpired`, `Closed`.
@@ -149,9 +154,14 @@ where
                 _ if s.id != id => Error::SessionExpired,
                 _ => Error::ConnectionLoss,
             };
-            if armed.has_changed().unwrap_or(true) {
-                let now = *armed.borrow();
-                return Some((Err(moved(now)), None));
+            match armed.has_changed() {
+                Ok(false) => {}
+                Ok(true) => {
+                    let now = *armed.borrow();
+                    return Some((Err(moved(now)), None));
+                }
+                // The backend is gone.
+                Err(_) => return Some((Err(Error::Closed), None)),
             }
             tokio::select! {
                 biased;

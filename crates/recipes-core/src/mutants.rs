@@ -145,6 +145,13 @@ pub enum Mutant {
     /// release would write (as before decision 0080), so that a test can show what the mark changes: a contender
     /// whose scout is the node lists the whole queue.
     HandoffDeletesBare,
+    /// Not a bug: no view of the queue (every waiter in line keeps one-shot watches of its own, as before decision
+    /// 0085), so that a test can show what the view changes.
+    NoViews,
+    /// A waiter in the session's view ignores what the view tells of its own node, as if the view stood in for the
+    /// blocker's watch alone: an operator's delete of our node is missed, and the waiter holds with its node gone once
+    /// its blocker goes, beside whoever came to hold behind it.
+    ViewIgnoresOwn,
 }
 
 impl Mutant {

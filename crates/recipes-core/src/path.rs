@@ -47,6 +47,11 @@ impl LockPath {
         &self.0
     }
 
+    /// The path as the shared string it is kept in.
+    pub(crate) fn shared(&self) -> &Arc<str> {
+        &self.0
+    }
+
     /// The full path of a child node named `name`.
     pub fn child(&self, name: &str) -> String {
         let mut s = String::with_capacity(self.0.len() + 1 + name.len());

@@ -348,7 +348,24 @@ pub fn switched() -> Vec<(Vec<Mutant>, Config)> {
                 2,
             ),
         ),
+        // Three tasks of one session, two of them in line through its view of the queue (decision 0085), beside another
+        // session, with an operator's delete: without handoffs within the process (whose window the oracle must leave
+        // out), the oracle checks every hold after a delete, and a waiter of the view that missed its own node's
+        // deletion is caught (`Mutant::ViewIgnoresOwn`).
+        (vec![Mutant::NoHandoff], views_one_session()),
     ]
+}
+
+/// Three tasks of one session and a client of another, fair, with up to two faults of every kind.
+fn views_one_session() -> Config {
+    Config::new(
+        "views-one-session",
+        vec![
+            Program::Tasks(vec![plain(Recipe::Fair), plain(Recipe::Fair), plain(Recipe::Fair)]),
+            plain(Recipe::Fair),
+        ],
+    )
+    .with_faults(2, ALL_FAULTS)
 }
 
 /// The larger configurations for random walks: three and four clients, mixed recipes, two faults.
@@ -666,6 +683,14 @@ pub struct Sensitivity {
 /// The known bugs, each with the configuration in which the checker finds it.
 pub fn sensitivity() -> Vec<Sensitivity> {
     vec![
+        Sensitivity {
+            problem: "decision 0085: a waiter in its session's view of the queue ignores what the view tells of its \
+                      own node: an operator's delete of it is missed, and it holds once its blocker goes",
+            mutants: &[Mutant::NoHandoff, Mutant::ViewIgnoresOwn],
+            config: views_one_session(),
+            shows_as: "two holders|is gone",
+            by_walks: true,
+        },
         Sensitivity {
             problem: "found by review (helper-96): built for others' writes of lock-node data, a waiter still takes a \
                       change of its blocker's data for its hold when the blocker is gone as it reads it back: a \

@@ -181,12 +181,14 @@ type Shared = Arc<Mutex<Oracle>>;
 fn explorer(config: &Config) -> Explorer<Shared> {
     let (layout, cohorts, foreign_writes) = (config.layout, config.cohorts, config.foreign_writes);
     let clients = config.clients.len();
-    // Whether a hold may be passed within a process, without the server (tasks of one session, a cohort).
+    // Whether a hold may be passed within a process, without the server (tasks of one session, a cohort; not tasks
+    // whose releases hand nothing over, `Mutant::NoHandoff`, switched on for the walk).
     let handed_over = cohorts.is_some()
-        || config
+        || (config
             .clients
             .iter()
-            .any(|c| matches!(c, Program::Tasks(_) | Program::TasksApart(_)));
+            .any(|c| matches!(c, Program::Tasks(_) | Program::TasksApart(_)))
+            && !recipes_core::mutants::is_active(recipes_core::mutants::Mutant::NoHandoff));
     // Whether a node first in its line stays first until it goes: not in the peers' layouts, which sort names as
     // text, so that a node made after the sequence counter's wrap sorts ahead of those made before it (found by
     // review, helper-108).

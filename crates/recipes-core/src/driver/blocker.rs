@@ -163,8 +163,8 @@ impl Attempt<'_> {
     }
 }
 
-/// What woke a wait on its blocker (see `wait_on_blocker`).
-enum Woke {
+/// What woke a wait on its blocker (see `wait_on_blocker`, and `wait_in_view`).
+pub(super) enum Woke {
     /// The blocker's holder, a task of this process, handed the lock over; whether its release marks.
     Handed(bool),
     /// The blocker was deleted.

@@ -31,6 +31,8 @@ fn size<A, Fut>(_f: impl FnOnce(A) -> Fut) -> usize {
 /// cohort's wait, which kept its session watch twice, went from 952 to 712 (twenty-seventh session). The benchmark's
 /// waiting task went from 1,152 to 1,024 bytes (its live heap per waiter from 2,778 to 2,650). 848 since the wait in
 /// line borrows our node's path from the queued node, and the first listing is no longer matched around a wait.
+/// Since decision 0085 (thirty-first session), the wait counts itself among its session's waiters on the path (16
+/// bytes) and, through a view, runs boxed (about 424 bytes, only for waiters in a view).
 ///
 /// A task that releases after it waited keeps the larger of the two futures while it waits: the release's is
 /// bounded too (1,616 bytes until its delete was boxed; 400 until the held node in its guard was, 232 since).
@@ -41,12 +43,33 @@ fn waiting_futures_stay_small() {
     let cohort =
         size(|(c, x): (&'static Arc<crate::cohort::Cohort>, &'static Arc<Ctx>)| c.acquire(x, Patience::Forever));
     let release = size(|g: crate::LockGuard| g.release());
+    let in_view = size(
+        |(a, q, arm, l, v): (
+            &'static Attempt<'static>,
+            &'static super::queue::Queued,
+            &'static mut super::scout::Armed,
+            &'static super::wait::InLineOn,
+            &'static super::view::View,
+        )| a.wait_in_view(q, arm, l, v),
+    );
+    let in_line = size(
+        |(a, q, arm, l): (
+            &'static Attempt<'static>,
+            &'static super::queue::Queued,
+            &'static mut super::scout::Armed,
+            &'static super::wait::InLineOn,
+        )| a.wait_in_line(q, arm, l),
+    );
     let sizes = format!(
-        "driver acquire {acquire}, FairLock::acquire {fair}, Cohort::acquire {cohort}, LockGuard::release {release}"
+        "in view {in_view}, in line {in_line}, driver acquire {acquire}, FairLock::acquire {fair}, Cohort::acquire {cohort}, LockGuard::release {release}"
     );
     // 880: at most, a task that holds a lock handle and awaits the acquire (the benchmark's waiter) fits tokio's
     // 1,024-byte cell; 8 more would make it 1,152 (tokio's steps are 128).
     assert!(acquire <= 880, "{sizes}");
+    // A wait through the session's view is boxed (decision 0085): its whole state is each such waiter's heap, in place
+    // of the two one-shot watches it does not keep.
+    assert!(in_view <= 432, "{sizes}");
+    assert!(in_line <= 496, "{sizes}");
     assert!(release <= 320, "{sizes}");
     assert!(fair <= acquire, "{sizes}");
     // A fair lock's acquire carries the cohort's future beside the driver's, the larger of the two.

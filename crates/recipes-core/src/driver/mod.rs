@@ -17,6 +17,7 @@ mod deleted;
 mod exclusive;
 mod handoff;
 mod held;
+mod in_view;
 mod lease;
 mod listing;
 mod made;
@@ -26,6 +27,7 @@ mod queue;
 mod scout;
 pub(crate) mod session;
 mod turns;
+mod view;
 mod wait;
 
 use std::future::Future;
@@ -66,6 +68,8 @@ pub(crate) struct Ctx {
     pub handoffs: handoff::Handoffs,
     /// The turns of this process's tasks on keys named by their session (etcd's own lock's layout).
     pub turns: turns::Turns,
+    /// The views of the queues of this process's sessions, for their waiters in line (decision 0085).
+    pub views: view::Views,
 }
 
 /// How long a `try_acquire` may spend on requests (while disconnected they wait for the connection).

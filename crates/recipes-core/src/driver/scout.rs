@@ -22,10 +22,10 @@ impl Armed {
     /// The next wait's scout: the node just ahead of its blocker (see [`Wait::scout`](crate::protocol::Wait::scout)).
     pub fn scout(&mut self, path: Option<String>) {
         match (path, &mut self.scouting) {
-            (path, Some(s)) => s.path = path.map(String::into_boxed_str),
+            (path, Some(s)) => s.path = path.map(Arc::from),
             (Some(path), None) => {
                 self.scouting = Some(Box::new(Scouting {
-                    path: Some(path.into_boxed_str()),
+                    path: Some(Arc::from(path)),
                     ..Scouting::default()
                 }))
             }
@@ -57,7 +57,8 @@ impl Armed {
 /// A scout's path, the watch on it while the wait is armed, and the blocker's watch kept through the list it asked for.
 #[derive(Default)]
 pub(super) struct Scouting {
-    pub(super) path: Option<Box<str>>,
+    /// Shared with the wait's registration in its session's view, when it waits through one.
+    pub(super) path: Option<Arc<str>>,
     pub(super) watch: Option<NodeWatch>,
     pub(super) kept: Option<KeptBlocker>,
 }

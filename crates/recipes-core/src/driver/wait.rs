@@ -42,7 +42,7 @@ pub(crate) enum InLine {
 /// Whether node data is what this library writes in a native lock node: its [`NodeInfo`], or a request to let go
 /// written over it. Only then does a later change of the data tell anything (see `wait_in_line`): a persistent node
 /// with a lock node's name (a lock path nested here, say a semaphore storing its count) is written by others.
-fn written_by_us(data: &[u8]) -> bool {
+pub(super) fn written_by_us(data: &[u8]) -> bool {
     data == crate::REVOKE_MESSAGE || NodeInfo::decode(data).is_some()
 }
 
@@ -102,6 +102,25 @@ impl Attempt<'_> {
     ) -> impl Future<Output = Step<InLine>> + Send + 's {
         async move {
             let (id, pinned) = (&q.id, q.id.session);
+            // A session with several waiters in line on the path waits through its view of the queue (decision 0085).
+            // The view is found (or armed) in a box of its own: once per view, and every waiter's state would
+            // otherwise carry the arming's.
+            let (in_line, count) = self.ctx.views.in_line(pinned, self.path.shared());
+            let view = if count >= 2 && !is_active(Mutant::NoViews) {
+                let found = Box::pin(self.call(in_line.view(&self.ctx.backend)));
+                match found.await {
+                    Ok(view) => view,
+                    Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
+                    Err(e) => return Err(e),
+                }
+            } else {
+                None
+            };
+            // Boxed: a waiter through a view keeps neither watch nor their futures, and every other waiter's state would
+            // otherwise be as large as this wait's.
+            if let Some(view) = view {
+                return Box::pin(self.wait_in_view(q, armed, line, &view)).await;
+            }
             // The replies are judged in a block of their own: what the wait needs from them is small, and a reply kept
             // in scope through the wait below would stay in this future's waiting state (every waiter's heap).
             let (is_ours, mut watch_own, moved, mut b) = {

@@ -204,6 +204,7 @@ impl LocksBuilder {
                 foreign_writes: self.foreign_writes,
                 handoffs: Default::default(),
                 turns: Default::default(),
+                views: Default::default(),
             }),
             registry: Arc::default(),
             cohorts: self.cohorts,

@@ -27,3 +27,4 @@ mod stale_names;
 mod support;
 mod try_bound;
 mod turns;
+mod view;

@@ -9,28 +9,10 @@
 use std::time::Duration;
 
 use recipes_core::{LockGuard, Locks, Result};
-use recipes_mem::{Controller, MemCluster, NetEvent};
+use recipes_mem::{MemCluster, NetEvent};
+
+use crate::support::{run, settle};
 use tokio::task::JoinHandle;
-
-/// Lets the tasks run until they have nothing left to do for now.
-async fn settle() {
-    for _ in 0..200 {
-        tokio::task::yield_now().await;
-    }
-}
-
-/// Makes every enabled request, reply and event of the live connections happen, the tasks running between each,
-/// until nothing is left (bounded). Timers are not fired: time does not move.
-async fn run(ctl: &Controller) {
-    for _ in 0..1_000 {
-        settle().await;
-        let Some(e) = ctl.events().into_iter().find(|e| !matches!(e, NetEvent::Timer(_))) else {
-            return;
-        };
-        assert!(ctl.fire(e));
-    }
-    panic!("the cluster never quietened");
-}
 
 fn acquire(locks: &Locks) -> JoinHandle<Result<LockGuard>> {
     let lock = locks.fair("/cut").unwrap();

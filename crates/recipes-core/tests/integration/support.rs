@@ -22,6 +22,30 @@ pub async fn wait_children(cluster: &recipes_mem::MemCluster, path: &str, n: usi
     panic!("{path}: {:?}", cluster.children(path));
 }
 
+/// Lets the tasks run until they have nothing left to do for now (a test in the controlled mode).
+pub async fn settle() {
+    for _ in 0..200 {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Makes every enabled request, reply and event of the live connections happen, the tasks running between each,
+/// until nothing is left (bounded). Timers are not fired: time does not move.
+pub async fn run(ctl: &recipes_mem::Controller) {
+    for _ in 0..1_000 {
+        settle().await;
+        let Some(e) = ctl
+            .events()
+            .into_iter()
+            .find(|e| !matches!(e, recipes_mem::NetEvent::Timer(_)))
+        else {
+            return;
+        };
+        assert!(ctl.fire(e));
+    }
+    panic!("the cluster never quietened");
+}
+
 /// Counts a holder out of a count of holders when dropped (a sweep's check of one holder at a time).
 pub struct Out(pub Arc<AtomicUsize>);
 

@@ -1,0 +1,300 @@
+//! One view of a lock path's queue per session (decision 0085): a tree watch on the lock path, shared by the
+//! session's waiters in line there, in place of the two one-shot watches each kept (issue 26: about 1 KB of every
+//! waiter's heap). A task of the view's own takes its events in order and tells each waiter what happened to the
+//! nodes it follows (its own, its blocker, its scout); `in_view` is the wait that uses it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::task::Poll;
+
+use futures::task::AtomicWaker;
+use futures::StreamExt;
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use crate::backend::{Backend, SessionId, TreeChange, TreeEvent, TreeWatch};
+
+/// What happened to the nodes a waiter follows, as bits of [`Slot::seen`].
+pub(crate) mod seen {
+    pub const OWN_DELETED: u8 = 1;
+    pub const OWN_CHANGED: u8 = 2;
+    pub const BLOCKER_DELETED: u8 = 4;
+    pub const BLOCKER_CHANGED: u8 = 8;
+    pub const SCOUT_DELETED: u8 = 16;
+    pub const SCOUT_CHANGED: u8 = 32;
+    /// The view ended (its session's state changed): what it said is no longer the whole story.
+    pub const ENDED: u8 = 64;
+}
+
+/// Which of a waiter's nodes a path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    Own,
+    Blocker,
+    Scout,
+}
+
+impl Role {
+    fn bit(self, change: TreeChange) -> u8 {
+        let deleted = change == TreeChange::Deleted;
+        match (self, deleted) {
+            (Role::Own, true) => seen::OWN_DELETED,
+            (Role::Own, false) => seen::OWN_CHANGED,
+            (Role::Blocker, true) => seen::BLOCKER_DELETED,
+            (Role::Blocker, false) => seen::BLOCKER_CHANGED,
+            (Role::Scout, true) => seen::SCOUT_DELETED,
+            (Role::Scout, false) => seen::SCOUT_CHANGED,
+        }
+    }
+}
+
+/// One waiter's place in a view: the changes seen of its nodes since it registered, and its task's waker.
+#[derive(Debug, Default)]
+pub(crate) struct Slot {
+    seen: AtomicU8,
+    waker: AtomicWaker,
+}
+
+impl Slot {
+    fn tell(&self, bits: u8) {
+        self.seen.fetch_or(bits, Ordering::AcqRel);
+        self.waker.wake();
+    }
+
+    /// What was seen so far (without taking it).
+    pub fn now(&self) -> u8 {
+        self.seen.load(Ordering::Acquire)
+    }
+
+    /// Takes the bits of `mask` seen so far.
+    pub fn take(&self, mask: u8) -> u8 {
+        self.seen.fetch_and(!mask, Ordering::AcqRel) & mask
+    }
+
+    /// Waits until something of `mask` was seen; returns it (not taken). Not an `async fn`: it would keep its
+    /// arguments twice in every waiter's state.
+    pub fn changed(&self, mask: u8) -> impl std::future::Future<Output = u8> + '_ {
+        std::future::poll_fn(move |cx| {
+            let now = self.now() & mask;
+            if now != 0 {
+                return Poll::Ready(now);
+            }
+            self.waker.register(cx.waker());
+            let now = self.now() & mask;
+            if now != 0 {
+                Poll::Ready(now)
+            } else {
+                Poll::Pending
+            }
+        })
+    }
+}
+
+/// The paths of a waiter's nodes: its own, its blocker, its scout if it has one.
+pub(crate) type Paths<'a> = [Option<&'a Arc<str>>; 3];
+
+/// Each path with its role.
+trait Each<'a> {
+    fn each(&self) -> impl Iterator<Item = (Role, &'a Arc<str>)>;
+}
+
+impl<'a> Each<'a> for Paths<'a> {
+    fn each(&self) -> impl Iterator<Item = (Role, &'a Arc<str>)> {
+        [Role::Own, Role::Blocker, Role::Scout]
+            .into_iter()
+            .zip(*self)
+            .filter_map(|(role, p)| p.map(|p| (role, p)))
+    }
+}
+
+/// The slots registered on one path, with the role the path plays for each.
+type OnPath = Vec<(Role, Arc<Slot>)>;
+
+/// A view: the waiters registered on each node path, and whether its tree watch has ended.
+#[derive(Debug)]
+pub(crate) struct View {
+    inner: Mutex<ViewInner>,
+    /// Tells the view's task to stop when the view is dropped.
+    stop: Arc<Notify>,
+}
+
+#[derive(Debug, Default)]
+struct ViewInner {
+    ended: bool,
+    on: HashMap<Arc<str>, OnPath>,
+}
+
+impl Drop for View {
+    fn drop(&mut self) {
+        self.stop.notify_one();
+    }
+}
+
+impl View {
+    /// Whether its tree watch has ended.
+    pub fn ended(&self) -> bool {
+        self.inner.lock().ended
+    }
+
+    /// Registers `slot` on the paths of a waiter's nodes (its own, its blocker, its scout); `false` when the view has
+    /// ended (nothing registered).
+    pub fn register(&self, slot: &Arc<Slot>, paths: &Paths<'_>) -> bool {
+        let mut inner = self.inner.lock();
+        if inner.ended {
+            return false;
+        }
+        for (role, path) in paths.each() {
+            let on = inner
+                .on
+                .entry(Arc::clone(path))
+                .or_insert_with(|| Vec::with_capacity(2));
+            on.push((role, slot.clone()));
+        }
+        true
+    }
+
+    /// Takes `slot` off the paths it was registered on.
+    pub fn unregister(&self, slot: &Arc<Slot>, paths: &Paths<'_>) {
+        let mut inner = self.inner.lock();
+        for (_, path) in paths.each() {
+            if let Some(on) = inner.on.get_mut(&**path) {
+                on.retain(|(_, s)| !Arc::ptr_eq(s, slot));
+                if on.is_empty() {
+                    inner.on.remove(&**path);
+                }
+            }
+        }
+    }
+
+    /// Tells the waiters on the event's path, in the order the events come.
+    fn dispatch(&self, e: &TreeEvent) {
+        let inner = self.inner.lock();
+        if let Some(on) = inner.on.get(e.path.as_str()) {
+            for (role, slot) in on {
+                slot.tell(role.bit(e.change));
+            }
+        }
+    }
+
+    /// The watch ended: every waiter learns it, and nothing registers any more.
+    fn end(&self) {
+        let mut inner = self.inner.lock();
+        inner.ended = true;
+        for on in inner.on.values() {
+            for (_, slot) in on {
+                slot.tell(seen::ENDED);
+            }
+        }
+    }
+}
+
+/// The views of this process's sessions, by session and lock path, with the number of waiters in line on each.
+#[derive(Debug, Default)]
+pub(crate) struct Views {
+    by_key: Mutex<HashMap<Key, Arc<Entry>>>,
+}
+
+/// A session and a lock path.
+type Key = (SessionId, Arc<str>);
+
+/// One session's waiters in line on one lock path, and their view.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    key: Key,
+    /// Waiters in line now (changed under the registry's lock).
+    in_line: std::sync::atomic::AtomicUsize,
+    view: Mutex<Option<Arc<View>>>,
+    /// Held by the waiter that arms a view, so that the others wait for it instead of arming their own.
+    arming: tokio::sync::Mutex<()>,
+}
+
+/// A waiter's count among those in line on a path (see [`Views::in_line`]); uncounted when dropped. Small: every
+/// waiter keeps one in its state.
+pub(crate) struct InLine<'a> {
+    views: &'a Views,
+    entry: Arc<Entry>,
+}
+
+impl Drop for InLine<'_> {
+    fn drop(&mut self) {
+        let mut by_key = self.views.by_key.lock();
+        if self.entry.in_line.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // The last waiter goes: so does the view (its task stops and drops the watch).
+            by_key.remove(&self.entry.key);
+        }
+    }
+}
+
+impl Views {
+    /// Counts a waiter of `session` in line on the lock path `path`: its count, and how many are in line now, this
+    /// one included.
+    pub(crate) fn in_line(&self, session: SessionId, path: &Arc<str>) -> (InLine<'_>, usize) {
+        let mut by_key = self.by_key.lock();
+        let entry = by_key
+            .entry((session, Arc::clone(path)))
+            .or_insert_with_key(|key| {
+                Arc::new(Entry {
+                    key: key.clone(),
+                    in_line: Default::default(),
+                    view: Mutex::default(),
+                    arming: Default::default(),
+                })
+            })
+            .clone();
+        let count = entry.in_line.fetch_add(1, Ordering::AcqRel) + 1;
+        drop(by_key);
+        (InLine { views: self, entry }, count)
+    }
+}
+
+impl InLine<'_> {
+    /// The view of this waiter's session on its path, armed now if there is none (or the last one ended). `None`
+    /// when the backend has no tree watches.
+    pub(crate) async fn view(&self, backend: &Arc<dyn Backend>) -> crate::Result<Option<Arc<View>>> {
+        let Some(trees) = backend.tree_watches() else {
+            return Ok(None);
+        };
+        let current = || self.entry.view.lock().clone().filter(|v| !v.ended());
+        if let Some(v) = current() {
+            return Ok(Some(v));
+        }
+        let _arming = self.entry.arming.lock().await;
+        if let Some(v) = current() {
+            return Ok(Some(v));
+        }
+        let (session, path) = &self.entry.key;
+        let events = trees.watch_tree(*session, path).await?;
+        let view = Arc::new(View {
+            inner: Mutex::default(),
+            stop: Arc::new(Notify::new()),
+        });
+        *self.entry.view.lock() = Some(view.clone());
+        let task = follow(Arc::downgrade(&view), view.stop.clone(), events);
+        match backend.runtime() {
+            Some(rt) => drop(rt.spawn(task)),
+            None => drop(tokio::spawn(task)),
+        }
+        Ok(Some(view))
+    }
+}
+
+/// The view's task: takes the watch's events in order and tells the waiters, until the watch ends (then every
+/// waiter learns it) or the view is dropped (then the watch is).
+async fn follow(view: std::sync::Weak<View>, stop: Arc<Notify>, mut events: TreeWatch) {
+    loop {
+        let next = tokio::select! {
+            biased;
+            () = stop.notified() => return,
+            next = events.next() => next,
+        };
+        let Some(view) = view.upgrade() else { return };
+        match next {
+            Some(Ok(e)) => view.dispatch(&e),
+            Some(Err(_)) | None => {
+                view.end();
+                return;
+            }
+        }
+    }
+}

@@ -152,6 +152,10 @@ pub enum Mutant {
     /// blocker's watch alone: an operator's delete of our node is missed, and the waiter holds with its node gone once
     /// its blocker goes, beside whoever came to hold behind it.
     ViewIgnoresOwn,
+    /// A waiter in the session's view decides from what the view's task has told it so far, without draining the
+    /// watch first (found by review, helper-110): the task may not have run since the event of our node's deletion,
+    /// which came before the reply that shows the blocker gone, and the waiter holds with its node gone.
+    ViewLags,
 }
 
 impl Mutant {

@@ -9,7 +9,7 @@ use super::blocker::{marked_first, Woke};
 use super::queue::Queued;
 use super::scout::Armed;
 use super::session;
-use super::view::{seen, Paths, Slot, View};
+use super::view::{seen, Slot, View};
 use super::wait::{written_by_us, InLine, InLineOn};
 use crate::backend::BackendExt;
 use crate::error::Error;
@@ -21,24 +21,22 @@ const EVERY: u8 = !0;
 /// What the view tells of our own node.
 const OWN: u8 = seen::OWN_DELETED | seen::OWN_CHANGED;
 
-/// A waiter's registration in a view, taken off when dropped.
-struct Registered<'a> {
-    view: &'a View,
-    slot: Arc<Slot>,
-    paths: Paths<'a>,
-}
-
-impl Drop for Registered<'_> {
-    fn drop(&mut self) {
-        self.view.unregister(&self.slot, &self.paths);
-    }
-}
-
 /// How a wait ends once its blocker is gone (or handed the lock over): it holds when nothing was known ahead of the
 /// blocker, the session's state has not changed since the wait began, the view has not ended, and the view has
 /// said nothing of our own node. The view's events come in one order, so a deletion of our node before the
 /// blocker's was told before the blocker's (the rule the one-shot watches keep by polling our node's first).
-fn gone(known_first: bool, slot: &Slot, moved: &tokio::sync::watch::Receiver<crate::backend::SessionStatus>) -> InLine {
+///
+/// The view's watch is drained first: its task may not have run since the events that came before the replies this
+/// decision rests on (found by review, helper-110).
+fn gone(
+    known_first: bool,
+    view: &View,
+    slot: &Slot,
+    moved: &tokio::sync::watch::Receiver<crate::backend::SessionStatus>,
+) -> InLine {
+    if !is_active(Mutant::ViewLags) {
+        view.drain();
+    }
     let reconnected = moved.has_changed().unwrap_or(true) && !is_active(Mutant::TrustAcrossReconnection);
     let now = slot.now() & if is_active(Mutant::ViewIgnoresOwn) { !OWN } else { !0 };
     if now & seen::OWN_DELETED != 0 {
@@ -77,14 +75,11 @@ impl Attempt<'_> {
                 s.watch = None;
             }
             let scout = armed.scouting.as_deref().and_then(|s| s.path.as_ref());
-            let reg = {
-                let paths = [Some(&q.node), Some(&line.path), scout];
-                let slot = Arc::new(Slot::default());
-                if !view.register(&slot, &paths) {
-                    return Ok(InLine::Relist);
-                }
-                Registered { view, slot, paths }
-            };
+            // Registered for as long as the slot lives (this wait).
+            let slot = Arc::new(Slot::default());
+            if !view.register(&slot, &[Some(&q.node), Some(&line.path), scout]) {
+                return Ok(InLine::Relist);
+            }
             // Read after the registration: what changes after the reads is told to it. Boxed, as in `wait_in_line`.
             let (known_first, mut marked, mut trust_change) = {
                 let on = self.backend().on(pinned);
@@ -103,13 +98,13 @@ impl Attempt<'_> {
                         let marked = marked_first(&data);
                         (line.first || marked, marked, trust)
                     }
-                    Ok(None) => return Ok(gone(line.first, &reg.slot, &moved)),
+                    Ok(None) => return Ok(gone(line.first, view, &slot, &moved)),
                     Err(Stop::Fail(Error::ConnectionLoss)) => return Ok(InLine::Relist),
                     Err(e) => return Err(e),
                 }
             };
             let mut known_first = known_first;
-            let slot = &reg.slot;
+            let slot = &*slot;
             let mut rx = self.backend().session();
             let mut waiting = self.ctx.handoffs.wait(pinned, &line.path);
             let mut handing = true;
@@ -180,14 +175,14 @@ impl Attempt<'_> {
                 };
                 match woke {
                     Woke::Handed(marking) => {
-                        return Ok(match gone(true, slot, &moved) {
+                        return Ok(match gone(true, view, slot, &moved) {
                             InLine::Acquired { .. } => InLine::Handed { marking },
                             next => next,
                         });
                     }
                     Woke::Deleted => {
                         self.count(Count::Wakeup);
-                        return Ok(match gone(known_first, slot, &moved) {
+                        return Ok(match gone(known_first, view, slot, &moved) {
                             InLine::Acquired { .. } => InLine::Acquired { through_mark: marked },
                             next => next,
                         });
@@ -212,7 +207,7 @@ impl Attempt<'_> {
                                 self.count(Count::Wakeup);
                                 marked |= trust_change;
                                 let trusted = known_first || trust_change || is_active(Mutant::AnyDataChangeIsMark);
-                                return Ok(match gone(trusted, slot, &moved) {
+                                return Ok(match gone(trusted, view, slot, &moved) {
                                     InLine::Acquired { .. } => InLine::Acquired { through_mark: marked },
                                     next => next,
                                 });

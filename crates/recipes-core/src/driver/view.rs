@@ -5,11 +5,10 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
-use std::task::Poll;
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll, Waker};
 
 use futures::task::AtomicWaker;
-use futures::StreamExt;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
@@ -36,7 +35,13 @@ pub(crate) enum Role {
 }
 
 impl Role {
+    /// What the slot is told of a change of this node: nothing of its creation (a registered node was there when the
+    /// waiter read it; a late event of its creation would only have it list or read again, found by review,
+    /// helper-110).
     fn bit(self, change: TreeChange) -> u8 {
+        if change == TreeChange::Created {
+            return 0;
+        }
         let deleted = change == TreeChange::Deleted;
         match (self, deleted) {
             (Role::Own, true) => seen::OWN_DELETED,
@@ -58,6 +63,9 @@ pub(crate) struct Slot {
 
 impl Slot {
     fn tell(&self, bits: u8) {
+        if bits == 0 {
+            return;
+        }
         self.seen.fetch_or(bits, Ordering::AcqRel);
         self.waker.wake();
     }
@@ -109,12 +117,15 @@ impl<'a> Each<'a> for Paths<'a> {
 }
 
 /// The slots registered on one path, with the role the path plays for each.
-type OnPath = Vec<(Role, Arc<Slot>)>;
+type OnPath = Vec<(Role, Weak<Slot>)>;
 
 /// A view: the waiters registered on each node path, and whether its tree watch has ended.
-#[derive(Debug)]
 pub(crate) struct View {
     inner: Mutex<ViewInner>,
+    /// The tree watch (`None` once it ended), read by the view's task and drained by a waiter about to decide.
+    events: Mutex<Option<TreeWatch>>,
+    /// The view's task's waker, which the watch keeps whoever drains it.
+    task: Mutex<Option<Waker>>,
     /// Tells the view's task to stop when the view is dropped.
     stop: Arc<Notify>,
 }
@@ -123,6 +134,14 @@ pub(crate) struct View {
 struct ViewInner {
     ended: bool,
     on: HashMap<Arc<str>, OnPath>,
+}
+
+impl std::fmt::Debug for View {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("View")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Drop for View {
@@ -138,7 +157,9 @@ impl View {
     }
 
     /// Registers `slot` on the paths of a waiter's nodes (its own, its blocker, its scout); `false` when the view has
-    /// ended (nothing registered).
+    /// ended (nothing registered). A registration lasts as long as its slot: a waiter that drops its slot is told
+    /// nothing more, and its entries go at the next registration on the path, or with the node's deletion (the
+    /// registration keeps no copy of the paths: every waiter's heap).
     pub fn register(&self, slot: &Arc<Slot>, paths: &Paths<'_>) -> bool {
         let mut inner = self.inner.lock();
         if inner.ended {
@@ -149,40 +170,68 @@ impl View {
                 .on
                 .entry(Arc::clone(path))
                 .or_insert_with(|| Vec::with_capacity(2));
-            on.push((role, slot.clone()));
+            on.retain(|(_, s)| s.strong_count() > 0);
+            on.push((role, Arc::downgrade(slot)));
         }
         true
     }
 
-    /// Takes `slot` off the paths it was registered on.
-    pub fn unregister(&self, slot: &Arc<Slot>, paths: &Paths<'_>) {
-        let mut inner = self.inner.lock();
-        for (_, path) in paths.each() {
-            if let Some(on) = inner.on.get_mut(&**path) {
-                on.retain(|(_, s)| !Arc::ptr_eq(s, slot));
-                if on.is_empty() {
-                    inner.on.remove(&**path);
+    /// Tells the waiters on the event's path, in the order the events come; a deleted node's registrations go with it
+    /// (a lock node's name is never made again).
+    fn dispatch(&self, e: &TreeEvent) {
+        let tell = |on: &OnPath| {
+            for (role, slot) in on {
+                if let Some(slot) = slot.upgrade() {
+                    slot.tell(role.bit(e.change));
                 }
+            }
+        };
+        let mut inner = self.inner.lock();
+        if e.change == TreeChange::Deleted {
+            if let Some(on) = inner.on.remove(e.path.as_str()) {
+                tell(&on);
+            }
+        } else if let Some(on) = inner.on.get(e.path.as_str()) {
+            tell(on);
+        }
+    }
+
+    /// Tells the waiters of every event the watch has received, in order, without waiting (`cx`: whose waker the
+    /// watch keeps for the next); `Ready` once the watch has ended.
+    fn drain_with(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut events = self.events.lock();
+        let Some(watch) = events.as_mut() else {
+            return Poll::Ready(());
+        };
+        loop {
+            match watch.as_mut().poll_next(cx) {
+                Poll::Ready(Some(Ok(e))) => self.dispatch(&e),
+                Poll::Ready(Some(Err(_)) | None) => {
+                    *events = None;
+                    self.end();
+                    return Poll::Ready(());
+                }
+                Poll::Pending => return Poll::Pending,
             }
         }
     }
 
-    /// Tells the waiters on the event's path, in the order the events come.
-    fn dispatch(&self, e: &TreeEvent) {
-        let inner = self.inner.lock();
-        if let Some(on) = inner.on.get(e.path.as_str()) {
-            for (role, slot) in on {
-                slot.tell(role.bit(e.change));
-            }
-        }
+    /// Tells the waiters of every event the watch has received, now: a waiter about to decide from its slot calls it
+    /// first. The view's task may not have run since the events came (found by review, helper-110: a reply that
+    /// shows our blocker gone came after the event of our node's deletion, which sat in the watch, and the waiter
+    /// held); ZooKeeper hands a session's events over before the replies that follow them, so what a decision's replies
+    /// show was told by then. The watch keeps the task's waker, so that it still wakes the task for the next.
+    pub fn drain(&self) {
+        let waker = self.task.lock().clone().unwrap_or_else(futures::task::noop_waker);
+        let _ = self.drain_with(&mut Context::from_waker(&waker));
     }
 
     /// The watch ended: every waiter learns it, and nothing registers any more.
     fn end(&self) {
         let mut inner = self.inner.lock();
         inner.ended = true;
-        for on in inner.on.values() {
-            for (_, slot) in on {
+        for (_, slot) in std::mem::take(&mut inner.on).into_values().flatten() {
+            if let Some(slot) = slot.upgrade() {
                 slot.tell(seen::ENDED);
             }
         }
@@ -267,10 +316,12 @@ impl InLine<'_> {
         let events = trees.watch_tree(*session, path).await?;
         let view = Arc::new(View {
             inner: Mutex::default(),
+            events: Mutex::new(Some(events)),
+            task: Mutex::default(),
             stop: Arc::new(Notify::new()),
         });
         *self.entry.view.lock() = Some(view.clone());
-        let task = follow(Arc::downgrade(&view), view.stop.clone(), events);
+        let task = follow(Arc::downgrade(&view), view.stop.clone());
         match backend.runtime() {
             Some(rt) => drop(rt.spawn(task)),
             None => drop(tokio::spawn(task)),
@@ -280,21 +331,22 @@ impl InLine<'_> {
 }
 
 /// The view's task: takes the watch's events in order and tells the waiters, until the watch ends (then every
-/// waiter learns it) or the view is dropped (then the watch is).
-async fn follow(view: std::sync::Weak<View>, stop: Arc<Notify>, mut events: TreeWatch) {
-    loop {
-        let next = tokio::select! {
-            biased;
-            () = stop.notified() => return,
-            next = events.next() => next,
+/// waiter learns it) or the view is dropped (then the watch is, with it).
+async fn follow(view: Weak<View>, stop: Arc<Notify>) {
+    let run = std::future::poll_fn(|cx| {
+        let Some(view) = view.upgrade() else {
+            return Poll::Ready(());
         };
-        let Some(view) = view.upgrade() else { return };
-        match next {
-            Some(Ok(e)) => view.dispatch(&e),
-            Some(Err(_)) | None => {
-                view.end();
-                return;
-            }
+        let mut task = view.task.lock();
+        if !task.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            *task = Some(cx.waker().clone());
         }
+        drop(task);
+        view.drain_with(cx)
+    });
+    tokio::select! {
+        biased;
+        () = stop.notified() => {}
+        () = run => {}
     }
 }

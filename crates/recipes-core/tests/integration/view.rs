@@ -144,3 +144,106 @@ async fn a_waiter_in_the_view_never_holds_with_its_node_gone() {
         );
     }
 }
+
+/// Found by review (helper-110): the view's task lags behind the replies. W2 (session B, through B's view, its blocker W1 first
+/// in its listing) registers and reads its node (there), then an operator deletes W2's node and then W1's, then W2's
+/// read of W1 answers "no node". ZooKeeper's order puts both deletions' events before that reply, and the backend hands
+/// them over before it; but they reach W2's slot only when the view's task runs, and W2's task was woken first (by the
+/// reply to its first read). Unless `gone()` drains the watch first (`Mutant::ViewLags` leaves it to the task), it finds
+/// nothing in the slot: W2 holds with its node gone, beside C behind it. With one-shot watches the own watch is polled
+/// in `blocker_gone` after the reply. Returns whether W2 held, and whether its guard was valid.
+async fn view_lags_behind_the_reply(views: bool) -> (bool, bool) {
+    mutants::set(Mutant::NoViews, !views);
+    use crate::support::settle;
+    let cluster = MemCluster::new();
+    let (a, b, c) = (cluster.client(), cluster.client(), cluster.client());
+    let (la, lb, lc) = (Locks::new(a), Locks::new(b.clone()), Locks::new(c));
+    let ctl = cluster.controlled();
+    let path = "/view/lag";
+    let holder = acquire(&la, path);
+    run(&ctl).await;
+    let holder = holder.await.unwrap().unwrap();
+    let w1 = acquire(&lb, path);
+    run(&ctl).await;
+    let w2 = acquire(&lb, path);
+    run(&ctl).await;
+    let behind = acquire(&lc, path);
+    run(&ctl).await;
+    let w3 = acquire(&lb, path);
+    run(&ctl).await;
+    assert_eq!(cluster.children(path).len(), 5);
+    let mut ours: Vec<String> = cluster
+        .ephemerals()
+        .into_iter()
+        .filter(|(_, owner)| *owner == b.session_id())
+        .map(|(p, _)| p)
+        .collect();
+    ours.sort_by_key(|p| p[p.len() - 10..].to_owned());
+    let [w1_node, w2_node] = [ours[0].clone(), ours[1].clone()];
+    let sid = b.session_id();
+    let release = tokio::spawn(async move { holder.release().await });
+    // Step until W2 (in the view: a plain get, no watch) is about to read its own node.
+    let get = if views { "get" } else { "get+watch" };
+    let own_get = format!("apply {get} {w2_node}");
+    let mut reached = false;
+    for _ in 0..1_000 {
+        settle().await;
+        if ctl.describe(NetEvent::Apply(sid)).ends_with(&own_get) {
+            reached = true;
+            break;
+        }
+        let Some(e) = ctl.events().into_iter().find(|e| !matches!(e, NetEvent::Timer(_))) else {
+            break;
+        };
+        assert!(ctl.fire(e));
+    }
+    assert!(reached, "W2 never read its node through the view");
+    assert!(ctl.fire(NetEvent::Apply(sid)), "W2's read of its node");
+    ctl.operator_delete(&w2_node).unwrap();
+    ctl.operator_delete(&w1_node).unwrap();
+    assert!(
+        ctl.describe(NetEvent::Apply(sid))
+            .ends_with(&format!("apply {get} {w1_node}")),
+        "{}",
+        ctl.describe(NetEvent::Apply(sid))
+    );
+    assert!(ctl.fire(NetEvent::Apply(sid)), "W2's read of its blocker");
+    // Everything on its way to B, in ZooKeeper's order (events before the reply), without the tasks running between.
+    while ctl.fire(NetEvent::Deliver(sid)) {}
+    run(&ctl).await;
+    release.await.unwrap().unwrap();
+    assert!(behind.is_finished(), "the contender behind W2 holds");
+    let c_guard = behind.await.unwrap().unwrap();
+    assert!(c_guard.is_valid());
+    let (held, valid) = if w2.is_finished() {
+        match w2.await.unwrap() {
+            Ok(g) => (true, g.is_valid()),
+            Err(_) => (false, false),
+        }
+    } else {
+        w2.abort();
+        (false, false)
+    };
+    w1.abort();
+    w3.abort();
+    mutants::set(Mutant::NoViews, false);
+    (held, valid)
+}
+
+#[cfg_attr(
+    not(recipes_mutants),
+    ignore = "switches a mutant on: needs RUSTFLAGS=\"--cfg recipes_mutants\""
+)]
+#[tokio::test(start_paused = true)]
+async fn a_waiter_in_the_view_drains_it_before_it_holds() {
+    for (views, lags) in [(true, false), (true, true)] {
+        mutants::set(Mutant::ViewLags, lags);
+        let (held, valid) = view_lags_behind_the_reply(views).await;
+        mutants::set(Mutant::ViewLags, false);
+        assert_eq!(
+            held && valid,
+            lags,
+            "views {views}, lagging {lags}: W2 held with its node gone (held {held}, valid {valid})"
+        );
+    }
+}

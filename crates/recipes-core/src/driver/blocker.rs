@@ -205,7 +205,10 @@ pub(super) async fn blocker_gone(known_first: bool, w: Watches<'_>) -> Step<InLi
     if !known_first || reconnected {
         return Ok(InLine::Relist);
     }
-    let own_event_now = std::future::poll_fn(|cx| Poll::Ready(own.as_mut().poll(cx))).await;
+    // Unconstrained: a watch that respects tokio's budget (the in-memory backend's) answers `Pending` at once in a task
+    // whose budget the replies spent, though its event came before them (found by review, helper-111).
+    let own_event_now =
+        tokio::task::coop::unconstrained(std::future::poll_fn(|cx| Poll::Ready(own.as_mut().poll(cx)))).await;
     match own_event_now {
         Poll::Pending => Ok(InLine::Acquired { through_mark: false }),
         Poll::Ready(r) => {

@@ -4,6 +4,7 @@
 //! nodes it follows (its own, its blocker, its scout); `in_view` is the wait that uses it.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Waker};
@@ -13,6 +14,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use crate::backend::{Backend, SessionId, TreeChange, TreeEvent, TreeWatch};
+use crate::error::Error;
 
 /// What happened to the nodes a waiter follows, as bits of [`Slot::seen`].
 pub(crate) mod seen {
@@ -116,6 +118,9 @@ impl<'a> Each<'a> for Paths<'a> {
     }
 }
 
+/// The table of registrations is pruned of dropped slots from this length on, then each time it has doubled since.
+const PRUNE_FROM: usize = 64;
+
 /// The slots registered on one path, with the role the path plays for each.
 type OnPath = Vec<(Role, Weak<Slot>)>;
 
@@ -133,6 +138,8 @@ pub(crate) struct View {
 #[derive(Debug, Default)]
 struct ViewInner {
     ended: bool,
+    /// The table's length at which the entries of dropped slots are pruned next.
+    prune_at: usize,
     on: HashMap<Arc<str>, OnPath>,
 }
 
@@ -158,12 +165,17 @@ impl View {
 
     /// Registers `slot` on the paths of a waiter's nodes (its own, its blocker, its scout); `false` when the view has
     /// ended (nothing registered). A registration lasts as long as its slot: a waiter that drops its slot is told
-    /// nothing more, and its entries go at the next registration on the path, or with the node's deletion (the
-    /// registration keeps no copy of the paths: every waiter's heap).
+    /// nothing more, and its entries go at the next registration on the path, with the node's deletion, or when the
+    /// table has doubled since it was last pruned (a path registered after its node's deletion was told has no event
+    /// to come: found by review, helper-111). The registration keeps no copy of the paths: every waiter's heap.
     pub fn register(&self, slot: &Arc<Slot>, paths: &Paths<'_>) -> bool {
         let mut inner = self.inner.lock();
         if inner.ended {
             return false;
+        }
+        if inner.on.len() >= inner.prune_at.max(PRUNE_FROM) {
+            inner.on.retain(|_, on| on.iter().any(|(_, s)| s.strong_count() > 0));
+            inner.prune_at = 2 * inner.on.len();
         }
         for (role, path) in paths.each() {
             let on = inner
@@ -199,7 +211,11 @@ impl View {
     /// Tells the waiters of every event the watch has received, in order, without waiting (`cx`: whose waker the
     /// watch keeps for the next); `Ready` once the watch has ended.
     fn drain_with(&self, cx: &mut Context<'_>) -> Poll<()> {
-        let mut events = self.events.lock();
+        self.drain_locked(&mut self.events.lock(), cx)
+    }
+
+    /// `drain_with`, the watch locked by the caller.
+    fn drain_locked(&self, events: &mut Option<TreeWatch>, cx: &mut Context<'_>) -> Poll<()> {
         let Some(watch) = events.as_mut() else {
             return Poll::Ready(());
         };
@@ -220,10 +236,21 @@ impl View {
     /// first. The view's task may not have run since the events came (found by review, helper-110: a reply that
     /// shows our blocker gone came after the event of our node's deletion, which sat in the watch, and the waiter
     /// held); ZooKeeper hands a session's events over before the replies that follow them, so what a decision's replies
-    /// show was told by then. The watch keeps the task's waker, so that it still wakes the task for the next.
+    /// show was told by then.
+    ///
+    /// The watch keeps the task's waker, so that it still wakes the task for the next: read with the watch locked, as
+    /// the task stores it before it takes the watch (found by review, helper-111: read before, a drain between the
+    /// task's store and its poll put a waker that wakes nothing in the watch, and the view went silent). And polled
+    /// unconstrained: the watch is a `tokio::select!`, which answers `Pending` at once in a task whose budget is spent
+    /// (found by review, helper-111: the replies that woke the waiter spent it, the drain passed nothing on, and the
+    /// waiter held with its node gone).
     pub fn drain(&self) {
+        let mut events = self.events.lock();
         let waker = self.task.lock().clone().unwrap_or_else(futures::task::noop_waker);
-        let _ = self.drain_with(&mut Context::from_waker(&waker));
+        let mut drained = std::pin::pin!(tokio::task::coop::unconstrained(std::future::poll_fn(|cx| {
+            Poll::Ready(self.drain_locked(&mut events, cx))
+        })));
+        let _ = drained.as_mut().poll(&mut Context::from_waker(&waker));
     }
 
     /// The watch ended: every waiter learns it, and nothing registers any more.
@@ -242,6 +269,8 @@ impl View {
 #[derive(Debug, Default)]
 pub(crate) struct Views {
     by_key: Mutex<HashMap<Key, Arc<Entry>>>,
+    /// The backend refused a tree watch: no view is armed any more.
+    unsupported: std::sync::atomic::AtomicBool,
 }
 
 /// A session and a lock path.
@@ -301,7 +330,10 @@ impl InLine<'_> {
     /// The view of this waiter's session on its path, armed now if there is none (or the last one ended). `None`
     /// when the backend has no tree watches.
     pub(crate) async fn view(&self, backend: &Arc<dyn Backend>) -> crate::Result<Option<Arc<View>>> {
-        let Some(trees) = backend.tree_watches() else {
+        let Some(trees) = backend
+            .tree_watches()
+            .filter(|_| !self.views.unsupported.load(Ordering::Relaxed))
+        else {
             return Ok(None);
         };
         let current = || self.entry.view.lock().clone().filter(|v| !v.ended());
@@ -313,7 +345,16 @@ impl InLine<'_> {
             return Ok(Some(v));
         }
         let (session, path) = &self.entry.key;
-        let events = trees.watch_tree(*session, path).await?;
+        let events = match trees.watch_tree(*session, path).await {
+            Ok(events) => events,
+            Err(e @ (Error::ConnectionLoss | Error::SessionExpired | Error::Closed)) => return Err(e),
+            // A server without tree watches (ZooKeeper before 3.6 answers `addWatch` as unknown, found by review,
+            // helper-111): this process's waiters keep their one-shot watches from now on.
+            Err(_) => {
+                self.views.unsupported.store(true, Ordering::Relaxed);
+                return Ok(None);
+            }
+        };
         let view = Arc::new(View {
             inner: Mutex::default(),
             events: Mutex::new(Some(events)),

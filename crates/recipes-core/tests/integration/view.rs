@@ -1,6 +1,7 @@
 //! The session's view of the queue (decision 0085): the waiters in line of one session on one lock path share one tree
 //! watch instead of two one-shot watches each, and still never hold with their own node gone. Stepped in the
-//! in-memory backend's controlled mode where the order of events matters.
+//! in-memory backend's controlled mode where the order of events matters. A view serves from 128 waiters of a session
+//! in line on; these tests switch it on from the second (`Mutant::ViewsFromTwo`, not a bug).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -18,8 +19,13 @@ fn acquire(locks: &Locks, path: &str) -> JoinHandle<Result<LockGuard>> {
 
 /// Twenty waiters of one session keep one tree watch between them (and the first, which came alone, its two one-shot
 /// watches), where each kept two of its own; and they still hold in turn, first in, first out, leaving nothing.
+#[cfg_attr(
+    not(recipes_mutants),
+    ignore = "switches a mutant on: needs RUSTFLAGS=\"--cfg recipes_mutants\""
+)]
 #[tokio::test(start_paused = true)]
 async fn the_waiters_of_a_session_share_its_view() {
+    mutants::set(Mutant::ViewsFromTwo, true);
     for views in [true, false] {
         mutants::set(Mutant::NoViews, !views);
         let cluster = MemCluster::new();
@@ -68,6 +74,7 @@ async fn the_waiters_of_a_session_share_its_view() {
         );
     }
     mutants::set(Mutant::NoViews, false);
+    mutants::set(Mutant::ViewsFromTwo, false);
 }
 
 /// Holder H (session A), two waiters of session B, W1 and W2, then C (session C) and W3 (session B again). H lets go
@@ -134,6 +141,7 @@ async fn waiter_holds_with_its_node_gone() -> bool {
 )]
 #[tokio::test(start_paused = true)]
 async fn a_waiter_in_the_view_never_holds_with_its_node_gone() {
+    mutants::set(Mutant::ViewsFromTwo, true);
     for ignores_own in [false, true] {
         mutants::set(Mutant::ViewIgnoresOwn, ignores_own);
         let held = waiter_holds_with_its_node_gone().await;
@@ -143,6 +151,7 @@ async fn a_waiter_in_the_view_never_holds_with_its_node_gone() {
             "ignores own {ignores_own}: the waiter held with its node gone"
         );
     }
+    mutants::set(Mutant::ViewsFromTwo, false);
 }
 
 /// Found by review (helper-110): the view's task lags behind the replies. W2 (session B, through B's view, its blocker W1 first
@@ -152,8 +161,11 @@ async fn a_waiter_in_the_view_never_holds_with_its_node_gone() {
 /// reply to its first read). Unless `gone()` drains the watch first (`Mutant::ViewLags` leaves it to the task), it finds
 /// nothing in the slot: W2 holds with its node gone, beside C behind it. With one-shot watches the own watch is polled
 /// in `blocker_gone` after the reply. Returns whether W2 held, and whether its guard was valid.
-async fn view_lags_behind_the_reply(views: bool) -> (bool, bool) {
-    mutants::set(Mutant::NoViews, !views);
+///
+/// `starve`: W2's task spends all but that many units of tokio's budget before each poll of its acquire, as a task
+/// busy with other work would (found by review, helper-111: the watch is a `tokio::select!`, `Pending` at once when the
+/// budget is spent, and a drain in the waiter's task passed nothing on).
+async fn view_lags_behind_the_reply(starve: Option<u32>) -> (bool, bool) {
     use crate::support::settle;
     let cluster = MemCluster::new();
     let (a, b, c) = (cluster.client(), cluster.client(), cluster.client());
@@ -165,7 +177,14 @@ async fn view_lags_behind_the_reply(views: bool) -> (bool, bool) {
     let holder = holder.await.unwrap().unwrap();
     let w1 = acquire(&lb, path);
     run(&ctl).await;
-    let w2 = acquire(&lb, path);
+    let w2 = {
+        let lock = lb.fair(path).unwrap();
+        let leave = starve.unwrap_or(128);
+        tokio::spawn(Starved {
+            inner: Box::pin(async move { lock.acquire().await }),
+            leave,
+        })
+    };
     run(&ctl).await;
     let behind = acquire(&lc, path);
     run(&ctl).await;
@@ -183,8 +202,7 @@ async fn view_lags_behind_the_reply(views: bool) -> (bool, bool) {
     let sid = b.session_id();
     let release = tokio::spawn(async move { holder.release().await });
     // Step until W2 (in the view: a plain get, no watch) is about to read its own node.
-    let get = if views { "get" } else { "get+watch" };
-    let own_get = format!("apply {get} {w2_node}");
+    let own_get = format!("apply get {w2_node}");
     let mut reached = false;
     for _ in 0..1_000 {
         settle().await;
@@ -203,7 +221,7 @@ async fn view_lags_behind_the_reply(views: bool) -> (bool, bool) {
     ctl.operator_delete(&w1_node).unwrap();
     assert!(
         ctl.describe(NetEvent::Apply(sid))
-            .ends_with(&format!("apply {get} {w1_node}")),
+            .ends_with(&format!("apply get {w1_node}")),
         "{}",
         ctl.describe(NetEvent::Apply(sid))
     );
@@ -226,8 +244,26 @@ async fn view_lags_behind_the_reply(views: bool) -> (bool, bool) {
     };
     w1.abort();
     w3.abort();
-    mutants::set(Mutant::NoViews, false);
     (held, valid)
+}
+
+/// A task that spends all but `leave` units of tokio's budget before each poll of `inner` (a poll starts with 128).
+struct Starved<F> {
+    inner: std::pin::Pin<Box<F>>,
+    leave: u32,
+}
+
+impl<F: std::future::Future> std::future::Future for Starved<F> {
+    type Output = F::Output;
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<F::Output> {
+        for _ in 0..128u32.saturating_sub(self.leave) {
+            let spend = std::pin::pin!(tokio::task::coop::consume_budget());
+            if spend.poll(cx).is_pending() {
+                break;
+            }
+        }
+        self.inner.as_mut().poll(cx)
+    }
 }
 
 #[cfg_attr(
@@ -236,14 +272,38 @@ async fn view_lags_behind_the_reply(views: bool) -> (bool, bool) {
 )]
 #[tokio::test(start_paused = true)]
 async fn a_waiter_in_the_view_drains_it_before_it_holds() {
-    for (views, lags) in [(true, false), (true, true)] {
+    mutants::set(Mutant::ViewsFromTwo, true);
+    for lags in [false, true] {
         mutants::set(Mutant::ViewLags, lags);
-        let (held, valid) = view_lags_behind_the_reply(views).await;
+        let (held, valid) = view_lags_behind_the_reply(None).await;
         mutants::set(Mutant::ViewLags, false);
         assert_eq!(
             held && valid,
             lags,
-            "views {views}, lagging {lags}: W2 held with its node gone (held {held}, valid {valid})"
+            "lagging {lags}: W2 held with its node gone (held {held}, valid {valid})"
         );
     }
+    mutants::set(Mutant::ViewsFromTwo, false);
+}
+
+/// As above, W2's task short of tokio's budget: its drain still passes the events on (found by review, helper-111).
+#[cfg_attr(
+    not(recipes_mutants),
+    ignore = "switches a mutant on: needs RUSTFLAGS=\"--cfg recipes_mutants\""
+)]
+#[tokio::test(start_paused = true)]
+async fn a_starved_waiter_in_the_view_drains_it_before_it_holds() {
+    mutants::set(Mutant::ViewsFromTwo, true);
+    let mut bad = Vec::new();
+    for leave in 1..=6 {
+        let (held, valid) = view_lags_behind_the_reply(Some(leave)).await;
+        if held && valid {
+            bad.push(leave);
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "W2 held (a valid guard) with its node gone, {bad:?} units of budget left"
+    );
+    mutants::set(Mutant::ViewsFromTwo, false);
 }

@@ -148,6 +148,9 @@ pub enum Mutant {
     /// Not a bug: no view of the queue (every waiter in line keeps one-shot watches of its own, as before decision
     /// 0085), so that a test can show what the view changes.
     NoViews,
+    /// Not a bug: a session's waiters go through its view from the second in line on, not the 128th, so that the
+    /// model checker's configurations and the tests of a few tasks meet the view.
+    ViewsFromTwo,
     /// A waiter in the session's view ignores what the view tells of its own node, as if the view stood in for the
     /// blocker's watch alone: an operator's delete of our node is missed, and the waiter holds with its node gone once
     /// its blocker goes, beside whoever came to hold behind it.

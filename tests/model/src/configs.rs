@@ -348,11 +348,11 @@ pub fn switched() -> Vec<(Vec<Mutant>, Config)> {
                 2,
             ),
         ),
-        // Three tasks of one session, two of them in line through its view of the queue (decision 0085), beside another
-        // session, with an operator's delete: without handoffs within the process (whose window the oracle must leave
-        // out), the oracle checks every hold after a delete, and a waiter of the view that missed its own node's
-        // deletion is caught (`Mutant::ViewIgnoresOwn`).
-        (vec![Mutant::NoHandoff], views_one_session()),
+        // Three tasks of one session, two of them in line through its view of the queue (decision 0085; from the second
+        // waiter on, not the 128th), beside another session, with an operator's delete: without handoffs within the
+        // process (whose window the oracle must leave out), the oracle checks every hold after a delete, and a waiter
+        // of the view that missed its own node's deletion is caught (`Mutant::ViewIgnoresOwn`).
+        (vec![Mutant::NoHandoff, Mutant::ViewsFromTwo], views_one_session()),
     ]
 }
 
@@ -686,7 +686,7 @@ pub fn sensitivity() -> Vec<Sensitivity> {
         Sensitivity {
             problem: "decision 0085: a waiter in its session's view of the queue ignores what the view tells of its \
                       own node: an operator's delete of it is missed, and it holds once its blocker goes",
-            mutants: &[Mutant::NoHandoff, Mutant::ViewIgnoresOwn],
+            mutants: &[Mutant::NoHandoff, Mutant::ViewsFromTwo, Mutant::ViewIgnoresOwn],
             config: views_one_session(),
             shows_as: "two holders|is gone",
             by_walks: true,

@@ -269,7 +269,7 @@ impl View {
 #[derive(Debug, Default)]
 pub(crate) struct Views {
     by_key: Mutex<HashMap<Key, Arc<Entry>>>,
-    /// The backend refused a tree watch: no view is armed any more.
+    /// The backend refused a tree watch: no view of this `Locks` is armed any more.
     unsupported: std::sync::atomic::AtomicBool,
 }
 
@@ -328,7 +328,7 @@ impl Views {
 
 impl InLine<'_> {
     /// The view of this waiter's session on its path, armed now if there is none (or the last one ended). `None`
-    /// when the backend has no tree watches.
+    /// when the backend has no tree watches, or refused one to this `Locks` before.
     pub(crate) async fn view(&self, backend: &Arc<dyn Backend>) -> crate::Result<Option<Arc<View>>> {
         let Some(trees) = backend
             .tree_watches()
@@ -349,8 +349,10 @@ impl InLine<'_> {
             Ok(events) => events,
             Err(e @ (Error::ConnectionLoss | Error::SessionExpired | Error::Closed)) => return Err(e),
             // A server without tree watches (ZooKeeper before 3.6 answers `addWatch` as unknown, found by review,
-            // helper-111): this process's waiters keep their one-shot watches from now on.
-            Err(_) => {
+            // helper-111): the waiters of this `Locks` keep their one-shot watches from now on. Any other refusal turns
+            // the views off too (helper-112): it costs memory, never safety, and is said once.
+            Err(e) => {
+                tracing::warn!(error = %e, "a tree watch was refused: waiters in line keep one-shot watches");
                 self.views.unsupported.store(true, Ordering::Relaxed);
                 return Ok(None);
             }

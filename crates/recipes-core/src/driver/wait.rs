@@ -25,8 +25,8 @@ pub(crate) struct InLineOn {
 /// How many waiters of one session must be in line on a path (this one included) for it to wait through the session's
 /// view (decision 0085): where the memory of their watches counts. With fewer, the one-shot watches are the quicker
 /// (an event reaches a waiter without passing through the view's task): tasks sharing a session handed the lock on
-/// 13 – 25% less often through a view at 8 to 64 tasks. From 128 on every listing is long, so no waiter of a view has
-/// a scout (`MARK_FROM_QUEUE_LEN`) and marks pass along the drain.
+/// 13 – 25% less often through a view at 8 to 64 tasks. From 128 on a waiter's listing is most often long (a scout
+/// only comes of one of at most `MARK_FROM_QUEUE_LEN`) and marks pass along the drain.
 const VIEW_FROM: usize = 128;
 
 /// How a wait in line ended.
@@ -109,7 +109,8 @@ impl Attempt<'_> {
     ) -> impl Future<Output = Step<InLine>> + Send + 's {
         async move {
             let (id, pinned) = (&q.id, q.id.session);
-            // A session with several waiters in line on the path waits through its view of the queue (decision 0085).
+            // A session with many waiters in line on the path (`VIEW_FROM`) waits through its view of the queue (decision
+            // 0085).
             // The view is found (or armed) in a box of its own: once per view, and every waiter's state would
             // otherwise carry the arming's.
             let (in_line, count) = self.ctx.views.in_line(pinned, self.path.shared());

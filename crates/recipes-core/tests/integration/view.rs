@@ -307,3 +307,87 @@ async fn a_starved_waiter_in_the_view_drains_it_before_it_holds() {
     );
     mutants::set(Mutant::ViewsFromTwo, false);
 }
+
+/// The one-shot wait (below 128 waiters of a session in line), its task short of tokio's budget: W2 (session B)
+/// behind holder H (session A); W2's own get+watch is applied, then an operator deletes W2's node and H's, then W2's
+/// get+watch of H answers "no node" after the own watch's event: `blocker_gone` must see it, though the in-memory
+/// backend's watch respects the budget (found by review, helper-111; this test, helper-112). Returns whether W2 held,
+/// and whether its guard was valid.
+async fn one_shot_starved(leave: u32) -> (bool, bool) {
+    use crate::support::settle;
+    let cluster = MemCluster::new();
+    let (a, b) = (cluster.client(), cluster.client());
+    let (la, lb) = (Locks::new(a.clone()), Locks::new(b.clone()));
+    let ctl = cluster.controlled();
+    let path = "/view/oneshot";
+    let holder = acquire(&la, path);
+    run(&ctl).await;
+    let _holder = holder.await.unwrap().unwrap();
+    let sid = b.session_id();
+    let w2 = {
+        let lock = lb.fair(path).unwrap();
+        tokio::spawn(Starved {
+            inner: Box::pin(async move { lock.acquire().await }),
+            leave,
+        })
+    };
+    let node_of = |s| cluster.ephemerals().into_iter().find(|(_, o)| *o == s).map(|(p, _)| p);
+    let mut reached = false;
+    for _ in 0..1_000 {
+        settle().await;
+        if let Some(w2_node) = node_of(sid) {
+            if ctl
+                .describe(NetEvent::Apply(sid))
+                .ends_with(&format!("apply get+watch {w2_node}"))
+            {
+                reached = true;
+                break;
+            }
+        }
+        let Some(e) = ctl.events().into_iter().find(|e| !matches!(e, NetEvent::Timer(_))) else {
+            break;
+        };
+        assert!(ctl.fire(e));
+    }
+    assert!(reached, "W2 never armed its own watch");
+    let w2_node = node_of(sid).unwrap();
+    let h_node = node_of(a.session_id()).unwrap();
+    assert!(ctl.fire(NetEvent::Apply(sid)));
+    ctl.operator_delete(&w2_node).unwrap();
+    ctl.operator_delete(&h_node).unwrap();
+    assert!(
+        ctl.describe(NetEvent::Apply(sid))
+            .ends_with(&format!("apply get+watch {h_node}")),
+        "{}",
+        ctl.describe(NetEvent::Apply(sid))
+    );
+    assert!(ctl.fire(NetEvent::Apply(sid)));
+    while ctl.fire(NetEvent::Deliver(sid)) {}
+    settle().await;
+    let (held, valid) = if w2.is_finished() {
+        match w2.await.unwrap() {
+            Ok(g) => (true, g.is_valid()),
+            Err(_) => (false, false),
+        }
+    } else {
+        w2.abort();
+        (false, false)
+    };
+    (held, valid)
+}
+
+/// As above for the one-shot wait: `blocker_gone` looks at our node's watch unconstrained.
+#[tokio::test(start_paused = true)]
+async fn a_starved_one_shot_waiter_never_holds_with_its_node_gone() {
+    let mut bad = Vec::new();
+    for leave in 1..=6 {
+        let (held, valid) = one_shot_starved(leave).await;
+        if held && valid {
+            bad.push(leave);
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "one-shot: W2 held (a valid guard) with its node gone, {bad:?} units of budget left"
+    );
+}

@@ -355,7 +355,6 @@ impl CreationChecks for MemClient {
 #[async_trait]
 impl TreeWatches for MemClient {
     async fn watch_tree(&self, session: SessionId, path: &str) -> Result<TreeWatch> {
-        // Marked seen before the request is sent: any change of the session's state from here on ends the watch.
         // As ZooKeeper's client checks a path before it sends it.
         let bad = !path.starts_with('/')
             || (path != "/" && path[1..].split('/').any(|s| s.is_empty() || s == "." || s == ".."))
@@ -363,6 +362,7 @@ impl TreeWatches for MemClient {
         if bad {
             return Err(Error::Refused(format!("{path}: not a valid path")));
         }
+        // Marked seen before the request is sent: any change of the session's state from here on ends the watch.
         let mut armed = self.session();
         armed.borrow_and_update();
         let (watch, rx) = futures::channel::mpsc::unbounded();

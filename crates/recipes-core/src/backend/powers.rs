@@ -85,7 +85,7 @@ pub trait SendNow: Send + Sync {
 /// change of a node and of every node below it, where one-shot watches cost a watch per node.
 ///
 /// On ZooKeeper, and on the in-memory cluster in ZooKeeper's order; etcd's backend has none yet (its watch on a key
-/// prefix would be one). No recipe uses it yet: it is the base of one view of a queue per session (decision 0084).
+/// prefix would be one). The view of a queue per session rests on it (decisions 0084 and 0085).
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {

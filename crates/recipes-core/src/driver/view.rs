@@ -287,14 +287,14 @@ pub(crate) struct Entry {
     arming: tokio::sync::Mutex<()>,
 }
 
-/// A waiter's count among those in line on a path (see [`Views::in_line`]); uncounted when dropped. Small: every
+/// A waiter counted among those in line on a path (see [`Views::in_line`]); uncounted when dropped. Small: every
 /// waiter keeps one in its state.
-pub(crate) struct InLine<'a> {
+pub(crate) struct Counted<'a> {
     views: &'a Views,
     entry: Arc<Entry>,
 }
 
-impl Drop for InLine<'_> {
+impl Drop for Counted<'_> {
     fn drop(&mut self) {
         let mut by_key = self.views.by_key.lock();
         if self.entry.in_line.fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -307,7 +307,7 @@ impl Drop for InLine<'_> {
 impl Views {
     /// Counts a waiter of `session` in line on the lock path `path`: its count, and how many are in line now, this
     /// one included.
-    pub(crate) fn in_line(&self, session: SessionId, path: &Arc<str>) -> (InLine<'_>, usize) {
+    pub(crate) fn in_line(&self, session: SessionId, path: &Arc<str>) -> (Counted<'_>, usize) {
         let mut by_key = self.by_key.lock();
         let entry = by_key
             .entry((session, Arc::clone(path)))
@@ -322,11 +322,11 @@ impl Views {
             .clone();
         let count = entry.in_line.fetch_add(1, Ordering::AcqRel) + 1;
         drop(by_key);
-        (InLine { views: self, entry }, count)
+        (Counted { views: self, entry }, count)
     }
 }
 
-impl InLine<'_> {
+impl Counted<'_> {
     /// The view of this waiter's session on its path, armed now if there is none (or the last one ended). `None`
     /// when the backend has no tree watches, or refused one to this `Locks` before.
     pub(crate) async fn view(&self, backend: &Arc<dyn Backend>) -> crate::Result<Option<Arc<View>>> {

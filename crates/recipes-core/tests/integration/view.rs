@@ -12,6 +12,19 @@ use recipes_mem::{MemCluster, NetEvent};
 use crate::support::run;
 use tokio::task::JoinHandle;
 
+/// The ephemeral nodes of session `sid`, by sequence (the names' last ten digits), not by name: the attempt ids
+/// before them are random.
+fn nodes_of(cluster: &MemCluster, sid: recipes_core::backend::SessionId) -> Vec<String> {
+    let mut nodes: Vec<String> = cluster
+        .ephemerals()
+        .into_iter()
+        .filter(|(_, owner)| *owner == sid)
+        .map(|(p, _)| p)
+        .collect();
+    nodes.sort_by_key(|p| p[p.len() - 10..].to_owned());
+    nodes
+}
+
 fn acquire(locks: &Locks, path: &str) -> JoinHandle<Result<LockGuard>> {
     let lock = locks.fair(path).unwrap();
     tokio::spawn(async move { lock.acquire().await })
@@ -103,14 +116,7 @@ async fn waiter_holds_with_its_node_gone() -> bool {
     run(&ctl).await;
     release.await.unwrap().unwrap();
     assert!(w1.is_finished(), "W1 holds");
-    let mut ours: Vec<String> = cluster
-        .ephemerals()
-        .into_iter()
-        .filter(|(_, owner)| *owner == b.session_id())
-        .map(|(p, _)| p)
-        .collect();
-    // By sequence (the names' last ten digits), not by name: the attempt ids before them are random.
-    ours.sort_by_key(|p| p[p.len() - 10..].to_owned());
+    let ours = nodes_of(&cluster, b.session_id());
     let [w1_node, w2_node] = [ours[0].clone(), ours[1].clone()];
     assert_eq!(ours.len(), 3);
     ctl.operator_delete(&w2_node).unwrap();
@@ -191,13 +197,7 @@ async fn view_lags_behind_the_reply(starve: Option<u32>) -> (bool, bool) {
     let w3 = acquire(&lb, path);
     run(&ctl).await;
     assert_eq!(cluster.children(path).len(), 5);
-    let mut ours: Vec<String> = cluster
-        .ephemerals()
-        .into_iter()
-        .filter(|(_, owner)| *owner == b.session_id())
-        .map(|(p, _)| p)
-        .collect();
-    ours.sort_by_key(|p| p[p.len() - 10..].to_owned());
+    let ours = nodes_of(&cluster, b.session_id());
     let [w1_node, w2_node] = [ours[0].clone(), ours[1].clone()];
     let sid = b.session_id();
     let release = tokio::spawn(async move { holder.release().await });

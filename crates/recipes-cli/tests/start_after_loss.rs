@@ -30,9 +30,12 @@ fn command_started_after_the_lock_was_lost() {
         .unwrap()
         .as_nanos();
     let path = format!("/review-start-after-loss/p-{}-{nanos}", std::process::id());
-    let dir = std::env::temp_dir().join(format!("review-start-after-loss-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let log = dir.join("log");
+    // Removed on drop, whatever the test's outcome (the log is printed below).
+    let dir = tempfile::Builder::new()
+        .prefix("review-start-after-loss-")
+        .tempdir()
+        .unwrap();
+    let log = dir.path().join("log");
     std::fs::write(&log, b"").unwrap();
 
     // A's stderr: a socket whose buffer is full, so that the `--verbose` line right after the acquire blocks.

@@ -36,8 +36,13 @@ fn stopped_watchdog_then_loss() {
         .unwrap()
         .as_nanos();
     let path = format!("/review-stopped-watchdog/p-{}-{nanos}", std::process::id());
-    let log = std::env::temp_dir().join(format!("review-stopped-watchdog-{}-{nanos}.log", std::process::id()));
-    std::fs::write(&log, b"").unwrap();
+    // Removed on drop, whatever the test's outcome.
+    let log = tempfile::Builder::new()
+        .prefix("review-stopped-watchdog-")
+        .suffix(".log")
+        .tempfile()
+        .unwrap()
+        .into_temp_path();
     let a_cmd = format!(
         "trap '' TERM; while :; do echo \"a $EPOCHREALTIME\" >> {}; sleep 0.05; done",
         log.display()

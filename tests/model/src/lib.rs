@@ -50,8 +50,9 @@ use recipes_explore::{Explorer, Process};
 use programs::{Ctx, Oracle};
 pub use programs::{Patience, Program};
 
-/// The lock path of every configuration.
-pub(crate) const PATH: &str = "/model/lock";
+/// The lock path of every configuration. Not `…/lock`: a lock path named as a lock node gets no view of the queue
+/// (decision 0085), and `views-one-session` explores the views.
+pub(crate) const PATH: &str = "/model/line";
 
 /// A fault the explorer may inject: the public explorer's ([`recipes_explore::Fault`]).
 pub use recipes_explore::Fault as FaultKind;

@@ -128,7 +128,9 @@ pub trait TreeWatches: Send + Sync {
     /// - A one-shot watch of the same session on a node below `path` fires as it would alone. **Never set one on `path`
     ///   itself**: ZooKeeper before 3.9 keeps one watch mode per path and session (ZOOKEEPER-4466), and on ZooKeeper
     ///   3.8 the one-shot watch replaces the tree watch, which then reports nothing more and does not end. The
-    ///   in-memory backend does the same (found by review, helper-109).
+    ///   in-memory backend does the same (found by review, helper-109). The locks' views of a queue (decision 0085)
+    ///   are such watches on lock paths: an application's one-shot watch on a lock path, on the session of its
+    ///   `Locks`, would silence the view of that session's waiters there.
     ///
     /// # Notable errors
     /// `ConnectionLoss`, `SessionExpired`, `Closed`.

@@ -13,8 +13,9 @@ use futures::task::AtomicWaker;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use crate::backend::{Backend, SessionId, TreeChange, TreeEvent, TreeWatch};
+use crate::backend::{Backend, ChildOrder, SessionId, TreeChange, TreeEvent, TreeWatch};
 use crate::error::Error;
+use crate::layout::Family;
 
 /// What happened to the nodes a waiter follows, as bits of [`Slot::seen`].
 pub(crate) mod seen {
@@ -333,6 +334,7 @@ impl Counted<'_> {
         let Some(trees) = backend
             .tree_watches()
             .filter(|_| !self.views.unsupported.load(Ordering::Relaxed))
+            .filter(|_| may_root_a_view(&self.entry.key.1, backend.child_order()))
         else {
             return Ok(None);
         };
@@ -371,6 +373,18 @@ impl Counted<'_> {
         }
         Ok(Some(view))
     }
+}
+
+/// Whether a view may be rooted at the lock path `path`: not where its name is a lock node's, of any family. A waiter
+/// of a lock path one level up takes such a child for a lock node and waits on it with a one-shot watch (the exclusive
+/// recipe's waiter at `/jobs` on `/jobs/lock`), and a session's one-shot watch on the root of its tree watch silences
+/// that tree watch on ZooKeeper (ZOOKEEPER-4466): the view's waiters would be told nothing more, and wait for ever
+/// (found by review, helper-113). Such a path's waiters keep their one-shot watches. Every one-shot watch this library
+/// arms is on a node of a family, so no other lock path can be the root it silences; a watch armed on a lock path by
+/// the application itself, on the session of its `Locks`, can (see `TreeWatches`).
+fn may_root_a_view(path: &str, order: ChildOrder) -> bool {
+    let name = path.rsplit_once('/').map_or(path, |(_, name)| name);
+    Family::of_in(name, order).is_none()
 }
 
 /// The view's task: takes the watch's events in order and tells the waiters, until the watch ends (then every

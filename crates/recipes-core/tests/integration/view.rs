@@ -391,3 +391,60 @@ async fn a_starved_one_shot_waiter_never_holds_with_its_node_gone() {
         "one-shot: W2 held (a valid guard) with its node gone, {bad:?} units of budget left"
     );
 }
+
+/// A lock path nested in another's queue under a lock node's name (`/nest/lock`, the exclusive recipe's node of
+/// `/nest`): the session's exclusive waiter on `/nest` watches `/nest/lock` with a one-shot watch, which on ZooKeeper
+/// silences the session's tree watch rooted there (ZOOKEEPER-4466, modelled in memory). Session B has 130 waiters in
+/// line there, and another session's waiter X between its 127th and its 128th: had B's last three shared a view, the
+/// 128th would never learn of X's release (found by review, helper-113). Such a path gets no view: they keep their
+/// one-shot watches, hold in turn, and leave nothing.
+#[tokio::test(start_paused = true)]
+async fn a_lock_path_named_as_a_lock_node_gets_no_view() {
+    const WAITERS: usize = 130;
+    let cluster = MemCluster::new();
+    let (a, b, c) = (cluster.client(), cluster.client(), cluster.client());
+    let (la, lb, lc) = (Locks::new(a), Locks::new(b), Locks::new(c));
+    let path = "/nest/lock";
+    let holder = la.fair(path).unwrap().acquire().await.unwrap();
+    let mut waiters = Vec::new();
+    let mut other = None;
+    for i in 0..=WAITERS {
+        if i == 127 {
+            let lock = lc.fair(path).unwrap();
+            other = Some(tokio::spawn(async move { lock.acquire().await?.release().await }));
+        } else {
+            waiters.push(acquire(&lb, path));
+        }
+        for _ in 0..100 {
+            if cluster.children(path).len() == i + 2 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+    assert_eq!(cluster.children(path).len(), WAITERS + 2);
+    // B's exclusive waiter on `/nest` finds `/nest/lock` (a container, which the server reaps once empty) and waits
+    // for its deletion: a one-shot watch on the root of B's view, were there one.
+    let outer = lb.exclusive("/nest").unwrap();
+    let outer = tokio::spawn(async move { outer.acquire().await });
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert!(!outer.is_finished());
+    holder.release().await.unwrap();
+    for (i, w) in waiters.into_iter().enumerate() {
+        let g = tokio::time::timeout(std::time::Duration::from_secs(60), w)
+            .await
+            .unwrap_or_else(|_| panic!("waiter {i} never held"))
+            .unwrap()
+            .unwrap();
+        g.release().await.unwrap();
+    }
+    other.unwrap().await.unwrap().unwrap();
+    // The server reaps the empty container within a minute (ZooKeeper's default interval, modelled).
+    let outer = tokio::time::timeout(std::time::Duration::from_secs(120), outer)
+        .await
+        .expect("the exclusive lock on /nest once /nest/lock was reaped")
+        .unwrap()
+        .unwrap();
+    outer.release().await.unwrap();
+    assert!(cluster.ephemerals().is_empty());
+}

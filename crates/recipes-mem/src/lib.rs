@@ -224,6 +224,17 @@ impl MemCluster {
         self.peek(|st| st.watches.count())
     }
 
+    /// How many of [`watches`](Self::watches) are tree watches
+    /// ([`TreeWatches::watch_tree`](recipes_core::backend::TreeWatches::watch_tree)).
+    ///
+    /// ```
+    /// let cluster = recipes_mem::MemCluster::new();
+    /// assert_eq!(cluster.tree_watches(), 0);
+    /// ```
+    pub fn tree_watches(&self) -> usize {
+        self.peek(|st| st.watches.trees())
+    }
+
     /// Whether `path` exists.
     pub fn exists(&self, path: &str) -> bool {
         self.with(|st, _| st.tree.node(path).is_some())

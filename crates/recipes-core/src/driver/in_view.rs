@@ -1,6 +1,6 @@
 //! Waiting in line through the session's view of the queue (`view`, decision 0085): the wait of `wait_in_line` and
-//! `wait_on_blocker` for a session with many waiters in line on the lock path (`VIEW_FROM`, 128), without a one-shot
-//! watch of its own.
+//! `wait_on_blocker` for a session with many waiters in line on the lock path (`VIEW_FROM`, 128, and a quarter of the
+//! queue, `VIEW_SHARE`), without a one-shot watch of its own.
 
 use std::future::Future;
 use std::sync::Arc;

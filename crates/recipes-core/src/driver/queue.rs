@@ -85,8 +85,10 @@ impl Attempt<'_> {
                 }
                 // Taken apart by plain functions and in a block of its own: a local that was borrowed takes room in
                 // this future's state until its scope ends, through every wait after it.
+                // Whether the session's waiters in line are enough of the queue for a view (`VIEW_SHARE`): noted once
+                // per session, as a local here would take room in every waiter's state.
                 let wait = {
-                    let next = self.judged(children, q.name(), &mut mark);
+                    let next = self.judged(children, &q, &mut mark);
                     let next = if !count_checked && !matches!(next, Verdict::Refuse(_)) {
                         count_checked = true;
                         // Boxed, the verdict passed through: only a semaphore checks, once.
@@ -180,11 +182,17 @@ impl Attempt<'_> {
         }
     }
 
-    /// The verdict on a listing, and whether it was long (then we mark ourselves first once we hold the lock).
-    /// Takes the listing: it ends here, not in the acquire's state.
-    fn judged(&self, children: Vec<String>, ours: &str, mark: &mut bool) -> Verdict {
+    /// The verdict on a listing of `ours`, and whether it was long (then we mark ourselves first once we hold the
+    /// lock); its length is noted for the session's view (`Views::listed`). Takes the listing: it ends here, not in the
+    /// acquire's state.
+    fn judged(&self, children: Vec<String>, ours: &Queued, mark: &mut bool) -> Verdict {
         *mark |= self.protocol.marks_when_held(&children);
-        self.protocol.judge(&children, ours)
+        // Whether the session's waiters in line are enough of the queue for a view (`VIEW_SHARE`): noted once per
+        // session, as a count kept here would take room in every waiter's state.
+        self.ctx
+            .views
+            .listed(ours.id.session, self.path.shared(), children.len());
+        self.protocol.judge(&children, ours.name())
     }
 
     /// A verdict that is neither a wait nor, where names are not made again, a hold: whether we hold (a

@@ -283,6 +283,8 @@ pub(crate) struct Entry {
     key: Key,
     /// Waiters in line now (changed under the registry's lock).
     in_line: std::sync::atomic::AtomicUsize,
+    /// How many children the session's last listing of the path held (see [`Views::listed`]).
+    listed: std::sync::atomic::AtomicUsize,
     view: Mutex<Option<Arc<View>>>,
     /// Held by the waiter that arms a view, so that the others wait for it instead of arming their own.
     arming: tokio::sync::Mutex<()>,
@@ -316,6 +318,7 @@ impl Views {
                 Arc::new(Entry {
                     key: key.clone(),
                     in_line: Default::default(),
+                    listed: Default::default(),
                     view: Mutex::default(),
                     arming: Default::default(),
                 })
@@ -325,9 +328,23 @@ impl Views {
         drop(by_key);
         (Counted { views: self, entry }, count)
     }
+
+    /// Notes how many children a listing of `path` on `session` held, where the session has waiters in line there:
+    /// whether they are enough of the queue for a view (`VIEW_SHARE` in wait.rs). Once per session and path, not in
+    /// each waiter's state.
+    pub(crate) fn listed(&self, session: SessionId, path: &Arc<str>, children: usize) {
+        if let Some(entry) = self.by_key.lock().get(&(session, Arc::clone(path))) {
+            entry.listed.store(children, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Counted<'_> {
+    /// How many children the session's last listing of the path held (0 before any, since its waiters came).
+    pub(crate) fn listed(&self) -> usize {
+        self.entry.listed.load(Ordering::Relaxed)
+    }
+
     /// The view of this waiter's session on its path, armed now if there is none (or the last one ended). `None`
     /// when the backend has no tree watches, or refused one to this `Locks` before.
     pub(crate) async fn view(&self, backend: &Arc<dyn Backend>) -> crate::Result<Option<Arc<View>>> {

@@ -175,12 +175,16 @@ impl Watches {
         self.silenced.extend(silenced);
     }
 
+    /// How many tree watches are set (silenced ones included; not those whose stream was dropped).
+    pub(crate) fn trees(&self) -> usize {
+        let live = |t: &&TreeWatch| !t.tx.is_closed();
+        self.trees.iter().filter(live).count() + self.silenced.iter().filter(live).count()
+    }
+
     /// How many watches are set (tree watches, silenced ones too, included; not those whose stream was dropped, which
     /// ZooKeeper's client removes at once and this server when it next looks).
     pub(crate) fn count(&self) -> usize {
-        let live = |t: &&TreeWatch| !t.tx.is_closed();
-        let trees = self.trees.iter().filter(live).count() + self.silenced.iter().filter(live).count();
-        self.by_path.values().map(|ws| ws.list.len()).sum::<usize>() + trees
+        self.by_path.values().map(|ws| ws.list.len()).sum::<usize>() + self.trees()
     }
 
     /// Takes out every watch of session `sid`, path by path in order: an order that depends on the paths alone, not

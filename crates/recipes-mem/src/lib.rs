@@ -235,6 +235,19 @@ impl MemCluster {
         self.peek(|st| st.watches.trees())
     }
 
+    /// How many of [`tree_watches`](Self::tree_watches) are silenced: their session then set a one-shot watch on
+    /// their root, which on ZooKeeper 3.8 replaces the tree watch in the server's table of data watches
+    /// (ZOOKEEPER-4466). They report deletions only, and do not end. No recipe of this library silences its own
+    /// views of the queue; an application's watch on a lock path, on the session of its `Locks`, would.
+    ///
+    /// ```
+    /// let cluster = recipes_mem::MemCluster::new();
+    /// assert_eq!(cluster.silenced_tree_watches(), 0);
+    /// ```
+    pub fn silenced_tree_watches(&self) -> usize {
+        self.peek(|st| st.watches.silenced_trees())
+    }
+
     /// Whether `path` exists.
     pub fn exists(&self, path: &str) -> bool {
         self.with(|st, _| st.tree.node(path).is_some())

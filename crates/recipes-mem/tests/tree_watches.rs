@@ -145,8 +145,8 @@ async fn a_cut_loses_the_events_on_their_way_and_ends_the_watch() {
 }
 
 /// A one-shot watch of the session on the tree's root replaces the tree watch, as on ZooKeeper 3.8 (ZOOKEEPER-4466):
-/// it reports nothing more and does not end. An existence check replaces it even where the root is missing (ZooKeeper
-/// sets that watch too); a read of a missing root sets none.
+/// it reports no creation and no change of data any more, only deletions, and does not end. An existence check
+/// replaces it even where the root is missing (ZooKeeper sets that watch too); a read of a missing root sets none.
 #[tokio::test(start_paused = true)]
 async fn a_one_shot_watch_on_the_root_silences_the_tree() {
     let cluster = MemCluster::new();
@@ -171,4 +171,10 @@ async fn a_one_shot_watch_on_the_root_silences_the_tree() {
     assert!(one_shot.await.is_ok());
     assert!(now(&mut below).await.is_pending(), "silent, and not ended");
     assert_eq!(cluster.watches(), 3, "three tree watches, two of them silent");
+    on_a.delete("/q/2").await.unwrap();
+    assert!(
+        matches!(now(&mut below).await, Poll::Ready(Some(Ok(e))) if e.path == "/q/2" && e.change == TreeChange::Deleted),
+        "a deletion still reported"
+    );
+    assert!(now(&mut below).await.is_pending());
 }

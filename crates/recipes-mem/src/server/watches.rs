@@ -65,7 +65,8 @@ pub(crate) struct Watches {
     set: u64,
     /// The tree watches (ZooKeeper's persistent recursive), in the order they were set: few, each on a subtree.
     trees: Vec<TreeWatch>,
-    /// Tree watches whose session then set a one-shot watch on their root: silent until the connection goes.
+    /// Tree watches whose session then set a one-shot watch on their root: they report deletions only, until the
+    /// connection goes (see `silence_trees`).
     silenced: Vec<TreeWatch>,
 }
 
@@ -123,13 +124,19 @@ impl Watches {
         ws.list.push(watch);
     }
 
-    /// The sessions with a watch on `path`, or on a tree it is in.
+    /// The sessions with a watch on `path`, or on a tree it is in (a silenced one too: it reports deletions).
     pub(super) fn sessions_on<'a>(&'a self, path: &'a str) -> impl Iterator<Item = SessionId> + 'a {
         self.by_path
             .get(path)
             .into_iter()
             .flat_map(|ws| ws.list.iter().map(|w| w.session))
-            .chain(self.trees.iter().filter(move |t| t.covers(path)).map(|t| t.session))
+            .chain(
+                self.trees
+                    .iter()
+                    .chain(&self.silenced)
+                    .filter(move |t| t.covers(path))
+                    .map(|t| t.session),
+            )
     }
 
     /// Sets a tree watch of `session` on `root`.
@@ -138,15 +145,18 @@ impl Watches {
         self.trees.push(TreeWatch { session, root, tx });
     }
 
-    /// The tree watches that a change of `path` fires (their session and channel), in the order they were set; those
-    /// whose stream was dropped go.
-    fn trees_on(&mut self, path: &str) -> Vec<(SessionId, TreeTx)> {
-        if self.trees.is_empty() {
+    /// The tree watches that a change of `path` fires (their session and channel), in the order they were set, the
+    /// silenced ones after the others and only for a deletion (see `silence_trees`); those whose stream was dropped go.
+    fn trees_on(&mut self, path: &str, change: TreeChange) -> Vec<(SessionId, TreeTx)> {
+        if self.trees.is_empty() && self.silenced.is_empty() {
             return Vec::new();
         }
         self.trees.retain(|t| !t.tx.is_closed());
+        self.silenced.retain(|t| !t.tx.is_closed());
+        let silenced = self.silenced.iter().filter(|_| change == TreeChange::Deleted);
         self.trees
             .iter()
+            .chain(silenced)
             .filter(|t| t.covers(path))
             .map(|t| (t.session, t.tx.clone()))
             .collect()
@@ -161,9 +171,11 @@ impl Watches {
     }
 
     /// A one-shot watch of `session` on `path`: ZooKeeper before 3.9 keeps one watch mode per path and session
-    /// (ZOOKEEPER-4466), so it replaces the session's tree watch rooted there. That watch reports nothing more, and
-    /// does not end either (found by review, helper-109, on ZooKeeper 3.8.0): its stream stays silent until the
-    /// connection goes.
+    /// (ZOOKEEPER-4466), so it replaces the session's tree watch rooted there, in the server's table of data watches.
+    /// That watch reports no creation and no change of data any more, and does not end either (found by review,
+    /// helper-109, on ZooKeeper 3.8.0); the server keeps it in its table of child watches too, where the one-shot
+    /// watch does not go, and from there it still reports every deletion (found by review, helper-114, on the same
+    /// server). Until the connection goes.
     fn silence_trees(&mut self, session: SessionId, path: &str) {
         if self.trees.is_empty() {
             return;
@@ -173,6 +185,11 @@ impl Watches {
             .partition(|t| t.session == session && t.root == path);
         self.trees = kept;
         self.silenced.extend(silenced);
+    }
+
+    /// How many tree watches are silenced (see `silence_trees`; not those whose stream was dropped).
+    pub(crate) fn silenced_trees(&self) -> usize {
+        self.silenced.iter().filter(|t| !t.tx.is_closed()).count()
     }
 
     /// How many tree watches are set (silenced ones included; not those whose stream was dropped).
@@ -253,7 +270,7 @@ impl State {
 
     /// Fires the tree watches over `path` (after its node's own watches, as ZooKeeper's client hands them out).
     pub(super) fn fire_trees(&mut self, path: &str, change: TreeChange, now: Instant) {
-        for (sid, tx) in self.watches.trees_on(path) {
+        for (sid, tx) in self.watches.trees_on(path, change) {
             let event = TreeEvent {
                 path: path.to_owned(),
                 change,

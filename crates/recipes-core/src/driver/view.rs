@@ -395,10 +395,12 @@ impl Counted<'_> {
 /// Whether a view may be rooted at the lock path `path`: not where its name is a lock node's, of any family. A waiter
 /// of a lock path one level up takes such a child for a lock node and waits on it with a one-shot watch (the exclusive
 /// recipe's waiter at `/jobs` on `/jobs/lock`), and a session's one-shot watch on the root of its tree watch silences
-/// that tree watch on ZooKeeper (ZOOKEEPER-4466): the view's waiters would be told nothing more, and wait for ever
-/// (found by review, helper-113). Such a path's waiters keep their one-shot watches. Every one-shot watch this library
-/// arms is on a node of a family, so no other lock path can be the root it silences; a watch armed on a lock path by
-/// the application itself, on the session of its `Locks`, can (see `TreeWatches`).
+/// that tree watch on ZooKeeper (ZOOKEEPER-4466): on 3.8 the view's waiters would be told of deletions only, missing
+/// the marks and listing again, and on a server that kept one table of watches, told nothing more, waiting for ever
+/// (found by review, helper-113, where the in-memory backend then silenced every event). Such a path's waiters keep
+/// their one-shot watches. Every one-shot watch this library arms is on a node of a family (the peer semaphores watch
+/// only their leases), so no other lock path can be the root it silences; a watch armed on a lock path by the
+/// application itself, on the session of its `Locks`, can (see `TreeWatches`).
 fn may_root_a_view(path: &str, order: ChildOrder) -> bool {
     let name = path.rsplit_once('/').map_or(path, |(_, name)| name);
     Family::of_in(name, order).is_none()

@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use recipes_core::mutants::{self, Mutant};
-use recipes_core::{LockGuard, Locks, Result};
+use recipes_core::{Layout, LockGuard, Locks, Result};
 use recipes_mem::{MemCluster, NetEvent};
 
 use crate::support::run;
@@ -392,19 +392,39 @@ async fn a_starved_one_shot_waiter_never_holds_with_its_node_gone() {
     );
 }
 
-/// A lock path nested in another's queue under a lock node's name (`/nest/lock`, the exclusive recipe's node of
-/// `/nest`): the session's exclusive waiter on `/nest` watches `/nest/lock` with a one-shot watch, which on ZooKeeper
-/// silences the session's tree watch rooted there (ZOOKEEPER-4466, modelled in memory). Session B has 130 waiters in
-/// line there, and another session's waiter X between its 127th and its 128th: had B's last three shared a view, the
-/// 128th would never learn of X's release (found by review, helper-113). Such a path gets no view: they keep their
-/// one-shot watches, hold in turn, and leave nothing.
-#[tokio::test(start_paused = true)]
-async fn a_lock_path_named_as_a_lock_node_gets_no_view() {
+/// What a session with a view on a nested lock path also waits for, one level up (or two): each arms a one-shot watch
+/// on the nested path itself, were it left to watch what it finds there.
+#[derive(Clone, Copy, Debug)]
+enum Outer {
+    /// The exclusive recipe at `/nest`, whose node `/nest/lock` is the nested path.
+    Exclusive(&'static str),
+    /// A peer semaphore of one permit, which counts the nested path as a lease (kazoo: every child of its path;
+    /// Curator: every child of its `leases`).
+    Semaphore(&'static str, Layout),
+}
+
+/// What became of a session's waiters on a nested lock path while the session also waited one level up.
+#[derive(Debug)]
+struct Nested {
+    /// The tree watches kept once every waiter was in line and the outer wait had begun: B's view, if it has one.
+    trees: usize,
+    /// Those of them silenced by a one-shot watch of their session on their root.
+    silenced: usize,
+    /// B's waiters that never held.
+    never: Vec<usize>,
+}
+
+/// Session B has 130 waiters in line on `path`, and another session's waiter X between its 127th and its 128th (so
+/// that the 128th waits on X through B's view, if it has one); B then waits on `outer`, one level up. On ZooKeeper 3.8
+/// a session's one-shot watch on the root of its tree watch silences the tree watch (ZOOKEEPER-4466, modelled in
+/// memory): it reports deletions only, so that the view's waiters miss the marks and list again, and a server that
+/// kept one table of watches would lose the deletions too. Checks that `outer` holds once `path`'s emptied container
+/// is reaped, and that nothing is left.
+async fn nested(path: &str, outer: Outer) -> Nested {
     const WAITERS: usize = 130;
     let cluster = MemCluster::new();
     let (a, b, c) = (cluster.client(), cluster.client(), cluster.client());
-    let (la, lb, lc) = (Locks::new(a), Locks::new(b), Locks::new(c));
-    let path = "/nest/lock";
+    let (la, lb, lc) = (Locks::new(a), Locks::new(b.clone()), Locks::new(c));
     let holder = la.fair(path).unwrap().acquire().await.unwrap();
     let mut waiters = Vec::new();
     let mut other = None;
@@ -423,30 +443,74 @@ async fn a_lock_path_named_as_a_lock_node_gets_no_view() {
         }
     }
     assert_eq!(cluster.children(path).len(), WAITERS + 2);
-    // B's exclusive waiter on `/nest` finds `/nest/lock` (a container, which the server reaps once empty) and waits
-    // for its deletion: a one-shot watch on the root of B's view, were there one.
-    let outer = lb.exclusive("/nest").unwrap();
-    let outer = tokio::spawn(async move { outer.acquire().await });
+    let outer: JoinHandle<Result<LockGuard>> = match outer {
+        Outer::Exclusive(at) => {
+            let lock = lb.exclusive(at).unwrap();
+            tokio::spawn(async move { lock.acquire().await })
+        }
+        // Its own `Locks` (the layout), on B's client: B's session.
+        Outer::Semaphore(at, layout) => {
+            let sem = Locks::builder(b.clone())
+                .layout(layout)
+                .build()
+                .semaphore(at, 1)
+                .unwrap();
+            tokio::spawn(async move { sem.acquire().await })
+        }
+    };
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     assert!(!outer.is_finished());
+    let (trees, silenced) = (cluster.tree_watches(), cluster.silenced_tree_watches());
     holder.release().await.unwrap();
+    let mut never = Vec::new();
     for (i, w) in waiters.into_iter().enumerate() {
-        let g = tokio::time::timeout(std::time::Duration::from_secs(60), w)
-            .await
-            .unwrap_or_else(|_| panic!("waiter {i} never held"))
-            .unwrap()
-            .unwrap();
-        g.release().await.unwrap();
+        match tokio::time::timeout(std::time::Duration::from_secs(60), w).await {
+            Ok(Ok(Ok(g))) => g.release().await.unwrap(),
+            _ => never.push(i),
+        }
+    }
+    let seen = Nested { trees, silenced, never };
+    if !seen.never.is_empty() {
+        return seen;
     }
     other.unwrap().await.unwrap().unwrap();
     // The server reaps the empty container within a minute (ZooKeeper's default interval, modelled).
     let outer = tokio::time::timeout(std::time::Duration::from_secs(120), outer)
         .await
-        .expect("the exclusive lock on /nest once /nest/lock was reaped")
+        .expect("the outer lock once the nested path was reaped")
         .unwrap()
         .unwrap();
     outer.release().await.unwrap();
     assert!(cluster.ephemerals().is_empty());
+    seen
+}
+
+/// A lock path nested in another's queue under a lock node's name (`/nest/lock`, the exclusive recipe's node of
+/// `/nest`) gets no view: the session's exclusive waiter on `/nest` watches `/nest/lock` (found by review,
+/// helper-113, where the in-memory backend's silenced view then reported nothing: the 128th waiter never held).
+#[tokio::test(start_paused = true)]
+async fn a_lock_path_named_as_a_lock_node_gets_no_view() {
+    let seen = nested("/nest/lock", Outer::Exclusive("/nest")).await;
+    assert!(seen.never.is_empty() && seen.trees == 0, "{seen:?}");
+}
+
+/// A peer semaphore watches only the children of its lease family: a lock path nested in it under a plain name
+/// (`/ksem/jobs` in kazoo's layout, `/csem/leases/jobs` in Curator's), which its session's waiters see through a view,
+/// counts as a lease, as the peers count it, but is not watched, and the view is not silenced (found by review,
+/// helper-114: with a watch on every child, the view was, and B's waiters from the 128th on never held where the
+/// in-memory backend's silenced view reported nothing).
+#[tokio::test(start_paused = true)]
+async fn a_peer_semaphore_never_watches_a_lock_path_nested_in_it() {
+    for (path, at, layout) in [
+        ("/ksem/jobs", "/ksem", Layout::Kazoo),
+        ("/csem/leases/jobs", "/csem", Layout::Curator),
+    ] {
+        let seen = nested(path, Outer::Semaphore(at, layout)).await;
+        assert!(
+            seen.never.is_empty() && seen.trees == 1 && seen.silenced == 0,
+            "{layout}: {seen:?}"
+        );
+    }
 }
 
 /// Queues `per_session` waiters on `path` for each of `sessions` sessions, interleaved (one of each in turn), behind a

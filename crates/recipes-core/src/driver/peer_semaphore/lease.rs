@@ -221,9 +221,10 @@ impl LeaseUnderMutex {
             if a.try_once {
                 return Ok(Got::Busy);
             }
-            // Every lease, ours too (deleted by someone else, it is made again), as Curator watches them all.
-            let all: Vec<String> = children.iter().map(|c| a.path.child(c)).collect();
-            a.wait_any_deleted(&all, sid, None).await?;
+            // Every lease, ours too (deleted by someone else, it is made again), as Curator watches them all; a child
+            // that is no Curator lease (a lock path nested here) counts as one, as Curator counts it, but is not
+            // watched (see `wait_for_room`).
+            wait_for_room(a, &children, Family::CuratorLease, None, sid).await?;
         }
     }
 
@@ -240,7 +241,7 @@ impl LeaseUnderMutex {
             if a.try_once {
                 return Ok(Got::Busy);
             }
-            wait_for_room(a, &children, None, sid).await?;
+            wait_for_room(a, &children, Family::KazooLease, None, sid).await?;
             return Ok(Got::Again);
         }
         let count_only = is_active(Mutant::KazooCountOnly);
@@ -301,24 +302,46 @@ impl LeaseUnderMutex {
                 return Ok(Got::Busy);
             }
             let mine = node.rsplit('/').next().unwrap_or_default();
-            wait_for_room(a, &children, Some(mine), sid).await?;
+            wait_for_room(a, &children, Family::KazooLease, Some(mine), sid).await?;
             return Ok(Got::Again);
         }
         Ok(Got::Held(Box::new(a.held(node, czxid, id))))
     }
 }
 
-/// kazoo: waits for one of `children` of the semaphore's path (but `mine`) to go, as kazoo waits for a change. A
-/// child that is no kazoo lease (Curator's `locks` or `leases` left empty, a nested path) may never go, and may come
-/// to hold another layout's semaphore without a deletion (a Curator lease made under `leases`): with such a child the
-/// wait is bounded, and the caller counts (and screens) again.
-async fn wait_for_room(a: &Attempt<'_>, children: &[String], mine: Option<&str>, sid: SessionId) -> Step<()> {
+/// Waits for one of `children` of the semaphore's path (but `mine`), the leases of `family`, to go, as the peers wait
+/// for a change. A child of no lease family (Curator's `locks` or `leases` left empty, a nested lock path) may never
+/// go, and may come to hold another layout's semaphore without a deletion (a Curator lease made under `leases`): with
+/// such a child the wait is bounded, and the caller counts (and screens) again. Such a child is not watched: a lock
+/// path nested here may be the root of this session's view of its queue, which a one-shot watch there would silence
+/// (decision 0085; found by review, helper-114: a kazoo semaphore and the fair lock nested in it, on one session, left
+/// the lock's waiters in the view untold).
+async fn wait_for_room(
+    a: &Attempt<'_>,
+    children: &[String],
+    family: Family,
+    mine: Option<&str>,
+    sid: SessionId,
+) -> Step<()> {
+    let leases = |c: &&String| Family::of(c) == Some(family);
     let watched: Vec<String> = children
         .iter()
+        .filter(leases)
         .filter(|c| Some(c.as_str()) != mine)
         .map(|c| a.path.child(c))
         .collect();
-    if children.iter().all(|c| Family::of(c) == Some(Family::KazooLease)) {
+    let only_leases = children.iter().all(|c| leases(&c));
+    if watched.is_empty() {
+        // Nothing to watch: count again a moment later (bounded by the attempt's deadline).
+        let until = Instant::now() + RECHECK;
+        tokio::time::sleep_until(a.deadline().map_or(until, |d| d.min(until))).await;
+        return if a.deadline().is_some_and(|d| d <= Instant::now()) {
+            Err(Stop::Deadline)
+        } else {
+            Ok(())
+        };
+    }
+    if only_leases {
         return a.wait_any_deleted(&watched, sid, None).await.map(drop);
     }
     match tokio::time::timeout(RECHECK, a.wait_any_deleted(&watched, sid, None)).await {

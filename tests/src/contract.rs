@@ -17,8 +17,9 @@ mod trees;
 mod watches;
 pub use creation::a_delete_if_created_spares_a_name_made_again;
 pub use trees::{
-    a_one_shot_watch_on_the_tree_root_silences_it, a_tree_watch_ends_at_a_cut,
-    a_tree_watch_event_arrives_before_a_later_reply, a_tree_watch_reports_every_change_below_it_in_order,
+    a_one_shot_watch_on_the_tree_root_silences_it, a_silenced_tree_watch_reports_deletions_only,
+    a_tree_watch_ends_at_a_cut, a_tree_watch_event_arrives_before_a_later_reply,
+    a_tree_watch_reports_every_change_below_it_in_order,
 };
 pub use watches::{
     a_change_before_the_watch_is_polled_is_seen, a_deletion_after_a_change_is_seen_through_a_new_node,
@@ -44,6 +45,7 @@ macro_rules! __for_each_contract {
             a_delete_if_created_spares_a_name_made_again
             a_tree_watch_reports_every_change_below_it_in_order a_tree_watch_event_arrives_before_a_later_reply
             a_tree_watch_ends_at_a_cut a_one_shot_watch_on_the_tree_root_silences_it
+            a_silenced_tree_watch_reports_deletions_only
         );
     };
 }

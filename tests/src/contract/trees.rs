@@ -250,3 +250,36 @@ pub async fn a_one_shot_watch_on_the_tree_root_silences_it(h: &dyn Harness) {
     on_a.delete(&root).await.unwrap();
     on_a.delete(&format!("{path}/keep")).await.unwrap();
 }
+
+/// What a silenced tree watch still reports, as ZooKeeper 3.8 does (found by review, helper-115, beside the check
+/// above): no change of data below its root (the data table's watch is the one-shot's now), but the deletion below it
+/// and its root's own deletion (the table of child watches), with the one-shot watch firing for the root.
+pub async fn a_silenced_tree_watch_reports_deletions_only(h: &dyn Harness) {
+    let Some((path, a, b)) = two_clients(h, "a_silenced_tree_watch_reports_deletions_only").await else {
+        return;
+    };
+    let (on_a, on_b) = (a.locks.backend().current(), b.locks.backend().current());
+    let root = format!("{path}/r");
+    let y = format!("{root}/y");
+    on_a.create(&root, b"", CreateMode::Persistent).await.unwrap();
+    on_a.create(&y, b"", CreateMode::Persistent).await.unwrap();
+    let mut events = watch(&b, &root).await.unwrap();
+    let (_, one_shot) = on_b.get_and_watch(&root).await.unwrap().expect("exists");
+    on_a.set_data(&y, b"1").await.unwrap();
+    // A reply after the change: its event, had it been sent, would be in the stream by now.
+    let _ = on_b.get(&y).await;
+    let got = ready_now(&mut events).await;
+    assert!(got.is_none(), "a change of data below a silenced root: {got:?}");
+    on_a.delete(&y).await.unwrap();
+    assert_eq!(
+        next(h, &mut events).await.unwrap().unwrap(),
+        event(&y, TreeChange::Deleted)
+    );
+    on_a.delete(&root).await.unwrap();
+    assert_eq!(
+        next(h, &mut events).await.unwrap().unwrap(),
+        event(&root, TreeChange::Deleted)
+    );
+    assert!(bounded(h, "the one-shot watch on the root", one_shot).await.is_ok());
+    on_a.delete(&format!("{path}/keep")).await.unwrap();
+}

@@ -306,3 +306,45 @@ async fn a_peer_semaphore_acquire_dropped_at_any_point_leaves_no_node() {
         }
     }
 }
+
+/// A kazoo-layout semaphore whose path holds no lease to watch, only a lock path nested there (`/s/jobs`, counted as a
+/// lease, as kazoo counts it, but not watched: decision 0085), counts again every second; it returns at its deadline,
+/// and learns its session's expiry at once, not at its next count (found by review, helper-115: up to a second late).
+#[tokio::test(start_paused = true)]
+async fn a_kazoo_semaphore_with_nothing_to_watch_sees_its_deadline_and_expiry_at_once() {
+    let c = MemCluster::new();
+    let client = c.client();
+    let l = Locks::builder(client.clone()).layout(Layout::Kazoo).build();
+    l.semaphore("/s", 1)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let on = recipes_core::backend::BackendExt::current(&*client);
+    on.create("/s/jobs", b"", recipes_core::backend::CreateMode::Persistent)
+        .await
+        .unwrap();
+    let t = tokio::time::Instant::now();
+    let r = l
+        .semaphore("/s", 1)
+        .unwrap()
+        .acquire_timeout(Duration::from_millis(300))
+        .await;
+    assert!(matches!(r, Ok(None)), "{}", show(&r));
+    assert!(t.elapsed() < Duration::from_millis(400), "{:?}", t.elapsed());
+    let sem = l.semaphore("/s", 1).unwrap();
+    let waiting = tokio::spawn(async move { sem.acquire().await.map(drop) });
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    client.expire_session();
+    let t = tokio::time::Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(r, Err(Error::SessionExpired)), "{r:?}");
+    assert!(t.elapsed() < Duration::from_millis(100), "{:?}", t.elapsed());
+    assert!(c.ephemerals().is_empty());
+}

@@ -332,9 +332,15 @@ async fn wait_for_room(
         .collect();
     let only_leases = children.iter().all(|c| leases(&c));
     if watched.is_empty() {
-        // Nothing to watch: count again a moment later (bounded by the attempt's deadline).
+        // Nothing to watch: count again a moment later (bounded by the attempt's deadline), or at once when the
+        // session's state changes (a reviewer, helper-115, saw the expiry learnt up to that moment late).
         let until = Instant::now() + RECHECK;
-        tokio::time::sleep_until(a.deadline().map_or(until, |d| d.min(until))).await;
+        let mut session = a.backend().session();
+        session.borrow_and_update();
+        tokio::select! {
+            () = tokio::time::sleep_until(a.deadline().map_or(until, |d| d.min(until))) => {}
+            _ = session.changed() => {}
+        }
         return if a.deadline().is_some_and(|d| d <= Instant::now()) {
             Err(Stop::Deadline)
         } else {

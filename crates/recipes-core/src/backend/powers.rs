@@ -129,9 +129,9 @@ pub trait TreeWatches: Send + Sync {
     ///   itself**: ZooKeeper before 3.9 keeps one watch mode per path and session (ZOOKEEPER-4466), and on ZooKeeper
     ///   3.8 the one-shot watch replaces the tree watch in the server's table of data watches: it then reports no
     ///   creation and no change of data, only deletions (from the table of child watches, where it stays), and does
-    ///   not end. The in-memory backend does the same (found by review, helper-109 and helper-114). The locks' views of a queue (decision 0085)
-    ///   are such watches on lock paths: an application's one-shot watch on a lock path, on the session of its
-    ///   `Locks`, would silence the view of that session's waiters there.
+    ///   not end. The in-memory backend does the same (found by review, helper-109 and helper-114). The locks' views
+    ///   of a queue (decision 0085) are such watches on lock paths: an application's one-shot watch on a lock path,
+    ///   on the session of its `Locks`, would silence the view of that session's waiters there.
     ///
     /// # Notable errors
     /// `ConnectionLoss`, `SessionExpired`, `Closed`.

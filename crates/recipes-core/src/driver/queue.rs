@@ -85,8 +85,6 @@ impl Attempt<'_> {
                 }
                 // Taken apart by plain functions and in a block of its own: a local that was borrowed takes room in
                 // this future's state until its scope ends, through every wait after it.
-                // Whether the session's waiters in line are enough of the queue for a view (`VIEW_SHARE`): noted once
-                // per session, as a local here would take room in every waiter's state.
                 let wait = {
                     let next = self.judged(children, &q, &mut mark);
                     let next = if !count_checked && !matches!(next, Verdict::Refuse(_)) {

@@ -348,3 +348,50 @@ async fn a_kazoo_semaphore_with_nothing_to_watch_sees_its_deadline_and_expiry_at
     assert!(t.elapsed() < Duration::from_millis(100), "{:?}", t.elapsed());
     assert!(c.ephemerals().is_empty());
 }
+
+/// As above, the session expiring after the count's listing was answered and before the wait subscribes to the
+/// session's state: the wait still learns it at once, not a second later (found by review, helper-116, whose test
+/// this is: the change was taken as seen before the wait looked at it).
+#[tokio::test(start_paused = true)]
+async fn an_expiry_just_before_the_wait_with_nothing_to_watch_is_learnt_at_once() {
+    use recipes_mem::NetEvent;
+    let c = MemCluster::new();
+    let ctl = c.controlled();
+    let client = c.client();
+    let l = Locks::builder(client.clone()).layout(Layout::Kazoo).build();
+    let sem = l.semaphore("/s", 1).unwrap();
+    let setup = tokio::spawn({
+        let client = client.clone();
+        async move {
+            sem.acquire().await.unwrap().release().await.unwrap();
+            let on = recipes_core::backend::BackendExt::current(&*client);
+            on.create("/s/jobs", b"", recipes_core::backend::CreateMode::Persistent)
+                .await
+                .unwrap();
+        }
+    });
+    while !setup.is_finished() {
+        crate::support::run(&ctl).await;
+    }
+    let sid = client.session_id();
+    let sem = l.semaphore("/s", 1).unwrap();
+    let waiting = tokio::spawn(async move { sem.acquire().await.map(drop) });
+    let reached = crate::support::run_until_applying(&ctl, sid, "apply list /s").await;
+    assert!(reached, "the count's listing of /s");
+    assert!(ctl.fire(NetEvent::Apply(sid)));
+    while ctl.fire(NetEvent::Deliver(sid)) {}
+    // The reply is the client's; the waiter has not run yet.
+    client.expire_session();
+    let t = tokio::time::Instant::now();
+    while !waiting.is_finished() && t.elapsed() < Duration::from_secs(5) {
+        crate::support::run(&ctl).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let r = waiting.await.unwrap();
+    assert!(matches!(r, Err(Error::SessionExpired)), "{r:?}");
+    assert!(
+        t.elapsed() < Duration::from_millis(100),
+        "learnt {:?} after the expiry",
+        t.elapsed()
+    );
+}

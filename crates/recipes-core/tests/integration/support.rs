@@ -46,6 +46,30 @@ pub async fn run(ctl: &recipes_mem::Controller) {
     panic!("the cluster never quietened");
 }
 
+/// As [`run`], but stops as soon as the next request of session `sid` to be applied is `request` (as the controller
+/// describes it: `apply list /s`); `false` when the cluster quietened first.
+pub async fn run_until_applying(
+    ctl: &recipes_mem::Controller,
+    sid: recipes_core::backend::SessionId,
+    request: &str,
+) -> bool {
+    for _ in 0..1_000 {
+        settle().await;
+        if ctl.describe(recipes_mem::NetEvent::Apply(sid)).ends_with(request) {
+            return true;
+        }
+        let Some(e) = ctl
+            .events()
+            .into_iter()
+            .find(|e| !matches!(e, recipes_mem::NetEvent::Timer(_)))
+        else {
+            return false;
+        };
+        assert!(ctl.fire(e));
+    }
+    false
+}
+
 /// Counts a holder out of a count of holders when dropped (a sweep's check of one holder at a time).
 pub struct Out(pub Arc<AtomicUsize>);
 

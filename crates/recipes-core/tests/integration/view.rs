@@ -9,7 +9,7 @@ use recipes_core::mutants::{self, Mutant};
 use recipes_core::{Layout, LockGuard, Locks, Result};
 use recipes_mem::{MemCluster, NetEvent};
 
-use crate::support::run;
+use crate::support::{run, run_until_applying};
 use tokio::task::JoinHandle;
 
 /// The ephemeral nodes of session `sid`, by sequence (the names' last ten digits), not by name: the attempt ids
@@ -172,7 +172,6 @@ async fn a_waiter_in_the_view_never_holds_with_its_node_gone() {
 /// busy with other work would (found by review, helper-111: the watch is a `tokio::select!`, `Pending` at once when the
 /// budget is spent, and a drain in the waiter's task passed nothing on).
 async fn view_lags_behind_the_reply(starve: Option<u32>) -> (bool, bool) {
-    use crate::support::settle;
     let cluster = MemCluster::new();
     let (a, b, c) = (cluster.client(), cluster.client(), cluster.client());
     let (la, lb, lc) = (Locks::new(a), Locks::new(b.clone()), Locks::new(c));
@@ -202,19 +201,7 @@ async fn view_lags_behind_the_reply(starve: Option<u32>) -> (bool, bool) {
     let sid = b.session_id();
     let release = tokio::spawn(async move { holder.release().await });
     // Step until W2 (in the view: a plain get, no watch) is about to read its own node.
-    let own_get = format!("apply get {w2_node}");
-    let mut reached = false;
-    for _ in 0..1_000 {
-        settle().await;
-        if ctl.describe(NetEvent::Apply(sid)).ends_with(&own_get) {
-            reached = true;
-            break;
-        }
-        let Some(e) = ctl.events().into_iter().find(|e| !matches!(e, NetEvent::Timer(_))) else {
-            break;
-        };
-        assert!(ctl.fire(e));
-    }
+    let reached = run_until_applying(&ctl, sid, &format!("apply get {w2_node}")).await;
     assert!(reached, "W2 never read its node through the view");
     assert!(ctl.fire(NetEvent::Apply(sid)), "W2's read of its node");
     ctl.operator_delete(&w2_node).unwrap();

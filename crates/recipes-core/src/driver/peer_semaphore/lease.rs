@@ -333,13 +333,13 @@ async fn wait_for_room(
     let only_leases = children.iter().all(|c| leases(&c));
     if watched.is_empty() {
         // Nothing to watch: count again a moment later (bounded by the attempt's deadline), or at once when the
-        // session's state changes (a reviewer, helper-115, saw the expiry learnt up to that moment late).
+        // session is over (found by review, helper-115: the expiry learnt up to that moment late), even when it was
+        // over before this wait subscribed (helper-116: an expiry between the count's reply and this wait).
         let until = Instant::now() + RECHECK;
         let mut session = a.backend().session();
-        session.borrow_and_update();
         tokio::select! {
             () = tokio::time::sleep_until(a.deadline().map_or(until, |d| d.min(until))) => {}
-            _ = session.changed() => {}
+            () = crate::driver::session::over(&mut session, sid) => {}
         }
         return if a.deadline().is_some_and(|d| d <= Instant::now()) {
             Err(Stop::Deadline)

@@ -809,7 +809,7 @@ fn main() {
 }
 
 /// From how many waiters of one session in line on a path, and from what share of the queue, they share a view of it
-/// instead of watches of their own (`VIEW_FROM` and `VIEW_SHARE` in recipes-core's driver/wait.rs, decision 0085).
+/// instead of watches of their own (`VIEW_FROM` and `VIEW_SHARE` in recipes-core's driver/views.rs, decision 0085).
 /// The expected count is a lower bound: should the library arm views where this expects none, a drain never settles,
 /// and bench/run fails on its `settled=0` (the other way, a drain settles with fewer watches armed than it could have).
 /// bench/run's drains run on 8, 12 or 24 sessions, or one per waiter, where neither arms a view.

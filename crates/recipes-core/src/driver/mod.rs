@@ -28,6 +28,7 @@ mod scout;
 pub(crate) mod session;
 mod turns;
 mod view;
+mod views;
 mod wait;
 
 use std::future::Future;
@@ -69,7 +70,7 @@ pub(crate) struct Ctx {
     /// The turns of this process's tasks on keys named by their session (etcd's own lock's layout).
     pub turns: turns::Turns,
     /// The views of the queues of this process's sessions, for their waiters in line (decision 0085).
-    pub views: view::Views,
+    pub views: views::Views,
 }
 
 /// How long a `try_acquire` may spend on requests (while disconnected they wait for the connection).

@@ -1,7 +1,8 @@
 //! One view of a lock path's queue per session (decision 0085): a tree watch on the lock path, shared by the
 //! session's waiters in line there, in place of the two one-shot watches each kept (issue 26: about 1 KB of every
 //! waiter's heap). A task of the view's own takes its events in order and tells each waiter what happened to the
-//! nodes it follows (its own, its blocker, its scout); `in_view` is the wait that uses it.
+//! nodes it follows (its own, its blocker, its scout); `in_view` is the wait that uses it, `views` the registry that
+//! says which waiters wait through which view.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -13,9 +14,7 @@ use futures::task::AtomicWaker;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use crate::backend::{Backend, ChildOrder, SessionId, TreeChange, TreeEvent, TreeWatch};
-use crate::error::Error;
-use crate::layout::Family;
+use crate::backend::{Backend, TreeChange, TreeEvent, TreeWatch};
 
 /// What happened to the nodes a waiter follows, as bits of [`Slot::seen`].
 pub(crate) mod seen {
@@ -266,144 +265,22 @@ impl View {
     }
 }
 
-/// The views of this process's sessions, by session and lock path, with the number of waiters in line on each.
-#[derive(Debug, Default)]
-pub(crate) struct Views {
-    by_key: Mutex<HashMap<Key, Arc<Entry>>>,
-    /// The backend refused a tree watch: no view of this `Locks` is armed any more.
-    unsupported: std::sync::atomic::AtomicBool,
-}
-
-/// A session and a lock path.
-type Key = (SessionId, Arc<str>);
-
-/// One session's waiters in line on one lock path, and their view.
-#[derive(Debug)]
-pub(crate) struct Entry {
-    key: Key,
-    /// Waiters in line now (changed under the registry's lock).
-    in_line: std::sync::atomic::AtomicUsize,
-    /// How many children the session's last listing of the path held (see [`Views::listed`]).
-    listed: std::sync::atomic::AtomicUsize,
-    view: Mutex<Option<Arc<View>>>,
-    /// Held by the waiter that arms a view, so that the others wait for it instead of arming their own.
-    arming: tokio::sync::Mutex<()>,
-}
-
-/// A waiter counted among those in line on a path (see [`Views::in_line`]); uncounted when dropped. Small: every
-/// waiter keeps one in its state.
-pub(crate) struct Counted<'a> {
-    views: &'a Views,
-    entry: Arc<Entry>,
-}
-
-impl Drop for Counted<'_> {
-    fn drop(&mut self) {
-        let mut by_key = self.views.by_key.lock();
-        if self.entry.in_line.fetch_sub(1, Ordering::AcqRel) == 1 {
-            // The last waiter goes: so does the view (its task stops and drops the watch).
-            by_key.remove(&self.entry.key);
-        }
-    }
-}
-
-impl Views {
-    /// Counts a waiter of `session` in line on the lock path `path`: its count, and how many are in line now, this
-    /// one included.
-    pub(crate) fn in_line(&self, session: SessionId, path: &Arc<str>) -> (Counted<'_>, usize) {
-        let mut by_key = self.by_key.lock();
-        let entry = by_key
-            .entry((session, Arc::clone(path)))
-            .or_insert_with_key(|key| {
-                Arc::new(Entry {
-                    key: key.clone(),
-                    in_line: Default::default(),
-                    listed: Default::default(),
-                    view: Mutex::default(),
-                    arming: Default::default(),
-                })
-            })
-            .clone();
-        let count = entry.in_line.fetch_add(1, Ordering::AcqRel) + 1;
-        drop(by_key);
-        (Counted { views: self, entry }, count)
-    }
-
-    /// Notes how many children a listing of `path` on `session` held, where the session has waiters in line there:
-    /// whether they are enough of the queue for a view (`VIEW_SHARE` in wait.rs). Once per session and path, not in
-    /// each waiter's state.
-    pub(crate) fn listed(&self, session: SessionId, path: &Arc<str>, children: usize) {
-        if let Some(entry) = self.by_key.lock().get(&(session, Arc::clone(path))) {
-            entry.listed.store(children, Ordering::Relaxed);
-        }
-    }
-}
-
-impl Counted<'_> {
-    /// How many children the session's last listing of the path held (0 before any, since its waiters came).
-    pub(crate) fn listed(&self) -> usize {
-        self.entry.listed.load(Ordering::Relaxed)
-    }
-
-    /// The view of this waiter's session on its path, armed now if there is none (or the last one ended). `None`
-    /// when the backend has no tree watches, or refused one to this `Locks` before.
-    pub(crate) async fn view(&self, backend: &Arc<dyn Backend>) -> crate::Result<Option<Arc<View>>> {
-        let Some(trees) = backend
-            .tree_watches()
-            .filter(|_| !self.views.unsupported.load(Ordering::Relaxed))
-            .filter(|_| may_root_a_view(&self.entry.key.1, backend.child_order()))
-        else {
-            return Ok(None);
-        };
-        let current = || self.entry.view.lock().clone().filter(|v| !v.ended());
-        if let Some(v) = current() {
-            return Ok(Some(v));
-        }
-        let _arming = self.entry.arming.lock().await;
-        if let Some(v) = current() {
-            return Ok(Some(v));
-        }
-        let (session, path) = &self.entry.key;
-        let events = match trees.watch_tree(*session, path).await {
-            Ok(events) => events,
-            Err(e @ (Error::ConnectionLoss | Error::SessionExpired | Error::Closed)) => return Err(e),
-            // A server without tree watches (ZooKeeper before 3.6 answers `addWatch` as unknown, found by review,
-            // helper-111): the waiters of this `Locks` keep their one-shot watches from now on. Any other refusal turns
-            // the views off too (helper-112): it costs memory, never safety, and is said once.
-            Err(e) => {
-                tracing::warn!(error = %e, "a tree watch was refused: waiters in line keep one-shot watches");
-                self.views.unsupported.store(true, Ordering::Relaxed);
-                return Ok(None);
-            }
-        };
+impl View {
+    /// A view of the tree watch `events`, its task spawned (on the backend's runtime when it has one).
+    pub(super) fn start(events: TreeWatch, backend: &dyn Backend) -> Arc<View> {
         let view = Arc::new(View {
             inner: Mutex::default(),
             events: Mutex::new(Some(events)),
             task: Mutex::default(),
             stop: Arc::new(Notify::new()),
         });
-        *self.entry.view.lock() = Some(view.clone());
         let task = follow(Arc::downgrade(&view), view.stop.clone());
         match backend.runtime() {
             Some(rt) => drop(rt.spawn(task)),
             None => drop(tokio::spawn(task)),
         }
-        Ok(Some(view))
+        view
     }
-}
-
-/// Whether a view may be rooted at the lock path `path`: not where its name is a lock node's, of any family. A waiter
-/// of a lock path one level up takes such a child for a lock node and waits on it with a one-shot watch (the exclusive
-/// recipe's waiter at `/jobs` on `/jobs/lock`), and a session's one-shot watch on the root of its tree watch silences
-/// that tree watch on ZooKeeper (ZOOKEEPER-4466): on 3.8 the view's waiters would be told of deletions only, missing
-/// the marks and listing again, and on a server that kept one table of watches, told nothing more, waiting for ever
-/// (found by review, helper-113, where the in-memory backend then silenced every event). Such a path's waiters keep
-/// their one-shot watches. Every one-shot watch this library arms is on a node of a family (the peer semaphores watch
-/// only their leases), so no other lock path can be the root it silences; a watch armed on a lock path by the
-/// application itself, on the session of its `Locks`, can (see `TreeWatches`).
-fn may_root_a_view(path: &str, order: ChildOrder) -> bool {
-    let name = path.rsplit_once('/').map_or(path, |(_, name)| name);
-    Family::of_in(name, order).is_none()
 }
 
 /// The view's task: takes the watch's events in order and tells the waiters, until the watch ends (then every

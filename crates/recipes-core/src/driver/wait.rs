@@ -22,24 +22,6 @@ pub(crate) struct InLineOn {
     pub change_means_held: bool,
 }
 
-/// How many waiters of one session must be in line on a path (this one included) for it to wait through the session's
-/// view (decision 0085): where the memory of their watches counts. With fewer, the one-shot watches are the quicker
-/// (an event reaches a waiter without passing through the view's task): tasks sharing a session handed the lock on
-/// 13 – 25% less often through a view at 8 to 64 tasks. From 128 on a waiter's listing is most often long (a scout
-/// only comes of one of at most `MARK_FROM_QUEUE_LEN`) and marks pass along the drain.
-const VIEW_FROM: usize = 128;
-
-/// A session's waiters in line on a path wait through a view only while they are at least one in `VIEW_SHARE` of the
-/// queue as the session last listed it (`Views::listed`: kept once per session and path, as every waiter's state is
-/// at the size of its tokio cell). A tree watch reports every change of the queue, so each view costs an event
-/// per change, whoever's node it is: with views armed by every session of 128 waiters, a queue of N waiters spread
-/// over N / 128 sessions cost N / 128 events per change, a drain quadratic in the queue (found in the thirty-second
-/// session: 12,000 waiters of 93 sessions drained in 1,116 ms, against 126 ms on one-shot watches; the smoke run's
-/// 3,000 waiters of 8 sessions at 1.6 to 3 times their time before views). A session that arms a view holds a
-/// quarter of the queue then, so few views are armed on one path at once, and a process whose tasks are most of the
-/// queue (where the memory counts) keeps its view.
-const VIEW_SHARE: usize = 4;
-
 /// How a wait in line ended.
 pub(crate) enum InLine {
     /// Every blocker ahead has gone: we hold the lock; `through_mark`: we knew it from the blocker's `first` mark (its
@@ -125,10 +107,7 @@ impl Attempt<'_> {
             // The view is found (or armed) in a box of its own: once per view, and every waiter's state would
             // otherwise carry the arming's.
             let (in_line, count) = self.ctx.views.in_line(pinned, self.path.shared());
-            let view = if (count >= VIEW_FROM || is_active(Mutant::ViewsFromTwo) && count >= 2)
-                && count * VIEW_SHARE >= in_line.listed()
-                && !is_active(Mutant::NoViews)
-            {
+            let view = if in_line.serves(count) {
                 let found = Box::pin(self.call(in_line.view(&self.ctx.backend)));
                 match found.await {
                     Ok(view) => view,

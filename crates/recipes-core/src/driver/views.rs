@@ -26,10 +26,10 @@ const VIEW_FROM: usize = 128;
 /// at the size of its tokio cell). A tree watch reports every change of the queue, so each view costs an event
 /// per change, whoever's node it is: with views armed by every session of 128 waiters, a queue of N waiters spread
 /// over N / 128 sessions cost N / 128 events per change, a drain quadratic in the queue (found in the thirty-second
-/// session: 12,000 waiters of 93 sessions drained in 1,116 ms, against 126 ms on one-shot watches; the smoke run's
-/// 3,000 waiters of 8 sessions at 1.6 to 3 times their time before views). A session that arms a view holds a
-/// quarter of the queue then, so few views are armed on one path at once, and a process whose tasks are most of the
-/// queue (where the memory counts) keeps its view.
+/// session, release binaries side by side: 12,000 waiters of 93 sessions drained in 1,377 ms, against 92.6 with this
+/// rule; 3,000 of 8 sessions, the smoke run's, in 102.6 against 15.3; docs/performance.md). A session that arms a
+/// view holds a quarter of the queue then, so few views are armed on one path at once, and a process whose tasks are
+/// most of the queue (where the memory counts) keeps its view.
 const VIEW_SHARE: usize = 4;
 
 /// The views of this process's sessions, by session and lock path, with the number of waiters in line on each.

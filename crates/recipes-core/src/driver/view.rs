@@ -168,7 +168,13 @@ impl View {
     /// nothing more, and its entries go at the next registration on the path, with the node's deletion, or when the
     /// table has doubled since it was last pruned (a path registered after its node's deletion was told has no event
     /// to come: found by review, helper-111). The registration keeps no copy of the paths: every waiter's heap.
+    ///
+    /// The watch is drained first: the waiter registers the nodes a listing named, and every event that came before
+    /// that listing goes to those registered before, not to this slot. Otherwise a late event of a node deleted
+    /// before the listing, one whose name was then made again (the lock path deleted and made anew restarts its
+    /// sequence numbers), would tell this slot the new node gone (found by review, helper-117).
     pub fn register(&self, slot: &Arc<Slot>, paths: &Paths<'_>) -> bool {
+        self.drain();
         let mut inner = self.inner.lock();
         if inner.ended {
             return false;
@@ -253,6 +259,15 @@ impl View {
         let _ = drained.as_mut().poll(&mut Context::from_waker(&waker));
     }
 
+    /// Drops the tree watch now and ends the view (its session's last waiter on the path left). The view itself may
+    /// outlive this for a moment (its task holds it while it drains), and a watch dropped then, after the next view on
+    /// the path was armed, would have the ZooKeeper client remove the server's one persistent watch of the session on
+    /// the path, the new view's (found by review, helper-117).
+    pub(super) fn close(&self) {
+        *self.events.lock() = None;
+        self.end();
+    }
+
     /// The watch ended: every waiter learns it, and nothing registers any more.
     fn end(&self) {
         let mut inner = self.inner.lock();
@@ -301,5 +316,43 @@ async fn follow(view: Weak<View>, stop: Arc<Notify>) {
         biased;
         () = stop.notified() => {}
         () = run => {}
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+
+    /// A view of the stream `events`, without its task: the tests drain it themselves.
+    pub(in crate::driver) fn view_of(events: TreeWatch) -> Arc<View> {
+        Arc::new(View {
+            inner: Mutex::default(),
+            events: Mutex::new(Some(events)),
+            task: Mutex::default(),
+            stop: Arc::new(Notify::new()),
+        })
+    }
+
+    /// A registration is told of the events after it only: one that came before (the deletion of a node whose name
+    /// the waiter's listing then showed made again) goes to no one (found by review, helper-117).
+    #[test]
+    fn a_registration_is_told_nothing_of_events_before_it() {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let view = view_of(Box::pin(rx));
+        let node: Arc<str> = Arc::from("/l/L-0123456789abcdef0123456789abcdef-0000000005");
+        let deleted = || {
+            Ok(TreeEvent {
+                path: node.to_string(),
+                change: TreeChange::Deleted,
+            })
+        };
+        tx.unbounded_send(deleted()).unwrap();
+        let slot = Arc::new(Slot::default());
+        assert!(view.register(&slot, &[None, Some(&node), None]));
+        view.drain();
+        assert_eq!(slot.now(), 0, "told of a deletion before its registration");
+        tx.unbounded_send(deleted()).unwrap();
+        view.drain();
+        assert_eq!(slot.now(), seen::BLOCKER_DELETED);
     }
 }

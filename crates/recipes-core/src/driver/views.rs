@@ -67,8 +67,11 @@ impl Drop for Counted<'_> {
     fn drop(&mut self) {
         let mut by_key = self.views.by_key.lock();
         if self.entry.in_line.fetch_sub(1, Ordering::AcqRel) == 1 {
-            // The last waiter goes: so does the view (its task stops and drops the watch).
+            // The last waiter goes: so does the view, its watch dropped before the next waiter can arm another.
             by_key.remove(&self.entry.key);
+            if let Some(view) = self.entry.view.lock().take() {
+                view.close();
+            }
         }
     }
 }
@@ -167,4 +170,26 @@ impl Counted<'_> {
 fn may_root_a_view(path: &str, order: ChildOrder) -> bool {
     let name = path.rsplit_once('/').map_or(path, |(_, name)| name);
     Family::of_in(name, order).is_none()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::view::tests::view_of;
+
+    /// The last waiter of a session on a path drops the view's watch at once, even while the view itself is still held
+    /// (its task draining it): a watch dropped later, after the next view on the path was armed, would have the
+    /// ZooKeeper client remove the server's one persistent watch of the session there (found by review, helper-117).
+    #[test]
+    fn the_last_waiter_drops_the_views_watch() {
+        let views = Views::default();
+        let path: Arc<str> = Arc::from("/l");
+        let (counted, count) = views.in_line(7, &path);
+        assert_eq!(count, 1);
+        let (_tx, rx) = futures::channel::mpsc::unbounded();
+        let held = view_of(Box::pin(rx));
+        *counted.entry.view.lock() = Some(held.clone());
+        drop(counted);
+        assert!(held.ended(), "the watch of a view no waiter is counted for");
+    }
 }

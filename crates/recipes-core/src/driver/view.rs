@@ -298,9 +298,25 @@ impl View {
     }
 }
 
+/// Ends the view when its task goes, finished or not. A task is dropped unfinished when its runtime shuts down: the
+/// in-memory backend has no runtime of its own, so the task runs on the runtime of the waiter that armed the view, and
+/// the session's waiters on other runtimes would wait for events no task passes on (found in the thirty-third session).
+/// Ended, the view sends them to list again, and the next of them arms a view whose task runs on its own runtime.
+struct EndsWithTask(Weak<View>);
+
+impl Drop for EndsWithTask {
+    fn drop(&mut self) {
+        if let Some(view) = self.0.upgrade() {
+            view.close();
+        }
+    }
+}
+
 /// The view's task: takes the watch's events in order and tells the waiters, until the watch ends (then every
-/// waiter learns it) or the view is dropped (then the watch is, with it).
+/// waiter learns it) or the view is dropped (then the watch is, with it). The view ends with the task
+/// ([`EndsWithTask`]).
 async fn follow(view: Weak<View>, stop: Arc<Notify>) {
+    let _ends = EndsWithTask(view.clone());
     let run = std::future::poll_fn(|cx| {
         let Some(view) = view.upgrade() else {
             return Poll::Ready(());

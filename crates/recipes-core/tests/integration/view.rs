@@ -550,3 +550,100 @@ async fn only_a_session_with_a_large_share_of_the_queue_arms_a_view() {
     assert_eq!(trees, 2, "two sessions of half the queue each");
     assert!(drained);
 }
+
+/// A view's task runs on the runtime of the waiter that armed it when the backend has no runtime of its own (the
+/// in-memory backend). Here the session's first 130 waiters, on runtime A, arm its view, and 130 more on runtime B
+/// wait through it behind a holder of another session; A's waiters are done and A is dropped, and the view's task
+/// with it. B's waiters must still hold in turn once the holder lets go: the view ends with its task, and they list
+/// again and arm a view whose task runs on theirs. Before, nobody passed the view's events on, and they waited for ever.
+#[test]
+fn a_view_whose_task_went_with_its_runtime_ends_and_its_waiters_go_on() {
+    use std::time::Duration;
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let (b, a) = (runtime(), runtime());
+    let path = "/view/runtimes";
+    let cluster = MemCluster::new();
+    let (first, shared, second) = b.block_on(async {
+        (
+            Locks::new(cluster.client()),
+            Locks::new(cluster.client()),
+            Locks::new(cluster.client()),
+        )
+    });
+    // Waits until the lock path has `n` children, or at most ten seconds.
+    let queued = |n: usize| {
+        b.block_on(async {
+            for _ in 0..10_000 {
+                if cluster.children(path).len() == n {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            false
+        })
+    };
+    let holder = b.block_on(first.fair(path).unwrap().acquire()).unwrap();
+    let taken = |lock: recipes_core::FairLock| async move { lock.acquire().await?.release().await };
+    let mut on_a = Vec::new();
+    for i in 0..130 {
+        on_a.push(a.spawn(taken(shared.fair(path).unwrap())));
+        assert!(queued(i + 2), "waiter {i} of runtime A queued");
+    }
+    // The second holder, of a session of its own, queued behind A's waiters: B's wait behind it.
+    let (let_go, go) = tokio::sync::oneshot::channel::<()>();
+    let lock = second.fair(path).unwrap();
+    let next = b.spawn(async move {
+        let g = lock.acquire().await?;
+        let _ = go.await;
+        g.release().await
+    });
+    assert!(queued(132));
+    let mut on_b = Vec::new();
+    for i in 0..130 {
+        on_b.push(b.spawn(taken(shared.fair(path).unwrap())));
+        assert!(queued(i + 133), "waiter {i} of runtime B queued");
+    }
+    b.block_on(async { tokio::time::sleep(Duration::from_millis(50)).await });
+    assert_eq!(cluster.tree_watches(), 1, "the session's view, armed on runtime A");
+    b.block_on(holder.release()).unwrap();
+    b.block_on(async {
+        for w in on_a {
+            tokio::time::timeout(Duration::from_secs(30), w)
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+        }
+    });
+    assert!(queued(131), "the second holder and B's waiters");
+    drop(a);
+    let_go.send(()).unwrap();
+    b.block_on(async {
+        tokio::time::timeout(Duration::from_secs(30), next)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        for (i, w) in on_b.into_iter().enumerate() {
+            let held = tokio::time::timeout(Duration::from_secs(30), w).await;
+            assert!(held.is_ok(), "waiter {i} of runtime B never held");
+            held.unwrap().unwrap().unwrap();
+        }
+    });
+    assert!(cluster.ephemerals().is_empty());
+    b.block_on(async {
+        for _ in 0..1_000 {
+            if cluster.tree_watches() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    });
+    assert_eq!(cluster.tree_watches(), 0, "the view went with its last waiter");
+}

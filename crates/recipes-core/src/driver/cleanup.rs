@@ -143,6 +143,7 @@ impl Cleanup {
         let ctx = of.ctx.clone();
         let path = of.path.clone();
         let tags = of.tags.clone();
+        let resort = node.as_ref().map(|n| LastResort::new(of.ctx, n, id.session, id.fixed));
         Some(async move {
             let res = match node {
                 None => delete_by_attempt(&ctx, &path, id).await,
@@ -151,6 +152,9 @@ impl Cleanup {
                     r => r.map(drop),
                 },
             };
+            if let Some(resort) = resort {
+                resort.done();
+            }
             match res {
                 Ok(()) => ctx.counters.count(Count::Cleanup, &tags),
                 Err(e) => {
@@ -198,8 +202,56 @@ impl Cleanup {
     }
 }
 
+/// The delete a background cleanup leaves to do if it is dropped before it ends: sent at the drop, where the backend
+/// can send a request before returning ([`SendNow`](crate::backend::SendNow)), its reply not awaited. A cleanup is
+/// dropped unfinished when it was spawned on a runtime that shuts down, or on none: a backend with no runtime of its own
+/// (the in-memory one) runs it on the caller's, and a runtime dropped with acquires or guards still alive on it left
+/// their nodes behind while their session lived (found in the thirty-third session; on ZooKeeper the cleanup runs on
+/// the connection's own runtime). Only for a node whose name is its attempt's alone (not the exclusive recipe's fixed
+/// `lock`, nor a session-named key, which need a read of their owner first), and only on the session that made it.
+pub(crate) struct LastResort {
+    ctx: Arc<Ctx>,
+    node: Arc<str>,
+    session: SessionId,
+    armed: bool,
+}
+
+impl LastResort {
+    /// The last resort for `node` (made on `session` by an attempt with identity `fixed`); unarmed for a fixed name.
+    pub fn new(ctx: &Arc<Ctx>, node: &Arc<str>, session: SessionId, fixed: bool) -> Self {
+        LastResort {
+            ctx: ctx.clone(),
+            node: node.clone(),
+            session,
+            armed: !fixed,
+        }
+    }
+
+    /// The cleanup ended (whatever it found): nothing is left to do at the drop.
+    pub fn done(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for LastResort {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        match self.ctx.backend.on(self.session).delete_sent(&self.node) {
+            Some(_reply) => {
+                debug!(node = %self.node, "background cleanup dropped unfinished; its delete sent at the drop")
+            }
+            None => warn!(
+                node = %self.node,
+                "background cleanup dropped unfinished; the node stays until its session ends"
+            ),
+        }
+    }
+}
+
 /// Runs a cleanup in the background, on `handle` or else the current runtime; without either, the node stays until
-/// its session ends (said in a warning).
+/// its session ends (said in a warning), unless its [`LastResort`] sends its delete.
 pub(crate) fn spawn_cleanup(handle: Option<&Handle>, node: &str, fut: impl Future<Output = ()> + Send + 'static) {
     match handle.cloned().or_else(|| Handle::try_current().ok()) {
         Some(h) => {

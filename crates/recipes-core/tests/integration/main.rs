@@ -21,6 +21,7 @@ mod reentrancy;
 mod regressions;
 mod released_names;
 mod revocation;
+mod runtimes;
 mod scout;
 mod spans;
 mod stale_names;

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 use uuid::Uuid;
 
-use super::cleanup::spawn_cleanup;
+use super::cleanup::{spawn_cleanup, LastResort};
 use super::delete::{delete_node_after, Deleted, Identity};
 use super::session::reports_end;
 use super::turns::Turn;
@@ -243,9 +243,12 @@ impl Drop for HeldNode {
         if let Some(t) = &turn {
             t.releasing();
         }
+        let resort = LastResort::new(&ctx, &node, id.session, id.fixed);
         spawn_cleanup(self.handle.as_ref(), &node.clone(), async move {
             let _watch = watch;
-            match delete_node_after(&ctx, &node, id, lost_reply).await {
+            let deleted = delete_node_after(&ctx, &node, id, lost_reply).await;
+            resort.done();
+            match deleted {
                 Ok(Deleted::Ours) => {}
                 Ok(found) => debug!(%node, ?found, "release on drop found the lock already gone"),
                 // The session ended: the node went with it.

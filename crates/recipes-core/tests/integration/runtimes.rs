@@ -1,0 +1,67 @@
+//! A runtime dropped with acquires and guards still alive on it, on the in-memory backend (which has no runtime of its
+//! own: the library's background work runs on the caller's).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use recipes_core::Locks;
+use recipes_mem::MemCluster;
+
+/// The in-memory backend has no runtime of its own: the background deletes of abandoned acquires and dropped guards
+/// run on the caller's runtime. A runtime dropped with five acquires waiting and a guard held on it still deletes
+/// their nodes, sent as the cleanups are dropped unfinished, while their session lives on (on ZooKeeper they run on the
+/// connection's own runtime). Before, the six nodes stayed until the session ended, and the next waiter, on another
+/// runtime, waited behind them for ever.
+#[test]
+fn a_runtime_dropped_with_acquires_and_guards_on_it_leaves_no_node() {
+    use std::time::Duration;
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let (b, a) = (runtime(), runtime());
+    let cluster = MemCluster::new();
+    let (holders, shared) = b.block_on(async { (Locks::new(cluster.client()), Locks::new(cluster.client())) });
+    // Waits until `path` has `n` children, or at most ten seconds.
+    let children = |path: &'static str, n: usize| {
+        b.block_on(async {
+            for _ in 0..10_000 {
+                if cluster.children(path).len() == n {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            false
+        })
+    };
+    let holder = b.block_on(holders.fair("/runtimes/queue").unwrap().acquire()).unwrap();
+    for i in 0..5 {
+        let lock = shared.fair("/runtimes/queue").unwrap();
+        a.spawn(async move { lock.acquire().await });
+        assert!(children("/runtimes/queue", i + 2), "waiter {i} queued");
+    }
+    let lock = shared.fair("/runtimes/held").unwrap();
+    a.spawn(async move {
+        let _guard = lock.acquire().await;
+        std::future::pending::<()>().await;
+    });
+    assert!(children("/runtimes/held", 1), "the guard held on runtime A");
+    drop(a);
+    assert!(
+        children("/runtimes/queue", 1),
+        "the abandoned waiters' nodes are deleted"
+    );
+    assert!(children("/runtimes/held", 0), "the dropped guard's node is deleted");
+    b.block_on(holder.release()).unwrap();
+    let next = b.block_on(async {
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            holders.fair("/runtimes/held").unwrap().acquire(),
+        )
+        .await
+    });
+    assert!(next.is_ok_and(|g| g.is_ok()), "the lock the dropped guard held is free");
+    assert!(cluster.ephemerals().len() == 1);
+}

@@ -259,12 +259,18 @@ impl View {
         let _ = drained.as_mut().poll(&mut Context::from_waker(&waker));
     }
 
-    /// Drops the tree watch now and ends the view (its session's last waiter on the path left). The view itself may
+    /// Drops the tree watch now and ends the view (its session's last waiter on the path left, or its task went). The
+    /// view itself may
     /// outlive this for a moment (its task holds it while it drains), and a watch dropped then, after the next view on
     /// the path was armed, would have the ZooKeeper client remove the server's one persistent watch of the session on
     /// the path, the new view's (found by review, helper-117).
+    ///
+    /// Ended while the watch is still locked: a waiter deciding (`drain`, then its slot) sees either the events the
+    /// watch held or the end, never neither (found by review, helper-118: since a view also ends with its task,
+    /// `close` runs while waiters decide, and one that drained between the two steps held with its node gone).
     pub(super) fn close(&self) {
-        *self.events.lock() = None;
+        let mut events = self.events.lock();
+        *events = None;
         self.end();
     }
 
@@ -314,24 +320,28 @@ impl Drop for EndsWithTask {
 
 /// The view's task: takes the watch's events in order and tells the waiters, until the watch ends (then every
 /// waiter learns it) or the view is dropped (then the watch is, with it). The view ends with the task
-/// ([`EndsWithTask`]).
-async fn follow(view: Weak<View>, stop: Arc<Notify>) {
-    let _ends = EndsWithTask(view.clone());
-    let run = std::future::poll_fn(|cx| {
-        let Some(view) = view.upgrade() else {
-            return Poll::Ready(());
-        };
-        let mut task = view.task.lock();
-        if !task.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-            *task = Some(cx.waker().clone());
+/// ([`EndsWithTask`]), made before the task's first poll: tokio drops a task unpolled when its runtime goes first, or
+/// at once on a runtime already shut down (found by review, helper-118).
+fn follow(view: Weak<View>, stop: Arc<Notify>) -> impl Future<Output = ()> + Send + 'static {
+    let ends = EndsWithTask(view.clone());
+    async move {
+        let _ends = ends;
+        let run = std::future::poll_fn(|cx| {
+            let Some(view) = view.upgrade() else {
+                return Poll::Ready(());
+            };
+            let mut task = view.task.lock();
+            if !task.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *task = Some(cx.waker().clone());
+            }
+            drop(task);
+            view.drain_with(cx)
+        });
+        tokio::select! {
+            biased;
+            () = stop.notified() => {}
+            () = run => {}
         }
-        drop(task);
-        view.drain_with(cx)
-    });
-    tokio::select! {
-        biased;
-        () = stop.notified() => {}
-        () = run => {}
     }
 }
 
@@ -370,5 +380,49 @@ pub(super) mod tests {
         tx.unbounded_send(deleted()).unwrap();
         view.drain();
         assert_eq!(slot.now(), seen::BLOCKER_DELETED);
+    }
+
+    /// `close` drops the watch and ends the view in two steps; a waiter deciding between them (`gone`: a drain, then
+    /// its slot) sees neither the event that sat in the watch nor the end.
+    #[test]
+    fn a_decision_between_closes_two_steps_sees_the_event_or_the_end() {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let view = view_of(Box::pin(rx));
+        let own: Arc<str> = Arc::from("/l/L-0123456789abcdef0123456789abcdef-0000000005");
+        let slot = Arc::new(Slot::default());
+        assert!(view.register(&slot, &[Some(&own), None, None]));
+        tx.unbounded_send(Ok(TreeEvent {
+            path: own.to_string(),
+            change: TreeChange::Deleted,
+        }))
+        .unwrap();
+        // The closing thread (the view's task going with its runtime) is held between its steps here by `inner`.
+        let inner = view.inner.lock();
+        let closing = std::thread::spawn({
+            let view = view.clone();
+            move || view.close()
+        });
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(500);
+        let mut between = false;
+        while std::time::Instant::now() < until {
+            if view.events.try_lock().is_some_and(|e| e.is_none()) {
+                between = true;
+                break;
+            }
+            std::thread::yield_now();
+        }
+        let seen_between = between.then(|| {
+            view.drain();
+            slot.now()
+        });
+        drop(inner);
+        closing.join().unwrap();
+        assert_ne!(
+            seen_between,
+            Some(0),
+            "a waiter deciding here holds: neither its node's deletion nor the end"
+        );
+        view.drain();
+        assert_ne!(slot.now(), 0);
     }
 }

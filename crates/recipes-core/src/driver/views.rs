@@ -153,6 +153,11 @@ impl Counted<'_> {
             }
         };
         let view = View::start(events, &**backend);
+        if view.ended() {
+            // Its task went at once (spawned on a runtime already shut down): this wait keeps one-shot watches, rather
+            // than arm and end a view in a loop (helper-118).
+            return Ok(None);
+        }
         *self.entry.view.lock() = Some(view.clone());
         Ok(Some(view))
     }

@@ -647,3 +647,179 @@ fn a_view_whose_task_went_with_its_runtime_ends_and_its_waiters_go_on() {
     });
     assert_eq!(cluster.tree_watches(), 0, "the view went with its last waiter");
 }
+
+/// As above, but the view's task never ran: the runtime it was spawned on went before polling it (or was shut down
+/// already, when tokio drops a spawned task at once). Dropped unpolled, `follow` never made its `EndsWithTask`.
+#[test]
+fn a_view_whose_task_never_ran_ends_and_its_waiters_go_on() {
+    use std::future::Future;
+    use std::task::Context;
+    use std::time::Duration;
+    let b = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let a = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let path = "/view/never-ran";
+    let cluster = MemCluster::new();
+    let (first, shared, second) = b.block_on(async {
+        (
+            Locks::new(cluster.client()),
+            Locks::new(cluster.client()),
+            Locks::new(cluster.client()),
+        )
+    });
+    let queued = |n: usize| {
+        b.block_on(async {
+            for _ in 0..10_000 {
+                if cluster.children(path).len() == n {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            false
+        })
+    };
+    let holder = b.block_on(first.fair(path).unwrap().acquire()).unwrap();
+    let taken = |lock: recipes_core::FairLock| async move { lock.acquire().await?.release().await };
+    let mut on_b = Vec::new();
+    for i in 0..127 {
+        on_b.push(b.spawn(taken(shared.fair(path).unwrap())));
+        assert!(queued(i + 2), "waiter {i} of runtime B queued");
+    }
+    // The session's 128th waiter arms the view in A's context: its task is spawned on A, which never runs it.
+    let mut arming = Box::pin(taken(shared.fair(path).unwrap()));
+    {
+        let _in_a = a.enter();
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        for _ in 0..1_000 {
+            assert!(arming.as_mut().poll(&mut cx).is_pending());
+        }
+    }
+    assert!(queued(129));
+    assert_eq!(cluster.tree_watches(), 1, "the view, armed in A's context");
+    let (let_go, go) = tokio::sync::oneshot::channel::<()>();
+    let lock = second.fair(path).unwrap();
+    let next = b.spawn(async move {
+        let g = lock.acquire().await?;
+        let _ = go.await;
+        g.release().await
+    });
+    assert!(queued(130));
+    let mut through_view = Vec::new();
+    for i in 0..130 {
+        through_view.push(b.spawn(taken(shared.fair(path).unwrap())));
+        assert!(queued(i + 131), "waiter {i} through the view queued");
+    }
+    b.block_on(async { tokio::time::sleep(Duration::from_millis(50)).await });
+    assert_eq!(
+        cluster.tree_watches(),
+        1,
+        "B's waiters wait through the view armed in A's context"
+    );
+    // A goes, and the view's task with it, never polled; the arming waiter gives up (its node deleted on B).
+    drop(a);
+    {
+        let _in_b = b.enter();
+        drop(arming);
+    }
+    b.block_on(holder.release()).unwrap();
+    b.block_on(async {
+        for w in on_b {
+            tokio::time::timeout(Duration::from_secs(30), w)
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+        }
+        let _ = let_go.send(());
+        tokio::time::timeout(Duration::from_secs(30), next)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        for (i, w) in through_view.into_iter().enumerate() {
+            let held = tokio::time::timeout(Duration::from_secs(30), w).await;
+            assert!(held.is_ok(), "waiter {i} through the view never held");
+            held.unwrap().unwrap().unwrap();
+        }
+    });
+    assert!(cluster.ephemerals().is_empty());
+}
+
+/// A waiter that arms its session's view on a runtime already shut down (tokio drops the view's task at once, and the
+/// view ends with it) waits with one-shot watches instead: before, it armed a view, found it ended, listed again and
+/// armed another, in a loop within one poll (found by review, helper-118).
+#[test]
+fn a_view_armed_on_a_runtime_shut_down_does_not_spin() {
+    use std::future::Future;
+    use std::task::Context;
+    use std::time::Duration;
+    let b = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let gone = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let in_gone = gone.handle().clone();
+    drop(gone);
+    let path = "/view/shut-down";
+    let cluster = MemCluster::new();
+    let (first, shared) = b.block_on(async { (Locks::new(cluster.client()), Locks::new(cluster.client())) });
+    let queued = |n: usize| {
+        b.block_on(async {
+            for _ in 0..10_000 {
+                if cluster.children(path).len() == n {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            false
+        })
+    };
+    let holder = b.block_on(first.fair(path).unwrap().acquire()).unwrap();
+    let mut waiters = Vec::new();
+    for i in 0..127 {
+        let lock = shared.fair(path).unwrap();
+        waiters.push(b.spawn(async move { lock.acquire().await?.release().await }));
+        assert!(queued(i + 2), "waiter {i} queued");
+    }
+    // The 128th, polled once in the shut-down runtime's context, on a thread of its own (a spin would never return).
+    let lock = shared.fair(path).unwrap();
+    let (polled, first_poll) = std::sync::mpsc::channel();
+    let (end, ended) = std::sync::mpsc::channel::<()>();
+    let arming = std::thread::spawn(move || {
+        let _in_gone = in_gone.enter();
+        let mut acquire = Box::pin(lock.acquire());
+        let waker = futures::task::noop_waker();
+        let pending = acquire.as_mut().poll(&mut Context::from_waker(&waker)).is_pending();
+        polled.send(pending).unwrap();
+        let _ = ended.recv_timeout(Duration::from_secs(30));
+        // Dropped here, its node deleted at the drop (its cleanup's runtime is gone).
+    });
+    let first_poll = first_poll.recv_timeout(Duration::from_secs(10));
+    assert_eq!(first_poll, Ok(true), "the 128th waiter's first poll returned, waiting");
+    assert_eq!(cluster.tree_watches(), 0, "no view is left armed");
+    end.send(()).unwrap();
+    arming.join().unwrap();
+    assert!(queued(128), "the 128th waiter's node is gone with it");
+    b.block_on(holder.release()).unwrap();
+    b.block_on(async {
+        for w in waiters {
+            tokio::time::timeout(Duration::from_secs(30), w)
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+        }
+    });
+    assert!(cluster.ephemerals().is_empty());
+}

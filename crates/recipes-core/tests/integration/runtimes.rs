@@ -3,8 +3,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use recipes_core::Locks;
 use recipes_mem::MemCluster;
+
+use crate::support::{children_on, one_worker, sessions_on};
 
 /// The in-memory backend has no runtime of its own: the background deletes of abandoned acquires and dropped guards
 /// run on the caller's runtime. A runtime dropped with five acquires waiting and a guard held on it still deletes
@@ -14,28 +15,11 @@ use recipes_mem::MemCluster;
 #[test]
 fn a_runtime_dropped_with_acquires_and_guards_on_it_leaves_no_node() {
     use std::time::Duration;
-    let runtime = || {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap()
-    };
+    let runtime = one_worker;
     let (b, a) = (runtime(), runtime());
     let cluster = MemCluster::new();
-    let (holders, shared) = b.block_on(async { (Locks::new(cluster.client()), Locks::new(cluster.client())) });
-    // Waits until `path` has `n` children, or at most ten seconds.
-    let children = |path: &'static str, n: usize| {
-        b.block_on(async {
-            for _ in 0..10_000 {
-                if cluster.children(path).len() == n {
-                    return true;
-                }
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            false
-        })
-    };
+    let [holders, shared] = sessions_on(&b, &cluster);
+    let children = |path: &'static str, n: usize| children_on(&b, &cluster, path, n);
     let holder = b.block_on(holders.fair("/runtimes/queue").unwrap().acquire()).unwrap();
     for i in 0..5 {
         let lock = shared.fair("/runtimes/queue").unwrap();

@@ -336,3 +336,33 @@ impl Backend for SlowGet {
         self.inner.runtime()
     }
 }
+
+/// A multi-thread runtime of one worker, for the tests that run several runtimes side by side.
+pub fn one_worker() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a runtime of one worker")
+}
+
+/// Waits, on `rt`, until `path` has `n` children in `cluster`, ten seconds at most; whether it came to that.
+pub fn children_on(rt: &tokio::runtime::Runtime, cluster: &recipes_mem::MemCluster, path: &str, n: usize) -> bool {
+    rt.block_on(async {
+        for _ in 0..10_000 {
+            if cluster.children(path).len() == n {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        false
+    })
+}
+
+/// `N` `Locks` of `cluster`, each on a session of its own, made on `rt`.
+pub fn sessions_on<const N: usize>(
+    rt: &tokio::runtime::Runtime,
+    cluster: &recipes_mem::MemCluster,
+) -> [recipes_core::Locks; N] {
+    rt.block_on(async { std::array::from_fn(|_| recipes_core::Locks::new(cluster.client())) })
+}

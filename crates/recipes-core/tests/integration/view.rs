@@ -9,7 +9,7 @@ use recipes_core::mutants::{self, Mutant};
 use recipes_core::{Layout, LockGuard, Locks, Result};
 use recipes_mem::{MemCluster, NetEvent};
 
-use crate::support::{run, run_until_applying};
+use crate::support::{children_on, one_worker, run, run_until_applying, sessions_on};
 use tokio::task::JoinHandle;
 
 /// The ephemeral nodes of session `sid`, by sequence (the names' last ten digits), not by name: the attempt ids
@@ -559,35 +559,12 @@ async fn only_a_session_with_a_large_share_of_the_queue_arms_a_view() {
 #[test]
 fn a_view_whose_task_went_with_its_runtime_ends_and_its_waiters_go_on() {
     use std::time::Duration;
-    let runtime = || {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap()
-    };
+    let runtime = one_worker;
     let (b, a) = (runtime(), runtime());
     let path = "/view/runtimes";
     let cluster = MemCluster::new();
-    let (first, shared, second) = b.block_on(async {
-        (
-            Locks::new(cluster.client()),
-            Locks::new(cluster.client()),
-            Locks::new(cluster.client()),
-        )
-    });
-    // Waits until the lock path has `n` children, or at most ten seconds.
-    let queued = |n: usize| {
-        b.block_on(async {
-            for _ in 0..10_000 {
-                if cluster.children(path).len() == n {
-                    return true;
-                }
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            false
-        })
-    };
+    let [first, shared, second] = sessions_on(&b, &cluster);
+    let queued = |n: usize| children_on(&b, &cluster, path, n);
     let holder = b.block_on(first.fair(path).unwrap().acquire()).unwrap();
     let taken = |lock: recipes_core::FairLock| async move { lock.acquire().await?.release().await };
     let mut on_a = Vec::new();
@@ -655,35 +632,15 @@ fn a_view_whose_task_never_ran_ends_and_its_waiters_go_on() {
     use std::future::Future;
     use std::task::Context;
     use std::time::Duration;
-    let b = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let b = one_worker();
     let a = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     let path = "/view/never-ran";
     let cluster = MemCluster::new();
-    let (first, shared, second) = b.block_on(async {
-        (
-            Locks::new(cluster.client()),
-            Locks::new(cluster.client()),
-            Locks::new(cluster.client()),
-        )
-    });
-    let queued = |n: usize| {
-        b.block_on(async {
-            for _ in 0..10_000 {
-                if cluster.children(path).len() == n {
-                    return true;
-                }
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            false
-        })
-    };
+    let [first, shared, second] = sessions_on(&b, &cluster);
+    let queued = |n: usize| children_on(&b, &cluster, path, n);
     let holder = b.block_on(first.fair(path).unwrap().acquire()).unwrap();
     let taken = |lock: recipes_core::FairLock| async move { lock.acquire().await?.release().await };
     let mut on_b = Vec::new();
@@ -760,11 +717,7 @@ fn a_view_armed_on_a_runtime_shut_down_does_not_spin() {
     use std::future::Future;
     use std::task::Context;
     use std::time::Duration;
-    let b = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let b = one_worker();
     let gone = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -773,18 +726,8 @@ fn a_view_armed_on_a_runtime_shut_down_does_not_spin() {
     drop(gone);
     let path = "/view/shut-down";
     let cluster = MemCluster::new();
-    let (first, shared) = b.block_on(async { (Locks::new(cluster.client()), Locks::new(cluster.client())) });
-    let queued = |n: usize| {
-        b.block_on(async {
-            for _ in 0..10_000 {
-                if cluster.children(path).len() == n {
-                    return true;
-                }
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            false
-        })
-    };
+    let [first, shared] = sessions_on(&b, &cluster);
+    let queued = |n: usize| children_on(&b, &cluster, path, n);
     let holder = b.block_on(first.fair(path).unwrap().acquire()).unwrap();
     let mut waiters = Vec::new();
     for i in 0..127 {

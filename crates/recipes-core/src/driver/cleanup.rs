@@ -242,9 +242,11 @@ impl Drop for LastResort {
             Some(_reply) => {
                 debug!(node = %self.node, "background cleanup dropped unfinished; its delete sent at the drop")
             }
+            // The session is over (the node went with it) or disconnected (the node stays until the session ends).
             None => warn!(
                 node = %self.node,
-                "background cleanup dropped unfinished; the node stays until its session ends"
+                "background cleanup dropped unfinished, its delete not sent (the session is over or disconnected); \
+                 a node left stays until its session ends"
             ),
         }
     }

@@ -46,6 +46,10 @@ fn a_runtime_dropped_with_acquires_and_guards_on_it_leaves_no_node() {
         )
         .await
     });
-    assert!(next.is_ok_and(|g| g.is_ok()), "the lock the dropped guard held is free");
-    assert!(cluster.ephemerals().len() == 1);
+    let guard = next.expect("the lock the dropped guard held is free").unwrap();
+    // Kept while the nodes are counted (found by review, helper-119: dropped at once, its own node went in the
+    // background, racing the count).
+    let left: Vec<String> = cluster.ephemerals().into_iter().map(|(p, _)| p).collect();
+    assert_eq!(left, [guard.node().to_owned()], "only the new holder's node is left");
+    b.block_on(guard.release()).unwrap();
 }

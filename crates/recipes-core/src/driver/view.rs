@@ -260,10 +260,9 @@ impl View {
     }
 
     /// Drops the tree watch now and ends the view (its session's last waiter on the path left, or its task went). The
-    /// view itself may
-    /// outlive this for a moment (its task holds it while it drains), and a watch dropped then, after the next view on
-    /// the path was armed, would have the ZooKeeper client remove the server's one persistent watch of the session on
-    /// the path, the new view's (found by review, helper-117).
+    /// view itself may outlive this for a moment (its task holds it while it drains), and a watch dropped then, after
+    /// the next view on the path was armed, would have the ZooKeeper client remove the server's one persistent watch of
+    /// the session on the path, the new view's (found by review, helper-117).
     ///
     /// Ended while the watch is still locked: a waiter deciding (`drain`, then its slot) sees either the events the
     /// watch held or the end, never neither (found by review, helper-118: since a view also ends with its task,
@@ -382,8 +381,9 @@ pub(super) mod tests {
         assert_eq!(slot.now(), seen::BLOCKER_DELETED);
     }
 
-    /// `close` drops the watch and ends the view in two steps; a waiter deciding between them (`gone`: a drain, then
-    /// its slot) sees neither the event that sat in the watch nor the end.
+    /// A waiter deciding (`gone`: a drain, then its slot) while the view closes sees the event that sat in the watch
+    /// or the end. When `close` let go of the watch before it ended the view, one deciding between the two steps saw
+    /// neither, and held with its node gone (found by review, helper-118).
     #[test]
     fn a_decision_between_closes_two_steps_sees_the_event_or_the_end() {
         let (tx, rx) = futures::channel::mpsc::unbounded();

@@ -261,7 +261,8 @@ pub(crate) fn spawn_cleanup(handle: Option<&Handle>, node: &str, fut: impl Futur
         }
         None => warn!(
             node,
-            "no tokio runtime to delete the lock node in the background; it stays until its session ends"
+            "no tokio runtime to delete the lock node in the background; sent now where its name is its attempt's \
+             alone, else it stays until its session ends"
         ),
     }
 }

@@ -344,4 +344,9 @@ impl SessionRef<'_> {
     pub fn set_data_and_delete_sent(&self, path: &str, data: &[u8]) -> Option<ReplyFuture> {
         self.backend.send_now()?.set_data_and_delete_sent(self.id, path, data)
     }
+
+    /// See [`SendNow::delete_if_created_sent`]; `None` when nothing was sent.
+    pub fn delete_if_created_sent(&self, path: &str, czxid: i64) -> Option<ReplyFuture> {
+        self.backend.send_now()?.delete_if_created_sent(self.id, path, czxid)
+    }
 }

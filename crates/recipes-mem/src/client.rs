@@ -396,4 +396,18 @@ impl SendNow for MemClient {
         };
         self.sent_now(session, op, "set data and delete")
     }
+
+    fn delete_if_created_sent(&self, session: SessionId, path: &str, czxid: i64) -> Option<ReplyFuture> {
+        let op = Op::DeleteCreated {
+            path: path.into(),
+            czxid,
+        };
+        let sent = self.send(session, op).ok()?;
+        // Whether it deleted is not said: a node of that name that another write made was left alone, as asked.
+        Some(Box::pin(Self::reply(Ok(sent)).map(|r| {
+            r.map(|r| {
+                let _deleted = r.deleted();
+            })
+        })))
+    }
 }

@@ -79,6 +79,20 @@ pub trait SendNow: Send + Sync {
         let _ = (session, path, data);
         None
     }
+
+    /// Sends [`CreationChecks::delete_if_created`] now, before returning, and returns the wait for its reply: `Ok(())`
+    /// whether it deleted the node or left alone a node of that name that another write made. `None` when nothing was
+    /// sent: the session is not the current live one, or the backend cannot send it (the default).
+    ///
+    /// The library sends it only as a last resort, for a background delete of a fixed name dropped unfinished with the
+    /// runtime it ran on ([`Backend::runtime`](super::Backend::runtime) is `None`). So the in-memory backend sends it
+    /// in ZooKeeper's order too, where it offers no [`CreationChecks`]: it stands for the delete the ZooKeeper backend
+    /// would go on to make on its own runtime (a read of the node's creation id, then the delete). A recipe's ordinary
+    /// paths never use it.
+    fn delete_if_created_sent(&self, session: SessionId, path: &str, czxid: i64) -> Option<ReplyFuture> {
+        let _ = (session, path, czxid);
+        None
+    }
 }
 
 /// Persistent watches on a tree of nodes (ZooKeeper 3.6's persistent recursive watch): one watch that reports every

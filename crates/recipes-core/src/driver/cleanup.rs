@@ -143,7 +143,10 @@ impl Cleanup {
         let ctx = of.ctx.clone();
         let path = of.path.clone();
         let tags = of.tags.clone();
-        let resort = node.as_ref().map(|n| LastResort::new(of.ctx, n, id.session, id.fixed));
+        let resort = node
+            .as_ref()
+            .zip(id.czxid)
+            .map(|(n, czxid)| LastResort::new(of.ctx, n, &id, czxid));
         Some(async move {
             let res = match node {
                 None => delete_by_attempt(&ctx, &path, id).await,
@@ -207,23 +210,28 @@ impl Cleanup {
 /// dropped unfinished when it was spawned on a runtime that shuts down, or on none: a backend with no runtime of its own
 /// (the in-memory one) runs it on the caller's, and a runtime dropped with acquires or guards still alive on it left
 /// their nodes behind while their session lived (found in the thirty-third session; on ZooKeeper the cleanup runs on
-/// the connection's own runtime). Only for a node whose name is its attempt's alone (not the exclusive recipe's fixed
-/// `lock`, nor a session-named key, which need a read of their owner first), and only on the session that made it.
+/// the connection's own runtime). Only on the session that made the node. A node whose name is its attempt's alone is
+/// deleted as it is; one of a fixed name (the exclusive recipe's `lock`, a session-named key) only if its creation id
+/// is the one its attempt's create returned (found in the thirty-fourth session), as a later attempt may have made
+/// the name again.
 pub(crate) struct LastResort {
     ctx: Arc<Ctx>,
     node: Arc<str>,
     session: SessionId,
+    /// `None`: the name is the attempt's alone. `Some`: a fixed name, deleted only if it has this creation id.
+    fixed: Option<i64>,
     armed: bool,
 }
 
 impl LastResort {
-    /// The last resort for `node` (made on `session` by an attempt with identity `fixed`); unarmed for a fixed name.
-    pub fn new(ctx: &Arc<Ctx>, node: &Arc<str>, session: SessionId, fixed: bool) -> Self {
+    /// The last resort for `node`, made by the attempt `id` whose create returned the creation id `czxid`.
+    pub fn new(ctx: &Arc<Ctx>, node: &Arc<str>, id: &Identity, czxid: i64) -> Self {
         LastResort {
             ctx: ctx.clone(),
             node: node.clone(),
-            session,
-            armed: !fixed,
+            session: id.session,
+            fixed: id.fixed.then_some(czxid),
+            armed: true,
         }
     }
 
@@ -238,15 +246,21 @@ impl Drop for LastResort {
         if !self.armed {
             return;
         }
-        match self.ctx.backend.on(self.session).delete_sent(&self.node) {
+        let on = self.ctx.backend.on(self.session);
+        let sent = match self.fixed {
+            None => on.delete_sent(&self.node),
+            Some(czxid) => on.delete_if_created_sent(&self.node, czxid),
+        };
+        match sent {
             Some(_reply) => {
                 debug!(node = %self.node, "background cleanup dropped unfinished; its delete sent at the drop")
             }
-            // The session is over (the node went with it) or disconnected (the node stays until the session ends).
+            // The session is over (the node went with it) or disconnected (the node stays until the session ends), or
+            // the backend cannot send this delete before returning.
             None => warn!(
                 node = %self.node,
-                "background cleanup dropped unfinished, its delete not sent (the session is over or disconnected); \
-                 a node left stays until its session ends"
+                "background cleanup dropped unfinished, its delete not sent (the session is over or disconnected, or \
+                 the backend cannot send it at once); a node left stays until its session ends"
             ),
         }
     }
@@ -261,8 +275,8 @@ pub(crate) fn spawn_cleanup(handle: Option<&Handle>, node: &str, fut: impl Futur
         }
         None => warn!(
             node,
-            "no tokio runtime to delete the lock node in the background; sent now where its name is its attempt's \
-             alone, else it stays until its session ends"
+            "no tokio runtime to delete the lock node in the background; its delete is sent now where the backend \
+             can send it at once, else it stays until its session ends"
         ),
     }
 }

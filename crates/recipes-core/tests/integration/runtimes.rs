@@ -53,3 +53,55 @@ fn a_runtime_dropped_with_acquires_and_guards_on_it_leaves_no_node() {
     assert_eq!(left, [guard.node().to_owned()], "only the new holder's node is left");
     b.block_on(guard.release()).unwrap();
 }
+
+/// The same for the nodes whose name is not their attempt's alone: the exclusive recipe's fixed `lock`, and the etcd
+/// layout's key named by its session. Their delete is sent at the drop too, bound to the node's creation id, so that
+/// it can never delete a node of that name made by a later attempt. Before, a guard of either (or a waiter of the
+/// etcd layout), dropped with its runtime, left its node while the session lived, and every other session waited
+/// behind it for ever.
+#[test]
+fn a_runtime_dropped_with_guards_of_fixed_names_on_it_leaves_no_node() {
+    use std::time::Duration;
+
+    use recipes_core::backend::ChildOrder;
+    use recipes_core::{Layout, Locks, Recipe};
+
+    for (layout, recipe) in [(Layout::Native, Recipe::Exclusive), (Layout::Etcd, Recipe::Fair)] {
+        let (b, a) = (one_worker(), one_worker());
+        let cluster = MemCluster::new().ordered_by(match layout {
+            Layout::Etcd => ChildOrder::Creation,
+            _ => ChildOrder::Sequence,
+        });
+        let [shared, waiting, other] =
+            b.block_on(async { std::array::from_fn(|_| Locks::builder(cluster.client()).layout(layout).build()) });
+        let lock = shared.lock("/runtimes/fixed", recipe).unwrap();
+        a.spawn(async move {
+            let _guard = lock.acquire().await;
+            std::future::pending::<()>().await;
+        });
+        assert!(
+            children_on(&b, &cluster, "/runtimes/fixed", 1),
+            "{layout:?}: the guard held on runtime A"
+        );
+        if layout == Layout::Etcd {
+            // A waiter queues with a key of its own (the exclusive recipe's waits with none).
+            let lock = waiting.lock("/runtimes/fixed", recipe).unwrap();
+            a.spawn(async move { lock.acquire().await });
+            assert!(
+                children_on(&b, &cluster, "/runtimes/fixed", 2),
+                "the waiter queued on runtime A"
+            );
+        }
+        drop(a);
+        assert!(
+            children_on(&b, &cluster, "/runtimes/fixed", 0),
+            "{layout:?}: the dropped guard's node, and the abandoned waiter's, are deleted"
+        );
+        let next = b.block_on(async {
+            let lock = other.lock("/runtimes/fixed", recipe).unwrap();
+            tokio::time::timeout(Duration::from_secs(10), lock.acquire()).await
+        });
+        let guard = next.expect("the lock the dropped guard held is free").unwrap();
+        b.block_on(guard.release()).unwrap();
+    }
+}

@@ -225,6 +225,16 @@ impl SendNow for SlowGet {
         sent
     }
 
+    fn delete_if_created_sent(&self, s: SessionId, p: &str, czxid: i64) -> Option<ReplyFuture> {
+        let sent = self
+            .inner
+            .send_now()
+            .expect("offered only when the inner backend has it")
+            .delete_if_created_sent(s, p, czxid);
+        self.after_send();
+        sent
+    }
+
     fn set_data_and_delete_sent(&self, s: SessionId, p: &str, data: &[u8]) -> Option<ReplyFuture> {
         if self.refuse_sent_marks.load(Ordering::SeqCst) {
             self.refused_marks.fetch_add(1, Ordering::SeqCst);

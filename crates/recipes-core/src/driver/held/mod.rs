@@ -243,7 +243,7 @@ impl Drop for HeldNode {
         if let Some(t) = &turn {
             t.releasing();
         }
-        let resort = LastResort::new(&ctx, &node, id.session, id.fixed);
+        let resort = LastResort::new(&ctx, &node, &id, self.czxid);
         spawn_cleanup(self.handle.as_ref(), &node.clone(), async move {
             let _watch = watch;
             let deleted = delete_node_after(&ctx, &node, id, lost_reply).await;

@@ -152,6 +152,48 @@ pub async fn dropped_acquire_leaves_no_node(h: &dyn Harness) {
     }
 }
 
+/// The application's runtime dropped with a guard held and an acquire waiting on it, their sessions still open: neither
+/// leaves its node, and the lock is free for another session at once, not when those sessions end. On ZooKeeper and
+/// etcd their deletes run on the connection's own runtime; the in-memory backend, which has none, sends them as they
+/// are dropped unfinished (decision 42; on a fixed name, bound to the node's creation id).
+pub async fn a_runtime_dropped_with_a_guard_and_a_waiter_on_it_leaves_no_node(h: &dyn Harness) {
+    for recipe in [Recipe::Fair, Recipe::Exclusive, Recipe::Write] {
+        let path = h.path(&format!("runtime-dropped-{recipe}"));
+        let (holder, waiter, next) = (h.client().await, h.client().await, h.client().await);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime of one worker");
+        let lock = holder.locks.lock(&path, recipe).unwrap();
+        let (held, holds) = tokio::sync::oneshot::channel();
+        runtime.spawn(async move {
+            let guard = lock.acquire().await;
+            let _ = held.send(guard.is_ok());
+            std::future::pending::<()>().await;
+            drop(guard);
+        });
+        assert!(bounded(h, "the hold on the other runtime", holds).await.unwrap());
+        let lock = waiter.locks.lock(&path, recipe).unwrap();
+        runtime.spawn(async move { lock.acquire().await.map(|g| g.fencing_token()) });
+        if recipe == Recipe::Exclusive {
+            // Its waiter has no node of its own.
+            tokio::time::sleep(h.tick() * 3).await;
+        } else {
+            wait_children(h, &path, 2).await;
+        }
+        // A runtime is dropped where blocking is allowed.
+        tokio::task::spawn_blocking(move || drop(runtime)).await.unwrap();
+        wait_children(h, &path, 0).await;
+        let lock = next.locks.lock(&path, recipe).unwrap();
+        let guard = bounded(h, "the lock the dropped runtime held", lock.acquire())
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+        wait_children(h, &path, 0).await;
+    }
+}
+
 /// Cancelling an acquire at many points, including with a create reply in flight, never leaves a node.
 pub async fn dropped_acquire_at_every_point(h: &dyn Harness) {
     let path = h.path("dropped-every-point");

@@ -125,6 +125,7 @@ macro_rules! __for_each_scenario {
             upgrade_refused try_acquire_on_held_fair try_acquire_on_held_exclusive try_acquire_free_every_recipe
             try_read_beside_reader_but_not_writer timeout_leaves_no_node_fair timeout_leaves_no_node_exclusive
             timeout_leaves_no_node_read dropped_acquire_leaves_no_node dropped_acquire_at_every_point
+            a_runtime_dropped_with_a_guard_and_a_waiter_on_it_leaves_no_node
             cancelled_middle_waiter_chain_repairs cancelled_scout_and_blocker_never_let_a_waiter_in_beside_the_holder
             release_after_node_deleted_is_error
             stale_exclusive_release_spares_new_holder session_expiry_fires_lost session_expiry_waiter_takes_over

@@ -34,6 +34,7 @@ macro_rules! __for_each_contract {
     ($m:path; $($args:tt)*) => {
         $m!($($args)* {contract}
             request_of_ended_session_fails sent_request_lands_after_caller_drops
+            requests_sent_before_a_close_are_applied_first
             containers_are_reaped_later_not_at_once one_session_applies_in_order
             watch_event_arrives_before_later_reply a_change_before_the_watch_is_polled_is_seen
             a_deletion_after_a_change_is_seen_through_a_new_node a_node_made_again_while_cut_off_is_reported_deleted
@@ -162,6 +163,38 @@ pub async fn sent_request_lands_after_caller_drops(h: &dyn Harness) {
         .await;
         h.set_latency(Duration::ZERO);
         b.current().delete(&node).await.unwrap();
+    }
+}
+
+/// A request sent before its session is closed is applied, and answered, before the close: ZooKeeper's client sends
+/// its `closeSession` behind the requests it already sent. Found by review (helper-103): the in-memory backend dropped
+/// the requests in flight at the close, so a write that ZooKeeper makes was never made.
+pub async fn requests_sent_before_a_close_are_applied_first(h: &dyn Harness) {
+    let path = h.path("sent-before-close");
+    let witness = h.client().await;
+    let seen = witness.locks.backend().clone();
+    containers(seen.current(), &path).await;
+    let latencies: &[Duration] = if h.capabilities().latency {
+        &[Duration::ZERO, Duration::from_millis(30)]
+    } else {
+        &[Duration::ZERO]
+    };
+    for (i, latency) in latencies.iter().enumerate() {
+        let closing = h.client().await;
+        let b = closing.locks.backend().clone();
+        h.set_latency(*latency);
+        let node = format!("{path}/kept-{i}");
+        let on = b.current();
+        let reply = send_now(on.create(&node, b"", CreateMode::Persistent)).await;
+        b.close().await;
+        let reply = bounded(h, "the reply to the create sent before the close", reply).await;
+        h.set_latency(Duration::ZERO);
+        assert!(reply.is_ok(), "the create sent before the close is answered: {reply:?}");
+        assert!(
+            seen.current().get(&node).await.unwrap().is_some(),
+            "the create sent before the close was applied (latency {latency:?})"
+        );
+        seen.current().delete(&node).await.unwrap();
     }
 }
 

@@ -11,8 +11,9 @@
 //! - one-shot watches registered before the existence check, delivered in order with the session's replies;
 //! - **requests bound to their session**: a request of an ended session fails, and never runs on its successor;
 //! - **the network**: a request is sent, applied and answered in three separate steps; one session's requests are
-//!   applied in order; a request already sent is applied even if its caller gave up; a broken connection loses the
-//!   replies in flight, while the requests it carried may still land;
+//!   applied in order; a request already sent is applied even if its caller gave up, or its session is then closed
+//!   (before the close, as ZooKeeper's `closeSession` follows it); a broken connection loses the replies in flight,
+//!   while the requests it carried may still land;
 //! - **containers reaped after a delay** (ZooKeeper's reaper runs about once a minute; see
 //!   [`MemCluster::set_container_reap_delay`]), not at once;
 //! - sessions suspended while disconnected, which the server expires after their timeout whether or not the client

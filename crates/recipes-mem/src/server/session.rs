@@ -324,8 +324,18 @@ impl State {
         self.schedule(now + d, Timer::Reconnect(sid, epoch));
     }
 
-    /// The client closes `sid`: its ephemeral nodes go, and later calls fail with `Closed`.
+    /// The client closes `sid`: the requests it already sent are applied and answered first (ZooKeeper's client sends
+    /// its `closeSession` behind them, on a connection that is up; a cut one's are orphans, which may land or not), then
+    /// its ephemeral nodes go, and later calls fail with `Closed`. Before, the requests in flight were dropped at the
+    /// close: a write ZooKeeper makes was never made (found by review, helper-103).
     pub fn close(&mut self, sid: SessionId, now: Instant) {
+        while self
+            .sessions
+            .get(&sid)
+            .is_some_and(|r| r.alive && r.up && !r.crashed && r.next_apply().is_some())
+        {
+            self.apply(sid, false, now);
+        }
         if let Some(rec) = self.sessions.get(&sid) {
             rec.client.publish(sid, SessionState::Closed);
         }

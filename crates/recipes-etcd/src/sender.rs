@@ -22,6 +22,9 @@ enum Msg {
     Job(Job),
     /// A new session: its lease id; answered once its sequence key exists.
     Session(SessionId, oneshot::Sender<Result<()>>),
+    /// The backend is closed: its lease is revoked once the requests queued before are run, and every request queued
+    /// after fails with `Closed`; answered once the revoke was tried.
+    Close(SessionId, oneshot::Sender<()>),
 }
 
 /// The queue of one backend's requests.
@@ -63,6 +66,14 @@ impl Sender {
             op,
             reply: None,
         }));
+    }
+
+    /// Closes the backend behind the requests already queued: revokes lease `id` (trying for three seconds). The
+    /// receiver is answered once the revoke was tried.
+    pub fn close(&self, id: SessionId) -> oneshot::Receiver<()> {
+        let (done, answer) = oneshot::channel();
+        let _ = self.tx.send(Msg::Close(id, done));
+        answer
     }
 
     /// Starts session `id` (a lease just granted): makes its sequence key.
@@ -117,8 +128,15 @@ async fn run(
     mut rx: mpsc::UnboundedReceiver<Msg>,
 ) {
     let mut seq: Option<Seq> = None;
+    let mut closed = false;
     while let Some(msg) = rx.recv().await {
         match msg {
+            Msg::Close(id, done) => {
+                closed = true;
+                let _ =
+                    tokio::time::timeout(std::time::Duration::from_secs(3), crate::session::revoke(&client, id)).await;
+                let _ = done.send(());
+            }
             Msg::Session(id, done) => {
                 let key = ops::session_key(id);
                 let r = ops::make_session_key(&client, &key, id).await;
@@ -133,7 +151,8 @@ async fn run(
             Msg::Job(job) => {
                 let now = *status.borrow();
                 let r = match &mut seq {
-                    _ if now.state == SessionState::Closed => Err(Error::Closed),
+                    // Queued after the close (those queued before it run, though the status already says closed).
+                    _ if closed => Err(Error::Closed),
                     Some(s)
                         if s.session == job.session && job.session == now.id && now.state != SessionState::Expired =>
                     {

@@ -22,7 +22,11 @@ use crate::EtcdOptions;
 
 mod connect;
 mod lease;
-use lease::{grant, keep_alive, revoke, Grant};
+pub(crate) use lease::revoke;
+use lease::{grant, keep_alive, Grant};
+
+/// The longest a close waits for the requests queued before it and for its revoke (which tries for three seconds).
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
 /// What the backend's handles share.
 pub(crate) struct Shared {
@@ -237,9 +241,11 @@ impl Shared {
     }
 
     /// Closes the session: revokes the lease (etcd deletes its keys at once), waiting a bounded time, and not at all
-    /// when the session was not connected (etcd has not been answering).
+    /// when the session was not connected (etcd has not been answering). The revoke goes behind the requests already
+    /// queued, which run first, as ZooKeeper's `closeSession` follows the requests sent before it (found by the
+    /// contract's `requests_sent_before_a_close_are_applied_first`: they failed with `Closed`).
     pub async fn close(&self) {
-        let was = {
+        let (was, revoked) = {
             let _held = self.publishing.lock();
             if self.closed.swap(true, Ordering::AcqRel) {
                 return;
@@ -249,15 +255,12 @@ impl Shared {
                 id: was.id,
                 state: SessionState::Closed,
             });
-            was
+            // Queued under the lock that publishes the close: every request issued after it fails with `Closed`.
+            (was, self.sender.close(was.id))
         };
-        if was.state != SessionState::Connected {
-            let client = self.client.clone();
-            self.runtime.spawn(async move {
-                let _ = tokio::time::timeout(Duration::from_secs(3), revoke(&client, was.id)).await;
-            });
-            return;
+        if was.state == SessionState::Connected {
+            // The requests ahead of it, and its own try: bounded.
+            let _ = tokio::time::timeout(CLOSE_WAIT, revoked).await;
         }
-        let _ = tokio::time::timeout(Duration::from_secs(3), revoke(&self.client, was.id)).await;
     }
 }

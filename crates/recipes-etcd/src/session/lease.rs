@@ -13,7 +13,7 @@ use tracing::{debug, warn};
 use super::Shared;
 
 /// Revokes lease `id` (sent again when it was not sent, or its token was stale: revoking twice is harmless).
-pub(super) async fn revoke(client: &Client, id: SessionId) -> std::result::Result<(), etcd_client::Error> {
+pub(crate) async fn revoke(client: &Client, id: SessionId) -> std::result::Result<(), etcd_client::Error> {
     crate::ops::unless_unsent(client, || {
         let mut c = client.clone();
         async move { c.lease_revoke(id).await }

@@ -75,6 +75,16 @@ pub async fn send_now<F: Future>(fut: F) -> impl Future<Output = F::Output> {
     }
 }
 
+/// No latency, and 30 ms of it where the harness can add it (a request then stays in flight a while).
+fn latencies(h: &dyn Harness) -> &'static [Duration] {
+    const BOTH: [Duration; 2] = [Duration::ZERO, Duration::from_millis(30)];
+    if h.capabilities().latency {
+        &BOTH
+    } else {
+        &BOTH[..1]
+    }
+}
+
 /// Creates `path` and its missing ancestors as containers (as the recipes do).
 pub(crate) async fn containers(on: SessionRef<'_>, path: &str) {
     let mut at = String::new();
@@ -145,11 +155,7 @@ pub async fn sent_request_lands_after_caller_drops(h: &dyn Harness) {
     let a = h.client().await;
     let b = a.locks.backend().clone();
     containers(b.current(), &path).await;
-    let latencies: &[Duration] = if h.capabilities().latency {
-        &[Duration::ZERO, Duration::from_millis(30)]
-    } else {
-        &[Duration::ZERO]
-    };
+    let latencies = latencies(h);
     for (i, latency) in latencies.iter().enumerate() {
         h.set_latency(*latency);
         let node = format!("{path}/landed-{i}");
@@ -174,11 +180,7 @@ pub async fn requests_sent_before_a_close_are_applied_first(h: &dyn Harness) {
     let witness = h.client().await;
     let seen = witness.locks.backend().clone();
     containers(seen.current(), &path).await;
-    let latencies: &[Duration] = if h.capabilities().latency {
-        &[Duration::ZERO, Duration::from_millis(30)]
-    } else {
-        &[Duration::ZERO]
-    };
+    let latencies = latencies(h);
     for (i, latency) in latencies.iter().enumerate() {
         let closing = h.client().await;
         let b = closing.locks.backend().clone();

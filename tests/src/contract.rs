@@ -6,7 +6,7 @@ use std::future::Future;
 use std::task::Poll;
 use std::time::Duration;
 
-use recipes_core::backend::{BackendExt, CreateMode, SessionId, SessionRef, SessionState};
+use recipes_core::backend::{BackendExt, ChildOrder, CreateMode, SessionId, SessionRef, SessionState};
 use recipes_core::{Backend, Error};
 
 use crate::harness::Harness;
@@ -40,7 +40,8 @@ macro_rules! __for_each_contract {
             a_deletion_after_a_change_is_seen_through_a_new_node a_node_made_again_while_cut_off_is_reported_deleted
             a_watch_set_before_a_cut_reports_the_node_as_it_is_then
             lost_reply_returns_to_same_session
-            server_expires_session_behind_cut_connection versioned_set_applies_only_over_that_version
+            server_expires_session_behind_cut_connection a_close_over_a_cut_connection_leaves_the_nodes_to_the_expiry
+            versioned_set_applies_only_over_that_version
             delete_all_is_all_or_none set_data_and_delete_is_one_write
             a_transaction_sent_now_precedes_later_requests
             a_delete_if_created_spares_a_name_made_again
@@ -305,6 +306,51 @@ pub async fn server_expires_session_behind_cut_connection(h: &dyn Harness) {
         Err(Error::SessionExpired)
     );
     assert!(h.children(&path).await.is_empty());
+}
+
+/// A session closed over a cut connection cannot tell the server: the client is closed, but its ephemeral nodes stay
+/// until the server expires the session, a timeout after it last heard of it (a lock the session held passes on then,
+/// not at the close). Found by review (helper-103): the in-memory backend deleted them at the close.
+pub async fn a_close_over_a_cut_connection_leaves_the_nodes_to_the_expiry(h: &dyn Harness) {
+    let name = "a_close_over_a_cut_connection_leaves_the_nodes_to_the_expiry";
+    if !h.capabilities().disconnect {
+        return skip(h, name, "disconnects");
+    }
+    let path = h.path("closed-cut-off");
+    let a = h.client_with_timeout(Duration::from_secs(2)).await;
+    let b = a.locks.backend().clone();
+    let sid = b.session_status().id;
+    containers(b.on(sid), &path).await;
+    let node = format!("{path}/n");
+    b.on(sid).create(&node, b"", CreateMode::Ephemeral).await.unwrap();
+    let timeout = a.faults.session_timeout();
+    // The server hears of the session with this request: on ZooKeeper it cannot expire it until a timeout later (etcd
+    // counts its lease's time from keep-alives alone: there the lease says it).
+    let asked = tokio::time::Instant::now();
+    b.on(sid).get(&node).await.unwrap();
+    a.faults.disconnect_for(timeout * 3).await;
+    let lease = b.lease();
+    let mut until = lease.answered_send.map(|sent| sent + lease.session_timeout);
+    if b.child_order() == ChildOrder::Sequence {
+        until = until.max(Some(asked + timeout));
+    }
+    // Closed whether or not the client has seen the cut yet. A client that has not waits a while for the server's
+    // confirmation, which cannot come: the nodes are looked at meanwhile.
+    let close = b.close();
+    tokio::pin!(close);
+    let closed = tokio::time::timeout(h.tick() * 5, &mut close).await.is_ok();
+    let left = h.children(&path).await;
+    if until.is_some_and(|until| tokio::time::Instant::now() < until) {
+        assert_eq!(left, ["n"], "the node stays after a close the server did not hear of");
+    }
+    if !closed {
+        bounded(h, "the close over a cut connection", close).await;
+    }
+    assert_eq!(b.session_status().state, SessionState::Closed);
+    eventually(h, "the server expires the session", || async {
+        h.children(&path).await.is_empty()
+    })
+    .await;
 }
 
 /// A set with an expected data version applies only while the node's data version is that one: 0 until the data is

@@ -172,10 +172,11 @@ pub trait Backend: Send + Sync + fmt::Debug {
         *self.session().borrow()
     }
 
-    /// Closes the session: the server deletes its ephemeral nodes at once, which releases every lock it holds, and
-    /// later requests fail with [`Error::Closed`](crate::Error::Closed). Waits a short, bounded time for the server to
-    /// confirm (a few seconds at most, and not at all when the server has not been answering), so that a process
-    /// about to exit does not leave its locks to the session timeout.
+    /// Closes the session: the requests already sent are applied first, then the server deletes its ephemeral nodes
+    /// at once, which releases every lock it holds, and later requests fail with [`Error::Closed`](crate::Error::Closed).
+    /// Waits a short, bounded time for the server to confirm (a few seconds at most, and not at all when the server has
+    /// not been answering), so that a process about to exit does not leave its locks to the session timeout. Over a
+    /// cut connection the server does not hear of the close: the nodes stay until it expires the session.
     ///
     /// # Cancel safety
     /// Cancel safe: the session is closed either way; only the wait is cut short.

@@ -64,6 +64,8 @@ pub(crate) struct Session {
     pub timeout: Duration,
     /// When the current connection was made (heartbeats run from then on, every `timeout / 4`).
     connected_since: Instant,
+    /// When the connection last broke (the server hears nothing of the client from then on).
+    down_since: Instant,
     /// The send time of the last answered heartbeat before the connection was lost.
     frozen_heartbeat: Option<Instant>,
     /// The send time of the last answered request.
@@ -159,6 +161,7 @@ impl State {
             doomed: Vec::new(),
             lose_create_replies: 0,
             connected_since: now,
+            down_since: now,
             frozen_heartbeat: None,
             last_answered: None,
         };
@@ -179,6 +182,7 @@ impl State {
         }
         rec.frozen_heartbeat = rec.heartbeat(now);
         rec.up = false;
+        rec.down_since = now;
         rec.epoch += 1;
         let epoch = rec.epoch;
         let mut unsent = Vec::new();
@@ -325,9 +329,11 @@ impl State {
     }
 
     /// The client closes `sid`: the requests it already sent are applied and answered first (ZooKeeper's client sends
-    /// its `closeSession` behind them, on a connection that is up; a cut one's are orphans, which may land or not), then
-    /// its ephemeral nodes go, and later calls fail with `Closed`. Before, the requests in flight were dropped at the
-    /// close: a write ZooKeeper makes was never made (found by review, helper-103).
+    /// its `closeSession` behind them), then its ephemeral nodes go, and later calls fail with `Closed`. Before, the
+    /// requests in flight were dropped at the close: a write ZooKeeper makes was never made (found by review,
+    /// helper-103). Over a cut connection the client cannot tell the server: it ends on its side alone, and the server
+    /// expires the session after its timeout from the cut, with its ephemeral nodes (before, they went at once, and a
+    /// lock the session held passed on sooner than on ZooKeeper; helper-103 too).
     pub fn close(&mut self, sid: SessionId, now: Instant) {
         while self
             .sessions
@@ -336,11 +342,33 @@ impl State {
         {
             self.apply(sid, false, now);
         }
+        if self.sessions.get(&sid).is_some_and(|r| r.alive && !r.up && !r.crashed) {
+            self.close_cut_off(sid, now);
+            return;
+        }
         if let Some(rec) = self.sessions.get(&sid) {
             rec.client.publish(sid, SessionState::Closed);
         }
         self.expire_on_server(sid, now);
         self.client_learns_expiry(sid, now);
+    }
+
+    /// [`close`](Self::close) over a cut connection: the client is closed at once, its watches fail as at an expiry,
+    /// and nothing more passes between it and the server (as after a crash; the requests the cut left in flight may
+    /// still land). The server expires the session a timeout after the cut.
+    fn close_cut_off(&mut self, sid: SessionId, now: Instant) {
+        let doomed = self.watches.take_session(sid);
+        let Some(rec) = self.sessions.get_mut(&sid) else {
+            unreachable!("the session was just seen")
+        };
+        rec.client.publish(sid, SessionState::Closed);
+        rec.crashed = true;
+        for tx in doomed.into_iter().chain(rec.doomed.drain(..)) {
+            let _ = tx.send(Err(Error::SessionExpired));
+        }
+        let (at, epoch) = ((rec.down_since + rec.timeout).max(now), rec.epoch);
+        self.schedule(at, Timer::ServerExpire(sid, epoch));
+        self.touch();
     }
 
     pub fn lose_create_replies(&mut self, sid: SessionId, n: u32) {

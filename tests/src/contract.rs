@@ -9,7 +9,7 @@ use std::time::Duration;
 use recipes_core::backend::{BackendExt, ChildOrder, CreateMode, SessionId, SessionRef, SessionState};
 use recipes_core::{Backend, Error};
 
-use crate::harness::Harness;
+use crate::harness::{Harness, TestClient};
 use crate::util::{bounded, eventually, skip};
 
 mod creation;
@@ -277,19 +277,27 @@ pub async fn lost_reply_returns_to_same_session(h: &dyn Harness) {
     b.on(sid).delete(&node).await.unwrap();
 }
 
+/// A client of a two-second session timeout with an ephemeral node `n` under the path `name`: the client, the path and
+/// the node's.
+async fn with_a_node(h: &dyn Harness, name: &str) -> (TestClient, String, String) {
+    let path = h.path(name);
+    let a = h.client_with_timeout(Duration::from_secs(2)).await;
+    let on = a.locks.backend().current();
+    containers(on, &path).await;
+    let node = format!("{path}/n");
+    on.create(&node, b"", CreateMode::Ephemeral).await.unwrap();
+    (a, path, node)
+}
+
 /// Cut off past its timeout, a session is expired by the server (its ephemeral nodes go) while the client still
 /// believes it is merely disconnected; on reconnecting the client learns, and requests of the old session fail.
 pub async fn server_expires_session_behind_cut_connection(h: &dyn Harness) {
     if !h.capabilities().disconnect {
         return skip(h, "server_expires_session_behind_cut_connection", "disconnects");
     }
-    let path = h.path("expired-behind");
-    let a = h.client_with_timeout(Duration::from_secs(2)).await;
+    let (a, path, node) = with_a_node(h, "expired-behind").await;
     let b = a.locks.backend().clone();
     let sid = b.session_status().id;
-    containers(b.on(sid), &path).await;
-    let node = format!("{path}/n");
-    b.on(sid).create(&node, b"", CreateMode::Ephemeral).await.unwrap();
     let timeout = a.faults.session_timeout();
     a.faults.disconnect_for(timeout * 3).await;
     eventually(h, "the server expires the session", || async {
@@ -316,13 +324,9 @@ pub async fn a_close_over_a_cut_connection_leaves_the_nodes_to_the_expiry(h: &dy
     if !h.capabilities().disconnect {
         return skip(h, name, "disconnects");
     }
-    let path = h.path("closed-cut-off");
-    let a = h.client_with_timeout(Duration::from_secs(2)).await;
+    let (a, path, node) = with_a_node(h, "closed-cut-off").await;
     let b = a.locks.backend().clone();
     let sid = b.session_status().id;
-    containers(b.on(sid), &path).await;
-    let node = format!("{path}/n");
-    b.on(sid).create(&node, b"", CreateMode::Ephemeral).await.unwrap();
     let timeout = a.faults.session_timeout();
     // The server hears of the session with this request: on ZooKeeper it cannot expire it until a timeout later (etcd
     // counts its lease's time from keep-alives alone: there the lease says it).

@@ -119,6 +119,22 @@ async fn a_crashed_holder_lets_the_next_in_after_its_session_timeout() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_holder_closed_while_cut_off_lets_the_next_in_at_its_sessions_expiry() {
+    let cluster = MemCluster::new();
+    let client = cluster.client_with_timeout(Duration::from_secs(4));
+    let a = Locks::new(client.clone());
+    let held = a.fair("/jobs/nightly").unwrap().acquire().await.unwrap();
+    let cut = tokio::time::Instant::now();
+    client.disconnect_for(Duration::from_secs(60));
+    a.close().await; // the close never reaches the server
+    assert_eq!(held.lost().await, LostReason::SessionExpired);
+    let b = Locks::new(cluster.client());
+    let g = b.fair("/jobs/nightly").unwrap().acquire().await.unwrap();
+    assert!(cut.elapsed() >= Duration::from_secs(4), "{:?}", cut.elapsed());
+    g.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
 async fn lost_create_replies_leave_no_node_behind() {
     let cluster = MemCluster::new();
     let client = cluster.client();

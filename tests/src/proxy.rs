@@ -172,6 +172,13 @@ async fn read_frame(r: &mut OwnedReadHalf) -> Option<Vec<u8>> {
 }
 
 impl Ctl {
+    /// Whether the connections of generation `born` were cut: nothing read from them after the cut passes, though
+    /// their task has not closed them yet (found in the thirty-fourth session: a close sent right after a cut reached
+    /// the server).
+    fn cut_since(&self, born: u64) -> bool {
+        *self.generation.borrow() != born
+    }
+
     /// While a partition lasts, waits for it to heal and returns `true`; `false` when there is none.
     async fn swallowed_by_blackhole(&self) -> bool {
         let until = *self.blackhole_until.lock().unwrap();
@@ -205,10 +212,10 @@ async fn serve(ctl: Arc<Ctl>, inbound: TcpStream) {
     // xid of a create whose reply must be lost (i64::MIN: none).
     let doomed = Arc::new(AtomicI64::new(i64::MIN));
     let mut gen = ctl.generation.subscribe();
-    gen.borrow_and_update();
-    let up = pump_requests(ctl.clone(), cr, sw, doomed.clone());
+    let born = *gen.borrow_and_update();
+    let up = pump_requests(ctl.clone(), cr, sw, doomed.clone(), born);
     let answers_from = Instant::now() + *ctl.slow_start.lock().unwrap();
-    let down = pump_replies(ctl.clone(), sr, cw, doomed, answers_from);
+    let down = pump_replies(ctl.clone(), sr, cw, doomed, answers_from, born);
     tokio::select! {
         _ = up => {}
         _ = down => {}
@@ -217,10 +224,16 @@ async fn serve(ctl: Arc<Ctl>, inbound: TcpStream) {
     // Dropping the halves closes both connections.
 }
 
-async fn pump_requests(ctl: Arc<Ctl>, mut from: OwnedReadHalf, mut to: OwnedWriteHalf, doomed: Arc<AtomicI64>) {
+async fn pump_requests(
+    ctl: Arc<Ctl>,
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    doomed: Arc<AtomicI64>,
+    born: u64,
+) {
     let mut first = true;
     while let Some(frame) = read_unit(ctl.raw, &mut from).await {
-        if ctl.swallowed_by_blackhole().await {
+        if ctl.swallowed_by_blackhole().await || ctl.cut_since(born) {
             return;
         }
         if ctl.raw && frame.len() >= RAW_REQUEST_AT_LEAST && !first {
@@ -265,12 +278,13 @@ async fn pump_replies(
     mut to: OwnedWriteHalf,
     doomed: Arc<AtomicI64>,
     answers_from: Instant,
+    born: u64,
 ) {
     let mut first = true;
     while let Some(frame) = read_unit(ctl.raw, &mut from).await {
         // A slow start's wait first: a partition or a lost reply that began meanwhile still applies to the reply.
         tokio::time::sleep_until(answers_from).await;
-        if ctl.swallowed_by_blackhole().await {
+        if ctl.swallowed_by_blackhole().await || ctl.cut_since(born) {
             return;
         }
         if ctl.raw && doomed.load(Ordering::SeqCst) != i64::MIN {

@@ -41,6 +41,7 @@ macro_rules! __for_each_contract {
             a_watch_set_before_a_cut_reports_the_node_as_it_is_then
             lost_reply_returns_to_same_session
             server_expires_session_behind_cut_connection a_close_over_a_cut_connection_leaves_the_nodes_to_the_expiry
+            a_close_over_a_short_cut_reaches_the_server_when_it_reconnects
             versioned_set_applies_only_over_that_version
             delete_all_is_all_or_none set_data_and_delete_is_one_write
             a_transaction_sent_now_precedes_later_requests
@@ -355,6 +356,42 @@ pub async fn a_close_over_a_cut_connection_leaves_the_nodes_to_the_expiry(h: &dy
         h.children(&path).await.is_empty()
     })
     .await;
+}
+
+/// A session closed while its connection is cut for less than its timeout: the close reaches the server when the
+/// connection comes back (zookeeper-client goes on reconnecting after a close, and sends its `closeSession` then),
+/// and the nodes go then, before the server could have expired the session. Found by review (helper-122): the
+/// in-memory backend kept them until the expiry.
+pub async fn a_close_over_a_short_cut_reaches_the_server_when_it_reconnects(h: &dyn Harness) {
+    let name = "a_close_over_a_short_cut_reaches_the_server_when_it_reconnects";
+    if !h.capabilities().disconnect {
+        return skip(h, name, "disconnects");
+    }
+    let path = h.path("closed-short-cut");
+    let a = h.client_with_timeout(Duration::from_secs(8)).await;
+    let b = a.locks.backend().clone();
+    let on = b.current();
+    containers(on, &path).await;
+    let node = format!("{path}/n");
+    on.create(&node, b"", CreateMode::Ephemeral).await.unwrap();
+    let timeout = a.faults.session_timeout();
+    let asked = tokio::time::Instant::now();
+    on.get(&node).await.unwrap();
+    a.faults.disconnect_for(timeout / 8).await;
+    bounded(h, "the close over a cut connection", b.close()).await;
+    assert_eq!(b.session_status().state, SessionState::Closed);
+    eventually(h, "the close reaches the server", || async {
+        h.children(&path).await.is_empty()
+    })
+    .await;
+    if b.child_order() == ChildOrder::Sequence {
+        // The server cannot have expired the session by now: a request was answered less than a timeout ago.
+        assert!(
+            asked.elapsed() < timeout,
+            "the nodes went with the expiry, not with the close ({:?})",
+            asked.elapsed()
+        );
+    }
 }
 
 /// A set with an expected data version applies only while the node's data version is that one: 0 until the data is

@@ -176,7 +176,8 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// at once, which releases every lock it holds, and later requests fail with [`Error::Closed`](crate::Error::Closed).
     /// Waits a short, bounded time for the server to confirm (a few seconds at most, and not at all when the server has
     /// not been answering), so that a process about to exit does not leave its locks to the session timeout. Over a
-    /// cut connection the server does not hear of the close: the nodes stay until it expires the session.
+    /// cut connection the server hears of the close only if the connection comes back before the session times out:
+    /// the nodes stay until then, or until the server expires the session.
     ///
     /// # Cancel safety
     /// Cancel safe: the session is closed either way; only the wait is cut short.

@@ -17,8 +17,8 @@
 //! - **containers reaped after a delay** (ZooKeeper's reaper runs about once a minute; see
 //!   [`MemCluster::set_container_reap_delay`]), not at once;
 //! - sessions suspended while disconnected, which the server expires after their timeout whether or not the client
-//!   knows, or closes it meanwhile (a close over a cut connection never reaches the server: the nodes stay until the
-//!   expiry).
+//!   knows; a close over a cut connection reaches the server only when the connection comes back within the timeout
+//!   (the nodes stay until then, or until the expiry).
 //! - **watches set again at a reconnection**: no watch of a cut-off session fires, and the events on their way at the
 //!   cut are lost with it; when it reconnects, each watch is answered from its node as it is then (ZooKeeper's
 //!   `setWatches`: a change then a deletion is the deletion, a node made again under its name is a change), last-set

@@ -3,6 +3,7 @@
 //! package is optimised in tests for the model checker, and its six test binaries, optimised with it, were about 50 s
 //! of the two cores in the test build.
 
+mod closes;
 mod heartbeats_in_order;
 mod orphans;
 mod pump;

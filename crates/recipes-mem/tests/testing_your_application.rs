@@ -126,7 +126,7 @@ async fn a_holder_closed_while_cut_off_lets_the_next_in_at_its_sessions_expiry()
     let held = a.fair("/jobs/nightly").unwrap().acquire().await.unwrap();
     let cut = tokio::time::Instant::now();
     client.disconnect_for(Duration::from_secs(60));
-    a.close().await; // the close never reaches the server
+    a.close().await; // the cut outlasts the session: the close never reaches the server
     assert_eq!(held.lost().await, LostReason::SessionExpired);
     let b = Locks::new(cluster.client());
     let g = b.fair("/jobs/nightly").unwrap().acquire().await.unwrap();

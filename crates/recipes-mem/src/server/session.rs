@@ -223,6 +223,12 @@ impl State {
             self.client_learns_expiry(sid, now);
             return;
         }
+        if rec.client.current().state == SessionState::Closed {
+            // Closed while cut off: its `closeSession` reaches the server now (see `close_cut_off`).
+            self.expire_on_server(sid, now);
+            self.client_learns_expiry(sid, now);
+            return;
+        }
         rec.up = true;
         rec.connected_since = now;
         // Requests of the broken connection may still land after the reconnection (ZooKeeper: the old server may have
@@ -331,20 +337,28 @@ impl State {
     /// The client closes `sid`: the requests it already sent are applied and answered first (ZooKeeper's client sends
     /// its `closeSession` behind them), then its ephemeral nodes go, and later calls fail with `Closed`. Before, the
     /// requests in flight were dropped at the close: a write ZooKeeper makes was never made (found by review,
-    /// helper-103). Over a cut connection the client cannot tell the server: it ends on its side alone, and the server
-    /// expires the session after its timeout from the cut, with its ephemeral nodes (before, they went at once, and a
-    /// lock the session held passed on sooner than on ZooKeeper; helper-103 too).
+    /// helper-103). Over a cut connection, see [`close_cut_off`](Self::close_cut_off).
     pub fn close(&mut self, sid: SessionId, now: Instant) {
-        while self
-            .sessions
-            .get(&sid)
-            .is_some_and(|r| r.alive && r.up && !r.crashed && r.next_apply().is_some())
-        {
-            self.apply(sid, false, now);
+        let Some(rec) = self.sessions.get(&sid) else { return };
+        if rec.client.current().state == SessionState::Closed || rec.crashed {
+            // Closed already over a cut connection (the server hears of it at the reconnection, or expires the
+            // session), or the process crashed: nothing more reaches the server (found by review, helper-122: a second
+            // close, or the client's drop, deleted the nodes at once).
+            return;
         }
-        if self.sessions.get(&sid).is_some_and(|r| r.alive && !r.up && !r.crashed) {
+        if rec.alive && !rec.up {
             self.close_cut_off(sid, now);
             return;
+        }
+        // Those a broken connection left in flight are applied too (they may land or not; landing is one of the two),
+        // so that the requests behind them are (helper-122: a write behind them was failed). A reply lost on the way
+        // (an injected loss) does not turn this into a close over a cut connection: the client reconnects at once.
+        while let Some(r) = self.sessions.get(&sid).filter(|r| r.alive) {
+            let orphan = r.orphans.front().is_some();
+            if !orphan && r.outbound.front().is_none() {
+                break;
+            }
+            self.apply(sid, orphan, now);
         }
         if let Some(rec) = self.sessions.get(&sid) {
             rec.client.publish(sid, SessionState::Closed);
@@ -353,18 +367,30 @@ impl State {
         self.client_learns_expiry(sid, now);
     }
 
-    /// [`close`](Self::close) over a cut connection: the client is closed at once, its watches fail as at an expiry,
-    /// and nothing more passes between it and the server (as after a crash; the requests the cut left in flight may
-    /// still land). The server expires the session a timeout after the cut.
+    /// [`close`](Self::close) over a cut connection: the client is closed at once, and its watches and the events on
+    /// their way to it fail as at an expiry; the server hears of the close only when the connection comes back within
+    /// the session's timeout (zookeeper-client goes on reconnecting, and sends its `closeSession` then; see
+    /// [`reconnect`](Self::reconnect)), else it expires the session a timeout after the cut, ephemeral nodes with it.
+    /// Before, the nodes went at the close, and a lock the session held passed on sooner than on ZooKeeper
+    /// (helper-103's gap).
     fn close_cut_off(&mut self, sid: SessionId, now: Instant) {
-        let doomed = self.watches.take_session(sid);
+        let watches = self.watches.take_session(sid);
         let Some(rec) = self.sessions.get_mut(&sid) else {
             unreachable!("the session was just seen")
         };
         rec.client.publish(sid, SessionState::Closed);
-        rec.crashed = true;
-        for tx in doomed.into_iter().chain(rec.doomed.drain(..)) {
+        for tx in watches.into_iter().chain(rec.doomed.drain(..)) {
             let _ = tx.send(Err(Error::SessionExpired));
+        }
+        // Events fired while it was cut off (found by review, helper-122: never delivered nor failed).
+        for item in rec.inbound.take() {
+            match item {
+                Inbound::Event { fired, .. } => fired.1.send(Err(Error::SessionExpired)),
+                Inbound::Reply { tx, .. } => {
+                    let _ = tx.send(Err(Error::Closed));
+                }
+                Inbound::Tree { .. } => {}
+            }
         }
         let (at, epoch) = ((rec.down_since + rec.timeout).max(now), rec.epoch);
         self.schedule(at, Timer::ServerExpire(sid, epoch));

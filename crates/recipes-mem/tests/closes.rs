@@ -12,6 +12,15 @@ use recipes_core::backend::{BackendExt, CreateMode};
 use recipes_core::{Backend, Error};
 use recipes_mem::MemCluster;
 
+/// A cluster with a persistent `/p`, a client of a four-second session, and then `latency` on every request.
+async fn a_parent_then_latency(latency: Duration) -> (MemCluster, std::sync::Arc<recipes_mem::MemClient>) {
+    let cluster = MemCluster::new();
+    let a = cluster.client_with_timeout(Duration::from_secs(4));
+    a.current().create("/p", b"", CreateMode::Persistent).await.unwrap();
+    cluster.set_latency(latency);
+    (cluster, a)
+}
+
 /// A second close, or the drop of the client, after a close over a cut connection sends nothing more: the node stays
 /// until the server expires the session. Before, either deleted it at once.
 #[tokio::test(start_paused = true)]
@@ -52,10 +61,7 @@ async fn a_second_close_or_the_drop_after_a_close_over_a_cut_sends_nothing() {
 /// turned it into a close over a cut connection, and the node stayed a whole session timeout.
 #[tokio::test(start_paused = true)]
 async fn a_reply_lost_during_a_close_does_not_make_it_a_close_over_a_cut() {
-    let cluster = MemCluster::new();
-    let a = cluster.client_with_timeout(Duration::from_secs(4));
-    a.current().create("/p", b"", CreateMode::Persistent).await.unwrap();
-    cluster.set_latency(Duration::from_millis(50));
+    let (cluster, a) = a_parent_then_latency(Duration::from_millis(50)).await;
     a.lose_next_create_replies(1);
     let on = a.clone();
     let create = tokio::spawn(async move { on.current().create("/p/n", b"", CreateMode::Ephemeral).await });
@@ -73,10 +79,7 @@ async fn a_reply_lost_during_a_close_does_not_make_it_a_close_over_a_cut() {
 /// close (the one left in flight may land or not: here it lands). Before, the write was failed with `Closed`.
 #[tokio::test(start_paused = true)]
 async fn a_write_behind_a_request_left_in_flight_is_applied_before_the_close() {
-    let cluster = MemCluster::new();
-    let a = cluster.client_with_timeout(Duration::from_secs(4));
-    a.current().create("/p", b"", CreateMode::Persistent).await.unwrap();
-    cluster.set_latency(Duration::from_millis(100));
+    let (cluster, a) = a_parent_then_latency(Duration::from_millis(100)).await;
     let on = a.clone();
     let left = tokio::spawn(async move { on.current().create("/p/o", b"", CreateMode::Persistent).await });
     tokio::task::yield_now().await;

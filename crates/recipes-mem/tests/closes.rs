@@ -76,30 +76,48 @@ async fn a_reply_lost_during_a_close_does_not_make_it_a_close_over_a_cut() {
 }
 
 /// A write sent behind a request that a broken connection left in flight, then a close: both are applied before the
-/// close (the one left in flight may land or not: here it lands). Before, the write was failed with `Closed`.
+/// close (the one left in flight may land or not: here it lands). Before, the write was failed with `Closed`. And a
+/// reply to lose (`lose_next_create_replies`) is aimed at a reply still on its way: the create left in flight has none,
+/// and applying it at the close must neither use the loss up nor break the connection, failing the write behind it
+/// (found by review, helper-123).
 #[tokio::test(start_paused = true)]
 async fn a_write_behind_a_request_left_in_flight_is_applied_before_the_close() {
-    let (cluster, a) = a_parent_then_latency(Duration::from_millis(100)).await;
-    let on = a.clone();
-    let left = tokio::spawn(async move { on.current().create("/p/o", b"", CreateMode::Persistent).await });
-    tokio::task::yield_now().await;
-    a.disconnect_for(Duration::from_millis(5));
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    let on = a.clone();
-    let write = tokio::spawn(async move { on.current().set_data("/p", b"let go").await });
-    tokio::task::yield_now().await;
-    a.close_now();
-    assert_eq!(
-        left.await.unwrap().map(drop),
-        Err(Error::ConnectionLoss),
-        "its reply went with the connection"
-    );
-    assert_eq!(write.await.unwrap(), Ok(()), "the write is answered before the close");
-    cluster.set_latency(Duration::ZERO);
-    let b = cluster.client();
-    assert_eq!(
-        b.current().get("/p").await.unwrap().map(|(d, _)| d),
-        Some(b"let go".to_vec())
-    );
-    assert!(cluster.exists("/p/o"));
+    for lose_a_reply in [false, true] {
+        let (cluster, a) = a_parent_then_latency(Duration::from_millis(100)).await;
+        // Persistent, to see it land; ephemeral, for a reply to lose to be aimed at it.
+        let mode = if lose_a_reply {
+            CreateMode::Ephemeral
+        } else {
+            CreateMode::Persistent
+        };
+        let on = a.clone();
+        let left = tokio::spawn(async move { on.current().create("/p/o", b"", mode).await });
+        tokio::task::yield_now().await;
+        a.disconnect_for(Duration::from_millis(5));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let on = a.clone();
+        let write = tokio::spawn(async move { on.current().set_data("/p", b"let go").await });
+        tokio::task::yield_now().await;
+        if lose_a_reply {
+            a.lose_next_create_replies(1);
+        }
+        a.close_now();
+        assert_eq!(
+            left.await.unwrap().map(drop),
+            Err(Error::ConnectionLoss),
+            "its reply went with the connection"
+        );
+        assert_eq!(
+            write.await.unwrap(),
+            Ok(()),
+            "the write is answered before the close ({lose_a_reply})"
+        );
+        cluster.set_latency(Duration::ZERO);
+        let b = cluster.client();
+        assert_eq!(
+            b.current().get("/p").await.unwrap().map(|(d, _)| d),
+            Some(b"let go".to_vec())
+        );
+        assert_eq!(cluster.exists("/p/o"), !lose_a_reply, "landed, and ephemeral or not");
+    }
 }

@@ -301,8 +301,10 @@ impl State {
         } else {
             Err(Error::SessionExpired)
         };
-        // A lost reply is aimed at a lock node that was made (not at a create that failed).
-        let lose = result.is_ok() && ephemeral_create && self.applying(sid).loses_create_reply();
+        // A lost reply is aimed at a lock node that was made (not at a create that failed), and at a reply still on its
+        // way: a create a broken connection left in flight has none, and losing it broke the connection for nothing
+        // (found by review, helper-123: a close applying such a create failed the write sent behind it).
+        let lose = result.is_ok() && ephemeral_create && req.reply.is_some() && self.applying(sid).loses_create_reply();
         self.touch();
         if let Some(tx) = req.reply {
             let seq = self.next_seq();

@@ -573,13 +573,7 @@ fn a_view_whose_task_went_with_its_runtime_ends_and_its_waiters_go_on() {
         assert!(queued(i + 2), "waiter {i} of runtime A queued");
     }
     // The second holder, of a session of its own, queued behind A's waiters: B's wait behind it.
-    let (let_go, go) = tokio::sync::oneshot::channel::<()>();
-    let lock = second.fair(path).unwrap();
-    let next = b.spawn(async move {
-        let g = lock.acquire().await?;
-        let _ = go.await;
-        g.release().await
-    });
+    let (let_go, next) = held_until_let_go(&b, second.fair(path).unwrap());
     assert!(queued(132));
     let mut on_b = Vec::new();
     for i in 0..130 {
@@ -589,30 +583,12 @@ fn a_view_whose_task_went_with_its_runtime_ends_and_its_waiters_go_on() {
     b.block_on(async { tokio::time::sleep(Duration::from_millis(50)).await });
     assert_eq!(cluster.tree_watches(), 1, "the session's view, armed on runtime A");
     b.block_on(holder.release()).unwrap();
-    b.block_on(async {
-        for w in on_a {
-            tokio::time::timeout(Duration::from_secs(30), w)
-                .await
-                .unwrap()
-                .unwrap()
-                .unwrap();
-        }
-    });
+    all_held(&b, on_a, "waiter of runtime A");
     assert!(queued(131), "the second holder and B's waiters");
     drop(a);
     let_go.send(()).unwrap();
-    b.block_on(async {
-        tokio::time::timeout(Duration::from_secs(30), next)
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        for (i, w) in on_b.into_iter().enumerate() {
-            let held = tokio::time::timeout(Duration::from_secs(30), w).await;
-            assert!(held.is_ok(), "waiter {i} of runtime B never held");
-            held.unwrap().unwrap().unwrap();
-        }
-    });
+    all_held(&b, vec![next], "the second holder");
+    all_held(&b, on_b, "waiter of runtime B");
     assert!(cluster.ephemerals().is_empty());
     b.block_on(async {
         for _ in 0..1_000 {
@@ -660,13 +636,7 @@ fn a_view_whose_task_never_ran_ends_and_its_waiters_go_on() {
     }
     assert!(queued(129));
     assert_eq!(cluster.tree_watches(), 1, "the view, armed in A's context");
-    let (let_go, go) = tokio::sync::oneshot::channel::<()>();
-    let lock = second.fair(path).unwrap();
-    let next = b.spawn(async move {
-        let g = lock.acquire().await?;
-        let _ = go.await;
-        g.release().await
-    });
+    let (let_go, next) = held_until_let_go(&b, second.fair(path).unwrap());
     assert!(queued(130));
     let mut through_view = Vec::new();
     for i in 0..130 {
@@ -686,26 +656,10 @@ fn a_view_whose_task_never_ran_ends_and_its_waiters_go_on() {
         drop(arming);
     }
     b.block_on(holder.release()).unwrap();
-    b.block_on(async {
-        for w in on_b {
-            tokio::time::timeout(Duration::from_secs(30), w)
-                .await
-                .unwrap()
-                .unwrap()
-                .unwrap();
-        }
-        let _ = let_go.send(());
-        tokio::time::timeout(Duration::from_secs(30), next)
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        for (i, w) in through_view.into_iter().enumerate() {
-            let held = tokio::time::timeout(Duration::from_secs(30), w).await;
-            assert!(held.is_ok(), "waiter {i} through the view never held");
-            held.unwrap().unwrap().unwrap();
-        }
-    });
+    all_held(&b, on_b, "waiter of runtime B");
+    let _ = let_go.send(());
+    all_held(&b, vec![next], "the second holder");
+    all_held(&b, through_view, "waiter through the view");
     assert!(cluster.ephemerals().is_empty());
 }
 
@@ -765,4 +719,32 @@ fn a_view_armed_on_a_runtime_shut_down_does_not_spin() {
         }
     });
     assert!(cluster.ephemerals().is_empty());
+}
+
+/// A holder of `lock`, spawned on `rt`, that lets go once told: the sender that tells it, and its task.
+fn held_until_let_go(
+    rt: &tokio::runtime::Runtime,
+    lock: recipes_core::FairLock,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<recipes_core::Result<()>>,
+) {
+    let (let_go, go) = tokio::sync::oneshot::channel::<()>();
+    let task = rt.spawn(async move {
+        let g = lock.acquire().await?;
+        let _ = go.await;
+        g.release().await
+    });
+    (let_go, task)
+}
+
+/// Waits on `rt` for each task of `waiters`, thirty seconds at most each: every one held and let go.
+fn all_held(rt: &tokio::runtime::Runtime, waiters: Vec<tokio::task::JoinHandle<recipes_core::Result<()>>>, what: &str) {
+    rt.block_on(async {
+        for (i, w) in waiters.into_iter().enumerate() {
+            let held = tokio::time::timeout(std::time::Duration::from_secs(30), w).await;
+            assert!(held.is_ok(), "{what} {i} never held");
+            held.unwrap().unwrap().unwrap();
+        }
+    });
 }

@@ -7,9 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::future::{Either, FutureExt};
 use recipes_core::backend::{
-    parent_path, tree_watch_until_moved, ChildOrder, CreateAndList, CreateMode, Created, CreationChecks, DeletionWatch,
-    Lease, NodeEvent, NodeWatch, ReplyFuture, SendNow, SessionId, SessionStatus, Stat, Transactions, TreeWatch,
-    TreeWatches,
+    parent_path, ChildOrder, CreateAndList, CreateMode, Created, CreationChecks, DeletionWatch, Lease, NodeEvent,
+    NodeWatch, SendNow, SessionId, SessionStatus, Stat, Transactions, TreeWatches,
 };
 use recipes_core::{Backend, Error, Result};
 use tokio::sync::{oneshot, watch};
@@ -18,10 +17,12 @@ use tokio::time::Instant;
 use crate::server::{ClientShared, Op, Reply, Sent};
 use crate::MemCluster;
 
+mod powers;
+
 /// One client session on a [`MemCluster`], standing in for one process's ZooKeeper client.
 ///
-/// It implements [`Backend`]. Dropping the last handle closes the session (its ephemeral nodes go), as a process
-/// exiting would. After its session expires it opens a new one for later calls, as the ZooKeeper backend does; a
+/// It implements [`Backend`]. Dropping the last handle closes the session (its ephemeral nodes go, over a cut
+/// connection once the server hears of it), as a process exiting would. After its session expires it opens a new one for later calls, as the ZooKeeper backend does; a
 /// request naming the old session fails with [`Error::SessionExpired`] and never runs on the new one.
 #[derive(Debug)]
 pub struct MemClient {
@@ -322,92 +323,5 @@ impl Backend for MemClient {
             answered_send: st.sessions.get(&status.id).and_then(|rec| rec.answered_send(now)),
             session_timeout: st.sessions.get(&status.id).map_or(timeout, |rec| rec.timeout),
         })
-    }
-}
-
-#[async_trait]
-impl Transactions for MemClient {
-    async fn delete_all(&self, session: SessionId, paths: &[String]) -> Result<()> {
-        let op = Op::DeleteAll { paths: paths.to_vec() };
-        self.request(session, op).await.map(|r| r.done("delete all"))
-    }
-
-    async fn set_data_and_delete(&self, session: SessionId, path: &str, data: &[u8]) -> Result<()> {
-        let op = Op::SetDataAndDelete {
-            path: path.into(),
-            data: data.into(),
-        };
-        self.request(session, op).await.map(|r| r.done("set data and delete"))
-    }
-}
-
-#[async_trait]
-impl CreationChecks for MemClient {
-    async fn delete_if_created(&self, session: SessionId, path: &str, czxid: i64) -> Result<bool> {
-        let op = Op::DeleteCreated {
-            path: path.into(),
-            czxid,
-        };
-        self.request(session, op).await.map(Reply::deleted)
-    }
-}
-
-#[async_trait]
-impl TreeWatches for MemClient {
-    async fn watch_tree(&self, session: SessionId, path: &str) -> Result<TreeWatch> {
-        // As ZooKeeper's client checks a path before it sends it.
-        let bad = !path.starts_with('/')
-            || (path != "/" && path[1..].split('/').any(|s| s.is_empty() || s == "." || s == ".."))
-            || path.contains('\0');
-        if bad {
-            return Err(Error::Refused(format!("{path}: not a valid path")));
-        }
-        // Marked seen before the request is sent: any change of the session's state from here on ends the watch.
-        let mut armed = self.session();
-        armed.borrow_and_update();
-        let (watch, rx) = futures::channel::mpsc::unbounded();
-        let op = Op::AddTreeWatch {
-            path: path.into(),
-            watch,
-        };
-        self.request(session, op).await?.done("watch tree");
-        Ok(tree_watch_until_moved(rx, armed))
-    }
-}
-
-impl MemClient {
-    /// Sends `op` now: the server applies it before every later request of the session. Refused at once (the
-    /// session is over or disconnected): not sent (`None`), nothing to hand over.
-    fn sent_now(&self, session: SessionId, op: Op<'_>, what: &'static str) -> Option<ReplyFuture> {
-        let sent = self.send(session, op).ok()?;
-        Some(Box::pin(Self::reply(Ok(sent)).map(move |r| r.map(|r| r.done(what)))))
-    }
-}
-
-impl SendNow for MemClient {
-    fn delete_sent(&self, session: SessionId, path: &str) -> Option<ReplyFuture> {
-        self.sent_now(session, Op::Delete { path: path.into() }, "delete")
-    }
-
-    fn set_data_and_delete_sent(&self, session: SessionId, path: &str, data: &[u8]) -> Option<ReplyFuture> {
-        let op = Op::SetDataAndDelete {
-            path: path.into(),
-            data: data.into(),
-        };
-        self.sent_now(session, op, "set data and delete")
-    }
-
-    fn delete_if_created_sent(&self, session: SessionId, path: &str, czxid: i64) -> Option<ReplyFuture> {
-        let op = Op::DeleteCreated {
-            path: path.into(),
-            czxid,
-        };
-        let sent = self.send(session, op).ok()?;
-        // Whether it deleted is not said: a node of that name that another write made was left alone, as asked.
-        Some(Box::pin(Self::reply(Ok(sent)).map(|r| {
-            r.map(|r| {
-                let _deleted = r.deleted();
-            })
-        })))
     }
 }

@@ -15,6 +15,7 @@
 //! without latency. In the controlled mode (see [`Controller`](crate::Controller)) nothing happens by itself: a
 //! model checker picks every event.
 
+mod closes;
 mod events;
 mod ops;
 mod queue;

@@ -1,6 +1,6 @@
 //! Sessions and their clients' connections: the server's record of a session, and what happens to it when the
-//! connection breaks or comes back, when the server expires it, when its client learns of the end, crashes or
-//! closes.
+//! connection breaks or comes back, when the server expires it, when its client learns of the end or crashes (a
+//! close is `closes.rs`'s).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,7 +27,7 @@ impl ClientShared {
     }
 
     /// Tells the client that its session `id` is now in `state`; nothing changes for a closed client.
-    fn publish(&self, id: SessionId, state: SessionState) {
+    pub(super) fn publish(&self, id: SessionId, state: SessionState) {
         let new = SessionStatus { id, state };
         self.status.send_if_modified(|s| {
             if s.state == SessionState::Closed || *s == new {
@@ -43,7 +43,7 @@ impl ClientShared {
 /// One session: the server's record of it, and the state of its client's connection.
 #[derive(Debug)]
 pub(crate) struct Session {
-    client: Arc<ClientShared>,
+    pub(super) client: Arc<ClientShared>,
     /// Alive on the server.
     pub alive: bool,
     /// The client's connection is up.
@@ -65,7 +65,7 @@ pub(crate) struct Session {
     /// When the current connection was made (heartbeats run from then on, every `timeout / 4`).
     connected_since: Instant,
     /// When the connection last broke (the server hears nothing of the client from then on).
-    down_since: Instant,
+    pub(super) down_since: Instant,
     /// The send time of the last answered heartbeat before the connection was lost.
     frozen_heartbeat: Option<Instant>,
     /// The send time of the last answered request.
@@ -332,69 +332,6 @@ impl State {
             self.schedule(now + timeout, Timer::ServerExpire(sid, epoch));
         }
         self.schedule(now + d, Timer::Reconnect(sid, epoch));
-    }
-
-    /// The client closes `sid`: the requests it already sent are applied and answered first (ZooKeeper's client sends
-    /// its `closeSession` behind them), then its ephemeral nodes go, and later calls fail with `Closed`. Before, the
-    /// requests in flight were dropped at the close: a write ZooKeeper makes was never made (found by review,
-    /// helper-103). Over a cut connection, see [`close_cut_off`](Self::close_cut_off).
-    pub fn close(&mut self, sid: SessionId, now: Instant) {
-        let Some(rec) = self.sessions.get(&sid) else { return };
-        if rec.client.current().state == SessionState::Closed || rec.crashed {
-            // Closed already over a cut connection (the server hears of it at the reconnection, or expires the
-            // session), or the process crashed: nothing more reaches the server (found by review, helper-122: a second
-            // close, or the client's drop, deleted the nodes at once).
-            return;
-        }
-        if rec.alive && !rec.up {
-            self.close_cut_off(sid, now);
-            return;
-        }
-        // Those a broken connection left in flight are applied too (they may land or not; landing is one of the two),
-        // so that the requests behind them are (helper-122: a write behind them was failed). A reply lost on the way
-        // (an injected loss) does not turn this into a close over a cut connection: the client reconnects at once.
-        while let Some(r) = self.sessions.get(&sid).filter(|r| r.alive) {
-            let orphan = r.orphans.front().is_some();
-            if !orphan && r.outbound.front().is_none() {
-                break;
-            }
-            self.apply(sid, orphan, now);
-        }
-        if let Some(rec) = self.sessions.get(&sid) {
-            rec.client.publish(sid, SessionState::Closed);
-        }
-        self.expire_on_server(sid, now);
-        self.client_learns_expiry(sid, now);
-    }
-
-    /// [`close`](Self::close) over a cut connection: the client is closed at once, and its watches and the events on
-    /// their way to it fail as at an expiry; the server hears of the close only when the connection comes back within
-    /// the session's timeout (zookeeper-client goes on reconnecting, and sends its `closeSession` then; see
-    /// [`reconnect`](Self::reconnect)), else it expires the session a timeout after the cut, ephemeral nodes with it.
-    /// Before, the nodes went at the close, and a lock the session held passed on sooner than on ZooKeeper
-    /// (helper-103's gap).
-    fn close_cut_off(&mut self, sid: SessionId, now: Instant) {
-        let watches = self.watches.take_session(sid);
-        let Some(rec) = self.sessions.get_mut(&sid) else {
-            unreachable!("the session was just seen")
-        };
-        rec.client.publish(sid, SessionState::Closed);
-        for tx in watches.into_iter().chain(rec.doomed.drain(..)) {
-            let _ = tx.send(Err(Error::SessionExpired));
-        }
-        // Events fired while it was cut off (found by review, helper-122: never delivered nor failed).
-        for item in rec.inbound.take() {
-            match item {
-                Inbound::Event { fired, .. } => fired.1.send(Err(Error::SessionExpired)),
-                Inbound::Reply { tx, .. } => {
-                    let _ = tx.send(Err(Error::Closed));
-                }
-                Inbound::Tree { .. } => {}
-            }
-        }
-        let (at, epoch) = ((rec.down_since + rec.timeout).max(now), rec.epoch);
-        self.schedule(at, Timer::ServerExpire(sid, epoch));
-        self.touch();
     }
 
     pub fn lose_create_replies(&mut self, sid: SessionId, n: u32) {

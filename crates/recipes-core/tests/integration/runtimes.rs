@@ -105,3 +105,45 @@ fn a_runtime_dropped_with_guards_of_fixed_names_on_it_leaves_no_node() {
         b.block_on(guard.release()).unwrap();
     }
 }
+
+/// What the last resort cannot do (found by review, helper-124; the guide says it): a guard's delete dropped with its
+/// runtime while its session's connection is cut is refused at the drop, so the node stays while the session lives on
+/// after the reconnection (on ZooKeeper the delete goes on after the reconnection, on the connection's own runtime).
+/// The guide's advice holds: closing the session's `Locks` deletes it, and the lock passes on.
+#[test]
+fn a_delete_dropped_while_cut_off_leaves_the_node_to_the_sessions_close() {
+    use std::time::Duration;
+
+    use recipes_core::Locks;
+
+    let (b, a) = (one_worker(), one_worker());
+    let cluster = MemCluster::new();
+    let (holding, other) = b.block_on(async { (cluster.client(), cluster.client()) });
+    let (holder, next) = (Locks::new(holding.clone()), Locks::new(other));
+    let guard = a.block_on(holder.fair("/runtimes/cut").unwrap().acquire()).unwrap();
+    holding.disconnect_for(Duration::from_millis(200));
+    {
+        let _in_a = a.enter();
+        drop(guard);
+    }
+    drop(a);
+    b.block_on(async { tokio::time::sleep(Duration::from_millis(500)).await });
+    assert_eq!(
+        cluster.children("/runtimes/cut").len(),
+        1,
+        "the node stays while its session lives"
+    );
+    let free = b.block_on(async {
+        assert!(next
+            .fair("/runtimes/cut")
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none());
+        holder.close().await;
+        tokio::time::timeout(Duration::from_secs(10), next.fair("/runtimes/cut").unwrap().acquire()).await
+    });
+    let guard = free.expect("the lock passes on at the close").unwrap();
+    b.block_on(guard.release()).unwrap();
+}

@@ -100,6 +100,17 @@ pub(crate) async fn containers(on: SessionRef<'_>, path: &str) {
     }
 }
 
+/// Creates `path` as [`containers`] does, and a child of `on`'s in it (`keep`) that lives as long as `on`'s session:
+/// the server never reaps the container between two steps of a check that empties it and makes a node in it again
+/// (`scripts/zk` reaps containers every second; CI once saw a create fail with `NoNode` so). Returns the child's path:
+/// the check deletes it at its end (the harness's `finish` looks for ephemeral nodes left behind).
+pub(crate) async fn kept_containers(on: SessionRef<'_>, path: &str) -> String {
+    containers(on, path).await;
+    let keep = format!("{path}/keep");
+    on.create(&keep, b"", CreateMode::Ephemeral).await.unwrap();
+    keep
+}
+
 /// Waits until the backend's session is connected, with a session id other than `old` when given.
 async fn connected(h: &dyn Harness, b: &dyn Backend, old: Option<SessionId>) -> SessionId {
     eventually(h, "the session is connected", || {
@@ -156,7 +167,7 @@ pub async fn sent_request_lands_after_caller_drops(h: &dyn Harness) {
     let path = h.path("dropped-request");
     let a = h.client().await;
     let b = a.locks.backend().clone();
-    containers(b.current(), &path).await;
+    let keep = kept_containers(b.current(), &path).await;
     let latencies = latencies(h);
     for (i, latency) in latencies.iter().enumerate() {
         h.set_latency(*latency);
@@ -172,6 +183,7 @@ pub async fn sent_request_lands_after_caller_drops(h: &dyn Harness) {
         h.set_latency(Duration::ZERO);
         b.current().delete(&node).await.unwrap();
     }
+    b.current().delete(&keep).await.unwrap();
 }
 
 /// A request sent before its session is closed is applied, and answered, before the close: ZooKeeper's client sends
@@ -181,7 +193,7 @@ pub async fn requests_sent_before_a_close_are_applied_first(h: &dyn Harness) {
     let path = h.path("sent-before-close");
     let witness = h.client().await;
     let seen = witness.locks.backend().clone();
-    containers(seen.current(), &path).await;
+    let keep = kept_containers(seen.current(), &path).await;
     let latencies = latencies(h);
     for (i, latency) in latencies.iter().enumerate() {
         let closing = h.client().await;
@@ -200,6 +212,7 @@ pub async fn requests_sent_before_a_close_are_applied_first(h: &dyn Harness) {
         );
         seen.current().delete(&node).await.unwrap();
     }
+    seen.current().delete(&keep).await.unwrap();
 }
 
 /// An empty container is deleted by the server some time after its last child goes, not at once (a recipe that
@@ -233,7 +246,7 @@ pub async fn one_session_applies_in_order(h: &dyn Harness) {
     let path = h.path("ordered");
     let a = h.client().await;
     let on = a.locks.backend().current();
-    containers(on, &path).await;
+    let keep = kept_containers(on, &path).await;
     let node = format!("{path}/n");
     let first = send_now(on.create(&node, b"1", CreateMode::Ephemeral)).await;
     let second = send_now(on.delete(&node)).await;
@@ -248,6 +261,7 @@ pub async fn one_session_applies_in_order(h: &dyn Harness) {
     );
     assert_eq!(on.get(&node).await.unwrap().map(|(d, _)| d), Some(b"3".to_vec()));
     on.delete(&node).await.unwrap();
+    on.delete(&keep).await.unwrap();
 }
 
 /// A create whose reply is lost is applied, the caller sees `ConnectionLoss`, and the client comes back to the

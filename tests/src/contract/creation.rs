@@ -5,7 +5,7 @@
 use recipes_core::backend::{BackendExt, ChildOrder, CreateMode};
 use recipes_core::Error;
 
-use super::containers;
+use super::kept_containers;
 use crate::harness::Harness;
 
 /// A delete conditioned on the write that made the node deletes that node, and leaves alone a node of the same name
@@ -26,7 +26,7 @@ pub async fn a_delete_if_created_spares_a_name_made_again(h: &dyn Harness) {
         assert!(on.delete_if_created(&node, 1).await.is_none());
         return;
     }
-    containers(on, &parent).await;
+    let keep = kept_containers(on, &parent).await;
     assert!(
         matches!(on.delete_if_created(&node, 1).await, Some(Err(Error::NoNode(_)))),
         "no node of that name"
@@ -63,4 +63,5 @@ pub async fn a_delete_if_created_spares_a_name_made_again(h: &dyn Harness) {
         matches!(on.delete_if_created(&node, again).await, Some(Err(Error::NoNode(_)))),
         "deleted once"
     );
+    on.delete(&keep).await.unwrap();
 }

@@ -8,7 +8,7 @@ use futures::StreamExt;
 use recipes_core::backend::{BackendExt, CreateMode, SessionState, TreeChange, TreeEvent, TreeWatch};
 use recipes_core::Error;
 
-use super::containers;
+use super::kept_containers;
 use crate::harness::{Harness, TestClient};
 use crate::util::{bounded, eventually, skip};
 
@@ -24,10 +24,7 @@ async fn two_clients(h: &dyn Harness, name: &str) -> Option<(String, TestClient,
         return None;
     }
     let on_a = a.locks.backend().current();
-    containers(on_a, &path).await;
-    on_a.create(&format!("{path}/keep"), b"", CreateMode::Ephemeral)
-        .await
-        .unwrap();
+    kept_containers(on_a, &path).await;
     Some((path, a, b))
 }
 

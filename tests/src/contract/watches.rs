@@ -4,15 +4,17 @@ use std::task::Poll;
 
 use recipes_core::backend::{BackendExt, CreateMode, NodeEvent};
 
-use super::containers;
+use super::kept_containers;
 use crate::harness::{Harness, TestClient};
 use crate::util::{bounded, eventually, skip};
 
-/// A lock path's parents made for a test named `name`, and two clients: one to change nodes, one to watch them.
+/// A lock path's parents made for a test named `name`, and two clients: one to change nodes, one to watch them. The
+/// path keeps a child of the first client's ([`kept_containers`]): the checks empty it and make a node in it
+/// again, and delete it at their end.
 async fn two_clients(h: &dyn Harness, name: &str) -> (String, TestClient, TestClient) {
     let path = h.path(name);
     let (a, b) = (h.client().await, h.client().await);
-    containers(a.locks.backend().current(), &path).await;
+    kept_containers(a.locks.backend().current(), &path).await;
     (path, a, b)
 }
 
@@ -34,6 +36,7 @@ pub async fn watch_event_arrives_before_later_reply(h: &dyn Harness) {
         matches!(ready, Poll::Ready(Ok(()))),
         "the deletion event must arrive before the reply that shows the node gone: {ready:?}"
     );
+    on_a.delete(&format!("{path}/keep")).await.unwrap();
 }
 
 /// A watch counts from the read that returned it, not from its first poll: a deletion (even one followed by a new
@@ -65,6 +68,7 @@ pub async fn a_change_before_the_watch_is_polled_is_seen(h: &dyn Harness) {
     let fired = bounded(h, "a change made before the first poll", watch).await;
     assert!(fired.is_ok(), "{fired:?}");
     on_a.delete(&node).await.unwrap();
+    on_a.delete(&format!("{path}/keep")).await.unwrap();
 }
 
 /// A deletion watch reports the deletion of the node it was armed on when a change of its data came first and a node
@@ -104,7 +108,7 @@ pub async fn a_watch_set_before_a_cut_reports_the_node_as_it_is_then(h: &dyn Har
         );
     }
     for made_again in [false, true] {
-        // A path of its own each time: the container is reaped once emptied.
+        // A path of its own each time.
         let (path, a, b) = two_clients(h, &format!("rebuilt-watch-{made_again}")).await;
         let (on_a, on_b) = (a.locks.backend().current(), b.locks.backend().current());
         let node = format!("{path}/n");
@@ -131,6 +135,7 @@ pub async fn a_watch_set_before_a_cut_reports_the_node_as_it_is_then(h: &dyn Har
         if made_again {
             on_a.delete(&node).await.unwrap();
         }
+        on_a.delete(&format!("{path}/keep")).await.unwrap();
     }
 }
 
@@ -165,4 +170,5 @@ async fn made_again_is_reported_deleted(h: &dyn Harness, name: &str, before: Bef
     .await;
     assert!(fired.is_ok(), "{name}: {fired:?}");
     on_a.delete(&node).await.unwrap();
+    on_a.delete(&format!("{path}/keep")).await.unwrap();
 }

@@ -87,16 +87,24 @@ fn latencies(h: &dyn Harness) -> &'static [Duration] {
     }
 }
 
-/// Creates `path` and its missing ancestors as containers (as the recipes do).
-pub(crate) async fn containers(on: SessionRef<'_>, path: &str) {
-    let mut at = String::new();
-    for part in path.split('/').filter(|p| !p.is_empty()) {
-        at.push('/');
-        at.push_str(part);
-        match on.create(&at, b"", CreateMode::Container).await {
-            Ok(_) | Err(Error::NodeExists(_)) => {}
-            Err(e) => panic!("creating {at}: {e}"),
+/// Creates `path` and its missing ancestors as containers (as the recipes do). An ancestor found there, then reaped
+/// before its child's create (an emptied container shared by earlier tests, helper-125), has the walk start again
+/// from the top, a few times at most.
+pub async fn containers(on: SessionRef<'_>, path: &str) {
+    let mut tries = 0;
+    'walk: loop {
+        tries += 1;
+        let mut at = String::new();
+        for part in path.split('/').filter(|p| !p.is_empty()) {
+            at.push('/');
+            at.push_str(part);
+            match on.create(&at, b"", CreateMode::Container).await {
+                Ok(_) | Err(Error::NodeExists(_)) => {}
+                Err(Error::NoNode(_)) if tries < 5 => continue 'walk,
+                Err(e) => panic!("creating {at}: {e}"),
+            }
         }
+        return;
     }
 }
 

@@ -650,12 +650,7 @@ fn inspect_escapes_what_other_clients_wrote() {
         "A".repeat(1_000_000)
     );
     rt.block_on(async {
-        let mut at = String::new();
-        for part in path.split('/').filter(|p| !p.is_empty()) {
-            at.push('/');
-            at.push_str(part);
-            let _ = on.create(&at, b"", recipes_core::backend::CreateMode::Container).await;
-        }
+        recipes_conformance::contract::containers(on, &path).await;
         on.create(
             &format!("{path}/L-0123456789abcdef0123456789abcdef-"),
             data.as_bytes(),

@@ -188,12 +188,7 @@ async fn contend_with(s: &Setup, layout: Layout, peers: &[(Peer, &str)], rust: &
         let keeper = ZkBackend::connect(ZkOptions::new(&s.zk)).await.unwrap();
         let on = keeper.current();
         let parent = path.rsplit_once('/').map_or("/", |(p, _)| p).to_owned();
-        for p in ["/interop", parent.as_str()] {
-            match on.create(p, b"", CreateMode::Container).await {
-                Ok(_) | Err(recipes_core::Error::NodeExists(_)) => {}
-                Err(e) => panic!("making {p}: {e}"),
-            }
-        }
+        recipes_conformance::contract::containers(on, &parent).await;
         // And the mutex path of kazoo's semaphore, whose Lock is made once too.
         for p in [path.clone(), format!("{path}-__lock__")] {
             on.create(&p, b"", CreateMode::Persistent).await.unwrap();

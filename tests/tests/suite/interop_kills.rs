@@ -144,15 +144,10 @@ async fn killed_and_cut_off(peer: Peer, role: &str, latch: bool) {
     if peer == Peer::Kazoo {
         // kazoo makes an election's path once, persistent (see `contend_with` in interop.rs).
         let parent = path.rsplit_once('/').unwrap().0.to_owned();
-        for (p, mode) in [
-            ("/interop", CreateMode::Container),
-            (parent.as_str(), CreateMode::Container),
-            (path.as_str(), CreateMode::Persistent),
-        ] {
-            match on.create(p, b"", mode).await {
-                Ok(_) | Err(recipes_core::Error::NodeExists(_)) => {}
-                Err(e) => panic!("making {p}: {e}"),
-            }
+        recipes_conformance::contract::containers(on, &parent).await;
+        match on.create(&path, b"", CreateMode::Persistent).await {
+            Ok(_) | Err(recipes_core::Error::NodeExists(_)) => {}
+            Err(e) => panic!("making {path}: {e}"),
         }
     }
     std::fs::File::create(dir.join("go")).unwrap();

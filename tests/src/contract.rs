@@ -13,9 +13,11 @@ use crate::harness::{Harness, TestClient};
 use crate::util::{bounded, eventually, skip};
 
 mod creation;
+mod reaper;
 mod trees;
 mod watches;
 pub use creation::a_delete_if_created_spares_a_name_made_again;
+pub use reaper::{containers_are_reaped_later_not_at_once, the_reaper_takes_emptied_containers_at_its_passes};
 pub use trees::{
     a_one_shot_watch_on_the_tree_root_silences_it, a_silenced_tree_watch_reports_deletions_only,
     a_tree_watch_ends_at_a_cut, a_tree_watch_event_arrives_before_a_later_reply,
@@ -35,7 +37,8 @@ macro_rules! __for_each_contract {
         $m!($($args)* {contract}
             request_of_ended_session_fails sent_request_lands_after_caller_drops
             requests_sent_before_a_close_are_applied_first
-            containers_are_reaped_later_not_at_once one_session_applies_in_order
+            containers_are_reaped_later_not_at_once the_reaper_takes_emptied_containers_at_its_passes
+            one_session_applies_in_order
             watch_event_arrives_before_later_reply a_change_before_the_watch_is_polled_is_seen
             a_deletion_after_a_change_is_seen_through_a_new_node a_node_made_again_while_cut_off_is_reported_deleted
             a_watch_set_before_a_cut_reports_the_node_as_it_is_then
@@ -221,32 +224,6 @@ pub async fn requests_sent_before_a_close_are_applied_first(h: &dyn Harness) {
         seen.current().delete(&node).await.unwrap();
     }
     seen.current().delete(&keep).await.unwrap();
-}
-
-/// An empty container is deleted by the server some time after its last child goes, not at once (a recipe that
-/// creates under it may find it gone later, or still there now).
-pub async fn containers_are_reaped_later_not_at_once(h: &dyn Harness) {
-    let path = h.path("reaped");
-    let a = h.client().await;
-    let on = a.locks.backend().current();
-    // The reaper runs periodically; the check right after the delete could, rarely, coincide with a pass: a few
-    // tries make that vanishingly unlikely.
-    let mut stayed = false;
-    for _ in 0..3 {
-        containers(on, &path).await;
-        let child = format!("{path}/c");
-        on.create(&child, b"", CreateMode::Ephemeral).await.unwrap();
-        on.delete(&child).await.unwrap();
-        if on.get(&path).await.unwrap().is_some() {
-            stayed = true;
-            break;
-        }
-    }
-    assert!(stayed, "an emptied container vanished at once, three times");
-    eventually(h, "the emptied container is reaped", || async {
-        matches!(on.get(&path).await, Ok(None))
-    })
-    .await;
 }
 
 /// One session's requests are applied in the order they are sent, even when sent without waiting for replies.

@@ -32,6 +32,10 @@ pub const CANNOT_EXPRESS: &[(&str, &str)] = &[
         "etcd has no hierarchy and so no containers: a path's parents are not made (decision 0065, point 4)",
     ),
     (
+        "the_reaper_takes_emptied_containers_at_its_passes",
+        "etcd has no hierarchy and so no containers: a path's parents are not made (decision 0065, point 4)",
+    ),
+    (
         "watch_event_arrives_before_later_reply",
         "etcd orders no watch event against the replies of requests: a waiter waits by revision instead (decision \
          0065, point 3)",

@@ -81,9 +81,14 @@ pub trait Harness: Send + Sync {
     /// Sets the next sequence number the server hands out under `path`, which must exist (when
     /// [`Capabilities::set_sequence`]).
     fn set_next_sequence(&self, _path: &str, _next: i32) {}
-    /// How long an emptied container stays before it is reaped, when the harness knows it to the tick (the
-    /// in-memory backend's reaper runs on its clock; ZooKeeper's runs on an interval of its own).
+    /// How often the container reaper looks for emptied containers, when the harness knows it (an emptied container
+    /// goes at its next pass).
     fn container_reap_delay(&self) -> Option<Duration> {
+        None
+    }
+    /// When the container reaper looks next, where [`container_reap_delay`](Harness::container_reap_delay) is known:
+    /// it looks every such delay from then on.
+    fn next_container_check(&self) -> Option<tokio::time::Instant> {
         None
     }
     /// Why this backend cannot express the scenario or contract check `name` (the suite then reports it as not

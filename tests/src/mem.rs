@@ -22,7 +22,7 @@ impl Default for MemHarness {
     }
 }
 
-/// How long an empty container stays: as on the suite's ZooKeeper server (`znode.container.checkIntervalMs`).
+/// How often the container reaper looks: as on the suite's ZooKeeper server (`znode.container.checkIntervalMs`).
 pub const REAP_DELAY: Duration = Duration::from_secs(1);
 
 impl MemHarness {
@@ -123,6 +123,9 @@ impl Harness for MemHarness {
     }
     fn container_reap_delay(&self) -> Option<Duration> {
         Some(REAP_DELAY)
+    }
+    fn next_container_check(&self) -> Option<tokio::time::Instant> {
+        Some(self.cluster.next_container_check())
     }
     fn cannot_express(&self, name: &str) -> Option<&'static str> {
         if name == "a_runtime_dropped_with_a_guard_and_a_waiter_on_it_leaves_no_node" {

@@ -195,6 +195,11 @@ impl Harness for ZkHarness {
     fn patience(&self) -> Duration {
         Duration::from_secs(20)
     }
+    fn container_reap_delay(&self) -> Option<Duration> {
+        // `scripts/zk` starts the suite's servers with `znode.container.checkIntervalMs=1000`, as the in-memory
+        // harness's reaper looks.
+        Some(crate::mem::REAP_DELAY)
+    }
     fn tick(&self) -> Duration {
         Duration::from_millis(25)
     }

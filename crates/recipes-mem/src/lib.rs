@@ -14,8 +14,9 @@
 //!   applied in order; a request already sent is applied even if its caller gave up, or its session is then closed
 //!   (before the close, as ZooKeeper's `closeSession` follows it); a broken connection loses the replies in flight,
 //!   while the requests it carried may still land;
-//! - **containers reaped after a delay** (ZooKeeper's reaper runs about once a minute; see
-//!   [`MemCluster::set_container_reap_delay`]), not at once;
+//! - **containers reaped by a periodic reaper** (ZooKeeper's runs about once a minute; see
+//!   [`MemCluster::set_container_reap_delay`]): an emptied container goes at its next pass, not at once, and sometimes
+//!   right after it was emptied;
 //! - sessions suspended while disconnected, which the server expires after their timeout whether or not the client
 //!   knows; a close over a cut connection reaches the server only when the connection comes back within the timeout
 //!   (the nodes stay until then, or until the expiry).
@@ -69,6 +70,7 @@ pub use client::MemClient;
 pub use controller::Controller;
 use server::State;
 pub use server::{Access, NetEvent};
+use tree::ReapChecks;
 
 /// The default session timeout of a client.
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -288,10 +290,43 @@ impl MemCluster {
         self.with(|st, _| st.latency = latency);
     }
 
-    /// How long an empty container node (that once had a child) stays before it is deleted: ZooKeeper's reaper
-    /// runs every `znode.container.checkIntervalMs`, 60 s by default, which is the default here too.
+    /// How often the container reaper looks for empty container nodes (that once had a child) to delete, from now
+    /// on: ZooKeeper's reaper runs every `znode.container.checkIntervalMs`, 60 s by default, which is the default here
+    /// too (counted from the cluster's creation). A container is deleted at the first check after it was emptied: at
+    /// once when a check comes right after, `delay` later at most, as on ZooKeeper.
     pub fn set_container_reap_delay(&self, delay: Duration) {
-        self.with(|st, _| st.reap_delay = delay);
+        self.with(|st, now| {
+            st.reap_checks = ReapChecks {
+                origin: now,
+                every: delay,
+            }
+        });
+    }
+
+    /// When the container reaper looks next: a container emptied before then is deleted then (a test can place a step
+    /// just before or just after it).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+    /// use std::time::Duration;
+    /// use recipes_core::backend::{BackendExt, CreateMode};
+    /// use recipes_mem::MemCluster;
+    ///
+    /// let cluster = MemCluster::new();
+    /// cluster.set_container_reap_delay(Duration::from_secs(1));
+    /// let on = cluster.client();
+    /// on.current().create("/p", b"", CreateMode::Container).await.unwrap();
+    /// on.current().create("/p/c", b"", CreateMode::Ephemeral).await.unwrap();
+    /// let check = cluster.next_container_check();
+    /// tokio::time::sleep_until(check - Duration::from_millis(10)).await;
+    /// on.current().delete("/p/c").await.unwrap();
+    /// assert!(cluster.exists("/p"), "not at once");
+    /// tokio::time::sleep_until(check).await;
+    /// assert!(!cluster.exists("/p"), "10 ms after it was emptied: the reaper looked");
+    /// # }
+    /// ```
+    pub fn next_container_check(&self) -> Instant {
+        self.with(|st, now| st.reap_checks.after(now))
     }
 
     /// Sets the next sequence number handed out under `parent` (to test the wrap of ZooKeeper's signed counter).

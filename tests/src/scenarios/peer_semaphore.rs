@@ -272,7 +272,11 @@ pub async fn peer_semaphores_refuse_what_they_cannot_share(h: &dyn Harness) {
 /// make the path again without a count), and a client of another count is still refused, never let in beside it.
 pub async fn curator_semaphore_count_survives_the_reaper(h: &dyn Harness) {
     let name = "curator_semaphore_count_survives_the_reaper";
-    let (Some(reap), true) = (h.container_reap_delay(), h.capabilities().latency) else {
+    let (Some(reap), Some(_), true) = (
+        h.container_reap_delay(),
+        h.next_container_check(),
+        h.capabilities().latency,
+    ) else {
         return skip(h, name, "container reaping on a known clock, or request latency");
     };
     let latency = std::time::Duration::from_millis(20);
@@ -282,10 +286,13 @@ pub async fn curator_semaphore_count_survives_the_reaper(h: &dyn Harness) {
         let (a, b) = (h.client().await, h.client().await);
         let one = with_layout(&a.locks, Layout::Curator).semaphore(&root, 1).unwrap();
         let two = with_layout(&b.locks, Layout::Curator).semaphore(&root, 2).unwrap();
-        // Made with a count of 1, then emptied: `leases` and `locks` are reaped after one delay, the path after two.
+        // Made with a count of 1, then emptied right after a check of the reaper's: `leases` and `locks` are reaped at
+        // the next check, the path (emptied then) at the one after.
+        let check = h.next_container_check().expect("checked above");
+        tokio::time::sleep_until(check + latency).await;
         one.acquire().await.unwrap().release().await.unwrap();
         settled(h, Layout::Curator, &root, 0).await;
-        tokio::time::sleep(reap * 2 - latency * 6 + latency * k / 5).await;
+        tokio::time::sleep_until(check + reap * 2 - latency * 6 + latency * k / 5).await;
         h.set_latency(latency);
         let held = bounded(h, "the 1-permit client acquires", one.acquire()).await.unwrap();
         h.set_latency(std::time::Duration::ZERO);

@@ -136,7 +136,7 @@ impl State {
                 }
             }
         }
-        if let Some(t) = self.tree.next_reap(self.reap_delay) {
+        if let Some(t) = self.tree.next_reap(self.reap_checks) {
             consider(t);
         }
         next

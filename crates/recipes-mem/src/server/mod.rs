@@ -39,7 +39,7 @@ pub(crate) use ops::{Op, Reply};
 pub(crate) use session::{ClientShared, Session};
 use watches::{Watch, Watches};
 
-use crate::tree::Tree;
+use crate::tree::{ReapChecks, Tree};
 
 pub(crate) type WatchTx = oneshot::Sender<Result<NodeEvent>>;
 pub(crate) type TreeTx = futures::channel::mpsc::UnboundedSender<Result<TreeEvent>>;
@@ -141,7 +141,8 @@ pub(crate) struct State {
     pub(crate) watches: Watches,
     pub latency: Duration,
     pub watch_delay: Duration,
-    pub reap_delay: Duration,
+    /// When the container reaper looks ([`MemCluster::set_container_reap_delay`](crate::MemCluster)).
+    pub reap_checks: ReapChecks,
     pub controlled: bool,
     timers: BTreeMap<(Instant, u64), Timer>,
     seq: u64,
@@ -167,7 +168,10 @@ impl Default for State {
             watches: Watches::default(),
             latency: Duration::ZERO,
             watch_delay: Duration::ZERO,
-            reap_delay: Duration::from_secs(60),
+            reap_checks: ReapChecks {
+                origin: Instant::now(),
+                every: Duration::from_secs(60),
+            },
             controlled: false,
             timers: BTreeMap::new(),
             seq: 0,
@@ -195,10 +199,10 @@ impl State {
     /// Brings the server up to `now`: reaps the containers that have been empty long enough.
     pub fn catch_up(&mut self, now: Instant) {
         // Every request catches up, and mostly no container is due: that answer costs one look at the first.
-        if !self.tree.next_reap(self.reap_delay).is_some_and(|at| at <= now) {
+        if !self.tree.next_reap(self.reap_checks).is_some_and(|at| at <= now) {
             return;
         }
-        for path in self.tree.reap(now, self.reap_delay) {
+        for path in self.tree.reap(now, self.reap_checks) {
             self.fire_watches(&path, NodeEvent::Deleted, now);
         }
     }

@@ -1,8 +1,33 @@
 //! The reaper's index of empty containers.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use tokio::time::Instant;
+
+/// When the reaper looks: every `every` from `origin`, as ZooKeeper's `ContainerManager` does on its timer
+/// (`znode.container.checkIntervalMs`). A container is reaped at the first check after it was emptied: at once if a
+/// check comes right after, `every` later at most. A reaper that waited a full `every` after each emptying would never
+/// delete a container soon after its last child went, where ZooKeeper's sometimes does.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReapChecks {
+    pub origin: Instant,
+    pub every: Duration,
+}
+
+impl ReapChecks {
+    /// The first check strictly after `emptied` (a check at that very instant saw the container not yet empty);
+    /// `emptied` itself when `every` is zero (reaped at once).
+    pub fn after(self, emptied: Instant) -> Instant {
+        let every = self.every.as_nanos();
+        if every == 0 {
+            return emptied;
+        }
+        let since = emptied.saturating_duration_since(self.origin).as_nanos();
+        let checks = u32::try_from(since / every + 1).unwrap_or(u32::MAX);
+        self.origin + self.every * checks
+    }
+}
 
 /// Empty containers and when each became empty, by path and by time: finding those due, and the next due, costs a
 /// lookup, not a pass over every container that waits (each request asks both: with many lock paths used once each,
@@ -50,9 +75,34 @@ impl Emptied {
 
 #[cfg(test)]
 mod tests {
-    use super::Emptied;
+    use super::{Emptied, ReapChecks};
     use std::time::Duration;
     use tokio::time::Instant;
+
+    /// A container is reaped at the first check after it was emptied: within one interval, at once after a check.
+    #[test]
+    fn a_container_is_reaped_at_the_next_check() {
+        let origin = Instant::now();
+        let ms = |ms| Duration::from_millis(ms);
+        let checks = ReapChecks {
+            origin,
+            every: ms(1000),
+        };
+        assert_eq!(
+            checks.after(origin),
+            origin + ms(1000),
+            "a check at that instant saw it not yet empty"
+        );
+        assert_eq!(checks.after(origin + ms(10)), origin + ms(1000));
+        assert_eq!(checks.after(origin + ms(999)), origin + ms(1000));
+        assert_eq!(checks.after(origin + ms(1000)), origin + ms(2000));
+        assert_eq!(checks.after(origin + ms(5500)), origin + ms(6000));
+        let at_once = ReapChecks {
+            origin,
+            every: Duration::ZERO,
+        };
+        assert_eq!(at_once.after(origin + ms(5)), origin + ms(5));
+    }
 
     /// The emptied containers found by time, each once, the due ones in the order of their paths.
     #[test]

@@ -11,6 +11,7 @@ use recipes_core::{Error, Result};
 use tokio::time::Instant;
 
 use emptied::Emptied;
+pub(crate) use emptied::ReapChecks;
 
 #[derive(Debug)]
 pub(crate) struct Node {
@@ -307,12 +308,12 @@ impl Tree {
         paths
     }
 
-    /// Deletes the containers that have been empty for at least `delay` (ZooKeeper's container reaper); returns
-    /// the paths removed.
-    pub fn reap(&mut self, now: Instant, delay: Duration) -> Vec<String> {
+    /// Deletes the containers that were empty at a check of the reaper's by `now` (ZooKeeper's container reaper);
+    /// returns the paths removed.
+    pub fn reap(&mut self, now: Instant, checks: ReapChecks) -> Vec<String> {
         let mut removed = Vec::new();
         loop {
-            let due = self.emptied.due(|at| at + delay <= now);
+            let due = self.emptied.due(|at| checks.after(at) <= now);
             if due.is_empty() {
                 return removed;
             }
@@ -324,15 +325,15 @@ impl Tree {
                 }
             }
             // A parent emptied by this pass is reaped on a later one (it was emptied `now`).
-            if delay > Duration::ZERO {
+            if checks.every > Duration::ZERO {
                 return removed;
             }
         }
     }
 
     /// The earliest time a waiting container can be reaped.
-    pub fn next_reap(&self, delay: Duration) -> Option<Instant> {
-        self.emptied.first().map(|at| at + delay)
+    pub fn next_reap(&self, checks: ReapChecks) -> Option<Instant> {
+        self.emptied.first().map(|at| checks.after(at))
     }
 
     /// Sets the next sequence handed out under `parent`.

@@ -125,7 +125,7 @@ impl Harness for MemHarness {
         Some(REAP_DELAY)
     }
     fn next_container_check(&self) -> Option<tokio::time::Instant> {
-        Some(self.cluster.next_container_check())
+        self.cluster.next_container_check()
     }
     fn cannot_express(&self, name: &str) -> Option<&'static str> {
         if name == "a_runtime_dropped_with_a_guard_and_a_waiter_on_it_leaves_no_node" {

@@ -304,7 +304,7 @@ impl MemCluster {
     }
 
     /// When the container reaper looks next: a container emptied before then is deleted then (a test can place a step
-    /// just before or just after it).
+    /// just before or just after it). `None` when the interval set is too long for the clock to count.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
@@ -317,7 +317,7 @@ impl MemCluster {
     /// let on = cluster.client();
     /// on.current().create("/p", b"", CreateMode::Container).await.unwrap();
     /// on.current().create("/p/c", b"", CreateMode::Ephemeral).await.unwrap();
-    /// let check = cluster.next_container_check();
+    /// let check = cluster.next_container_check().expect("the reaper looks every second");
     /// tokio::time::sleep_until(check - Duration::from_millis(10)).await;
     /// on.current().delete("/p/c").await.unwrap();
     /// assert!(cluster.exists("/p"), "not at once");
@@ -325,7 +325,7 @@ impl MemCluster {
     /// assert!(!cluster.exists("/p"), "10 ms after it was emptied: the reaper looked");
     /// # }
     /// ```
-    pub fn next_container_check(&self) -> Instant {
+    pub fn next_container_check(&self) -> Option<Instant> {
         self.with(|st, now| st.reap_checks.after(now))
     }
 

@@ -241,8 +241,8 @@ fn counts_beside_the_reaper() -> Config {
     .with_faults(1, &[FaultKind::Delay])
 }
 
-/// Makes the lock path as a container storing the permit count 1, empties it, and waits until the reaper is due to
-/// remove it a millisecond after the clients start.
+/// Makes the lock path as a container storing the permit count 1, empties it, and waits until the reaper's next pass
+/// is a millisecond away: it removes the path a millisecond after the clients start.
 fn reaped_as_it_starts(cluster: &recipes_mem::MemCluster) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
     let cluster = cluster.clone();
     Box::pin(async move {
@@ -253,8 +253,10 @@ fn reaped_as_it_starts(cluster: &recipes_mem::MemCluster) -> std::pin::Pin<Box<d
         let child = format!("{PATH}/leases");
         on.create(&child, b"", CreateMode::Persistent).await.expect("setup");
         on.delete(&child).await.expect("setup");
-        // The reaper removes a container empty for the reap delay (the configuration's session timeout).
-        tokio::time::sleep(Duration::from_secs(4) - Duration::from_millis(1)).await;
+        let pass = cluster
+            .next_container_check()
+            .expect("the reaper looks every session timeout");
+        tokio::time::sleep_until(pass - Duration::from_millis(1)).await;
     })
 }
 

@@ -17,15 +17,17 @@ pub(crate) struct ReapChecks {
 
 impl ReapChecks {
     /// The first check strictly after `emptied` (a check at that very instant saw the container not yet empty);
-    /// `emptied` itself when `every` is zero (reaped at once).
-    pub fn after(self, emptied: Instant) -> Instant {
+    /// `emptied` itself when `every` is zero (reaped at once); `None` when that check lies beyond what the clock can
+    /// count (an interval set too long to come: the reaper never looks).
+    pub fn after(self, emptied: Instant) -> Option<Instant> {
         let every = self.every.as_nanos();
         if every == 0 {
-            return emptied;
+            return Some(emptied);
         }
         let since = emptied.saturating_duration_since(self.origin).as_nanos();
-        let checks = u32::try_from(since / every + 1).unwrap_or(u32::MAX);
-        self.origin + self.every * checks
+        let offset = (since / every + 1).checked_mul(every)?;
+        self.origin
+            .checked_add(Duration::from_nanos(u64::try_from(offset).ok()?))
     }
 }
 
@@ -53,15 +55,16 @@ impl Emptied {
         }
     }
 
-    /// The paths whose time of emptying is `due`, in the order of their paths (the reaper's pass, as before).
-    pub fn due(&self, due: impl Fn(Instant) -> bool) -> Vec<String> {
+    /// The paths whose time of emptying is `due`, with that time, in the order of their paths (the reaper's pass, as
+    /// before).
+    pub fn due(&self, due: impl Fn(Instant) -> bool) -> Vec<(String, Instant)> {
         // Every request asks, and mostly nothing is due: that answer costs one look at the first entry.
         if !self.first().is_some_and(&due) {
             return Vec::new();
         }
-        let mut paths: Vec<String> = (self.by_time.iter())
+        let mut paths: Vec<(String, Instant)> = (self.by_time.iter())
             .take_while(|((at, _), _)| due(*at))
-            .map(|(_, p)| p.clone())
+            .map(|((at, _), p)| (p.clone(), *at))
             .collect();
         paths.sort_unstable();
         paths
@@ -90,18 +93,31 @@ mod tests {
         };
         assert_eq!(
             checks.after(origin),
-            origin + ms(1000),
+            Some(origin + ms(1000)),
             "a check at that instant saw it not yet empty"
         );
-        assert_eq!(checks.after(origin + ms(10)), origin + ms(1000));
-        assert_eq!(checks.after(origin + ms(999)), origin + ms(1000));
-        assert_eq!(checks.after(origin + ms(1000)), origin + ms(2000));
-        assert_eq!(checks.after(origin + ms(5500)), origin + ms(6000));
+        assert_eq!(checks.after(origin + ms(10)), Some(origin + ms(1000)));
+        assert_eq!(checks.after(origin + ms(999)), Some(origin + ms(1000)));
+        assert_eq!(checks.after(origin + ms(1000)), Some(origin + ms(2000)));
+        assert_eq!(checks.after(origin + ms(5500)), Some(origin + ms(6000)));
         let at_once = ReapChecks {
             origin,
             every: Duration::ZERO,
         };
-        assert_eq!(at_once.after(origin + ms(5)), origin + ms(5));
+        assert_eq!(at_once.after(origin + ms(5)), Some(origin + ms(5)));
+        // Found by review (helper-126): a count of checks kept in 32 bits wrapped to a check in the past (at a 1 ms
+        // interval, after 50 days), and an interval too long to add to the clock panicked.
+        let fine = ReapChecks {
+            origin,
+            every: Duration::from_millis(1),
+        };
+        let later = origin + Duration::from_secs(60 * 86_400);
+        assert_eq!(fine.after(later), Some(later + ms(1)));
+        let never = ReapChecks {
+            origin,
+            every: Duration::MAX,
+        };
+        assert_eq!(never.after(origin), None);
     }
 
     /// The emptied containers found by time, each once, the due ones in the order of their paths.
@@ -115,11 +131,17 @@ mod tests {
         e.insert("/c", at(30));
         e.insert("/b", at(40)); // emptied again: its new time only
         assert_eq!(e.first(), Some(at(20)));
-        assert_eq!(e.due(|t| t <= at(35)), ["/a", "/c"]);
+        assert_eq!(
+            e.due(|t| t <= at(35)),
+            [("/a".to_owned(), at(20)), ("/c".to_owned(), at(30))]
+        );
         e.remove("/a");
         e.remove("/nothing");
-        assert_eq!(e.due(|t| t <= at(35)), ["/c"]);
-        assert_eq!(e.due(|t| t <= at(40)), ["/b", "/c"]);
+        assert_eq!(e.due(|t| t <= at(35)), [("/c".to_owned(), at(30))]);
+        assert_eq!(
+            e.due(|t| t <= at(40)),
+            [("/b".to_owned(), at(40)), ("/c".to_owned(), at(30))]
+        );
         e.remove("/c");
         e.remove("/b");
         assert_eq!((e.first(), e.by_path.len(), e.by_time.len()), (None, 0, 0));

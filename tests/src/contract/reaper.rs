@@ -1,7 +1,9 @@
 //! The contract's container reaper: an emptied container goes some time after its last child, at a pass of a
 //! reaper that runs on a clock of its own (ZooKeeper's `ContainerManager`, every `znode.container.checkIntervalMs`).
 
-use recipes_core::backend::{BackendExt, CreateMode};
+use std::time::Duration;
+
+use recipes_core::backend::{BackendExt, CreateMode, SessionRef};
 use tokio::time::Instant;
 
 use super::{containers, kept_containers};
@@ -49,18 +51,50 @@ pub async fn the_reaper_takes_emptied_containers_at_its_passes(h: &dyn Harness) 
     let a = h.client().await;
     let on = a.locks.backend().current();
     let keep = kept_containers(on, &path).await;
-    const N: u32 = 4;
-    let names: Vec<String> = (0..N).map(|i| format!("{path}/c{i}")).collect();
+    // A round whose deletes a stalled server or machine pushed out of their quarters proves nothing: another round.
+    let mut waits = None;
+    for round in 0..3 {
+        waits = waits_of_a_round(h, on, &format!("{path}/r{round}"), every).await;
+        if waits.is_some() {
+            break;
+        }
+    }
+    let waits = waits.expect("one of three rounds emptied its containers within their quarters of an interval");
+    // By the next pass, give or take a pass that deletes many containers (6 ms each on ZooKeeper) and the polls.
+    assert!(
+        waits.iter().all(|w| *w <= every * 2),
+        "every container reaped by the reaper's next pass: {waits:?}"
+    );
+    let (shortest, longest) = (waits.iter().min().unwrap(), waits.iter().max().unwrap());
+    assert!(
+        *longest - *shortest >= every / (2 * QUARTERS),
+        "containers emptied apart are reaped together at a pass, not each an interval after it was emptied: {waits:?}"
+    );
+    on.delete(&keep).await.unwrap();
+}
+
+/// Containers emptied in one round, one in each quarter of the reaper's interval.
+const QUARTERS: u32 = 4;
+
+/// Empties a container under `parent` in each quarter of an interval, and waits until each is reaped: how long each
+/// waited, or `None` when a delete left its quarter's first sixteenth (a stall: the waits would not tell).
+async fn waits_of_a_round(h: &dyn Harness, on: SessionRef<'_>, parent: &str, every: Duration) -> Option<Vec<Duration>> {
+    containers(on, parent).await;
+    let names: Vec<String> = (0..QUARTERS).map(|i| format!("{parent}/c{i}")).collect();
     for c in &names {
         on.create(c, b"", CreateMode::Container).await.unwrap();
         on.create(&format!("{c}/x"), b"", CreateMode::Ephemeral).await.unwrap();
     }
     let start = Instant::now();
     let mut emptied = Vec::new();
-    for (i, c) in (0..N).zip(&names) {
-        tokio::time::sleep_until(start + every * i / N).await;
+    let mut stalled = false;
+    for (i, c) in (0..QUARTERS).zip(&names) {
+        let slot = start + every * i / QUARTERS;
+        tokio::time::sleep_until(slot).await;
         on.delete(&format!("{c}/x")).await.unwrap();
-        emptied.push(Instant::now());
+        let at = Instant::now();
+        stalled |= at - slot > every / (4 * QUARTERS);
+        emptied.push(at);
     }
     // When each was first seen gone, to a tick.
     let mut gone: Vec<Option<Instant>> = vec![None; names.len()];
@@ -76,18 +110,8 @@ pub async fn the_reaper_takes_emptied_containers_at_its_passes(h: &dyn Harness) 
         }
         tokio::time::sleep(h.tick()).await;
     }
-    let waits: Vec<_> = (gone.iter().zip(&emptied))
+    let waits = (gone.iter().zip(&emptied))
         .map(|(gone, emptied)| gone.expect("every emptied container reaped within three intervals") - *emptied)
         .collect();
-    // By the next pass, give or take a pass that deletes many containers (6 ms each on ZooKeeper) and the polls.
-    assert!(
-        waits.iter().all(|w| *w <= every * 2),
-        "every container reaped by the reaper's next pass: {waits:?}"
-    );
-    let (shortest, longest) = (waits.iter().min().unwrap(), waits.iter().max().unwrap());
-    assert!(
-        *longest - *shortest >= every / (2 * N),
-        "containers emptied apart are reaped together at a pass, not each an interval after it was emptied: {waits:?}"
-    );
-    on.delete(&keep).await.unwrap();
+    (!stalled).then_some(waits)
 }

@@ -601,6 +601,23 @@ fn a_view_whose_task_went_with_its_runtime_ends_and_its_waiters_go_on() {
     assert_eq!(cluster.tree_watches(), 0, "the view went with its last waiter");
 }
 
+/// Waits, on `rt`, until `cluster` has applied no request for 50 ms (its tasks' steps are done), ten seconds at most;
+/// whether it came to that.
+fn quiet(rt: &tokio::runtime::Runtime, cluster: &MemCluster) -> bool {
+    rt.block_on(async {
+        let mut seen = cluster.requests();
+        for _ in 0..200 {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            let now = cluster.requests();
+            if now == seen {
+                return true;
+            }
+            seen = now;
+        }
+        false
+    })
+}
+
 /// As above, but the view's task never ran: the runtime it was spawned on went before polling it (or was shut down
 /// already, when tokio drops a spawned task at once). Dropped unpolled, `follow` never made its `EndsWithTask`.
 #[test]
@@ -624,14 +641,23 @@ fn a_view_whose_task_never_ran_ends_and_its_waiters_go_on() {
         on_b.push(b.spawn(taken(shared.fair(path).unwrap())));
         assert!(queued(i + 2), "waiter {i} of runtime B queued");
     }
+    // Runtime B's waiters all counted in line (the 128th counts on them to arm the view): its thread has gone quiet.
+    assert!(quiet(&b, &cluster), "runtime B's waiters settle");
     // The session's 128th waiter arms the view in A's context: its task is spawned on A, which never runs it.
     let mut arming = Box::pin(taken(shared.fair(path).unwrap()));
     {
         let _in_a = a.enter();
         let waker = futures::task::noop_waker();
         let mut cx = Context::from_waker(&waker);
-        for _ in 0..1_000 {
+        // Polled until it has armed the view, 10 s at most: a thousand polls in a row were not always enough on a
+        // busy machine (one failure in a clean run), while runtime B's thread was still busy with its 127 waiters.
+        let since = std::time::Instant::now();
+        for _ in 0..100_000 {
             assert!(arming.as_mut().poll(&mut cx).is_pending());
+            if cluster.tree_watches() > 0 || since.elapsed() > Duration::from_secs(10) {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(100));
         }
     }
     assert!(queued(129));

@@ -229,6 +229,14 @@ impl<'a> Attempt<'a> {
         Ok(())
     }
 
+    /// Another holds the lock, found by our create: each failure counted so far was followed by another's hold (the
+    /// lock passed on meanwhile), not by a node that would not stick, and the bound counts failures in a row from
+    /// here. Found by review (helper-126): an exclusive waiter whose create met the container reaper at ten of the
+    /// handoffs it waited through (the path reaped between a release and its create) failed with `RetriesExhausted`.
+    pub fn passed_on(&mut self) {
+        self.failures = 0;
+    }
+
     /// Counts a failed create (lost reply, vanished parent or node) against the bound.
     pub fn failed(&mut self) -> Step<()> {
         self.failures += 1;

@@ -86,6 +86,7 @@ impl Attempt<'_> {
                     }
                 }
                 self.nested_at_the_node(node, sid).await?;
+                self.passed_on();
                 Ok(Err(Tried::Taken(sid)))
             }
             Error::NoNode(_) => {

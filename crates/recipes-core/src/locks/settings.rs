@@ -101,8 +101,9 @@ impl LocksBuilder {
         LocksBuilder { layout, ..self }
     }
 
-    /// How many creates one acquire may make before giving up with [`Error::RetriesExhausted`], when replies are
-    /// lost, the parent vanishes or our node is deleted under us (default 10, at least 1).
+    /// How many failed creates in a row one acquire may make before giving up with [`Error::RetriesExhausted`], when
+    /// replies are lost, the parent vanishes or our node is deleted under us (default 10, at least 1). An exclusive
+    /// acquire that finds the lock held by another counts from zero again: the lock passed on since its last failure.
     pub fn max_attempts(mut self, n: u32) -> Self {
         self.max_attempts = n.max(1);
         self

@@ -15,6 +15,7 @@ mod observer_reused_names;
 mod operator_writes;
 mod path;
 mod peer_semaphore;
+mod reaped_waits;
 mod reconnection;
 mod recorder_panics;
 mod reentrancy;

@@ -1,0 +1,40 @@
+//! Waiters that meet the container reaper at many handoffs: the path reaped between a release and the next create
+//! (ZooKeeper's reaper passes every `znode.container.checkIntervalMs`, and one may fall in that window; here the
+//! reaper takes an emptied container at once, so every handoff meets it). A failed create that the lock's passing to
+//! another follows is no node that would not stick: the acquires go on waiting, and never fail with
+//! `RetriesExhausted`. Found by review (helper-126): the exclusive recipe counted every such create, over its whole
+//! wait, against its bound of ten.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use recipes_core::{Error, Locks, Recipe};
+use recipes_mem::MemCluster;
+
+#[tokio::test(start_paused = true)]
+async fn waiters_meeting_the_reaper_at_every_handoff_are_not_failed() {
+    for recipe in [Recipe::Exclusive, Recipe::Fair] {
+        let cluster = MemCluster::new();
+        cluster.set_container_reap_delay(Duration::ZERO);
+        cluster.set_latency(Duration::from_millis(1));
+        let mut tasks = Vec::new();
+        for _ in 0..4 {
+            let locks = Locks::new(cluster.client());
+            tasks.push(tokio::spawn(async move {
+                let lock = locks.lock("/reaped/x", recipe)?;
+                for _ in 0..100 {
+                    lock.acquire().await?.release().await?;
+                }
+                Ok::<_, Error>(())
+            }));
+        }
+        for t in tasks {
+            let done = tokio::time::timeout(Duration::from_secs(600), t).await;
+            done.expect("bounded")
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{recipe}: {e}"));
+        }
+        assert!(cluster.ephemerals().is_empty(), "{recipe}: no node left");
+    }
+}

@@ -106,7 +106,7 @@ impl fmt::Display for NotHeldReason {
 #[non_exhaustive]
 pub enum RetryReason {
     /// An acquire's node would not stick: create replies were lost, the parent vanished, or the node was deleted under
-    /// it, [`max_attempts`](crate::LocksBuilder::max_attempts) times in a row.
+    /// it, [`max_attempts`](crate::LocksBuilder::max_attempts) times.
     NodeWouldNotStick,
     /// The connection kept failing while releasing (deleting) the lock node.
     ReleaseKeptFailing,

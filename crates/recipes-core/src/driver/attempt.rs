@@ -50,7 +50,11 @@ pub(crate) struct Attempt<'a> {
     /// A try that makes its node without listing first (see [`Patience::TryEagerly`]).
     pub eager: bool,
     deadline: Option<Instant>,
+    /// Failed creates of this acquire (lost replies, our node deleted under us), against `max_attempts` with
+    /// `vanished_parents`.
     failures: u32,
+    /// An exclusive acquire's creates that found the path gone since the lock last passed on (`passed_on`).
+    vanished_parents: u32,
     pub cleanup: Cleanup,
     /// The metrics labels of the lock.
     pub tags: Tags,
@@ -107,6 +111,7 @@ impl<'a> Attempt<'a> {
                 Patience::Forever => None,
             },
             failures: 0,
+            vanished_parents: 0,
             cleanup: Cleanup::new(),
             tags,
             started: None,
@@ -229,21 +234,34 @@ impl<'a> Attempt<'a> {
         Ok(())
     }
 
-    /// Another holds the lock, found by our create: each failure counted so far was followed by another's hold (the
-    /// lock passed on meanwhile), not by a node that would not stick, and the bound counts failures in a row from
-    /// here. Found by review (helper-126): an exclusive waiter whose create met the container reaper at ten of the
-    /// handoffs it waited through (the path reaped between a release and its create) failed with `RetriesExhausted`.
+    /// An exclusive create found `P/lock` there, and waits for it to go: the creates that found the path gone before it
+    /// no longer count, as the lock passed on since each (the path is reaped whenever it is empty, and a waiter's
+    /// create meets the reaper after a release now and then, at any number of the handoffs it waits through: found by
+    /// review, helper-126, where such a waiter failed with `RetriesExhausted` after ten). Lost replies still count:
+    /// the node found may be our own, left by a lost create whose cleanup has not run yet (helper-128).
     pub fn passed_on(&mut self) {
-        self.failures = 0;
+        self.vanished_parents = 0;
+    }
+
+    /// Counts an exclusive create that found the path gone, until the lock passes on (`passed_on`), against the bound.
+    pub fn parent_vanished(&mut self) -> Step<()> {
+        self.vanished_parents += 1;
+        self.bounded()
     }
 
     /// Counts a failed create (lost reply, vanished parent or node) against the bound.
     pub fn failed(&mut self) -> Step<()> {
         self.failures += 1;
-        if self.failures >= self.ctx.max_attempts {
+        self.bounded()
+    }
+
+    /// Fails once the failed creates counted reach `max_attempts`.
+    fn bounded(&self) -> Step<()> {
+        let attempts = self.failures.saturating_add(self.vanished_parents);
+        if attempts >= self.ctx.max_attempts {
             return Err(Stop::Fail(Error::RetriesExhausted {
                 path: self.path.to_string(),
-                attempts: self.failures,
+                attempts,
                 why: RetryReason::NodeWouldNotStick,
             }));
         }

@@ -91,7 +91,7 @@ impl Attempt<'_> {
             }
             Error::NoNode(_) => {
                 self.cleanup.disarm();
-                self.failed()?;
+                self.parent_vanished()?;
                 self.ensure_parents(sid).await?;
                 Ok(Err(Tried::Again))
             }

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::metrics::Counters;
 
-/// How many creates one acquire may make by default before giving up (see [`LocksBuilder::max_attempts`]).
+/// How many failed creates one acquire may make by default before giving up (see [`LocksBuilder::max_attempts`]).
 pub(super) const DEFAULT_MAX_ATTEMPTS: u32 = 10;
 /// How many holds in a row a cohort's node may have by default (see [`LocksBuilder::cohorts`]).
 ///
@@ -101,9 +101,10 @@ impl LocksBuilder {
         LocksBuilder { layout, ..self }
     }
 
-    /// How many failed creates in a row one acquire may make before giving up with [`Error::RetriesExhausted`], when
-    /// replies are lost, the parent vanishes or our node is deleted under us (default 10, at least 1). An exclusive
-    /// acquire that finds the lock held by another counts from zero again: the lock passed on since its last failure.
+    /// How many failed creates one acquire may make before giving up with [`Error::RetriesExhausted`], when replies
+    /// are lost, the parent vanishes or our node is deleted under us (default 10, at least 1). An exclusive acquire's
+    /// creates that found the path gone count only until it finds the lock's node there again (the lock passed on
+    /// since: a waiter meets the container reaper after a release at any number of the handoffs it waits through).
     pub fn max_attempts(mut self, n: u32) -> Self {
         self.max_attempts = n.max(1);
         self

@@ -50,8 +50,8 @@ pub(crate) struct Attempt<'a> {
     /// A try that makes its node without listing first (see [`Patience::TryEagerly`]).
     pub eager: bool,
     deadline: Option<Instant>,
-    /// Failed creates of this acquire (lost replies, our node deleted under us), against `max_attempts` with
-    /// `vanished_parents`.
+    /// Failed creates of this acquire (lost replies, our node deleted under us, and outside the exclusive recipe
+    /// vanished parents), against `max_attempts` with `vanished_parents`.
     failures: u32,
     /// An exclusive acquire's creates that found the path gone since the lock last passed on (`passed_on`).
     vanished_parents: u32,

@@ -13,8 +13,8 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 use uuid::Uuid;
 
-use super::delete::{delete_node, delete_once, Deleted, Identity};
-use super::session::{self, reports_end};
+use super::delete::{delete_node_after, delete_once, Deleted, Identity};
+use super::session::{self, reports_end, Tries};
 use super::Ctx;
 use crate::backend::{BackendExt, SessionId};
 use crate::error::{Error, Result, RetryReason};
@@ -28,7 +28,8 @@ use crate::protocol::made_by;
 async fn delete_by_attempt(ctx: &Ctx, path: &LockPath, id: Identity) -> Result<()> {
     let on = ctx.backend.on(id.session);
     let why = RetryReason::CleanupKeptFailing;
-    let r = session::through_losses(ctx, id.session, path.as_str(), why, false, |_| async move {
+    let tries = Tries::WhileTheSessionLives;
+    let r = session::through_losses(ctx, id.session, path.as_str(), why, false, tries, |_| async move {
         // The create may have gone to a server we are no longer connected to: catch up first.
         if !is_active(Mutant::NoSyncAfterLostReply) {
             on.sync(path.as_str()).await?;
@@ -150,7 +151,7 @@ impl Cleanup {
         Some(async move {
             let res = match node {
                 None => delete_by_attempt(&ctx, &path, id).await,
-                Some(node) => match delete_node(&ctx, &node, id).await {
+                Some(node) => match delete_node_after(&ctx, &node, id, false, Tries::WhileTheSessionLives).await {
                     Err(e) if reports_end(&e) => Ok(()),
                     r => r.map(drop),
                 },

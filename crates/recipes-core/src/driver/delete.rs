@@ -8,7 +8,7 @@ use tokio::sync::oneshot;
 use tracing::debug;
 use uuid::Uuid;
 
-use super::session::{self, reports_end};
+use super::session::{self, reports_end, Tries};
 use super::Ctx;
 use crate::backend::{BackendExt, SessionId, SessionState};
 use crate::error::{Error, Result, RetryReason};
@@ -120,15 +120,15 @@ pub(super) async fn delete_once(ctx: &Ctx, node: &str, id: Identity) -> Result<D
     }
 }
 
-/// Deletes our node, retrying through connection loss (bounded). After a lost reply, a node that is absent (or, for
-/// the fixed name, another's) counts as ours, deleted by that reply's request.
+/// Deletes our node, retrying through connection loss (bounded: a caller waits; see [`Tries`]). After a lost reply, a
+/// node that is absent (or, for the fixed name, another's) counts as ours, deleted by that reply's request.
 ///
 /// After a lost reply the earlier delete may still land (the server it went to may have passed it on), and a server
 /// reached after the reconnection may not show it yet: a `sync` first, so that the check of a fixed-name node does not
 /// read our node where the next holder's already is (found by the model checker: the stale check let the retried
 /// delete remove the next holder's node).
 pub(crate) async fn delete_node(ctx: &Ctx, node: &str, id: Identity) -> Result<Deleted> {
-    delete_node_after(ctx, node, id, false).await
+    delete_node_after(ctx, node, id, false, Tries::Bounded).await
 }
 
 /// [`delete_node`], handing the lock over to `waiters` (tasks of this process waiting in line on `node`, on its
@@ -149,7 +149,7 @@ pub(crate) async fn delete_node_handing_over(
         // Told now that there is no handoff: a waiter that saw our delete first waits for this word
         // (`wait_on_blocker`).
         drop(waiters);
-        return delete_node_after(ctx, node, id, lost_reply).await;
+        return delete_node_after(ctx, node, id, lost_reply, Tries::Bounded).await;
     }
     let status = ctx.backend.session_status();
     let live = status.id == id.session && status.state == SessionState::Connected;
@@ -173,7 +173,7 @@ pub(crate) async fn delete_node_handing_over(
         Ok(()) => Ok(Deleted::Ours),
         Err(Error::NoNode(_)) => Ok(Deleted::Absent),
         // The delete may still land: go on as after any lost reply (which deletes without the mark).
-        Err(Error::ConnectionLoss) => delete_node_after(ctx, node, id, true).await,
+        Err(Error::ConnectionLoss) => delete_node_after(ctx, node, id, true, Tries::Bounded).await,
         // Refused for the mark alone (an ACL that lets us delete the node but not write it): as `delete_once`, the
         // node goes without it, at once. The holder we handed over to holds meanwhile, behind our node: nobody
         // else can hold while a node is ahead of theirs, and none of ours is the holder's any more. Deleted as after
@@ -181,16 +181,23 @@ pub(crate) async fn delete_node_handing_over(
         // hide an applied transaction (found by review, helper-92).
         Err(e) if with_mark && !reports_end(&e) => {
             debug!(%node, error = %e, "the mark was refused with the handoff's release; deleting the node without it");
-            delete_node_after(ctx, node, id, true).await
+            delete_node_after(ctx, node, id, true, Tries::Bounded).await
         }
         Err(e) => Err(e),
     }
 }
 
-/// [`delete_node`]; `lost_reply`: an earlier delete of it lost its reply.
-pub(crate) async fn delete_node_after(ctx: &Ctx, node: &str, id: Identity, lost_reply: bool) -> Result<Deleted> {
+/// [`delete_node`]; `lost_reply`: an earlier delete of it lost its reply; `tries`: how far it goes on through
+/// connection losses (a delete in the background goes on while its session lives).
+pub(crate) async fn delete_node_after(
+    ctx: &Ctx,
+    node: &str,
+    id: Identity,
+    lost_reply: bool,
+    tries: Tries,
+) -> Result<Deleted> {
     let why = RetryReason::ReleaseKeptFailing;
-    session::through_losses(ctx, id.session, node, why, lost_reply, |lost_reply| async move {
+    session::through_losses(ctx, id.session, node, why, lost_reply, tries, |lost_reply| async move {
         if lost_reply && !is_active(Mutant::NoSyncAfterLostReply) {
             ctx.backend.on(id.session).sync(node).await?;
         }

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tracing::warn;
 
 use super::Ctx;
 use crate::backend::{Backend, SessionId, SessionState, SessionStatus};
@@ -102,18 +103,38 @@ pub(crate) async fn connected(backend: &dyn Backend, deadline: Option<Instant>) 
     }
 }
 
+/// How far [`through_losses`] goes on through connection losses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tries {
+    /// At most [`DELETE_ATTEMPTS`] times: a caller waits for the outcome, and the error is theirs (a release; its
+    /// node is then left to its drop's delete in the background, which goes on).
+    Bounded,
+    /// Until an outcome, or until the session is over or the backend closed: a delete in the background, which
+    /// nothing would try again. Given up while its session lived, its node stayed until the session ended, and an
+    /// acquire of the same session waited on it (found in the thirty-sixth session: an exclusive acquire whose create
+    /// and recovery read lost their replies, on a connection that then failed under each of its cleanup's requests,
+    /// waited on its own `P/lock` until its deadline, and left it there). Past [`DELETE_ATTEMPTS`] losses, each try
+    /// waits [`PERSIST_PAUSE`] first, so that a connection that fails without ever saying so is not tried in a loop.
+    WhileTheSessionLives,
+}
+
+/// How long a delete in the background waits between tries once it has lost [`DELETE_ATTEMPTS`] replies.
+const PERSIST_PAUSE: Duration = Duration::from_secs(1);
+
 /// Runs `step` on session `session` until it has an outcome, through connection losses (at most
-/// [`DELETE_ATTEMPTS`] times). `step` is told whether an earlier try lost its reply: that try may still land, and a
-/// server reached after the reconnection may not show it yet.
+/// [`DELETE_ATTEMPTS`] times, or while the session lives: see [`Tries`]). `step` is told whether an earlier try lost
+/// its reply: that try may still land, and a server reached after the reconnection may not show it yet.
 ///
 /// # Notable errors
-/// [`Error::SessionExpired`] once the session is over (its nodes went with it); `RetriesExhausted` with `why`.
+/// [`Error::SessionExpired`] once the session is over (its nodes went with it); [`Error::Closed`] once the backend is
+/// closed; `RetriesExhausted` with `why` (bounded tries only).
 pub(crate) async fn through_losses<T, F, Fut>(
     ctx: &Ctx,
     session: SessionId,
     path: &str,
     why: RetryReason,
     lost_before: bool,
+    tries: Tries,
     mut step: F,
 ) -> Result<T>
 where
@@ -121,22 +142,35 @@ where
     Fut: Future<Output = Result<T>>,
 {
     let mut lost_reply = lost_before;
-    for _ in 0..DELETE_ATTEMPTS {
+    let mut losses = 0u32;
+    loop {
         if is_over(ctx.backend.session_status(), session) {
             return Err(Error::SessionExpired);
         }
         match step(lost_reply).await {
             Err(Error::ConnectionLoss) => {
                 lost_reply = true;
+                losses = losses.saturating_add(1);
+                if losses >= DELETE_ATTEMPTS {
+                    if tries == Tries::Bounded {
+                        return Err(Error::RetriesExhausted {
+                            path: path.to_owned(),
+                            attempts: DELETE_ATTEMPTS,
+                            why,
+                        });
+                    }
+                    if losses % DELETE_ATTEMPTS == 0 {
+                        warn!(
+                            path,
+                            losses, "a delete in the background keeps losing its connection; it goes on"
+                        );
+                    }
+                    tokio::time::sleep(PERSIST_PAUSE).await;
+                }
                 // Boxed: a rare path, whose state every release's future would otherwise carry.
                 Box::pin(connected(&*ctx.backend, Some(Instant::now() + RECONNECT_WAIT))).await?;
             }
             r => return r,
         }
     }
-    Err(Error::RetriesExhausted {
-        path: path.to_owned(),
-        attempts: DELETE_ATTEMPTS,
-        why,
-    })
 }

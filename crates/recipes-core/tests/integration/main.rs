@@ -13,6 +13,7 @@ mod metrics;
 mod multi_release;
 mod observer_reused_names;
 mod operator_writes;
+mod own_leftover;
 mod path;
 mod peer_semaphore;
 mod reaped_waits;

@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use super::cleanup::{spawn_cleanup, LastResort};
 use super::delete::{delete_node_after, Deleted, Identity};
-use super::session::reports_end;
+use super::session::{reports_end, Tries};
 use super::turns::Turn;
 use super::Ctx;
 use crate::backend::{NodeWatch, SessionId};
@@ -246,15 +246,16 @@ impl Drop for HeldNode {
         let resort = LastResort::new(&ctx, &node, &id, self.czxid);
         spawn_cleanup(self.handle.as_ref(), &node.clone(), async move {
             let _watch = watch;
-            let deleted = delete_node_after(&ctx, &node, id, lost_reply).await;
+            let deleted = delete_node_after(&ctx, &node, id, lost_reply, Tries::WhileTheSessionLives).await;
             resort.done();
             match deleted {
                 Ok(Deleted::Ours) => {}
                 Ok(found) => debug!(%node, ?found, "release on drop found the lock already gone"),
                 // The session ended: the node went with it.
                 Err(e) if reports_end(&e) => debug!(%node, error = %e, "release on drop: the session ended first"),
-                // Given up (helper-63: this said "already gone" too): the node stays until its session ends.
-                Err(e) => warn!(%node, error = %e, "release on drop gave up; the node stays until its session ends"),
+                // Refused (connection losses are tried through while the session lives; helper-63: this said "already
+                // gone" too): the node stays until its session ends.
+                Err(e) => warn!(%node, error = %e, "release on drop failed; the node stays until its session ends"),
             }
             drop(turn);
         });

@@ -6,7 +6,7 @@ use tracing::{debug, Instrument};
 
 use super::super::delete::{delete_node_handing_over, Deleted};
 use super::super::session::reports_end;
-use super::super::session::through_losses;
+use super::super::session::{through_losses, Tries};
 use super::super::Ctx;
 use crate::backend::{BackendExt, SessionId, SessionState};
 use crate::error::{Error, LostReason, NotHeldReason, Result, RetryReason};
@@ -156,7 +156,7 @@ impl HeldNode {
             Some(Ok(())) => Some(true),
             Some(Err(Error::ConnectionLoss)) => {
                 let why = RetryReason::ReleaseKeptFailing;
-                let any_left = through_losses(ctx, sid, &paths[0], why, true, |_| async {
+                let any_left = through_losses(ctx, sid, &paths[0], why, true, Tries::Bounded, |_| async {
                     on.sync(&paths[0]).await?;
                     for p in &paths {
                         if on.get(p).await?.is_some() {

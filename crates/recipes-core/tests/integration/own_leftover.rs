@@ -1,0 +1,78 @@
+//! An acquire whose own node outlives the cleanup that was to delete it: the create's reply is lost, the recovery
+//! read is lost too, and the connection then flaps under the cleanup's every request, more often than it tries,
+//! while the session lives on. The next create must not wait for its own leftover node's deletion (which only the
+//! session's end would bring), and no node may be left. Found by review (helper-128, the thirty-fifth session) for
+//! the exclusive recipe.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use recipes_core::{Layout, LockGuard, Locks, Recipe, Result};
+use recipes_mem::MemCluster;
+
+async fn acquire(locks: &Locks, recipe: Recipe, timeout: Duration) -> Result<Option<LockGuard>> {
+    if recipe == Recipe::Semaphore {
+        return locks.semaphore("/leftover/x", 1)?.acquire_timeout(timeout).await;
+    }
+    locks.lock("/leftover/x", recipe)?.acquire_timeout(timeout).await
+}
+
+async fn run(layout: Layout, recipe: Recipe) {
+    let cluster = MemCluster::new();
+    cluster.set_latency(Duration::from_millis(1));
+    // A session that outlives every outage below.
+    let client = cluster.client_with_timeout(Duration::from_secs(300));
+    let locks = Locks::builder(client.clone()).layout(layout).build();
+    if recipe == Recipe::Semaphore && locks.semaphore("/leftover/x", 1).is_err()
+        || recipe != Recipe::Semaphore && locks.lock("/leftover/x", recipe).is_err()
+    {
+        return;
+    }
+    client.lose_next_create_replies(1);
+    let acquiring = tokio::spawn(async move { acquire(&locks, recipe, Duration::from_secs(200)).await });
+    // The create lands and its reply is lost: the connection comes back 10 ms later. The recovery's read goes out
+    // then; from there the connection is cut for a millisecond every two, under each request in flight.
+    let made = async {
+        while cluster.ephemerals().is_empty() {
+            tokio::time::sleep(Duration::from_micros(100)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), made)
+        .await
+        .expect("the create landed");
+    tokio::time::sleep(Duration::from_micros(10_500)).await;
+    for _ in 0..30 {
+        client.disconnect_for(Duration::from_millis(1));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let held = tokio::time::timeout(Duration::from_secs(250), acquiring)
+        .await
+        .expect("bounded")
+        .unwrap();
+    let guard = match held {
+        Ok(Some(g)) => g,
+        other => panic!(
+            "{layout:?} {recipe}: {:?}, nodes {:?}",
+            other.map(|g| g.is_some()),
+            cluster.ephemerals()
+        ),
+    };
+    assert!(guard.is_valid());
+    guard.release().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        cluster.ephemerals().is_empty(),
+        "{layout:?} {recipe}: no node left: {:?}",
+        cluster.ephemerals()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_acquire_does_not_wait_for_its_own_leftover_node() {
+    for layout in [Layout::Native, Layout::Curator, Layout::Kazoo] {
+        for recipe in Recipe::ALL.into_iter().chain([Recipe::Semaphore]) {
+            run(layout, recipe).await;
+        }
+    }
+}

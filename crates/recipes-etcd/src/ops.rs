@@ -369,6 +369,8 @@ pub(crate) fn error(e: etcd_client::Error) -> Error {
             let etcds = s.message().starts_with("etcdserver:") || s.message().starts_with("mvcc:");
             match s.code() {
                 tonic::Code::NotFound if s.message().contains("lease not found") => Error::SessionExpired,
+                // Overloaded: refused before it was proposed; tried again, as ZooKeeper's throttling is (helper-130).
+                tonic::Code::ResourceExhausted if s.message().ends_with("too many requests") => Error::ConnectionLoss,
                 tonic::Code::NotFound if etcds => Error::Backend(format!("etcd: {}", s.message())),
                 tonic::Code::PermissionDenied if etcds => Error::NotAuthorized(format!(
                     "a key of this request (etcd: {}; the user's roles must grant readwrite on the lock's prefix and \
@@ -392,3 +394,6 @@ pub(crate) fn error(e: etcd_client::Error) -> Error {
         _ => Error::ConnectionLoss,
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -110,8 +110,8 @@ pub enum RetryReason {
     NodeWouldNotStick,
     /// The connection kept failing while releasing (deleting) the lock node.
     ReleaseKeptFailing,
-    /// The connection kept failing while deleting what an abandoned acquire had made. No longer returned: such a
-    /// delete runs in the background and goes on while its session lives.
+    /// The connection kept failing while deleting what an abandoned acquire had made. Only ever said in the warning
+    /// of a cleanup in the background, and no longer: such a delete goes on while its session lives (decision 0086).
     CleanupKeptFailing,
 }
 

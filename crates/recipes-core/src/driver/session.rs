@@ -111,10 +111,11 @@ pub(crate) enum Tries {
     Bounded,
     /// Until an outcome, or until the session is over or the backend closed: a delete in the background, which
     /// nothing would try again. Given up while its session lived, its node stayed until the session ended, and an
-    /// acquire of the same session waited on it (found in the thirty-sixth session: an exclusive acquire whose create
-    /// and recovery read lost their replies, on a connection that then failed under each of its cleanup's requests,
-    /// waited on its own `P/lock` until its deadline, and left it there). Past [`DELETE_ATTEMPTS`] losses, each try
-    /// waits [`PERSIST_PAUSE`] first, so that a connection that fails without ever saying so is not tried in a loop.
+    /// acquire of the same session waited on it (found by review, helper-128, for an exclusive acquire whose create
+    /// and recovery read lost their replies, on a connection that then failed under each of its cleanup's requests: it
+    /// waited on its own `P/lock` until its deadline and left it there; in the thirty-sixth session, on every recipe).
+    /// Past [`DELETE_ATTEMPTS`] losses, each try waits [`PERSIST_PAUSE`] first, so that a connection that fails
+    /// without ever saying so is not tried in a loop. An error other than a lost connection still ends it.
     WhileTheSessionLives,
 }
 
@@ -126,8 +127,8 @@ const PERSIST_PAUSE: Duration = Duration::from_secs(1);
 /// its reply: that try may still land, and a server reached after the reconnection may not show it yet.
 ///
 /// # Notable errors
-/// [`Error::SessionExpired`] once the session is over (its nodes went with it); [`Error::Closed`] once the backend is
-/// closed; `RetriesExhausted` with `why` (bounded tries only).
+/// [`Error::SessionExpired`] once the session is over (its nodes went with it), or the backend closed (or
+/// [`Error::Closed`], from the wait for the connection); `RetriesExhausted` with `why` (bounded tries only).
 pub(crate) async fn through_losses<T, F, Fut>(
     ctx: &Ctx,
     session: SessionId,
@@ -151,14 +152,8 @@ where
             Err(Error::ConnectionLoss) => {
                 lost_reply = true;
                 losses = losses.saturating_add(1);
-                if losses >= DELETE_ATTEMPTS {
-                    if tries == Tries::Bounded {
-                        return Err(Error::RetriesExhausted {
-                            path: path.to_owned(),
-                            attempts: DELETE_ATTEMPTS,
-                            why,
-                        });
-                    }
+                let past_bound = losses >= DELETE_ATTEMPTS;
+                if past_bound && tries == Tries::WhileTheSessionLives {
                     if losses % DELETE_ATTEMPTS == 0 {
                         warn!(
                             path,
@@ -169,6 +164,13 @@ where
                 }
                 // Boxed: a rare path, whose state every release's future would otherwise carry.
                 Box::pin(connected(&*ctx.backend, Some(Instant::now() + RECONNECT_WAIT))).await?;
+                if past_bound && tries == Tries::Bounded {
+                    return Err(Error::RetriesExhausted {
+                        path: path.to_owned(),
+                        attempts: DELETE_ATTEMPTS,
+                        why,
+                    });
+                }
             }
             r => return r,
         }

@@ -1,15 +1,22 @@
-//! An acquire whose own node outlives the cleanup that was to delete it: the create's reply is lost, the recovery
-//! read is lost too, and the connection then flaps under the cleanup's every request, more often than it tries,
-//! while the session lives on. The next create must not wait for its own leftover node's deletion (which only the
-//! session's end would bring), and no node may be left. Found by review (helper-128, the thirty-fifth session) for
-//! the exclusive recipe.
+//! Deletes in the background go on through connection losses while their session lives (decision 0086), so that no
+//! node of a live session is left:
+//! - an acquire whose own node outlives the cleanup that was to delete it (the create's reply lost, the recovery read
+//!   lost too, then the connection cut under each of the cleanup's requests, more often than it used to try): the
+//!   next create must not wait for its own leftover node (which only the session's end would bring). Found by review
+//!   for the exclusive recipe (helper-128, the thirty-fifth session); in the thirty-sixth on every recipe and layout;
+//! - a dropped guard's delete, and a known node's cleanup, that lose 25 deletes (helper-130);
+//! - and an acquire whose every request fails still stops at its bound.
 
 #![allow(clippy::unwrap_used)]
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use recipes_core::{Error, Layout, LockGuard, Locks, Recipe, Result, RetryReason};
 use recipes_mem::MemCluster;
+
+use crate::support::SlowGet;
 
 /// The bound of failed creates of an acquire by default (`LocksBuilder::max_attempts`).
 const DEFAULT_MAX_ATTEMPTS: u32 = 10;
@@ -127,4 +134,52 @@ async fn an_acquire_whose_every_request_fails_stops_at_its_bound_and_leaves_no_n
             }
         }
     }
+}
+
+/// A dropped guard's delete loses its connection 25 times, more than a release's bound of 20, on a live session: it
+/// goes on, and the node goes (helper-130: with the drop's delete bounded, every other test still passed).
+#[tokio::test(start_paused = true)]
+async fn a_dropped_guards_delete_goes_on_past_twenty_losses() {
+    let cluster = MemCluster::new();
+    let slow = SlowGet::new(cluster.client());
+    let lost_deletes = slow.lost_deletes.clone();
+    let locks = Locks::new(Arc::new(slow));
+    let guard = locks.fair("/leftover/drop").unwrap().acquire().await.unwrap();
+    let node = guard.node().to_owned();
+    lost_deletes.store(25, Ordering::SeqCst);
+    drop(guard);
+    for _ in 0..400 {
+        if cluster.stat(&node).is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(cluster.stat(&node).is_none(), "{node} left behind on a live session");
+}
+
+/// A waiter that times out: the cleanup of its known node loses its connection 25 times, and goes on (helper-130).
+#[tokio::test(start_paused = true)]
+async fn a_known_nodes_cleanup_goes_on_past_twenty_losses() {
+    let cluster = MemCluster::new();
+    let path = "/leftover/cleanup";
+    let holder = Locks::new(cluster.client());
+    let held = holder.fair(path).unwrap().acquire().await.unwrap();
+    let slow = SlowGet::new(cluster.client());
+    let lost_deletes = slow.lost_deletes.clone();
+    let locks = Locks::new(Arc::new(slow));
+    let waiter = locks.fair(path).unwrap();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .acquire_timeout(Duration::from_secs(1))
+            .await
+            .map(|g| g.is_some())
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(cluster.ephemerals().len(), 2, "the holder's node and the waiter's");
+    lost_deletes.store(25, Ordering::SeqCst);
+    assert!(!waiting.await.unwrap().unwrap(), "timed out");
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    held.release().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(cluster.ephemerals().is_empty(), "left: {:?}", cluster.ephemerals());
 }

@@ -7,6 +7,7 @@ use recipes_core::{Error, Result};
 use std::sync::Weak;
 
 use tokio::sync::{mpsc, oneshot, watch};
+use tracing::warn;
 
 use crate::ops;
 pub(crate) use crate::request::{unexpected, Op, Reply};
@@ -318,8 +319,14 @@ async fn run_job(client: &Client, s: &mut Seq, op: &Op) -> Result<Reply> {
             Err(refused)
         }
         Err(e) => {
+            // Refused unapplied by an overloaded member: nothing to seal, and the session's reads go on (review,
+            // helper-131); the suspension (see `sender`) paces the callers' tries.
+            let overloaded = ops::overloaded(&e);
+            if overloaded {
+                warn!(error = %ops::message(&e), "etcd refused a write while overloaded; it is tried again");
+            }
             let e = ops::error(e);
-            if write && matches!(e, Error::ConnectionLoss) {
+            if write && !overloaded && matches!(e, Error::ConnectionLoss) {
                 s.unsure = true;
             }
             Err(e)

@@ -140,8 +140,9 @@ macro_rules! recipe_type {
             /// Takes the lock if it is free now; never queues. `None`: someone else holds it or is ahead.
             ///
             /// # Notable errors
-            /// [`Error::ConnectionLoss`](crate::Error::ConnectionLoss) when the client stayed disconnected for the
-            /// try's bound (5 s): a try waits that long for the connection, then cannot tell whether the lock is free.
+            /// [`Error::ConnectionLoss`](crate::Error::ConnectionLoss) when the client stayed disconnected (or an etcd
+            /// member overloaded) for the try's bound (5 s): a try waits that long for the connection, then cannot
+            /// tell whether the lock is free.
             ///
             /// # Cancel safety
             /// As [`acquire`](Self::acquire).

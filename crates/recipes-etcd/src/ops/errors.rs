@@ -83,11 +83,14 @@ pub(crate) fn lease_gone(e: &etcd_client::Error) -> bool {
 }
 
 /// An overloaded member's refusal (`too many requests`: its applied index far behind its committed one), made before
-/// the request was proposed (nothing of it applied), and transient: tried again, as ZooKeeper's throttling is (a
-/// definite error ended a delete in the background, and its node stayed: found by review, helper-130).
+/// the request was proposed (nothing of it applied), and transient: a connection loss, tried again as ZooKeeper's
+/// throttling is, with nothing to seal. etcd declares it `ResourceExhausted` but sends it as `Unknown` (its server
+/// maps it to an error that is no gRPC status: found by review, helper-132, on etcd 3.4.23); either is taken, by
+/// etcd's own message, which it sends before proposing the request (`processInternalRaftRequestOnce`).
 pub(crate) fn overloaded(e: &etcd_client::Error) -> bool {
     matches!(e, etcd_client::Error::GRpcStatus(s)
-        if s.code() == tonic::Code::ResourceExhausted && s.message() == "etcdserver: too many requests")
+        if matches!(s.code(), tonic::Code::Unknown | tonic::Code::ResourceExhausted)
+            && s.message() == "etcdserver: too many requests")
 }
 
 /// The trait's error for etcd's. Only etcd's own refusals are definite (the request was not applied): those of its

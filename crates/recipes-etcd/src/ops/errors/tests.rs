@@ -6,18 +6,24 @@ fn status(code: tonic::Code, message: &str) -> etcd_client::Error {
     etcd_client::Error::GRpcStatus(tonic::Status::new(code, message))
 }
 
+/// etcd sends its overload as `Unknown` (the code it declares, `ResourceExhausted`, is lost in its server): either is
+/// a connection loss, and known not to have been applied.
 #[test]
 fn an_overloaded_etcd_is_tried_again_and_a_full_one_is_refused() {
-    let again = status(tonic::Code::ResourceExhausted, "etcdserver: too many requests");
-    assert!(overloaded(&again));
-    assert_eq!(error(again), Error::ConnectionLoss);
+    for code in [tonic::Code::Unknown, tonic::Code::ResourceExhausted] {
+        let again = status(code, "etcdserver: too many requests");
+        assert!(overloaded(&again), "{code:?}");
+        assert_eq!(error(again), Error::ConnectionLoss);
+    }
     let full = status(
         tonic::Code::ResourceExhausted,
         "etcdserver: mvcc: database space exceeded",
     );
     assert!(!overloaded(&full));
     assert!(matches!(error(full), Error::Backend(_)));
-    let foreign = status(tonic::Code::ResourceExhausted, "a proxy's quota");
-    assert!(!overloaded(&foreign));
-    assert_eq!(error(foreign), Error::ConnectionLoss);
+    for other in ["a proxy's quota", "etcdserver: request timed out"] {
+        let unknown = status(tonic::Code::Unknown, other);
+        assert!(!overloaded(&unknown), "{other}");
+        assert_eq!(error(unknown), Error::ConnectionLoss);
+    }
 }

@@ -9,12 +9,13 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use recipes_core::{Error, Layout, LockGuard, Locks, Recipe, Result, RetryReason};
-use recipes_mem::MemCluster;
+use recipes_mem::{MemClient, MemCluster};
 
 use crate::support::SlowGet;
 
@@ -37,12 +38,28 @@ async fn acquire(locks: &Locks, recipe: Recipe, timeout: Duration) -> Result<Opt
     locks.lock("/leftover/x", recipe)?.acquire_timeout(timeout).await
 }
 
-async fn run(layout: Layout, recipe: Recipe) {
+/// A cluster with a latency of 1 ms, and a session on it (in `layout`) that outlives every outage of these tests.
+fn lasting_session(layout: Layout) -> (MemCluster, Arc<MemClient>, Locks) {
     let cluster = MemCluster::new();
     cluster.set_latency(Duration::from_millis(1));
-    // A session that outlives every outage below.
     let client = cluster.client_with_timeout(Duration::from_secs(300));
     let locks = Locks::builder(client.clone()).layout(layout).build();
+    (cluster, client, locks)
+}
+
+/// Runs `each` for every recipe of every layout that has it.
+async fn every_recipe<F: Future<Output = ()>>(each: impl Fn(Layout, Recipe) -> F) {
+    for layout in [Layout::Native, Layout::Curator, Layout::Kazoo] {
+        for recipe in Recipe::ALL.into_iter().chain([Recipe::Semaphore]) {
+            if supported(layout, recipe) {
+                each(layout, recipe).await;
+            }
+        }
+    }
+}
+
+async fn run(layout: Layout, recipe: Recipe) {
+    let (cluster, client, locks) = lasting_session(layout);
     client.lose_next_create_replies(1);
     let acquiring = tokio::spawn(async move { acquire(&locks, recipe, Duration::from_secs(200)).await });
     // The create lands and its reply is lost: the connection comes back 10 ms later. The recovery's read goes out
@@ -84,13 +101,7 @@ async fn run(layout: Layout, recipe: Recipe) {
 
 #[tokio::test(start_paused = true)]
 async fn an_acquire_does_not_wait_for_its_own_leftover_node() {
-    for layout in [Layout::Native, Layout::Curator, Layout::Kazoo] {
-        for recipe in Recipe::ALL.into_iter().chain([Recipe::Semaphore]) {
-            if supported(layout, recipe) {
-                run(layout, recipe).await;
-            }
-        }
-    }
+    every_recipe(run).await;
 }
 
 /// The connection fails under every request for ten seconds: each create's reply is lost, and each recovery's read,
@@ -98,10 +109,7 @@ async fn an_acquire_does_not_wait_for_its_own_leftover_node() {
 /// connection holds, no node is left. No test asserted that the bound still fires before this one (the thirty-sixth
 /// session): the other faults of the tests let a recovery find its node, or pass the lock on.
 async fn exhaust(layout: Layout, recipe: Recipe) {
-    let cluster = MemCluster::new();
-    cluster.set_latency(Duration::from_millis(1));
-    let client = cluster.client_with_timeout(Duration::from_secs(300));
-    let locks = Locks::builder(client.clone()).layout(layout).build();
+    let (cluster, client, locks) = lasting_session(layout);
     let flapping = async {
         for _ in 0..5_000 {
             client.disconnect_for(Duration::from_millis(1));
@@ -127,13 +135,7 @@ async fn exhaust(layout: Layout, recipe: Recipe) {
 
 #[tokio::test(start_paused = true)]
 async fn an_acquire_whose_every_request_fails_stops_at_its_bound_and_leaves_no_node() {
-    for layout in [Layout::Native, Layout::Curator, Layout::Kazoo] {
-        for recipe in Recipe::ALL.into_iter().chain([Recipe::Semaphore]) {
-            if supported(layout, recipe) {
-                exhaust(layout, recipe).await;
-            }
-        }
-    }
+    every_recipe(exhaust).await;
 }
 
 /// A dropped guard's delete loses its connection 25 times, more than a release's bound of 20, on a live session: it

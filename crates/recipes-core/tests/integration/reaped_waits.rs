@@ -7,35 +7,49 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::future::Future;
 use std::time::Duration;
 
 use recipes_core::{Error, Layout, Locks, Recipe};
 use recipes_mem::MemCluster;
 
+/// Four sessions (in `layout`) each take a lock and let it go a hundred times, on a cluster whose reaper takes an
+/// emptied container at once: `once` takes and releases it once. None fails, and no node is left.
+async fn four_sessions_take_turns<F, Fut>(layout: Layout, what: &str, once: F)
+where
+    F: Fn(Locks) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<(), Error>> + Send,
+{
+    let cluster = MemCluster::new();
+    cluster.set_container_reap_delay(Duration::ZERO);
+    cluster.set_latency(Duration::from_millis(1));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let locks = Locks::builder(cluster.client()).layout(layout).build();
+        let once = once.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..100 {
+                once(locks.clone()).await?;
+            }
+            Ok::<_, Error>(())
+        }));
+    }
+    for t in tasks {
+        let done = tokio::time::timeout(Duration::from_secs(600), t).await;
+        done.expect("bounded")
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+    }
+    assert!(cluster.ephemerals().is_empty(), "{what}: no node left");
+}
+
 #[tokio::test(start_paused = true)]
 async fn waiters_meeting_the_reaper_at_every_handoff_are_not_failed() {
     for recipe in [Recipe::Exclusive, Recipe::Fair] {
-        let cluster = MemCluster::new();
-        cluster.set_container_reap_delay(Duration::ZERO);
-        cluster.set_latency(Duration::from_millis(1));
-        let mut tasks = Vec::new();
-        for _ in 0..4 {
-            let locks = Locks::new(cluster.client());
-            tasks.push(tokio::spawn(async move {
-                let lock = locks.lock("/reaped/x", recipe)?;
-                for _ in 0..100 {
-                    lock.acquire().await?.release().await?;
-                }
-                Ok::<_, Error>(())
-            }));
-        }
-        for t in tasks {
-            let done = tokio::time::timeout(Duration::from_secs(600), t).await;
-            done.expect("bounded")
-                .unwrap()
-                .unwrap_or_else(|e| panic!("{recipe}: {e}"));
-        }
-        assert!(cluster.ephemerals().is_empty(), "{recipe}: no node left");
+        four_sessions_take_turns(Layout::Native, recipe.name(), move |locks| async move {
+            locks.lock("/reaped/x", recipe)?.acquire().await?.release().await
+        })
+        .await;
     }
 }
 
@@ -44,26 +58,9 @@ async fn waiters_meeting_the_reaper_at_every_handoff_are_not_failed() {
 #[tokio::test(start_paused = true)]
 async fn semaphore_waiters_meeting_the_reaper_at_every_handoff_are_not_failed() {
     for layout in [Layout::Native, Layout::Curator, Layout::Kazoo] {
-        let cluster = MemCluster::new();
-        cluster.set_container_reap_delay(Duration::ZERO);
-        cluster.set_latency(Duration::from_millis(1));
-        let mut tasks = Vec::new();
-        for _ in 0..4 {
-            let locks = Locks::builder(cluster.client()).layout(layout).build();
-            tasks.push(tokio::spawn(async move {
-                let semaphore = locks.semaphore("/reaped/s", 1)?;
-                for _ in 0..100 {
-                    semaphore.acquire().await?.release().await?;
-                }
-                Ok::<_, Error>(())
-            }));
-        }
-        for t in tasks {
-            let done = tokio::time::timeout(Duration::from_secs(600), t).await;
-            done.expect("bounded")
-                .unwrap()
-                .unwrap_or_else(|e| panic!("{layout:?}: {e}"));
-        }
-        assert!(cluster.ephemerals().is_empty(), "{layout:?}: no node left");
+        four_sessions_take_turns(layout, &format!("{layout:?}"), |locks| async move {
+            locks.semaphore("/reaped/s", 1)?.acquire().await?.release().await
+        })
+        .await;
     }
 }

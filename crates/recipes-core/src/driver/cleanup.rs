@@ -17,7 +17,7 @@ use super::delete::{delete_node_after, delete_once, Deleted, Identity};
 use super::session::{self, reports_end, Tries};
 use super::Ctx;
 use crate::backend::{BackendExt, SessionId};
-use crate::error::{Error, Result, RetryReason};
+use crate::error::{Error, Result};
 use crate::layout::{Layout, EXCLUSIVE_NODE};
 use crate::metrics::{Count, Tags};
 use crate::mutants::{is_active, Mutant};
@@ -27,9 +27,8 @@ use crate::protocol::made_by;
 /// Deletes whatever node a create of this attempt, sent on `session`, may have made (its reply never arrived).
 async fn delete_by_attempt(ctx: &Ctx, path: &LockPath, id: Identity) -> Result<()> {
     let on = ctx.backend.on(id.session);
-    let why = RetryReason::CleanupKeptFailing;
     let tries = Tries::WhileTheSessionLives;
-    let r = session::through_losses(ctx, id.session, path.as_str(), why, false, tries, |_| async move {
+    let r = session::through_losses(ctx, id.session, path.as_str(), false, tries, |_| async move {
         // The create may have gone to a server we are no longer connected to: catch up first.
         if !is_active(Mutant::NoSyncAfterLostReply) {
             on.sync(path.as_str()).await?;

@@ -11,7 +11,7 @@ use uuid::Uuid;
 use super::session::{self, reports_end, Tries};
 use super::Ctx;
 use crate::backend::{BackendExt, SessionId, SessionState};
-use crate::error::{Error, Result, RetryReason};
+use crate::error::{Error, Result};
 use crate::info::NodeInfo;
 use crate::mutants::{is_active, Mutant};
 use crate::recipe::Recipe;
@@ -196,8 +196,7 @@ pub(crate) async fn delete_node_after(
     lost_reply: bool,
     tries: Tries,
 ) -> Result<Deleted> {
-    let why = RetryReason::ReleaseKeptFailing;
-    session::through_losses(ctx, id.session, node, why, lost_reply, tries, |lost_reply| async move {
+    session::through_losses(ctx, id.session, node, lost_reply, tries, |lost_reply| async move {
         if lost_reply && !is_active(Mutant::NoSyncAfterLostReply) {
             ctx.backend.on(id.session).sync(node).await?;
         }

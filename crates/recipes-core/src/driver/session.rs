@@ -106,8 +106,9 @@ pub(crate) async fn connected(backend: &dyn Backend, deadline: Option<Instant>) 
 /// How far [`through_losses`] goes on through connection losses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Tries {
-    /// At most [`DELETE_ATTEMPTS`] times: a caller waits for the outcome, and the error is theirs (a release; its
-    /// node is then left to its drop's delete in the background, which goes on).
+    /// At most [`DELETE_ATTEMPTS`] times, then `RetriesExhausted` (`ReleaseKeptFailing`): a caller waits for the
+    /// outcome, and the error is theirs (a release; its node is then left to its drop's delete in the background,
+    /// which goes on).
     Bounded,
     /// Until an outcome, or until the session is over or the backend closed: a delete in the background, which
     /// nothing would try again. Given up while its session lived, its node stayed until the session ended, and an
@@ -128,12 +129,11 @@ const PERSIST_PAUSE: Duration = Duration::from_secs(1);
 ///
 /// # Notable errors
 /// [`Error::SessionExpired`] once the session is over (its nodes went with it), or the backend closed (or
-/// [`Error::Closed`], from the wait for the connection); `RetriesExhausted` with `why` (bounded tries only).
+/// [`Error::Closed`], from the wait for the connection); `RetriesExhausted` (bounded tries only).
 pub(crate) async fn through_losses<T, F, Fut>(
     ctx: &Ctx,
     session: SessionId,
     path: &str,
-    why: RetryReason,
     lost_before: bool,
     tries: Tries,
     mut step: F,
@@ -168,7 +168,7 @@ where
                     return Err(Error::RetriesExhausted {
                         path: path.to_owned(),
                         attempts: DELETE_ATTEMPTS,
-                        why,
+                        why: RetryReason::ReleaseKeptFailing,
                     });
                 }
             }

@@ -9,7 +9,7 @@ use super::super::session::reports_end;
 use super::super::session::{through_losses, Tries};
 use super::super::Ctx;
 use crate::backend::{BackendExt, SessionId, SessionState};
-use crate::error::{Error, LostReason, NotHeldReason, Result, RetryReason};
+use crate::error::{Error, LostReason, NotHeldReason, Result};
 
 use super::HeldNode;
 
@@ -155,8 +155,7 @@ impl HeldNode {
             None => Some(false),
             Some(Ok(())) => Some(true),
             Some(Err(Error::ConnectionLoss)) => {
-                let why = RetryReason::ReleaseKeptFailing;
-                let any_left = through_losses(ctx, sid, &paths[0], why, true, Tries::Bounded, |_| async {
+                let any_left = through_losses(ctx, sid, &paths[0], true, Tries::Bounded, |_| async {
                     on.sync(&paths[0]).await?;
                     for p in &paths {
                         if on.get(p).await?.is_some() {

@@ -50,10 +50,13 @@ pub(crate) struct Attempt<'a> {
     /// A try that makes its node without listing first (see [`Patience::TryEagerly`]).
     pub eager: bool,
     deadline: Option<Instant>,
-    /// Failed creates of this acquire (lost replies, our node deleted under us, and outside the exclusive recipe
-    /// vanished parents), against `max_attempts` with `vanished_parents`.
+    /// Failed creates of this acquire (lost replies, our node deleted under us), against `max_attempts` with
+    /// `vanished_parents`.
     failures: u32,
-    /// An exclusive acquire's creates that found the path gone since the lock last passed on (`passed_on`).
+    /// Creates of this acquire that found their parent missing, over the whole acquire, or since the lock last passed
+    /// on for an exclusive acquire (`passed_on`, which keeps the first): the first is how a path not made yet is made,
+    /// and is not counted against the bound (`parent_missing`). No flag of its own: the acquire's future has no byte
+    /// to spare for one (the size test's bound).
     vanished_parents: u32,
     pub cleanup: Cleanup,
     /// The metrics labels of the lock.
@@ -240,16 +243,19 @@ impl<'a> Attempt<'a> {
     /// review, helper-126, where such a waiter failed with `RetriesExhausted` after ten). Lost replies still count:
     /// the node found may be our own, left by a lost create whose cleanup has not run yet (helper-128).
     pub fn passed_on(&mut self) {
-        self.vanished_parents = 0;
+        self.vanished_parents = self.vanished_parents.min(1);
     }
 
-    /// Counts an exclusive create that found the path gone, until the lock passes on (`passed_on`), against the bound.
-    pub fn parent_vanished(&mut self) -> Step<()> {
-        self.vanished_parents += 1;
+    /// Counts a create that found its parent missing (the caller makes the path again) against the bound: an exclusive
+    /// acquire's until the lock passes on (`passed_on`), any other's over the whole acquire. The first of an acquire
+    /// counts for nothing: it is how every first acquire of a path makes it (found by review, helper-133: with
+    /// `max_attempts(1)`, no acquire could make a new path).
+    pub fn parent_missing(&mut self) -> Step<()> {
+        self.vanished_parents = self.vanished_parents.saturating_add(1);
         self.bounded()
     }
 
-    /// Counts a failed create (lost reply, vanished parent or node) against the bound.
+    /// Counts a failed create (a lost reply, our node deleted under us) against the bound.
     pub fn failed(&mut self) -> Step<()> {
         self.failures += 1;
         self.bounded()
@@ -257,7 +263,7 @@ impl<'a> Attempt<'a> {
 
     /// Fails once the failed creates counted reach `max_attempts`.
     fn bounded(&self) -> Step<()> {
-        let attempts = self.failures.saturating_add(self.vanished_parents);
+        let attempts = self.failures.saturating_add(self.vanished_parents.saturating_sub(1));
         if attempts >= self.ctx.max_attempts {
             return Err(Stop::Fail(Error::RetriesExhausted {
                 path: self.path.to_string(),

@@ -91,7 +91,7 @@ impl Attempt<'_> {
             }
             Error::NoNode(_) => {
                 self.cleanup.disarm();
-                self.parent_vanished()?;
+                self.parent_missing()?;
                 self.ensure_parents(sid).await?;
                 Ok(Err(Tried::Again))
             }

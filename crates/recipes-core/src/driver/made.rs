@@ -107,7 +107,7 @@ impl Attempt<'_> {
         match e {
             Error::NoNode(_) => {
                 self.cleanup.disarm();
-                self.failed()?;
+                self.parent_missing()?;
                 self.ensure_parents(sid).await?;
                 Ok(Made::Again)
             }

@@ -102,9 +102,10 @@ impl LocksBuilder {
     }
 
     /// How many failed creates one acquire may make before giving up with [`Error::RetriesExhausted`], when replies
-    /// are lost, the parent vanishes or our node is deleted under us (default 10, at least 1). An exclusive acquire's
-    /// creates that found the path gone count only until it finds the lock's node there again (mostly another's: a
-    /// waiter meets the container reaper after a release at any number of the handoffs it waits through).
+    /// are lost, the parent vanishes or our node is deleted under us (default 10, at least 1). The first create of an
+    /// acquire that finds no parent is how a new path is made, and does not count. An exclusive acquire's creates that
+    /// found the path gone count only until it finds the lock's node there again (mostly another's: a waiter meets the
+    /// container reaper after a release at any number of the handoffs it waits through).
     pub fn max_attempts(mut self, n: u32) -> Self {
         self.max_attempts = n.max(1);
         self

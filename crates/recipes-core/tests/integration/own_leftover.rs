@@ -185,3 +185,22 @@ async fn a_known_nodes_cleanup_goes_on_past_twenty_losses() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(cluster.ephemerals().is_empty(), "left: {:?}", cluster.ephemerals());
 }
+
+/// The bound at its least, 1: an acquire on a path that does not exist yet holds. Its first create finds no parent,
+/// which is the way every first acquire of a path makes it, and no failure. Found by review (helper-133): that create
+/// counted, and every such acquire failed with `RetriesExhausted`.
+#[tokio::test(start_paused = true)]
+async fn the_least_bound_still_makes_a_new_path() {
+    for layout in [Layout::Native, Layout::Curator, Layout::Kazoo] {
+        for recipe in Recipe::ALL.into_iter().chain([Recipe::Semaphore]) {
+            if !supported(layout, recipe) {
+                continue;
+            }
+            let cluster = MemCluster::new();
+            let locks = Locks::builder(cluster.client()).layout(layout).max_attempts(1).build();
+            let held = acquire(&locks, recipe, Duration::from_secs(5)).await;
+            let guard = held.unwrap_or_else(|e| panic!("{layout:?} {recipe}: {e}"));
+            guard.expect("held").release().await.unwrap();
+        }
+    }
+}

@@ -177,7 +177,7 @@ impl LeaseUnderMutex {
             Ok(c) => (c.path, c.czxid, listed.ok()),
             Err(Error::NoNode(_)) => {
                 a.cleanup.disarm();
-                a.failed()?;
+                a.parent_missing()?;
                 a.ensure_parents(sid).await?;
                 return Ok(Got::Again);
             }
@@ -270,7 +270,7 @@ impl LeaseUnderMutex {
             Ok(c) => (c.czxid, made.listed.ok()),
             Err(Error::NoNode(_)) => {
                 a.cleanup.disarm();
-                a.failed()?;
+                a.parent_missing()?;
                 peer_count(a, self.peer, self.permits).await?;
                 return Ok(Got::Again);
             }

@@ -190,7 +190,8 @@ pub enum Error {
     RetriesExhausted {
         /// The lock path.
         path: String,
-        /// How many attempts were made.
+        /// How many attempts counted against the bound (an acquire's first missing parent, and an exclusive acquire's
+        /// missing parents before the lock last passed on, are not counted).
         attempts: u32,
         /// What kept going wrong.
         why: RetryReason,

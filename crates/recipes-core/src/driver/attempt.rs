@@ -238,10 +238,11 @@ impl<'a> Attempt<'a> {
     }
 
     /// An exclusive create found `P/lock` there, and waits for it to go: the creates that found the path gone before it
-    /// no longer count, as the lock passed on since each (the path is reaped whenever it is empty, and a waiter's
-    /// create meets the reaper after a release now and then, at any number of the handoffs it waits through: found by
-    /// review, helper-126, where such a waiter failed with `RetriesExhausted` after ten). Lost replies still count:
-    /// the node found may be our own, left by a lost create whose cleanup has not run yet (helper-128).
+    /// no longer count (but that the first of the acquire is still known: see `parent_missing`), as the lock passed on
+    /// since each (the path is reaped whenever it is empty, and a waiter's create meets the reaper after a release now
+    /// and then, at any number of the handoffs it waits through: found by review, helper-126, where such a waiter
+    /// failed with `RetriesExhausted` after ten). Lost replies still count: the node found may be our own, left by a
+    /// lost create whose cleanup has not run yet (helper-128).
     pub fn passed_on(&mut self) {
         self.vanished_parents = self.vanished_parents.min(1);
     }

@@ -56,7 +56,7 @@ impl<S: Clone + Send + Sync + 'static> Explorer<S> {
     }
 
     fn wanted(&self, message: &str) -> bool {
-        self.stop_at.as_ref().map_or(true, |w| w(message))
+        self.stop_at.as_ref().is_none_or(|w| w(message))
     }
 
     fn failure(&self, program: &ProgramFn<S>, message: String, choices: &[usize], seed: Option<u64>) -> Failure {

@@ -124,7 +124,7 @@ impl MemCluster {
             let out = f(&mut st, now);
             // The pump wakes by itself at `pump_at`: only what comes due before then needs it woken (waking it on
             // every request, while a container waits a minute for the reaper, cost a switch of threads each).
-            let wake = |due: Instant| st.pump_at.map_or(true, |at| due < at);
+            let wake = |due: Instant| st.pump_at.is_none_or(|at| due < at);
             (out, !st.controlled && st.next_due().is_some_and(wake))
         };
         if pending {

@@ -179,7 +179,7 @@ trait BeforeExt {
 
 impl BeforeExt for Option<Stamp> {
     fn is_none_or_before(&self, other: Stamp) -> bool {
-        self.map_or(true, |s| s < other)
+        self.is_none_or(|s| s < other)
     }
 }
 

@@ -36,7 +36,7 @@ trait ClosedExt {
 
 impl ClosedExt for Option<Arc<Inner>> {
     fn is_none_or_closed(&self) -> bool {
-        self.as_ref().map_or(true, |i| i.is_closed())
+        self.as_ref().is_none_or(|i| i.is_closed())
     }
 }
 

@@ -525,7 +525,7 @@ trait StatExt {
 
 impl StatExt for Option<recipes_core::backend::Stat> {
     fn is_none_or_changed(&self, token: u128) -> bool {
-        self.map_or(true, |s| s.czxid.max(0) as u64 != creation_id(token))
+        self.is_none_or(|s| s.czxid.max(0) as u64 != creation_id(token))
     }
 }
 

@@ -185,7 +185,7 @@ impl<'a> Attempt<'a> {
     /// Runs one request, bounded by the deadline.
     ///
     /// Not an `async fn`: one would keep the request's future twice (as its argument and its local), in every wait.
-    pub fn call<T, F>(&self, f: F) -> impl Future<Output = Step<T>>
+    pub fn call<T, F>(&self, f: F) -> impl Future<Output = Step<T>> + use<T, F>
     where
         F: Future<Output = Result<T>>,
     {
@@ -203,7 +203,7 @@ impl<'a> Attempt<'a> {
     ///
     /// Its timer is boxed: every wait selects on this future, and a timer kept in place would add its size to every
     /// waiting acquire's state (each waiter's heap), and to every move of an acquire's future, deadline or not.
-    pub fn deadline_passed(&self) -> impl Future<Output = ()> {
+    pub fn deadline_passed(&self) -> impl Future<Output = ()> + use<> {
         let timer = self.deadline.map(|d| Box::pin(tokio::time::sleep_until(d)));
         async move {
             match timer {

@@ -33,6 +33,7 @@ impl Attempt<'_> {
     ///
     /// Not an `async fn`: one keeps each of its arguments twice in its state (as given, and bound in its body), 40
     /// bytes of every waiter's; a block moved out of a plain function keeps them once.
+    #[allow(clippy::manual_async_fn)] // a plain function on purpose: see above
     pub(super) fn wait_on_blocker<'s, 'p>(
         &'s self,
         w: Watches<'s>,

@@ -111,7 +111,7 @@ impl Cleanup {
         self.state = Pending::Nothing;
     }
 
-    fn task(&mut self, of: Of<'_>) -> Option<impl Future<Output = ()> + Send + 'static> {
+    fn task(&mut self, of: Of<'_>) -> Option<impl Future<Output = ()> + Send + 'static + use<>> {
         let mut state = std::mem::replace(&mut self.state, Pending::Nothing);
         if matches!(state, Pending::Sent(..)) && is_active(Mutant::CleanupIgnoresInFlight) {
             state = Pending::Nothing;

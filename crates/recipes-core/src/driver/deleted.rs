@@ -15,6 +15,7 @@ impl Attempt<'_> {
     ///
     /// Not an `async fn`: one keeps its arguments twice in its state, which an exclusive lock's waiter keeps (and
     /// whose size, the largest of every recipe's waiting states, every acquire's future would take).
+    #[allow(clippy::manual_async_fn)] // a plain function on purpose: see above
     pub fn wait_deleted<'s>(&'s self, node: &'s str, pinned: SessionId) -> impl Future<Output = Step<()>> + Send + 's {
         async move {
             let nodes = [node];
@@ -36,6 +37,7 @@ impl Attempt<'_> {
     /// Not an `async fn`, and what the replies say is taken apart before the wait: an exclusive lock's waiter keeps
     /// this future, whose size (the largest of every recipe's waiting states until the twenty-seventh session) every
     /// acquire's future takes.
+    #[allow(clippy::manual_async_fn)] // a plain function on purpose: see above
     pub fn wait_any_deleted<'s, S: AsRef<str> + Sync>(
         &'s self,
         nodes: &'s [S],

@@ -58,6 +58,7 @@ impl Attempt<'_> {
     /// - the view ends at any change of the session's state (a tree watch's events are lost across a reconnection):
     ///   the waiter lists again, as a disconnection during its wait makes it do;
     /// - nothing is kept for the next wait (no watch to keep): a scout's deletion lists again at once.
+    #[allow(clippy::manual_async_fn)] // a plain function on purpose: see above
     pub(super) fn wait_in_view<'s>(
         &'s self,
         q: &'s Queued,

@@ -94,6 +94,7 @@ impl Attempt<'_> {
     ///
     /// Not an `async fn`, as `wait_on_blocker`: its arguments are kept once in its state. Our node (`q`) is watched by
     /// the path it was made at, not by one built again for each wait.
+    #[allow(clippy::manual_async_fn)] // a plain function on purpose: see above
     pub(super) fn wait_in_line<'s>(
         &'s self,
         q: &'s Queued,

@@ -182,7 +182,7 @@ impl Election {
     /// # Ok::<(), recipes_core::Error>(())
     /// # }).unwrap();
     /// ```
-    pub fn changes(&self) -> impl Stream<Item = Result<Option<Leader>>> + Send + 'static {
+    pub fn changes(&self) -> impl Stream<Item = Result<Option<Leader>>> + Send + 'static + use<> {
         /// The stream's state: the election (its context held weakly: the stream keeps no session alive), what it
         /// reported last, and whether it waits before its next read.
         struct Watching {

@@ -132,7 +132,7 @@ pub(super) async fn keep_alive(shared: Weak<Shared>) {
                 Ok(Ok(Some(r))) if r.ttl() > 0 => {
                     {
                         let mut l = s.lease.lock();
-                        if l.session == lease.session && l.answered_send.map_or(true, |t| t < sent) {
+                        if l.session == lease.session && l.answered_send.is_none_or(|t| t < sent) {
                             l.answered_send = Some(sent);
                         }
                     }
@@ -176,7 +176,7 @@ async fn suspended_or_expired(shared: &Weak<Shared>, id: SessionId) {
     let lease = s.lease();
     let over = lease
         .answered_send
-        .map_or(true, |t| Instant::now() > t + lease.session_timeout);
+        .is_none_or(|t| Instant::now() > t + lease.session_timeout);
     if over {
         drop(s);
         expired(shared, id).await;

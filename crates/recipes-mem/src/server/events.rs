@@ -149,7 +149,7 @@ impl State {
             // The earliest due item: (due, seq, what).
             let mut best: Option<(Instant, u64, NetEvent)> = None;
             let mut consider = |due: Instant, seq: u64, e: NetEvent| {
-                if due <= now && best.as_ref().map_or(true, |(d, s, _)| (due, seq) < (*d, *s)) {
+                if due <= now && best.as_ref().is_none_or(|(d, s, _)| (due, seq) < (*d, *s)) {
                     best = Some((due, seq, e));
                 }
             };
@@ -211,7 +211,7 @@ impl State {
                 self.apply(sid, false, now);
             }
             NetEvent::ApplyOrphan(sid) => {
-                if self.sessions.get(&sid).map_or(true, |r| r.orphans.is_empty()) {
+                if self.sessions.get(&sid).is_none_or(|r| r.orphans.is_empty()) {
                     return false;
                 }
                 self.apply(sid, true, now);

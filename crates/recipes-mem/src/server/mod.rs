@@ -199,7 +199,7 @@ impl State {
     /// Brings the server up to `now`: reaps the containers that have been empty long enough.
     pub fn catch_up(&mut self, now: Instant) {
         // Every request catches up, and mostly no container is due: that answer costs one look at the first.
-        if !self.tree.next_reap(self.reap_checks).is_some_and(|at| at <= now) {
+        if self.tree.next_reap(self.reap_checks).is_none_or(|at| at > now) {
             return;
         }
         for path in self.tree.reap(now, self.reap_checks) {

@@ -209,7 +209,7 @@ impl HeldNode {
             } else {
                 until.min(Instant::now() + (timeout / LOOK_AGAIN_PER_TIMEOUT).max(LOOK_AGAIN_AT_MOST))
             };
-            let armable = interrupted_at.map_or(true, |at| seen > at);
+            let armable = interrupted_at.is_none_or(|at| seen > at);
             if watch.is_none() && armable && status.state == SessionState::Connected {
                 watch = Some(Box::pin(self.watch_node(on)));
                 armed_at = seen;

@@ -9,8 +9,8 @@ use tokio::sync::watch;
 
 use super::attempt::{Attempt, Step, Stop};
 use super::scout::scout_event;
+use super::session;
 use super::wait::InLine;
-use super::{session, Captures};
 use crate::backend::{BackendExt, NodeEvent, NodeWatch, SessionId, SessionStatus};
 use crate::error::Error;
 use crate::info::NodeInfo;
@@ -38,7 +38,7 @@ impl Attempt<'_> {
         &'s self,
         w: Watches<'s>,
         b: &'s mut Blocker<'p>,
-    ) -> impl Future<Output = Step<InLine>> + Send + Captures<'p> + 's {
+    ) -> impl Future<Output = Step<InLine>> + Send + use<'s, 'p> {
         async move {
             let mut rx = self.backend().session();
             // A release of the blocker by a task of this process on this session may hand the lock over at once.

@@ -199,11 +199,6 @@ pub(crate) trait Procedure: Send {
 /// An attempt's end without a hold, boxed (see `settle`).
 type Settling<'s> = std::pin::Pin<Box<dyn Future<Output = Result<Option<HeldNode>>> + Send + 's>>;
 
-/// Says that an `impl Future` keeps a borrow of lifetime `'a` (an attempt's, under a shorter borrow of the attempt
-/// itself), where edition 2021 cannot say it otherwise.
-pub(super) trait Captures<'a> {}
-impl<T: ?Sized> Captures<'_> for T {}
-
 /// As [`acquire_claim`]; `procedure`: how the attempt comes to hold, when not by its protocol's node; `candidate`:
 /// an election candidate's lines in the node's data (empty for a lock).
 ///
@@ -299,7 +294,7 @@ impl<'a> Attempt<'a> {
     fn settle<'s>(
         &'s mut self,
         outcome: Step<Option<HeldNode>>,
-    ) -> impl Future<Output = Result<Option<HeldNode>>> + Send + Captures<'a> + 's {
+    ) -> impl Future<Output = Result<Option<HeldNode>>> + Send + use<'a, 's> {
         match outcome {
             // Between the last reply and now the client may have learned that the session is over (a reply that
             // arrives with the news of the expiry): the node went with it; never hand out a guard known lost.

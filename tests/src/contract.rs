@@ -13,10 +13,12 @@ use crate::harness::{Harness, TestClient};
 use crate::util::{bounded, eventually, skip};
 
 mod creation;
+mod listing;
 mod reaper;
 mod trees;
 mod watches;
 pub use creation::a_delete_if_created_spares_a_name_made_again;
+pub use listing::{a_listing_comes_in_no_order_unless_by_creation, a_sequence_counts_the_parents_creates};
 pub use reaper::{containers_are_reaped_later_not_at_once, the_reaper_takes_emptied_containers_at_its_passes};
 pub use trees::{
     a_one_shot_watch_on_the_tree_root_silences_it, a_silenced_tree_watch_reports_deletions_only,
@@ -49,6 +51,7 @@ macro_rules! __for_each_contract {
             delete_all_is_all_or_none set_data_and_delete_is_one_write
             a_transaction_sent_now_precedes_later_requests
             a_delete_if_created_spares_a_name_made_again
+            a_listing_comes_in_no_order_unless_by_creation a_sequence_counts_the_parents_creates
             a_tree_watch_reports_every_change_below_it_in_order a_tree_watch_event_arrives_before_a_later_reply
             a_tree_watch_ends_at_a_cut a_one_shot_watch_on_the_tree_root_silences_it
             a_silenced_tree_watch_reports_deletions_only

@@ -20,7 +20,8 @@ async fn sequence_comes_from_the_parents_child_change_counter() {
         .unwrap();
     assert_eq!(n0.path, "/p/x-0000000000");
     a.current().delete(&n0.path).await.unwrap();
-    // A delete also bumps the counter, as in ZooKeeper: sequences skip.
+    // A delete also bumps the counter here (ZooKeeper's moves at each create only: the contract's
+    // `a_sequence_counts_the_parents_creates`): sequences skip, and wrap sooner, never kinder.
     let n2 = a
         .current()
         .create("/p/x-", b"", CreateMode::EphemeralSequential)

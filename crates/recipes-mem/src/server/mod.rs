@@ -20,6 +20,7 @@ mod events;
 mod ops;
 mod queue;
 mod session;
+mod unordered;
 mod watches;
 
 use std::collections::BTreeMap;

@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use recipes_core::backend::{CreateMode, Created, NodeEvent, SessionId, Stat, TreeChange};
+use recipes_core::backend::{ChildOrder, CreateMode, Created, NodeEvent, SessionId, Stat, TreeChange};
 use recipes_core::Result;
 use tokio::time::Instant;
 
@@ -272,8 +272,11 @@ impl State {
                 self.fire_trees(&created.path, TreeChange::Created, now);
                 Ok(Reply::Created(created))
             }
-            Op::Children { path } => self.tree.children(&path).map(|names| {
+            Op::Children { path } => self.tree.children(&path).map(|mut names| {
                 self.listed_names += names.len() as u64;
+                if self.tree.order == ChildOrder::Sequence {
+                    super::unordered::in_no_order(&mut names);
+                }
                 Reply::Names(names)
             }),
             Op::Get { path } => Ok(Reply::Node(self.tree.node(&path).map(Node::read))),

@@ -387,7 +387,8 @@ fn sequential(node: &str) -> bool {
     name.len() >= 10 && name.as_bytes()[name.len() - 10..].iter().all(u8::is_ascii_digit)
 }
 
-/// The node's name without its attempt id (random in every run): its kind and sequence.
+/// The node's name without its attempt id (random outside the model checker, a count within it): its kind and
+/// sequence.
 pub(crate) fn short(node: &str) -> String {
     let name = node.rsplit('/').next().unwrap_or(node);
     let hex = |s: &str| s.bytes().all(|c| c.is_ascii_hexdigit() || c == b'-');

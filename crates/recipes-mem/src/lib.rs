@@ -14,7 +14,8 @@
 //! - **requests bound to their session**: a request of an ended session fails, and never runs on its successor;
 //! - **the network**: a request is sent, applied and answered in three separate steps; one session's requests are
 //!   applied in order; a request already sent is applied even if its caller gave up, or its session is then closed
-//!   (before the close, as ZooKeeper's `closeSession` follows it); a broken connection loses the replies in flight,
+//!   (before the close, as ZooKeeper's `closeSession` follows it), and a watch still armed at a close ends with
+//!   `Closed`, as the application's doing, not with `SessionExpired`; a broken connection loses the replies in flight,
 //!   while the requests it carried may still land;
 //! - **containers reaped by a periodic reaper** (ZooKeeper's runs about once a minute; see
 //!   [`MemCluster::set_container_reap_delay`]): an emptied container goes at its next pass, not at once, and sometimes

@@ -3,6 +3,7 @@
 use std::task::Poll;
 
 use recipes_core::backend::{BackendExt, CreateMode, NodeEvent};
+use recipes_core::Error;
 
 use super::kept_containers;
 use crate::harness::{Harness, TestClient};
@@ -171,4 +172,43 @@ async fn made_again_is_reported_deleted(h: &dyn Harness, name: &str, before: Bef
     assert!(fired.is_ok(), "{name}: {fired:?}");
     on_a.delete(&node).await.unwrap();
     on_a.delete(&format!("{path}/keep")).await.unwrap();
+}
+
+/// A one-shot watch still armed when its client closes the session ends with `Closed`, not `SessionExpired`: the
+/// application ended the session, as ZooKeeper's client tells its watchers with its closing event. Found by an audit of
+/// the in-memory server against the contract (helper-141): its watches ended as by an expiry.
+pub async fn a_watch_armed_at_a_close_ends_closed(h: &dyn Harness) {
+    let path = h.path("watch-at-close");
+    let maker = h.client().await;
+    let on = maker.locks.backend().current();
+    let keep = kept_containers(on, &path).await;
+    let node = format!("{path}/n");
+    on.create(&node, b"", CreateMode::Ephemeral).await.unwrap();
+    let closing = h.client().await;
+    let b = closing.locks.backend().clone();
+    let (_, deleted) = b
+        .current()
+        .watch_deletion(&node)
+        .await
+        .unwrap()
+        .expect("the node is there");
+    let (_, changed) = b
+        .current()
+        .get_and_watch(&node)
+        .await
+        .unwrap()
+        .expect("the node is there");
+    b.close().await;
+    let deleted = bounded(h, "the deletion watch armed at the close", deleted).await;
+    assert!(
+        matches!(deleted, Err(Error::Closed)),
+        "a deletion watch armed at the close: {deleted:?}"
+    );
+    let changed = bounded(h, "the watch of the node armed at the close", changed).await;
+    assert!(
+        matches!(changed, Err(Error::Closed)),
+        "a watch of the node armed at the close: {changed:?}"
+    );
+    on.delete(&node).await.unwrap();
+    on.delete(&keep).await.unwrap();
 }

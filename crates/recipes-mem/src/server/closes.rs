@@ -53,13 +53,14 @@ impl State {
             unreachable!("the session was just seen")
         };
         rec.client.publish(sid, SessionState::Closed);
+        // Ended by the application, as ZooKeeper's client tells its watchers (`a_watch_armed_at_a_close_ends_closed`).
         for tx in watches.into_iter().chain(rec.doomed.drain(..)) {
-            let _ = tx.send(Err(Error::SessionExpired));
+            let _ = tx.send(Err(Error::Closed));
         }
         // Events fired while it was cut off (found by review, helper-122: never delivered nor failed).
         for item in rec.inbound.take() {
             match item {
-                Inbound::Event { fired, .. } => fired.1.send(Err(Error::SessionExpired)),
+                Inbound::Event { fired, .. } => fired.1.send(Err(Error::Closed)),
                 Inbound::Reply { tx, .. } => {
                     let _ = tx.send(Err(Error::Closed));
                 }

@@ -272,15 +272,17 @@ impl State {
         for item in rec.inbound {
             item.hand_over();
         }
-        for tx in rec.doomed {
-            let _ = tx.send(Err(Error::SessionExpired));
-        }
+        // A close ends the watches as the application's (ZooKeeper's client sends its watchers its closing event).
         let closed = client.current().state == SessionState::Closed;
+        let ended = if closed { Error::Closed } else { Error::SessionExpired };
+        for tx in rec.doomed {
+            let _ = tx.send(Err(ended.clone()));
+        }
         let carried: Vec<Request> = if is_active(Mutant::UnboundRequests) && !closed {
             rec.outbound.into_iter().collect()
         } else {
             for mut req in rec.outbound {
-                req.fail(if closed { Error::Closed } else { Error::SessionExpired });
+                req.fail(ended.clone());
             }
             Vec::new()
         };

@@ -294,7 +294,8 @@ impl LockGuard {
     ///
     /// # Notable errors
     /// [`Error::NotHeld`](crate::Error::NotHeld) when the node went first (released, deleted);
-    /// [`Error::SessionExpired`](crate::Error::SessionExpired) when its session ended.
+    /// [`Error::SessionExpired`](crate::Error::SessionExpired) when its session ended;
+    /// [`Error::Closed`](crate::Error::Closed) when the application closed it.
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future only drops a watch registration.

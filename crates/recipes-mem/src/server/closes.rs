@@ -42,7 +42,7 @@ impl State {
     }
 
     /// [`close`](Self::close) over a cut connection: the client is closed at once, and its watches and the events on
-    /// their way to it fail as at an expiry; the server hears of the close only when the connection comes back within
+    /// their way to it fail with `Closed`; the server hears of the close only when the connection comes back within
     /// the session's timeout (zookeeper-client goes on reconnecting, and sends its `closeSession` then; see
     /// [`reconnect`](Self::reconnect)), else it expires the session a timeout after the cut, ephemeral nodes with it.
     /// Before, the nodes went at the close, and a lock the session held passed on sooner than on ZooKeeper

@@ -8,7 +8,7 @@
 //!   child-change counter (`%010d` of a signed 32-bit value, so they skip and can wrap; ZooKeeper moves it at each
 //!   create only, this backend at each delete too: its numbers advance faster and wrap sooner, never kinder);
 //!   strictly increasing creation ids (czxid); lists of children in no order (ZooKeeper's come from a hash set;
-//!   here a shuffle, the same for the same names, so that a recipe that took a listing's order for the queue's fails
+//!   here a shuffle, the same for the same names, so that code that takes a listing's order for the creates' fails
 //!   here too: decision 0089), while [`MemCluster::children`], a test's view, is sorted;
 //! - one-shot watches registered before the existence check, delivered in order with the session's replies;
 //! - **requests bound to their session**: a request of an ended session fails, and never runs on its successor;

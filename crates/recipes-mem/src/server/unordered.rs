@@ -1,9 +1,9 @@
 //! The order of a list of children where children are ordered by sequence: none, as ZooKeeper's (decision 0089).
 
-/// Puts a listing in an order of no meaning, as ZooKeeper's (its children are a hash set's): a recipe that took the
-/// listing's order for the queue's would pass here if the listing came sorted. A shuffle drawn from the names' count
-/// and the first and last name (FNV-1a, then xorshift), the same for the same names on every run, so that the model
-/// checker's schedules replay; linear, and no allocation.
+/// Puts a listing in an order of no meaning, as ZooKeeper's (its children are a hash set's): code that took the
+/// listing's order for the creates' (names that start with a sequence) would pass here if the listing came sorted. A
+/// shuffle drawn from the names' count and the first and last name (FNV-1a, then xorshift), the same for the same names
+/// on every run, so that the model checker's schedules replay; linear, and no allocation.
 pub(super) fn in_no_order(names: &mut [String]) {
     let n = names.len();
     if n < 2 {

@@ -13,11 +13,13 @@ use crate::harness::{Harness, TestClient};
 use crate::util::{bounded, eventually, skip};
 
 mod creation;
+mod cuts;
 mod listing;
 mod reaper;
 mod trees;
 mod watches;
 pub use creation::a_delete_if_created_spares_a_name_made_again;
+pub use cuts::a_request_made_while_cut_off_waits_for_the_reconnection;
 pub use listing::{a_listing_comes_in_no_order_unless_by_creation, a_sequence_counts_the_parents_creates};
 pub use reaper::{containers_are_reaped_later_not_at_once, the_reaper_takes_emptied_containers_at_its_passes};
 pub use trees::{
@@ -48,6 +50,7 @@ macro_rules! __for_each_contract {
             lost_reply_returns_to_same_session
             server_expires_session_behind_cut_connection a_close_over_a_cut_connection_leaves_the_nodes_to_the_expiry
             a_close_over_a_short_cut_reaches_the_server_when_it_reconnects
+            a_request_made_while_cut_off_waits_for_the_reconnection
             versioned_set_applies_only_over_that_version
             delete_all_is_all_or_none set_data_and_delete_is_one_write
             a_transaction_sent_now_precedes_later_requests
@@ -127,7 +130,7 @@ pub(crate) async fn kept_containers(on: SessionRef<'_>, path: &str) -> String {
 }
 
 /// Waits until the backend's session is connected, with a session id other than `old` when given.
-async fn connected(h: &dyn Harness, b: &dyn Backend, old: Option<SessionId>) -> SessionId {
+pub(crate) async fn connected(h: &dyn Harness, b: &dyn Backend, old: Option<SessionId>) -> SessionId {
     eventually(h, "the session is connected", || {
         let st = b.session_status();
         let ok = st.state == SessionState::Connected && Some(st.id) != old;
@@ -294,7 +297,8 @@ async fn with_a_node(h: &dyn Harness, name: &str) -> (TestClient, String, String
 }
 
 /// Cut off past its timeout, a session is expired by the server (its ephemeral nodes go) while the client still
-/// believes it is merely disconnected; on reconnecting the client learns, and requests of the old session fail.
+/// believes it is merely disconnected; on reconnecting the client learns, and requests of the old session fail, those
+/// it held through the cut included.
 pub async fn server_expires_session_behind_cut_connection(h: &dyn Harness) {
     if !h.capabilities().disconnect {
         return skip(h, "server_expires_session_behind_cut_connection", "disconnects");
@@ -319,8 +323,19 @@ pub async fn server_expires_session_behind_cut_connection(h: &dyn Harness) {
     );
     assert_eq!(st.id, sid, "the client cannot know yet ({when})");
     assert_ne!(st.state, SessionState::Connected, "{when}");
+    // A create made now: ZooKeeper's client holds it, and fails it when it learns of the expiry; etcd's refuses it.
+    let (old, held) = (b.on(sid), format!("{path}/held"));
+    let held = send_now(old.create(&held, b"", CreateMode::Ephemeral)).await;
     let new = connected(h, &*b, Some(sid)).await;
     assert_ne!(new, sid);
+    let outcome = bounded(h, "a create held through the expiry", held).await.map(drop);
+    match b.child_order() {
+        ChildOrder::Sequence => assert_eq!(outcome, Err(Error::SessionExpired), "{when}"),
+        _ => assert!(
+            matches!(outcome, Err(Error::ConnectionLoss | Error::SessionExpired)),
+            "{outcome:?} ({when})"
+        ),
+    }
     assert_eq!(
         b.on(sid).create(&node, b"", CreateMode::Ephemeral).await,
         Err(Error::SessionExpired)

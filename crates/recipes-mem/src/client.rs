@@ -66,7 +66,10 @@ impl MemClient {
 
     /// Cuts the connection for `duration` (virtual time under a paused clock). The session is suspended: replies
     /// on their way are lost (their callers see `ConnectionLoss`), requests already sent may still be applied by
-    /// the server, new requests fail with `ConnectionLoss`, and watch events are held back. If `duration` is
+    /// the server, and watch events are held back. New requests are held by the client and sent when the
+    /// connection comes back, as zookeeper-client does (they land then, even if their callers gave up, and fail with
+    /// `SessionExpired` if the session ended); on a cluster [ordered by creation](MemCluster::ordered_by), which
+    /// stands for etcd, they fail at once with `ConnectionLoss`, as etcd's client refuses them. If `duration` is
     /// shorter than the session timeout the client reconnects to the same session, watches intact; otherwise the
     /// server expires the session when the timeout elapses (deleting its ephemeral nodes while the client still
     /// believes it is only disconnected), and the client learns of the expiry when the connection comes back.

@@ -22,7 +22,9 @@
 //!   right after it was emptied;
 //! - sessions suspended while disconnected, which the server expires after their timeout whether or not the client
 //!   knows; a close over a cut connection reaches the server only when the connection comes back within the timeout
-//!   (the nodes stay until then, or until the expiry).
+//!   (the nodes stay until then, or until the expiry); a request made while the connection is cut is held by the
+//!   client and sent once it is back (zookeeper-client's way: it lands then, even if its caller gave up on it), or
+//!   fails if the session ended meanwhile (decision 0090);
 //! - **watches set again at a reconnection**: no watch of a cut-off session fires, and the events on their way at the
 //!   cut are lost with it; when it reconnects, each watch is answered from its node as it is then (ZooKeeper's
 //!   `setWatches`: a change then a deletion is the deletion, a node made again under its name is a change), last-set
@@ -237,6 +239,10 @@ impl MemCluster {
     /// create makes the name as given, with no sequence appended, and lists of children come in the order of creation
     /// (ascending czxid). The default is ZooKeeper's ([`ChildOrder::Sequence`]). Call it before making clients; the
     /// model checker explores the recipes on both orders.
+    ///
+    /// A cluster ordered by creation stands for etcd in its clients' connections too: a request made while a client's
+    /// connection is cut fails at once with `ConnectionLoss`, as etcd's client refuses it, where ZooKeeper's client
+    /// holds it until the connection is back ([`MemClient::disconnect_for`], decision 0090).
     ///
     /// ```
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {

@@ -96,8 +96,9 @@ async fn events_on_their_way_at_the_cut_are_answered_again() {
 
 /// A deletion watch is ZooKeeper's exists watch, a data watch: a change of its node's data uses it up, and the watch
 /// sets itself again with a request of its own (as the ZooKeeper backend's does), which the model checker orders as
-/// any other, and which fails with the connection: the watch then ends with `ConnectionLoss`, where before this
-/// backend's deletion watch never saw the change at all.
+/// any other. A request in flight when the connection breaks fails with it: the watch then ends with `ConnectionLoss`,
+/// where before this backend's deletion watch never saw the change at all. One made while the connection is cut is
+/// held by the client and sent at the reconnection, as zookeeper-client does: the watch goes on.
 #[tokio::test(start_paused = true)]
 async fn a_deletion_watch_sets_itself_again_after_a_change() {
     use futures::FutureExt;
@@ -109,26 +110,37 @@ async fn a_deletion_watch_sets_itself_again_after_a_change() {
     let on_b = b.current();
     let (_, mut kept) = on_b.watch_deletion("/p/1").await.unwrap().expect("there");
     let (_, mut cut) = on_b.watch_deletion("/p/1").await.unwrap().expect("there");
+    let (_, mut held) = on_b.watch_deletion("/p/1").await.unwrap().expect("there");
     let ctl = cluster.controlled();
     let sid = b.session_id();
     ctl.operator_set_data("/p/1", b"x").unwrap();
-    assert!(ctl.fire(NetEvent::Deliver(sid)) && ctl.fire(NetEvent::Deliver(sid)));
+    assert!((0..3).all(|_| ctl.fire(NetEvent::Deliver(sid))));
     // The first sets itself again: a request, applied and answered in steps of their own.
     assert!((&mut kept).now_or_never().is_none());
     assert_eq!(ctl.events(), [NetEvent::Apply(sid)]);
     assert!(ctl.fire(NetEvent::Apply(sid)) && ctl.fire(NetEvent::Deliver(sid)));
     assert!((&mut kept).now_or_never().is_none(), "the node is there: still watched");
-    // The connection breaks before the second sets itself again.
+    // The second's request is on its way when the connection breaks.
+    assert!((&mut cut).now_or_never().is_none());
+    assert_eq!(ctl.events(), [NetEvent::Apply(sid)]);
     b.disconnect_for(Duration::from_millis(10));
     assert!(matches!(
         (&mut cut).now_or_never(),
         Some(Err(recipes_core::Error::ConnectionLoss))
     ));
+    // The third's is made while the connection is cut: held until it is back.
+    assert!((&mut held).now_or_never().is_none());
     tokio::time::advance(Duration::from_millis(20)).await;
+    let orphan = [NetEvent::ApplyOrphan(sid), NetEvent::DropOrphans(sid)];
+    assert!(ctl.fire(orphan[1]), "{:?}", ctl.events());
     let reconnect = ctl.events();
     assert!(matches!(reconnect.as_slice(), [NetEvent::Timer(_)]), "{reconnect:?}");
     assert!(ctl.fire(reconnect[0]));
+    assert_eq!(ctl.events(), [NetEvent::Apply(sid)], "the held request, sent");
+    assert!(ctl.fire(NetEvent::Apply(sid)) && ctl.fire(NetEvent::Deliver(sid)));
+    assert!((&mut held).now_or_never().is_none(), "the node is there: still watched");
     ctl.operator_delete("/p/1").unwrap();
-    assert!(ctl.fire(NetEvent::Deliver(sid)));
+    assert!(ctl.fire(NetEvent::Deliver(sid)) && ctl.fire(NetEvent::Deliver(sid)));
     assert!(matches!((&mut kept).now_or_never(), Some(Ok(()))));
+    assert!(matches!((&mut held).now_or_never(), Some(Ok(()))));
 }

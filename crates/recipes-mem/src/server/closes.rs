@@ -24,9 +24,19 @@ impl State {
             self.close_cut_off(sid, now);
             return;
         }
-        // Those a broken connection left in flight are applied too (they may land or not; landing is one of the two),
-        // so that the requests behind them are (helper-122: a write behind them was failed). A reply lost on the way
-        // (an injected loss) does not turn this into a close over a cut connection: the client reconnects at once.
+        self.apply_in_flight(sid, now);
+        if let Some(rec) = self.sessions.get(&sid) {
+            rec.client.publish(sid, SessionState::Closed);
+        }
+        self.expire_on_server(sid, now);
+        self.client_learns_expiry(sid, now);
+    }
+
+    /// Applies every request of `sid` still in flight, before its close. Those a broken connection left in flight are
+    /// applied too (they may land or not; landing is one of the two), so that the requests behind them are
+    /// (helper-122: a write behind them was failed). A reply lost on the way (an injected loss) does not turn a close
+    /// into one over a cut connection: the client reconnects at once.
+    pub(super) fn apply_in_flight(&mut self, sid: SessionId, now: Instant) {
         while let Some(r) = self.sessions.get(&sid).filter(|r| r.alive) {
             let orphan = r.orphans.front().is_some();
             if !orphan && r.outbound.front().is_none() {
@@ -34,11 +44,6 @@ impl State {
             }
             self.apply(sid, orphan, now);
         }
-        if let Some(rec) = self.sessions.get(&sid) {
-            rec.client.publish(sid, SessionState::Closed);
-        }
-        self.expire_on_server(sid, now);
-        self.client_learns_expiry(sid, now);
     }
 
     /// [`close`](Self::close) over a cut connection: the client is closed at once, and its watches and the events on

@@ -28,7 +28,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::backend::{NodeEvent, SessionId, SessionState, TreeEvent};
+use recipes_core::backend::{ChildOrder, NodeEvent, SessionId, SessionState, TreeEvent};
 use recipes_core::mutants::{is_active, Mutant};
 use recipes_core::{Error, Result};
 use tokio::sync::{oneshot, Notify};
@@ -222,6 +222,8 @@ impl State {
             _ if current.id != sid => return Err(Error::SessionExpired),
             SessionState::Expired => return Err(Error::SessionExpired),
             SessionState::Connected => {}
+            // etcd's client refuses it (a cluster ordered by creation stands for etcd), ZooKeeper's holds it.
+            SessionState::Suspended if self.tree.order == ChildOrder::Sequence => return self.hold(sid, op, now),
             _ => return Err(Error::ConnectionLoss),
         }
         let latency = self.latency;

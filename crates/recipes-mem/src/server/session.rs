@@ -58,6 +58,8 @@ pub(crate) struct Session {
     pub(super) orphans: Queue<Request>,
     /// Replies and watch events on their way to the client.
     pub(super) inbound: Queue<Inbound>,
+    /// Made while the connection was down, where the client holds them ([`State::hold`]): sent at the reconnection.
+    held: Vec<Request>,
     /// Watches of this session that died with it on the server, failed when the client learns of the expiry.
     pub(super) doomed: Vec<WatchTx>,
     pub(super) lose_create_replies: u32,
@@ -158,6 +160,7 @@ impl State {
             outbound: Queue::new(&self.queued),
             orphans: Queue::new(&self.queued),
             inbound: Queue::new(&self.queued),
+            held: Vec::new(),
             doomed: Vec::new(),
             lose_create_replies: 0,
             connected_since: now,
@@ -224,7 +227,10 @@ impl State {
             return;
         }
         if rec.client.current().state == SessionState::Closed {
-            // Closed while cut off: its `closeSession` reaches the server now (see `close_cut_off`).
+            // Closed while cut off: the requests it held go first, then its `closeSession` reaches the server (see
+            // `close_cut_off`).
+            self.send_held(sid, now);
+            self.apply_in_flight(sid, now);
             self.expire_on_server(sid, now);
             self.client_learns_expiry(sid, now);
             return;
@@ -235,10 +241,46 @@ impl State {
         // forwarded them to the leader before the session moved), though before any later write or `sync` of the
         // session (see `waits_for_orphans`). So orphans stay in flight.
         rec.client.publish(sid, SessionState::Connected);
+        // zookeeper-client sets its watches again, then sends what it held.
         self.watches_set_again(sid, now);
+        self.send_held(sid, now);
         self.touch();
         if self.immediate() {
+            while self.sessions.get(&sid).is_some_and(|r| r.next_apply().is_some()) {
+                self.apply(sid, false, now);
+            }
             self.deliver_ready(sid);
+        }
+    }
+
+    /// The client holds a request made while its connection is down, as zookeeper-client does: it is sent at the
+    /// reconnection, behind those held before it, and fails if the client learns there that its session ended (the
+    /// contract's `a_request_made_while_cut_off_waits_for_the_reconnection`). Its caller may give up meanwhile; the
+    /// request is sent all the same. A crashed client holds nothing.
+    pub(super) fn hold(&mut self, sid: SessionId, op: super::Op<'_>, now: Instant) -> Result<super::Sent> {
+        let seq = self.next_seq();
+        let Some(rec) = self.sessions.get_mut(&sid).filter(|r| !r.crashed) else {
+            return Err(Error::ConnectionLoss);
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        rec.held.push(Request {
+            op: op.into_owned(),
+            reply: Some(tx),
+            sent: now,
+            due: now,
+            seq,
+        });
+        self.touch();
+        Ok(super::Sent::Later(rx))
+    }
+
+    /// The connection of `sid` is back: the requests its client held go out on it, in order.
+    fn send_held(&mut self, sid: SessionId, now: Instant) {
+        let latency = self.latency;
+        let Some(rec) = self.sessions.get_mut(&sid) else { return };
+        for mut req in std::mem::take(&mut rec.held) {
+            req.due = rec.outbound.back().map_or(now + latency, |r| r.due.max(now + latency));
+            rec.outbound.push_back(req);
         }
     }
 
@@ -278,10 +320,11 @@ impl State {
         for tx in rec.doomed {
             let _ = tx.send(Err(ended.clone()));
         }
+        let in_flight = rec.outbound.into_iter().chain(rec.held);
         let carried: Vec<Request> = if is_active(Mutant::UnboundRequests) && !closed {
-            rec.outbound.into_iter().collect()
+            in_flight.collect()
         } else {
-            for mut req in rec.outbound {
+            for mut req in in_flight {
                 req.fail(ended.clone());
             }
             Vec::new()
@@ -314,6 +357,9 @@ impl State {
         let down = self.link_down(sid, now);
         let Some(rec) = self.sessions.get_mut(&sid) else { return };
         rec.crashed = true;
+        for mut req in rec.held.drain(..) {
+            req.fail(Error::ConnectionLoss);
+        }
         let (at, epoch) = (now + rec.timeout, rec.epoch);
         if down.is_some() || rec.alive {
             self.schedule(at, Timer::ServerExpire(sid, epoch));

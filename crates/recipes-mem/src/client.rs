@@ -271,7 +271,8 @@ impl Backend for MemClient {
     }
 
     fn set_data_unacked(&self, session: SessionId, path: &str, data: &[u8], version: Option<i32>) {
-        // Sent now; nobody waits for the reply. Not sent at all when the session is over or disconnected.
+        // Sent now (held until the reconnection while disconnected); nobody waits for the reply. Not sent at all when
+        // the session is over, or while disconnected where the cluster stands for etcd.
         let op = Op::SetData {
             path: path.into(),
             data: data.into(),

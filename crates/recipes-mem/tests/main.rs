@@ -5,6 +5,7 @@
 
 mod closes;
 mod heartbeats_in_order;
+mod held;
 mod orphans;
 mod pump;
 mod request_sizes;

@@ -255,8 +255,9 @@ impl Drop for LastResort {
             Some(_reply) => {
                 debug!(node = %self.node, "background cleanup dropped unfinished; its delete sent at the drop")
             }
-            // The session is over (the node went with it) or disconnected (the node stays until the session ends), or
-            // the backend cannot send this delete before returning.
+            // The session is over (the node went with it), or disconnected where the backend refuses requests then
+            // (etcd's client: the node stays until the session ends; ZooKeeper's client holds the delete and sends it
+            // at the reconnection), or the backend cannot send this delete before returning.
             None => warn!(
                 node = %self.node,
                 "background cleanup dropped unfinished, its delete not sent (the session is over or disconnected, or \

@@ -106,44 +106,46 @@ fn a_runtime_dropped_with_guards_of_fixed_names_on_it_leaves_no_node() {
     }
 }
 
-/// What the last resort cannot do (found by review, helper-124; the guide says it): a guard's delete dropped with its
-/// runtime while its session's connection is cut is refused at the drop, so the node stays while the session lives on
-/// after the reconnection (on ZooKeeper the delete goes on after the reconnection, on the connection's own runtime).
-/// The guide's advice holds: closing the session's `Locks` deletes it, and the lock passes on.
+/// The last resort over a cut connection (helper-124 found it refused at the drop; decision 0090): a guard's delete
+/// dropped with its runtime while its session's connection is cut is held by the client, as zookeeper-client holds it,
+/// and sent when the connection comes back, so the lock passes on while the session lives on (on ZooKeeper the same
+/// goes on on the connection's own runtime). The reconnection is the cluster pump's, which the next call into the
+/// cluster starts again when the runtime it ran on is gone.
 #[test]
-fn a_delete_dropped_while_cut_off_leaves_the_node_to_the_sessions_close() {
+fn a_delete_dropped_while_cut_off_is_sent_when_the_connection_is_back() {
     use std::time::Duration;
 
-    use recipes_core::Locks;
+    use recipes_core::backend::SessionState;
+    use recipes_core::{Backend, Locks};
 
     let (b, a) = (one_worker(), one_worker());
     let cluster = MemCluster::new();
     let (holding, other) = b.block_on(async { (cluster.client(), cluster.client()) });
     let (holder, next) = (Locks::new(holding.clone()), Locks::new(other));
     let guard = a.block_on(holder.fair("/runtimes/cut").unwrap().acquire()).unwrap();
+    let session = holding.session_id();
     holding.disconnect_for(Duration::from_millis(200));
     {
         let _in_a = a.enter();
         drop(guard);
     }
     drop(a);
-    b.block_on(async { tokio::time::sleep(Duration::from_millis(500)).await });
     assert_eq!(
         cluster.children("/runtimes/cut").len(),
         1,
-        "the node stays while its session lives"
+        "held while the connection is cut"
     );
     let free = b.block_on(async {
-        assert!(next
-            .fair("/runtimes/cut")
-            .unwrap()
-            .try_acquire()
-            .await
-            .unwrap()
-            .is_none());
-        holder.close().await;
-        tokio::time::timeout(Duration::from_secs(10), next.fair("/runtimes/cut").unwrap().acquire()).await
+        let lock = next.fair("/runtimes/cut").unwrap();
+        tokio::time::timeout(Duration::from_secs(10), lock.acquire()).await
     });
-    let guard = free.expect("the lock passes on at the close").unwrap();
+    let guard = free.expect("the lock passes on once the connection is back").unwrap();
+    let status = holding.session_status();
+    assert_eq!(
+        (status.id, status.state),
+        (session, SessionState::Connected),
+        "the session lives on"
+    );
     b.block_on(guard.release()).unwrap();
+    b.block_on(holder.close());
 }

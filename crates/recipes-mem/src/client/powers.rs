@@ -62,8 +62,9 @@ impl TreeWatches for MemClient {
 }
 
 impl MemClient {
-    /// Sends `op` now: the server applies it before every later request of the session. Refused at once (the
-    /// session is over or disconnected): not sent (`None`), nothing to hand over.
+    /// Sends `op` now (held until the reconnection while disconnected): the server applies it before every later
+    /// request of the session. Refused at once (the session is over, or disconnected where the cluster stands for
+    /// etcd): not sent (`None`), nothing to hand over.
     fn sent_now(&self, session: SessionId, op: Op<'_>, what: &'static str) -> Option<ReplyFuture> {
         let sent = self.send(session, op).ok()?;
         Some(Box::pin(Self::reply(Ok(sent)).map(move |r| r.map(|r| r.done(what)))))

@@ -58,7 +58,8 @@ impl Access {
         }
         if self.local() || other.local() {
             // A delivery pops the head of its session's inbound queue and lets its client run; every request the
-            // client then sends goes behind those already queued, so it commutes with every network event.
+            // client then sends goes behind those already queued (or, made while its connection is cut, is held until
+            // the reconnection, a timer's: global), so it commutes with every network event.
             return true;
         }
         match (self.session, other.session) {

@@ -209,7 +209,8 @@ impl State {
     }
 
     /// Sends a request on session `sid`. Checked first: the backend's contract binds a request to the session it
-    /// names; a request of an ended session, or one sent while disconnected, is not sent at all.
+    /// names; a request of an ended session is not sent at all, and one made while disconnected is held by the client
+    /// until the reconnection (refused at once where the cluster stands for etcd: [`State::hold`]).
     pub fn send(&mut self, client: &ClientShared, sid: SessionId, op: Op<'_>, now: Instant) -> Result<Sent> {
         let current = client.current();
         let sid = if is_active(Mutant::UnboundRequests) {

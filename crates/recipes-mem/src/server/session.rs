@@ -307,7 +307,8 @@ impl State {
     }
 
     /// The client of `sid` learns that its session is over: what the server answered before reaches it, its
-    /// watches fail, requests still in flight fail, and (unless the client was closed) a new session is opened.
+    /// watches fail, requests still in flight or held fail, and (unless the client was closed) a new session is
+    /// opened.
     pub fn client_learns_expiry(&mut self, sid: SessionId, now: Instant) {
         let Some(rec) = self.sessions.remove(&sid) else { return };
         let client = rec.client.clone();
@@ -320,12 +321,16 @@ impl State {
         for tx in rec.doomed {
             let _ = tx.send(Err(ended.clone()));
         }
-        let in_flight = rec.outbound.into_iter().chain(rec.held);
         let carried: Vec<Request> = if is_active(Mutant::UnboundRequests) && !closed {
-            in_flight.collect()
+            rec.outbound.into_iter().chain(rec.held).collect()
         } else {
-            for mut req in in_flight {
+            for mut req in rec.outbound {
                 req.fail(ended.clone());
+            }
+            // Still held: the session ended on the server before they could go (after a close too, as
+            // zookeeper-client fails them when it learns of the expiry; a close that reached the server sent them).
+            for mut req in rec.held {
+                req.fail(Error::SessionExpired);
             }
             Vec::new()
         };

@@ -15,12 +15,14 @@ use crate::util::{bounded, eventually, skip};
 mod creation;
 mod cuts;
 mod listing;
+mod paths;
 mod reaper;
 mod trees;
 mod watches;
 pub use creation::a_delete_if_created_spares_a_name_made_again;
 pub use cuts::a_request_made_while_cut_off_waits_for_the_reconnection;
 pub use listing::{a_listing_comes_in_no_order_unless_by_creation, a_sequence_counts_the_parents_creates};
+pub use paths::a_malformed_path_is_refused_by_every_request;
 pub use reaper::{containers_are_reaped_later_not_at_once, the_reaper_takes_emptied_containers_at_its_passes};
 pub use trees::{
     a_one_shot_watch_on_the_tree_root_silences_it, a_silenced_tree_watch_reports_deletions_only,
@@ -51,6 +53,7 @@ macro_rules! __for_each_contract {
             server_expires_session_behind_cut_connection a_close_over_a_cut_connection_leaves_the_nodes_to_the_expiry
             a_close_over_a_short_cut_reaches_the_server_when_it_reconnects
             a_request_made_while_cut_off_waits_for_the_reconnection
+            a_malformed_path_is_refused_by_every_request
             versioned_set_applies_only_over_that_version
             delete_all_is_all_or_none set_data_and_delete_is_one_write
             a_transaction_sent_now_precedes_later_requests

@@ -12,9 +12,11 @@ use tokio::sync::watch;
 
 use crate::error::Result;
 
+mod paths;
 mod powers;
 mod types;
 
+pub use paths::{check_create_path, check_last_name, check_path, PathChecker};
 pub use powers::{tree_watch_until_moved, CreationChecks, SendNow, Transactions, TreeWatches};
 pub use types::*;
 

@@ -3,7 +3,9 @@
 //!
 //! The queue's order is etcd's create revision: a sequential create makes the name as given, and the children of a
 //! path are listed in the order of their creation ([`ChildOrder::Creation`], decision 0068), so the native layout's
-//! recipes run here as they do on ZooKeeper, their waiters listing again after every wake-up.
+//! recipes run here as they do on ZooKeeper, their waiters listing again after every wake-up. Paths are checked as
+//! ZooKeeper's client checks them (`Refused` before anything is sent, decision 0091): etcd takes any key, but a key
+//! that is no path would break the tree this backend keeps on them.
 //!
 //! # The order of one session's requests
 //! etcd applies concurrent requests of one client in any order (decision 0065 measured 192 of 1,550 pairs
@@ -104,6 +106,7 @@ impl EtcdBackend {
     }
 
     async fn call(&self, session: SessionId, op: Op) -> Result<Reply> {
+        op.check_paths()?;
         self.shared.sender.call(session, op).await
     }
 }
@@ -167,7 +170,8 @@ impl Backend for EtcdBackend {
         }
     }
 
-    async fn sync(&self, session: SessionId, _path: &str) -> Result<()> {
+    async fn sync(&self, session: SessionId, path: &str) -> Result<()> {
+        recipes_core::backend::check_path(path)?;
         // Every read is linearizable (decision 0065, point 5): a read sent after this sees every write committed
         // before it. The call still goes through the session's queue, so that it fails on an ended session.
         match self.call(session, Op::Sync).await? {
@@ -177,10 +181,12 @@ impl Backend for EtcdBackend {
     }
 
     async fn watch_deletion(&self, session: SessionId, path: &str) -> Result<Option<(Stat, DeletionWatch)>> {
+        recipes_core::backend::check_path(path)?;
         watch::deletion(self.shared.clone(), session, path).await
     }
 
     async fn get_and_watch(&self, session: SessionId, path: &str) -> Result<Option<(Vec<u8>, NodeWatch)>> {
+        recipes_core::backend::check_path(path)?;
         watch::node(self.shared.clone(), session, path).await
     }
 
@@ -192,7 +198,11 @@ impl Backend for EtcdBackend {
     }
 
     fn set_data_unacked(&self, session: SessionId, path: &str, data: &[u8], version: Option<i32>) {
-        self.shared.sender.send(session, Op::set(path, data, version));
+        let op = Op::set(path, data, version);
+        // A malformed path is refused as every request's is: nothing is sent, and nobody waits for an answer.
+        if op.check_paths().is_ok() {
+            self.shared.sender.send(session, op);
+        }
     }
 
     async fn delete(&self, session: SessionId, path: &str) -> Result<()> {

@@ -106,6 +106,22 @@ impl Op {
         }
     }
 
+    /// The checks of its paths ZooKeeper makes (`Refused` for a malformed one): etcd takes any key, but a key that is
+    /// no path breaks the tree the backend keeps on it (`/p/` is a child of `/p`, which can then never be deleted).
+    pub fn check_paths(&self) -> Result<()> {
+        use recipes_core::backend::{check_create_path, check_last_name, check_path};
+        match self {
+            // Names as given: no sequence is appended on etcd.
+            Op::Create { path, .. } | Op::CreateList { path, .. } | Op::Container { path } => {
+                check_create_path(path, false)
+            }
+            Op::Set { path, .. } => check_path(path).and_then(|()| check_last_name(path)),
+            Op::Children(path) | Op::Get(path) => check_path(path),
+            Op::Delete { paths, .. } => paths.iter().try_for_each(|p| check_path(p)),
+            Op::Sync => Ok(()),
+        }
+    }
+
     pub fn is_write(&self) -> bool {
         matches!(
             self,

@@ -12,6 +12,7 @@
 //!   here too: decision 0089), while [`MemCluster::children`], a test's view, is sorted;
 //! - one-shot watches registered before the existence check, delivered in order with the session's replies;
 //! - **requests bound to their session**: a request of an ended session fails, and never runs on its successor;
+//! - paths checked as ZooKeeper's client checks them, on every request (`Refused`, at once: decision 0091);
 //! - **the network**: a request is sent, applied and answered in three separate steps; one session's requests are
 //!   applied in order; a request already sent is applied even if its caller gave up, or its session is then closed
 //!   (before the close, as ZooKeeper's `closeSession` follows it), and a watch still armed at a close ends with

@@ -39,6 +39,9 @@ pub async fn a_request_made_while_cut_off_waits_for_the_reconnection(h: &dyn Har
     })
     .await;
     let (kept, dropped) = (format!("{path}/kept"), format!("{path}/dropped"));
+    // A malformed path is refused before anything is sent or held (ZooKeeper's client checks it first).
+    let refused = bounded(h, "a malformed path while cut off", on.get("relative")).await;
+    assert!(matches!(refused, Err(Error::Refused(_))), "{refused:?}");
     let made = cut_at.elapsed();
     let given_up = send_now(on.create(&dropped, b"", CreateMode::Ephemeral)).await;
     let waited = send_now(on.create(&kept, b"", CreateMode::Ephemeral)).await;

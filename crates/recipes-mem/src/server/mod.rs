@@ -19,6 +19,7 @@ mod closes;
 mod events;
 mod ops;
 mod queue;
+mod send;
 mod session;
 mod unordered;
 mod watches;
@@ -28,8 +29,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
-use recipes_core::backend::{ChildOrder, NodeEvent, SessionId, SessionState, TreeEvent};
-use recipes_core::mutants::{is_active, Mutant};
+use recipes_core::backend::{NodeEvent, SessionId, TreeEvent};
 use recipes_core::{Error, Result};
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
@@ -158,6 +158,8 @@ pub(crate) struct State {
     queued: Arc<AtomicUsize>,
     /// When the automatic mode's pump wakes by itself next (`None`: it waits to be woken, or is not running).
     pub pump_at: Option<Instant>,
+    /// The checks of requests' paths, as ZooKeeper's client makes them.
+    paths: recipes_core::backend::PathChecker,
 }
 
 impl Default for State {
@@ -182,6 +184,7 @@ impl Default for State {
             requests: 0,
             queued: Arc::new(AtomicUsize::new(0)),
             pump_at: None,
+            paths: Default::default(),
         }
     }
 }
@@ -206,60 +209,6 @@ impl State {
         for path in self.tree.reap(now, self.reap_checks) {
             self.fire_watches(&path, NodeEvent::Deleted, now);
         }
-    }
-
-    /// Sends a request on session `sid`. Checked first: the backend's contract binds a request to the session it
-    /// names; a request of an ended session is not sent at all, and one made while disconnected is held by the client
-    /// until the reconnection (refused at once where the cluster stands for etcd: [`State::hold`]).
-    pub fn send(&mut self, client: &ClientShared, sid: SessionId, op: Op<'_>, now: Instant) -> Result<Sent> {
-        let current = client.current();
-        let sid = if is_active(Mutant::UnboundRequests) {
-            current.id
-        } else {
-            sid
-        };
-        match current.state {
-            SessionState::Closed => return Err(Error::Closed),
-            _ if current.id != sid => return Err(Error::SessionExpired),
-            SessionState::Expired => return Err(Error::SessionExpired),
-            SessionState::Connected => {}
-            // etcd's client refuses it (a cluster ordered by creation stands for etcd), ZooKeeper's holds it.
-            SessionState::Suspended if self.tree.order == ChildOrder::Sequence => return self.hold(sid, op, now),
-            _ => return Err(Error::ConnectionLoss),
-        }
-        let latency = self.latency;
-        let immediate = self.immediate();
-        let seq = self.next_seq();
-        let Some(rec) = self.sessions.get_mut(&sid) else {
-            unreachable!("the session a client uses keeps its record until the client learns that it ended")
-        };
-        if !rec.up || rec.crashed {
-            unreachable!("a client shows `Connected` only while its connection is up, and a crash takes it down")
-        }
-        // Orphans of a broken connection are ahead too: a write of the new connection waits for them (helper-58: one
-        // applied at once overtook them).
-        let nothing_ahead =
-            rec.outbound.is_empty() && rec.orphans.is_empty() && rec.inbound.is_empty() && rec.lose_create_replies == 0;
-        if nothing_ahead && immediate {
-            return Ok(Sent::Done(self.apply_now(sid, op, now)));
-        }
-        let (tx, rx) = oneshot::channel();
-        let due = rec.outbound.back().map_or(now + latency, |r| r.due.max(now + latency));
-        rec.outbound.push_back(Request {
-            op: op.into_owned(),
-            reply: Some(tx),
-            sent: now,
-            due,
-            seq,
-        });
-        self.touch();
-        // Applied at once, unless it is a write that waits for orphans: the pump applies them when due, then it.
-        let may_apply = self.sessions.get(&sid).is_some_and(|r| r.next_apply().is_some());
-        if immediate && may_apply {
-            self.apply(sid, false, now);
-            self.deliver_ready(sid);
-        }
-        Ok(Sent::Later(rx))
     }
 
     /// Sends, applies and delivers a request at once: what [`send`](Self::send) then [`apply`](Self::apply) and

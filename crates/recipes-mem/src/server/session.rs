@@ -59,7 +59,7 @@ pub(crate) struct Session {
     /// Replies and watch events on their way to the client.
     pub(super) inbound: Queue<Inbound>,
     /// Made while the connection was down, where the client holds them ([`State::hold`]): sent at the reconnection.
-    held: Vec<Request>,
+    pub(super) held: Vec<Request>,
     /// Watches of this session that died with it on the server, failed when the client learns of the expiry.
     pub(super) doomed: Vec<WatchTx>,
     pub(super) lose_create_replies: u32,
@@ -250,37 +250,6 @@ impl State {
                 self.apply(sid, false, now);
             }
             self.deliver_ready(sid);
-        }
-    }
-
-    /// The client holds a request made while its connection is down, as zookeeper-client does: it is sent at the
-    /// reconnection, behind those held before it, and fails if the client learns there that its session ended (the
-    /// contract's `a_request_made_while_cut_off_waits_for_the_reconnection`). Its caller may give up meanwhile; the
-    /// request is sent all the same. A crashed client holds nothing.
-    pub(super) fn hold(&mut self, sid: SessionId, op: super::Op<'_>, now: Instant) -> Result<super::Sent> {
-        let seq = self.next_seq();
-        let Some(rec) = self.sessions.get_mut(&sid).filter(|r| !r.crashed) else {
-            return Err(Error::ConnectionLoss);
-        };
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        rec.held.push(Request {
-            op: op.into_owned(),
-            reply: Some(tx),
-            sent: now,
-            due: now,
-            seq,
-        });
-        self.touch();
-        Ok(super::Sent::Later(rx))
-    }
-
-    /// The connection of `sid` is back: the requests its client held go out on it, in order.
-    fn send_held(&mut self, sid: SessionId, now: Instant) {
-        let latency = self.latency;
-        let Some(rec) = self.sessions.get_mut(&sid) else { return };
-        for mut req in std::mem::take(&mut rec.held) {
-            req.due = rec.outbound.back().map_or(now + latency, |r| r.due.max(now + latency));
-            rec.outbound.push_back(req);
         }
     }
 

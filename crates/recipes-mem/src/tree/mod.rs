@@ -116,13 +116,6 @@ fn push_sequence(full: &mut String, seq: i32) {
     full.extend(digits.iter().map(|&d| char::from(d)));
 }
 
-fn check_path(path: &str) -> Result<()> {
-    if !path.starts_with('/') || (path.len() > 1 && path.ends_with('/')) || path.contains("//") {
-        return Err(Error::Refused(format!("bad path {path:?}")));
-    }
-    Ok(())
-}
-
 /// The tree of nodes, with the transaction counter and the containers waiting to be reaped.
 #[derive(Debug)]
 pub(crate) struct Tree {
@@ -168,7 +161,8 @@ impl Tree {
         all.into_iter()
     }
 
-    /// Creates a node as ZooKeeper's `create` at `now` (its `ctime`).
+    /// Creates a node as ZooKeeper's `create` at `now` (its `ctime`). Its path was checked as the request was sent
+    /// (`Op::check_paths`).
     pub fn create(
         &mut self,
         sid: SessionId,
@@ -177,9 +171,8 @@ impl Tree {
         mode: CreateMode,
         now: Instant,
     ) -> Result<Created> {
-        check_path(path)?;
         if path == "/" {
-            return Err(Error::NodeExists(path.to_owned()));
+            return Err(Error::Refused("\"/\": can not create root node".to_owned()));
         }
         let parent_path = parent_of(path);
         let parent = self
@@ -232,9 +225,8 @@ impl Tree {
     }
 
     /// Whether a client's delete of `path` would succeed, and its error when not (a transaction checks before it
-    /// applies anything).
+    /// applies anything). Its path was checked as the request was sent (`Op::check_paths`).
     pub fn check_delete(&self, path: &str) -> Result<()> {
-        check_path(path)?;
         if path == "/" {
             return Err(Error::Refused("cannot delete /".into()));
         }

@@ -16,7 +16,7 @@ mod paths;
 mod powers;
 mod types;
 
-pub use paths::{check_create_path, check_last_name, check_path, PathChecker};
+pub use paths::{check_create_path, check_path, check_written_path, PathChecker};
 pub use powers::{tree_watch_until_moved, CreationChecks, SendNow, Transactions, TreeWatches};
 pub use types::*;
 

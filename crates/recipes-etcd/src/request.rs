@@ -109,15 +109,18 @@ impl Op {
     /// The checks of its paths ZooKeeper makes (`Refused` for a malformed one): etcd takes any key, but a key that is
     /// no path breaks the tree the backend keeps on it (`/p/` is a child of `/p`, which can then never be deleted).
     pub fn check_paths(&self) -> Result<()> {
-        use recipes_core::backend::{check_create_path, check_last_name, check_path};
+        use recipes_core::backend::{check_create_path, check_path, check_written_path};
         match self {
             // Names as given: no sequence is appended on etcd.
             Op::Create { path, .. } | Op::CreateList { path, .. } | Op::Container { path } => {
                 check_create_path(path, false)
             }
-            Op::Set { path, .. } => check_path(path).and_then(|()| check_last_name(path)),
+            Op::Set { path, .. } => check_path(path).and_then(|()| check_written_path(path)),
             Op::Children(path) | Op::Get(path) => check_path(path),
-            Op::Delete { paths, .. } => paths.iter().try_for_each(|p| check_path(p)),
+            Op::Delete { paths, .. } => paths.iter().try_for_each(|p| match p.as_str() {
+                "/" => Err(Error::Refused("\"/\": cannot delete the root".to_owned())),
+                _ => check_path(p),
+            }),
             Op::Sync => Ok(()),
         }
     }

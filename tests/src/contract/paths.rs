@@ -29,10 +29,11 @@ async fn answers(on: SessionRef<'_>, path: &str) -> Vec<(&'static str, Result<St
 /// A malformed path is refused (`Refused`) by every request, as ZooKeeper's client refuses it before sending: empty,
 /// relative, with an empty name, a `.` or `..` name before a `/`, a trailing `/`, or a character ZooKeeper takes not.
 /// Its server refuses to create or set a node whose last name is `.` or `..`, and finds it absent otherwise; nobody
-/// creates `/`. A sequential create may end in `/` where a sequence is appended (ZooKeeper: the node is named by it
-/// alone), not where none is (etcd). Found by review (helper-146): the in-memory backend checked paths only in creates
-/// and deletes and let controls, `.` and `..` through, and etcd took any key (`/p/` made a child of `/p` that kept it
-/// from ever being deleted).
+/// creates or deletes `/`, and a character beyond `U+FFFF` is refused by its server. A sequential create may end in
+/// `/` or `.` where a sequence is appended (ZooKeeper: the node is named by it alone, or `.` and it), not where none
+/// is (etcd). Found by review (helper-146): the in-memory backend checked paths only in creates and deletes and let
+/// controls, `.` and `..` through, and etcd took any key (`/p/` made a child of `/p` that kept it from ever being
+/// deleted); helper-147 found the root's delete, the create with its listing, `U+FFFF` and the sequential `.`.
 pub async fn a_malformed_path_is_refused_by_every_request(h: &dyn Harness) {
     let base = h.path("malformed");
     let c = h.client().await;
@@ -78,17 +79,47 @@ pub async fn a_malformed_path_is_refused_by_every_request(h: &dyn Harness) {
     }
     let root = on.create("/", b"", CreateMode::Persistent).await;
     assert!(matches!(root, Err(Error::Refused(_))), "create /: {root:?}");
+    let root = on.delete("/").await;
+    assert!(matches!(root, Err(Error::Refused(_))), "delete /: {root:?}");
+    // The create the recipes send, with its listing: both refused.
+    let both = on
+        .create_and_list(&format!("{base}//x"), b"", CreateMode::EphemeralSequential)
+        .await;
+    assert!(
+        matches!(
+            (&both.created, &both.listed),
+            (Err(Error::Refused(_)), Err(Error::Refused(_)))
+        ),
+        "{both:?}"
+    );
+    // ZooKeeper's server reads paths as UTF-16: a character beyond U+FFFF, a pair of surrogates there, is refused.
+    let astral = on
+        .create(&format!("{base}/a\u{1f600}"), b"", CreateMode::Persistent)
+        .await;
+    assert!(matches!(astral, Err(Error::Refused(_))), "{astral:?}");
     let prefix = format!("{base}/");
     let numbered = on.create(&prefix, b"", CreateMode::EphemeralSequential).await;
+    // A last name `.` followed by the sequence is a name (ZooKeeper appends it before its server checks the path).
+    let dotted = on
+        .create(&format!("{base}/."), b"", CreateMode::EphemeralSequential)
+        .await;
     if b.child_order() == ChildOrder::Sequence {
         let made = numbered.expect("a sequence appended to a trailing '/'").path;
         let name = made.strip_prefix(&prefix).unwrap_or_default();
         assert!(name.len() == 10 && name.bytes().all(|c| c.is_ascii_digit()), "{made}");
         on.delete(&made).await.unwrap();
+        let made = dotted.expect("a sequence appended to '.'").path;
+        let name = made.strip_prefix(&prefix).unwrap_or_default();
+        assert!(name.starts_with('.') && name.len() == 11, "{made}");
+        on.delete(&made).await.unwrap();
     } else {
         assert!(
             matches!(numbered, Err(Error::Refused(_))),
             "no sequence appended: {numbered:?}"
+        );
+        assert!(
+            matches!(dotted, Err(Error::Refused(_))),
+            "no sequence appended: {dotted:?}"
         );
     }
     assert_eq!(h.children(&base).await, ["keep"], "nothing made");

@@ -24,10 +24,11 @@ pub fn check_path(path: &str) -> Result<()> {
     check(path, false)
 }
 
-/// Checks the path of a create as ZooKeeper does: [`check_path`]'s rules, and neither `/` nor a last name `.` or `..`.
-/// With `sequence_appended` (a sequential create where the backend appends a sequence,
-/// [`ChildOrder::Sequence`](super::ChildOrder::Sequence)) the path is a prefix and may end in `/`: ZooKeeper then names
-/// the node by its sequence alone.
+/// Checks the path of a create as ZooKeeper does: [`check_path`]'s rules, not `/`, and its server's
+/// ([`check_written_path`]). With `sequence_appended` (a sequential create where the backend appends a sequence,
+/// [`ChildOrder::Sequence`](super::ChildOrder::Sequence)) the path is a prefix: it may end in `/` (ZooKeeper then names
+/// the node by its sequence alone) or in `.` (the sequence follows it), as ZooKeeper appends the sequence before its
+/// server checks the path.
 ///
 /// # Errors
 /// [`Error::Refused`], naming the path and the rule it breaks.
@@ -36,36 +37,51 @@ pub fn check_path(path: &str) -> Result<()> {
 /// use recipes_core::backend::check_create_path;
 /// assert!(check_create_path("/locks/job-", true).is_ok());
 /// assert!(check_create_path("/locks/job/", true).is_ok());
-/// for bad in ["/", "/locks/job/", "/locks/.", "/locks/..", "/locks//job"] {
+/// assert!(check_create_path("/locks/.", true).is_ok());
+/// for bad in ["/", "/locks/job/", "/locks/.", "/locks/..", "/locks//job", "/locks/\u{1f600}"] {
 ///     assert!(check_create_path(bad, false).is_err(), "{bad:?}");
 /// }
 /// ```
 pub fn check_create_path(path: &str, sequence_appended: bool) -> Result<()> {
     check(path, sequence_appended)?;
-    create_rules(path)
+    create_rules(path, sequence_appended)
 }
 
-/// What a create's path must be beyond [`check_path`]'s rules: not `/`, its last name neither `.` nor `..`.
-fn create_rules(path: &str) -> Result<()> {
+/// What a create's path must be beyond [`check_path`]'s rules: not `/`, and its server's rules, on the path with its
+/// sequence when one is appended (a digit ends it then).
+fn create_rules(path: &str, sequence_appended: bool) -> Result<()> {
     if path == "/" {
         return Err(Error::Refused("\"/\": can not create root node".to_owned()));
     }
-    check_last_name(path)
+    if sequence_appended {
+        return beyond_utf16(path);
+    }
+    check_written_path(path)
 }
 
-/// The rule of ZooKeeper's server for a node to create or set: its last name is neither `.` nor `..`.
+/// The rules of ZooKeeper's server for a node to create or set, beyond its client's ([`check_path`]): its last name is
+/// neither `.` nor `..`, and no character of the path is beyond `U+FFFF` (the server reads paths as UTF-16, where
+/// such a character is a pair of surrogates, which it refuses).
 ///
 /// # Errors
 /// [`Error::Refused`], naming the path.
 ///
 /// ```
-/// use recipes_core::backend::check_last_name;
-/// assert!(check_last_name("/locks/job").is_ok());
-/// assert!(check_last_name("/locks/..").is_err());
+/// use recipes_core::backend::check_written_path;
+/// assert!(check_written_path("/locks/job").is_ok());
+/// assert!(check_written_path("/locks/..").is_err());
+/// assert!(check_written_path("/locks/\u{1f600}").is_err());
 /// ```
-pub fn check_last_name(path: &str) -> Result<()> {
+pub fn check_written_path(path: &str) -> Result<()> {
     if path.ends_with("/.") || path.ends_with("/..") {
         return Err(Error::Refused(format!("{path:?}: relative path is not allowed")));
+    }
+    beyond_utf16(path)
+}
+
+fn beyond_utf16(path: &str) -> Result<()> {
+    if !path.is_ascii() && path.chars().any(|c| c > '\u{ffff}') {
+        return Err(Error::Refused(format!("{path:?}: unsupported characters in path")));
     }
     Ok(())
 }
@@ -95,7 +111,7 @@ impl PathChecker {
     /// [`Error::Refused`], naming the path and the rule it breaks.
     pub fn check_create(&mut self, path: &str, sequence_appended: bool) -> Result<()> {
         self.check(path, sequence_appended)?;
-        create_rules(path)
+        create_rules(path, sequence_appended)
     }
 
     /// [`check_path`]'s rules; with `sequence_appended`, the path may end in `/`, as a sequential create's prefix may

@@ -69,7 +69,7 @@ pub trait CreationChecks: Send + Sync {
 pub trait SendNow: Send + Sync {
     /// Sends a delete now, before returning, and returns the wait for its reply (as
     /// [`Backend::delete`](super::Backend::delete)'s). `None` when nothing was sent (the session is not the current
-    /// live one).
+    /// live one); a malformed path is an answer, `Refused`, as the request's would be.
     fn delete_sent(&self, session: SessionId, path: &str) -> Option<ReplyFuture>;
 
     /// Sends [`Transactions::set_data_and_delete`] now, before returning, and returns the wait for its reply. `None`

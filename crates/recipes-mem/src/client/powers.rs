@@ -66,7 +66,11 @@ impl MemClient {
     /// request of the session. Refused at once (the session is over, or disconnected where the cluster stands for
     /// etcd): not sent (`None`), nothing to hand over.
     fn sent_now(&self, session: SessionId, op: Op<'_>, what: &'static str) -> Option<ReplyFuture> {
-        let sent = self.send(session, op).ok()?;
+        let sent = match self.send(session, op) {
+            // A malformed path: refused as the ZooKeeper backend's client refuses it, an answer to hand over.
+            Err(Error::Refused(why)) => return Some(Box::pin(std::future::ready(Err(Error::Refused(why))))),
+            sent => sent.ok()?,
+        };
         Some(Box::pin(Self::reply(Ok(sent)).map(move |r| r.map(|r| r.done(what)))))
     }
 }

@@ -104,14 +104,14 @@ impl Op<'_> {
     /// The checks of its paths that ZooKeeper makes (its client's, and its server's for a create or a set, made here
     /// at the send): `Refused` for a malformed one, as every backend refuses it.
     pub(super) fn check_paths(&self, order: ChildOrder, checker: &mut PathChecker) -> Result<()> {
-        use recipes_core::backend::check_last_name;
+        use recipes_core::backend::check_written_path;
         match self {
             Op::Create { path, mode, .. } => {
                 let appended = *mode == CreateMode::EphemeralSequential && order == ChildOrder::Sequence;
                 checker.check_create(path, appended)
             }
             Op::SetData { path, .. } | Op::SetDataAndDelete { path, .. } => {
-                checker.check(path, false).and_then(|()| check_last_name(path))
+                checker.check(path, false).and_then(|()| check_written_path(path))
             }
             Op::DeleteAll { paths } => paths.iter().try_for_each(|p| checker.check(p, false)),
             Op::Children { path }

@@ -143,10 +143,15 @@ impl PathChecker {
 fn name_passes(name: &str, sequence_appended: bool) -> bool {
     let (mut bad, mut high) = (false, false);
     for &b in name.as_bytes() {
-        bad |= (b < 0x20) | (b == 0x7f) | (b == b'/');
+        bad |= control(b) | (b == b'/');
         high |= b >= 0x80;
     }
     (sequence_appended || !name.is_empty()) && !bad && (!high || !name.chars().any(refused_char))
+}
+
+/// An ASCII control, which ZooKeeper refuses in a path.
+fn control(b: u8) -> bool {
+    b < 0x20 || b == 0x7f
 }
 
 /// A character ZooKeeper refuses in a path, beyond the ASCII controls.
@@ -165,7 +170,7 @@ fn check(path: &str, trailing_slash: bool) -> Result<()> {
     }
     let mut start = 1;
     for (i, &b) in bytes.iter().enumerate().skip(1) {
-        if b < 0x20 || b == 0x7f {
+        if control(b) {
             return refuse("unsupported characters in path");
         }
         if b == b'/' {

@@ -50,7 +50,7 @@ impl State {
             return Ok(Sent::Done(self.apply_now(sid, op, now)));
         }
         let (tx, rx) = oneshot::channel();
-        let due = rec.outbound.back().map_or(now + latency, |r| r.due.max(now + latency));
+        let due = rec.next_due(now + latency);
         rec.outbound.push_back(Request {
             op: op.into_owned(),
             reply: Some(tx),
@@ -94,7 +94,7 @@ impl State {
         let latency = self.latency;
         let Some(rec) = self.sessions.get_mut(&sid) else { return };
         for mut req in std::mem::take(&mut rec.held) {
-            req.due = rec.outbound.back().map_or(now + latency, |r| r.due.max(now + latency));
+            req.due = rec.next_due(now + latency);
             rec.outbound.push_back(req);
         }
     }

@@ -93,6 +93,11 @@ impl Session {
         self.inbound.front().filter(|_| self.up && !self.crashed)
     }
 
+    /// When a request sent now, due at `earliest`, is due: not before those already on their way.
+    pub(super) fn next_due(&self, earliest: Instant) -> Instant {
+        self.outbound.back().map_or(earliest, |r| r.due.max(earliest))
+    }
+
     /// Queues a reply or a watch event behind those on their way to the client, due at `earliest` or later.
     pub(super) fn queue_inbound(&mut self, earliest: Instant, make: impl FnOnce(Instant) -> Inbound) {
         let due = self.inbound.back().map_or(earliest, |i| i.due().0.max(earliest));

@@ -322,10 +322,13 @@ impl Backend for MemClient {
         let timeout = self.shared.timeout;
         // Only what the client can know: a session the server expired behind a cut connection keeps its frozen
         // lease until the client learns of the expiry.
-        self.cluster.peek_now(|st, now| Lease {
-            session: status.id,
-            answered_send: st.sessions.get(&status.id).and_then(|rec| rec.answered_send(now)),
-            session_timeout: st.sessions.get(&status.id).map_or(timeout, |rec| rec.timeout),
+        self.cluster.peek_now(|st, now| {
+            let rec = st.sessions.get(&status.id);
+            Lease {
+                session: status.id,
+                answered_send: rec.and_then(|rec| rec.answered_send(now)),
+                session_timeout: rec.map_or(timeout, |rec| rec.timeout),
+            }
         })
     }
 }

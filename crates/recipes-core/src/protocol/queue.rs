@@ -121,6 +121,20 @@ impl Queue {
         })
     }
 
+    /// [`Protocol::judge`] of any listing, the general way: every name parsed, the contenders ahead of ours sorted.
+    pub(super) fn judge_listing(&self, children: &[String], ours: &str) -> Verdict {
+        // Only the contenders ahead of ours are sorted (see `ahead_of`): a waiter near the front of a long queue
+        // lists it all again after a wake-up.
+        let listing = ahead_of(self.layout, self.order, self.family(), children, ours);
+        if let Some(r) = refusal(listing.foreign, listing.wrapped) {
+            return Verdict::Refuse(r);
+        }
+        let Some(weight) = listing.ours else {
+            return Verdict::Missing;
+        };
+        self.verdict(&listing.ahead, weight, !self.long(children))
+    }
+
     /// Whether a listing holds more than [`MARK_FROM_QUEUE_LEN`] contenders of the layout, counted only as far as the
     /// threshold: a long queue's names are not all parsed again.
     fn long<S: AsRef<str>>(&self, children: &[S]) -> bool {
@@ -194,16 +208,20 @@ impl Protocol for Queue {
     ///   `first` mark; `blocker_first` says that the blocker is the first contender. A semaphore's is never in line:
     ///   which node's deletion lets it in is not known in advance, so it lists again after each wake-up.
     fn judge(&self, children: &[String], ours: &str) -> Verdict {
-        // Only the contenders ahead of ours are sorted (see `ahead_of`): a waiter near the front of a long queue
-        // lists it all again after a wake-up.
-        let listing = ahead_of(self.layout, self.order, self.family(), children, ours);
-        if let Some(r) = refusal(listing.foreign, listing.wrapped) {
-            return Verdict::Refuse(r);
+        // Every uncontended acquire lists its own node alone: with nothing ahead of it, it holds (whatever it claims:
+        // an empty window holds), unless it is no contender (a native name without its sequence) or of another
+        // family. The same verdict as the general way below, without its copies and sort (`judge_alone_is_judge`).
+        if let ([only], Layout::Native) = (children, self.layout) {
+            if only == ours {
+                if let Some(p) = self.layout.parse(ours) {
+                    let contender = p.seq.is_some() || self.order == ChildOrder::Creation;
+                    if contender && self.layout.family(p.kind) == self.family() {
+                        return Verdict::Acquired;
+                    }
+                }
+            }
         }
-        let Some(weight) = listing.ours else {
-            return Verdict::Missing;
-        };
-        self.verdict(&listing.ahead, weight, !self.long(children))
+        self.judge_listing(children, ours)
     }
 
     /// # Contract

@@ -299,3 +299,44 @@ fn newcomer_waits_only_behind_a_blocker() {
     assert_eq!(judge_newcomer(l, NodeKind::Write, &[&r]), Ok(true));
     assert_eq!(judge_newcomer(l, NodeKind::Read, &[&r, &w]), Ok(true));
 }
+
+/// A listing of one name (every uncontended acquire lists its own node alone) is judged as any listing: in every
+/// layout and order, for every kind, weight and count, with the name ours or not, a contender or not (a native name
+/// without its sequence), and of another family.
+#[test]
+fn judge_alone_is_judge() {
+    let id = Uuid::from_u128(7);
+    let kinds = [NodeKind::Lock, NodeKind::Read, NodeKind::Write, NodeKind::Permit];
+    for layout in [Layout::Native, Layout::Curator, Layout::Kazoo, Layout::Etcd] {
+        for order in [ChildOrder::Sequence, ChildOrder::Creation] {
+            for kind in kinds {
+                for (weight, permits) in [(1, 1), (2, 3), (3, 2)] {
+                    let q = match kind {
+                        NodeKind::Permit => Queue::permits(layout, weight, permits),
+                        _ => Queue::lock(layout, kind),
+                    }
+                    .ordered_by(order);
+                    let mut names = vec!["config".to_owned(), "L-".to_owned(), Layout::session_name(7)];
+                    for other in kinds {
+                        for named in [Layout::Native, Layout::Curator, Layout::Kazoo] {
+                            let prefix = named.weighted_prefix(other, id, weight);
+                            names.push(format!("{prefix}0000000042"));
+                            names.push(format!("{prefix}-000000042"));
+                            names.push(prefix);
+                        }
+                    }
+                    for only in &names {
+                        let listing = [only.clone()];
+                        for ours in [only.as_str(), "L-missing"] {
+                            assert_eq!(
+                                q.judge(&listing, ours),
+                                q.judge_listing(&listing, ours),
+                                "{layout} {order:?} {kind:?} {weight}/{permits}: {only} judged for {ours}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -17,7 +17,7 @@ mod powers;
 mod types;
 
 pub use paths::{check_create_path, check_path, check_written_path, PathChecker};
-pub use powers::{tree_watch_until_moved, CreationChecks, SendNow, Transactions, TreeWatches};
+pub use powers::{tree_watch_until_moved, CreationChecks, GoneWatches, SendNow, Transactions, TreeWatches};
 pub use types::*;
 
 /// One client session on a ZooKeeper-like coordination service: the primitives the lock recipes are built on.
@@ -161,6 +161,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
         None
     }
 
+    /// The backend's watches of a node's deletion alone, or `None` (the default) when it has none: then a waiter in
+    /// line reads its blocker back after a change of its data.
+    fn gone_watches(&self) -> Option<&dyn GoneWatches> {
+        None
+    }
+
     /// The current session and its state; the receiver sees every later change, and is also woken (with the status
     /// unchanged) when the lease moves back: its end comes earlier than a reader of [`lease`](Backend::lease) may
     /// have computed (a shorter session timeout after a reconnection). Every reconnection is a change, even one whose
@@ -296,6 +302,14 @@ impl SessionRef<'_> {
     /// See [`Backend::get_and_watch`].
     pub async fn get_and_watch(&self, path: &str) -> Result<Option<(Vec<u8>, NodeWatch)>> {
         self.backend.get_and_watch(self.id, path).await
+    }
+
+    /// See [`GoneWatches::watch_gone`]; `Ok(None)` too when the backend has no such watches.
+    pub async fn watch_gone(&self, path: &str) -> Result<Option<NodeWatch>> {
+        match self.backend.gone_watches() {
+            Some(g) => g.watch_gone(self.id, path).await,
+            None => Ok(None),
+        }
     }
 
     /// See [`Backend::set_data`].

@@ -159,6 +159,13 @@ pub enum Mutant {
     /// watch first (found by review, helper-110): the task may not have run since the event of our node's deletion,
     /// which came before the reply that shows the blocker gone, and the waiter holds with its node gone.
     ViewLags,
+    /// Not a bug, a cost: a waiter in line never watches its blocker's deletion alone (as before decision 0092), and
+    /// reads the blocker back after every change of its data, so that a test can show what that watch changes.
+    NoGoneWatch,
+    /// A waiter in line takes its blocker's deletion, told by the watch of its deletion alone, as the end of a hold
+    /// after any change of its data, trusted or not: where others may write lock-node data (`foreign_writes`), a
+    /// request to let go written over a waiting blocker, then that blocker's deletion, lets it in beside the holder.
+    GoneWatchUntrusted,
 }
 
 impl Mutant {

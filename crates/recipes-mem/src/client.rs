@@ -7,8 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::future::{Either, FutureExt};
 use recipes_core::backend::{
-    parent_path, ChildOrder, CreateAndList, CreateMode, Created, CreationChecks, DeletionWatch, Lease, NodeEvent,
-    NodeWatch, SendNow, SessionId, SessionStatus, Stat, Transactions, TreeWatches,
+    parent_path, ChildOrder, CreateAndList, CreateMode, Created, CreationChecks, DeletionWatch, GoneWatches, Lease,
+    NodeEvent, NodeWatch, SendNow, SessionId, SessionStatus, Stat, Transactions, TreeWatches,
 };
 use recipes_core::{Backend, Error, Result};
 use tokio::sync::{oneshot, watch};
@@ -297,6 +297,11 @@ impl Backend for MemClient {
     fn tree_watches(&self) -> Option<&dyn TreeWatches> {
         // ZooKeeper's, where the cluster stands for ZooKeeper; etcd's backend has none yet.
         (self.cluster.child_order() == ChildOrder::Sequence).then_some(self as &dyn TreeWatches)
+    }
+
+    fn gone_watches(&self) -> Option<&dyn GoneWatches> {
+        // ZooKeeper's, where the cluster stands for ZooKeeper: its waits in line are the only ones to use them.
+        (self.cluster.child_order() == ChildOrder::Sequence).then_some(self as &dyn GoneWatches)
     }
 
     fn creation_checks(&self) -> Option<&dyn CreationChecks> {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use recipes_core::backend::{
-    parent_path, CreateAndList, CreateMode, Created, DeletionWatch, Lease, NodeWatch, SendNow, SessionId,
+    parent_path, CreateAndList, CreateMode, Created, DeletionWatch, GoneWatches, Lease, NodeWatch, SendNow, SessionId,
     SessionStatus, Stat, Transactions, TreeWatches,
 };
 use recipes_core::{Backend, Error, Result};
@@ -358,6 +358,10 @@ impl Backend for ZkBackend {
     }
 
     fn tree_watches(&self) -> Option<&dyn TreeWatches> {
+        Some(self)
+    }
+
+    fn gone_watches(&self) -> Option<&dyn GoneWatches> {
         Some(self)
     }
 

@@ -704,6 +704,16 @@ pub fn sensitivity() -> Vec<Sensitivity> {
             by_walks: false,
         },
         Sensitivity {
+            problem: "decision 0092: built for others' writes of lock-node data, a waiter that watched its blocker's \
+                      deletion alone takes that deletion, told beside a change of the blocker's data, for the end of \
+                      a hold, the change untrusted: a request to let go written into a waiting node whose acquire is \
+                      then given up lets the waiter behind in beside the holder",
+            mutants: &[Mutant::GoneWatchUntrusted, Mutant::AlwaysMark, Mutant::NoScout],
+            config: foreign_write(),
+            shows_as: "two holders",
+            by_walks: false,
+        },
+        Sensitivity {
             problem: "11: a task of one session claims the lock on a watch event while its session's release is in \
                       flight, after a stall: the guard it gets has an expired lease",
             mutants: &[Mutant::NoLeaseConfirm],

@@ -212,3 +212,54 @@ pub async fn a_watch_armed_at_a_close_ends_closed(h: &dyn Harness) {
     on.delete(&node).await.unwrap();
     on.delete(&keep).await.unwrap();
 }
+
+/// A watch of a node's deletion alone (`GoneWatches`, decision 0092: ZooKeeper's child watch on a lock node) lets a
+/// change of the node's data pass, and fires at its deletion; beside a data watch, a release's transaction (the mark
+/// and the delete in one write) fires both, the data watch with the change, this one with the deletion, and both
+/// events are there before the reply to a later read that finds the node gone. No node, no watch.
+pub async fn a_gone_watch_fires_at_the_deletion_alone(h: &dyn Harness) {
+    let name = "a_gone_watch_fires_at_the_deletion_alone";
+    let (path, a, b) = two_clients(h, "gone-watch").await;
+    let (on_a, on_b) = (a.locks.backend().current(), b.locks.backend().current());
+    if b.locks.backend().gone_watches().is_none() {
+        on_a.delete(&format!("{path}/keep")).await.unwrap();
+        return skip(h, name, "watches of a deletion alone");
+    }
+    let node = format!("{path}/n");
+    assert!(on_b.watch_gone(&node).await.unwrap().is_none(), "no node, no watch");
+    on_a.create(&node, b"made", CreateMode::Ephemeral).await.unwrap();
+    let mut gone = on_b.watch_gone(&node).await.unwrap().expect("the node is there");
+    let (_, changed) = on_b.get_and_watch(&node).await.unwrap().expect("the node is there");
+    on_a.set_data(&node, b"asked").await.unwrap();
+    assert_eq!(
+        bounded(h, "the data watch", changed).await.unwrap(),
+        NodeEvent::DataChanged
+    );
+    // The change's event came before this reply: had the watch of the deletion fired on it, it would be ready now.
+    let (data, changed) = on_b
+        .get_and_watch(&node)
+        .await
+        .unwrap()
+        .expect("the node is still there");
+    assert_eq!(data, b"asked");
+    let ready = std::future::poll_fn(|cx| Poll::Ready(gone.as_mut().poll(cx))).await;
+    assert!(ready.is_pending(), "a change of data does not fire it: {ready:?}");
+    on_a.set_data_and_delete(&node, b"first")
+        .await
+        .expect("the backend has transactions")
+        .unwrap();
+    assert_eq!(
+        bounded(h, "the data watch", changed).await.unwrap(),
+        NodeEvent::DataChanged
+    );
+    assert!(
+        on_b.get(&node).await.unwrap().is_none(),
+        "read after the change's event: gone"
+    );
+    let ready = std::future::poll_fn(|cx| Poll::Ready(gone.as_mut().poll(cx))).await;
+    assert!(
+        matches!(ready, Poll::Ready(Ok(NodeEvent::Deleted))),
+        "the deletion's event must arrive before the reply that shows the node gone: {ready:?}"
+    );
+    on_a.delete(&format!("{path}/keep")).await.unwrap();
+}

@@ -152,6 +152,53 @@ pub trait TreeWatches: Send + Sync {
     async fn watch_tree(&self, session: SessionId, path: &str) -> Result<TreeWatch>;
 }
 
+/// Watches that see a node's deletion and nothing else: a change of its data leaves them armed (ZooKeeper's watch on
+/// a node's list of children, which a node without children fires only at its deletion).
+///
+/// A waiter in line whose blocker marks itself `first` in its release (a change of data and the deletion in one
+/// transaction, decision 0064) sees the change on its data watch, which the change uses up; with this watch set
+/// beside it, the deletion comes as an event too, and no read of the blocker follows (decision 0092).
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap().block_on(async {
+/// use recipes_core::backend::{CreateMode, NodeEvent};
+/// use recipes_core::Backend;
+/// use futures::FutureExt;
+///
+/// let client = recipes_mem::MemCluster::new().client();
+/// let s = client.session_id();
+/// client.create(s, "/job", b"", CreateMode::Ephemeral).await?;
+/// let gone = client.gone_watches().expect("the in-memory backend has them");
+/// let mut watch = gone.watch_gone(s, "/job").await?.expect("the node is there");
+/// client.set_data(s, "/job", b"changed").await?;
+/// assert!((&mut watch).now_or_never().is_none(), "a change of data leaves it armed");
+/// client.delete(s, "/job").await?;
+/// assert_eq!(watch.await?, NodeEvent::Deleted);
+/// assert!(gone.watch_gone(s, "/job").await?.is_none(), "no node, no watch");
+/// # Ok::<(), recipes_core::Error>(())
+/// # }).unwrap();
+/// ```
+#[async_trait]
+pub trait GoneWatches: Send + Sync {
+    /// Sets a one-shot watch of `session` on the node at `path` that fires at its deletion, in one request applied in
+    /// order with the session's others; `None` when there is no node there.
+    ///
+    /// # Contract
+    /// - It yields [`NodeEvent::Deleted`](super::NodeEvent::Deleted) once the node is deleted. A change of the node's
+    ///   data does not fire it. Anything else that would (on ZooKeeper a child made or deleted under the node, which a
+    ///   lock node, ephemeral, cannot have; a node of the name made again while the client was disconnected) yields
+    ///   [`NodeEvent::DataChanged`](super::NodeEvent::DataChanged): not a deletion, look again.
+    /// - A session's events and replies come in one order, as [`Backend::get_and_watch`](super::Backend::get_and_watch)'s
+    ///   watches: the deletion's event is ready once any later event or reply of the session is.
+    /// - A lost connection yields [`Error::ConnectionLoss`](crate::Error::ConnectionLoss), as a data watch's.
+    /// - Never set one on the root of a [tree watch](TreeWatches::watch_tree) of the same session (ZOOKEEPER-4466: it
+    ///   would take the tree watch's place in the server's table of child watches).
+    ///
+    /// # Notable errors
+    /// `ConnectionLoss`, `SessionExpired`, `Closed`.
+    async fn watch_gone(&self, session: SessionId, path: &str) -> Result<Option<super::NodeWatch>>;
+}
+
 /// A backend's tree watch: `events` until the first change of the session's state that `armed` (subscribed and
 /// marked seen before the watch's request was sent) reports, then that change's error, then the end (see
 /// [`TreeWatches::watch_tree`]). An end of `events` itself is reported as [`Error::Closed`](crate::Error::Closed).

@@ -5,10 +5,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::task::Poll;
 
+use futures::future::Either;
 use tokio::sync::watch;
 
 use super::attempt::{Attempt, Step, Stop};
-use super::scout::scout_event;
+use super::scout::{scout_event, Scouting};
 use super::session;
 use super::wait::InLine;
 use crate::backend::{BackendExt, NodeEvent, NodeWatch, SessionId, SessionStatus};
@@ -65,10 +66,10 @@ impl Attempt<'_> {
                         Err(Error::ConnectionLoss) => return Ok(InLine::Relist),
                         Err(e) => return Err(e.into()),
                     },
-                    r = scout_event(b.scout.as_deref_mut()) => {
+                    r = scout_event(b.aside.as_deref_mut().map(|a| &mut a.watch)) => {
                         // Fired: never polled again.
-                        if let Some(s) = b.scout.as_deref_mut() {
-                            *s = None;
+                        if let Some(a) = b.aside.as_deref_mut() {
+                            a.watch = None;
                         }
                         match r {
                             Ok(NodeEvent::Deleted) if is_active(Mutant::ScoutMeansFirst) => {
@@ -130,8 +131,13 @@ impl Attempt<'_> {
                         // (`trust_change` is then false); data read back tells by itself. Watch on. The reply ends in
                         // this block: kept in scope through the wait below, it would take room in every state of this
                         // future.
+                        // With the watch of the blocker's deletion alone (decision 0092), its event stands for the
+                        // read's answer when it comes first: the server sends a session's events and replies in the
+                        // order it applied them, so a read applied before the deletion would have been answered
+                        // before the deletion's event, and one applied after it finds the node gone. Already there
+                        // (the change of a release's mark and its deletion are events of one write), no read is sent.
+                        let (read, told) = self.read_after_change(b).await;
                         let gone = {
-                            let read = self.call(self.backend().on(b.pinned).get_and_watch(b.path)).await;
                             match read {
                                 Ok(Some((data, watch))) => {
                                     // Anything but the mark (an operator's write, a peer's request to let go) may come
@@ -154,12 +160,82 @@ impl Attempt<'_> {
                             self.count(Count::Wakeup);
                             // A change that says it held is its mark, most likely (or a request to let go).
                             b.marked |= b.trust_change;
-                            let trusted = b.known_first || b.trust_change || is_active(Mutant::AnyDataChangeIsMark);
+                            let trusted = b.known_first
+                                || b.trust_change
+                                || (told && is_active(Mutant::GoneWatchUntrusted))
+                                || is_active(Mutant::AnyDataChangeIsMark);
                             return blocker_gone(trusted, w).await;
                         }
                     }
                 }
             }
+        }
+    }
+}
+
+/// A node read back with a new watch on it, or `None` when it is gone.
+type ReadBack = Option<(Vec<u8>, NodeWatch)>;
+
+/// What the watch of the blocker's deletion alone (decision 0092) has told when a change of the blocker's data woke
+/// the wait.
+enum Told {
+    /// The deletion, already: the change of a release's mark and its deletion come as two events of one write, and the
+    /// second is most often there by the time the first is heeded.
+    Deleted,
+    /// Nothing yet: the watch, to race the read with.
+    Pending(NodeWatch),
+    /// No watch (none was armed, or the change is not trusted), or it told something else.
+    No,
+}
+
+/// Takes the watch of the blocker's deletion alone, when the change of its data is trusted to say it held, and polls
+/// it once, unconstrained (a watch that respects tokio's budget answers `Pending` in a task whose budget is spent).
+fn gone_told(b: &mut Blocker<'_>) -> Told {
+    let trusted = b.trust_change || is_active(Mutant::GoneWatchUntrusted);
+    let gone = b.aside.as_deref_mut().and_then(|a| a.gone.take());
+    let Some(mut gone) = gone.filter(|_| trusted) else {
+        return Told::No;
+    };
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut once = tokio::task::coop::unconstrained(gone.as_mut());
+    match std::pin::Pin::new(&mut once).poll(&mut cx) {
+        Poll::Ready(Ok(NodeEvent::Deleted)) => Told::Deleted,
+        Poll::Ready(_) => Told::No,
+        Poll::Pending => Told::Pending(gone),
+    }
+}
+
+impl Attempt<'_> {
+    /// The blocker read back after a change of its data, or what the watch of its deletion alone told (see
+    /// `wait_on_blocker`); `true` when the watch told it. A plain function, the watch polled before it returns: a
+    /// `match` on it around the read would keep it in every waiter's state.
+    fn read_after_change<'s, 'p: 's>(
+        &'s self,
+        b: &mut Blocker<'p>,
+    ) -> impl Future<Output = (Step<ReadBack>, bool)> + Send + 's {
+        let (pinned, path) = (b.pinned, b.path);
+        match gone_told(b) {
+            Told::Deleted => Either::Left(Either::Left(std::future::ready((Ok(None), true)))),
+            Told::Pending(gone) => Either::Left(Either::Right(Box::pin(self.read_unless_gone(pinned, path, gone)))),
+            Told::No => {
+                Either::Right(async move { (self.call(self.backend().on(pinned).get_and_watch(path)).await, false) })
+            }
+        }
+    }
+
+    /// The blocker read back after a change of its data, unless the watch of its deletion alone tells the deletion
+    /// first: then `Ok(None)`, as the read would answer (see `wait_on_blocker`); `true` when the watch told it.
+    async fn read_unless_gone(&self, pinned: SessionId, path: &str, mut gone: NodeWatch) -> (Step<ReadBack>, bool) {
+        let on = self.backend().on(pinned);
+        let read = self.call(on.get_and_watch(path));
+        tokio::pin!(read);
+        tokio::select! {
+            biased;
+            r = &mut read => (r, false),
+            e = &mut gone => match e {
+                Ok(NodeEvent::Deleted) => (Ok(None), true),
+                _ => (read.await, false),
+            },
         }
     }
 }
@@ -185,8 +261,9 @@ pub(super) struct Blocker<'p> {
     pub marked: bool,
     pub trust_change: bool,
     pub pinned: SessionId,
-    /// The watch on the scout, while it has not fired.
-    pub scout: Option<&'p mut Option<NodeWatch>>,
+    /// What the wait keeps aside, boxed (see `Armed`): the watch on the scout, while it has not fired, or the watch
+    /// of the blocker's deletion alone (decision 0092).
+    pub aside: Option<&'p mut Scouting>,
 }
 
 /// What a wait in line watches beside its blocker: our own node (`fired` once its watch resolved), and the session's

@@ -132,7 +132,7 @@ impl Attempt<'_> {
                 }
                 // Whether a hold through the blocker's mark passes the mark on (decision 0073), asked now so that the
                 // wait keeps only what it needs of the verdict: the blocker's path and two flags.
-                let (passes_mark_on, on) = self.in_line_on(wait, &mut armed);
+                let (passes_mark_on, on) = self.in_line_on(wait, &mut armed, mark);
                 // Something was ahead of the blocker in one of our listings, the scout's included (a listing the
                 // scout asked for finds the blocker first while the drain's marks still run).
                 passes |= passes_mark_on;
@@ -229,13 +229,15 @@ impl Attempt<'_> {
     }
 
     /// What a wait in line keeps of its verdict: the blocker, and whether a hold through the blocker's mark passes
-    /// the mark on (decision 0073).
-    fn in_line_on(&self, wait: Wait, armed: &mut Armed) -> (bool, InLineOn) {
+    /// the mark on (decision 0073). `long`: a listing we judged was long, so the blocker's release most likely marks
+    /// (decision 0092: the wait then watches the blocker's deletion alone too, and reads nothing after the mark).
+    fn in_line_on(&self, wait: Wait, armed: &mut Armed, long: bool) -> (bool, InLineOn) {
         armed.scout(wait.scout.as_deref().map(|n| self.path.child(n)));
         let on = InLineOn {
             path: self.path.child(&wait.on).into(),
             first: wait.blocker_first,
             change_means_held: wait.change_means_held,
+            watch_gone: long && wait.change_means_held && wait.scout.is_none() && !is_active(Mutant::NoGoneWatch),
         };
         (self.protocol.passes_mark_on(&wait), on)
     }

@@ -54,13 +54,15 @@ impl Armed {
     }
 }
 
-/// A scout's path, the watch on it while the wait is armed, and the blocker's watch kept through the list it asked for.
+/// A scout's path, the watch on it while the wait is armed, and the blocker's watch kept through the list it asked for;
+/// or, in a wait without a scout, the watch of the blocker's deletion alone (decision 0092), this wait's only.
 #[derive(Default)]
-pub(super) struct Scouting {
+pub(crate) struct Scouting {
     /// Shared with the wait's registration in its session's view, when it waits through one.
     pub(super) path: Option<Arc<str>>,
     pub(super) watch: Option<NodeWatch>,
     pub(super) kept: Option<KeptBlocker>,
+    pub(super) gone: Option<NodeWatch>,
 }
 
 /// The blocker's watch, kept through the list its scout asked for (see `wait_in_line`), to be used by the next wait

@@ -8,7 +8,7 @@ use super::attempt::{Attempt, Step, Stop};
 use super::blocker::{blocker_gone, marked_first, Blocker, Watches};
 use super::queue::Queued;
 use super::scout::Armed;
-use crate::backend::BackendExt;
+use crate::backend::{BackendExt, NodeWatch};
 use crate::error::Error;
 use crate::info::NodeInfo;
 use crate::mutants::{is_active, Mutant};
@@ -20,6 +20,8 @@ pub(crate) struct InLineOn {
     pub path: Arc<str>,
     pub first: bool,
     pub change_means_held: bool,
+    /// Whether to watch the blocker's deletion alone too (decision 0092): its release most likely marks it.
+    pub watch_gone: bool,
 }
 
 /// How a wait in line ended.
@@ -129,8 +131,12 @@ impl Attempt<'_> {
                 // The watches in one round trip (ours unless still armed, the blocker's unless kept, the scout's).
                 // Boxed: the requests and their replies side by side are larger than the wait that follows, and would
                 // set the size of every waiter's state.
-                let (own_armed, watched, scouted, moved) = Box::pin(async {
+                let (own_armed, watched, scouted, moved, gone) = Box::pin(async {
                     let kept_own = armed.own.take();
+                    // A watch of the deletion alone serves the wait that armed it only: its blocker may not be ours.
+                    if let Some(s) = armed.scouting.as_deref_mut() {
+                        s.gone = None;
+                    }
                     let scouting = armed.scouting.as_deref_mut();
                     let any_blocker = is_active(Mutant::KeptWatchOfAnotherBlocker);
                     let reused = scouting
@@ -154,8 +160,12 @@ impl Attempt<'_> {
                         }
                     };
                     let scout = armed.scouting.as_deref().and_then(|s| s.path.as_deref());
+                    // The blocker's deletion alone, where its release will most likely mark it (decision 0092): not
+                    // beside a scout or a kept watch, nor where a change of the blocker's data is not trusted.
+                    let untrusted = self.ctx.foreign_writes && !is_active(Mutant::GoneWatchUntrusted);
+                    let watch_gone = line.watch_gone && scout.is_none() && reused.is_none() && !untrusted;
                     let on = self.backend().on(pinned);
-                    let (own_armed, watched, scouted) = tokio::join!(
+                    let (own_armed, watched, scouted, gone) = tokio::join!(
                         async {
                             match kept_own {
                                 Some(w) => Ok(Some((true, w))),
@@ -184,9 +194,15 @@ impl Attempt<'_> {
                                 Some(s) => self.call(on.get_and_watch(s)).await.map(|r| Some(r.map(|(_, w)| w))),
                                 None => Ok(None),
                             }
+                        },
+                        async {
+                            match watch_gone {
+                                true => self.call(on.watch_gone(&line.path)).await,
+                                false => Ok(None),
+                            }
                         }
                     );
-                    (own_armed, watched, scouted, moved)
+                    (own_armed, watched, scouted, moved, gone)
                 })
                 .await;
                 let (is_ours, watch_own) = match own_armed {
@@ -209,6 +225,14 @@ impl Attempt<'_> {
                 };
                 // The scout's watch is this wait's alone: one left from an earlier wait (which ended otherwise before
                 // it fired) is dropped.
+                // Only an aid: a watch of the deletion alone that failed (the connection, which the others tell too) is
+                // waited without, and one beside a change not trusted is not kept.
+                let trusted = |b: &Option<(bool, bool, bool, NodeWatch)>| {
+                    b.as_ref().is_some_and(|(_, _, trust, _)| *trust) || is_active(Mutant::GoneWatchUntrusted)
+                };
+                if let Some(g) = gone.ok().flatten().filter(|_| trusted(&blocker)) {
+                    armed.scouting.get_or_insert_with(Box::default).gone = Some(g);
+                }
                 let scout_watch = armed.scouting.as_deref_mut().map(|s| &mut s.watch);
                 match scouted {
                     Ok(Some(Some(w))) => {
@@ -245,7 +269,7 @@ impl Attempt<'_> {
                     marked,
                     trust_change,
                     pinned,
-                    scout: armed.scouting.as_deref_mut().map(|s| &mut s.watch),
+                    aside: armed.scouting.as_deref_mut(),
                 });
                 (is_ours, watch_own, moved, b)
             };

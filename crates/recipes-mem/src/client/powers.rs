@@ -1,12 +1,14 @@
 //! The in-memory client's optional powers (`recipes_core::backend::powers`): transactions, creation checks, tree
-//! watches, and requests sent before the call returns.
+//! watches, watches of a deletion alone, and requests sent before the call returns.
 
 use async_trait::async_trait;
 use futures::future::FutureExt;
 use recipes_core::backend::{
-    tree_watch_until_moved, CreationChecks, ReplyFuture, SendNow, SessionId, Transactions, TreeWatch, TreeWatches,
+    tree_watch_until_moved, CreationChecks, GoneWatches, NodeWatch, ReplyFuture, SendNow, SessionId, Transactions,
+    TreeWatch, TreeWatches,
 };
 use recipes_core::{Backend, Error, Result};
+use tokio::sync::oneshot;
 
 use super::MemClient;
 use crate::server::{Op, Reply};
@@ -35,6 +37,19 @@ impl CreationChecks for MemClient {
             czxid,
         };
         self.request(session, op).await.map(Reply::deleted)
+    }
+}
+
+#[async_trait]
+impl GoneWatches for MemClient {
+    async fn watch_gone(&self, session: SessionId, path: &str) -> Result<Option<NodeWatch>> {
+        let (watch, rx) = oneshot::channel();
+        let op = Op::WatchGone {
+            path: path.into(),
+            watch,
+        };
+        let stat = self.request(session, op).await?.exists();
+        Ok(stat.map(|_| Box::pin(super::watch_event(rx)) as NodeWatch))
     }
 }
 

@@ -35,6 +35,12 @@ pub(crate) enum Op<'a> {
         path: Cow<'a, str>,
         watch: WatchTx,
     },
+    /// A watch of the node's deletion alone (ZooKeeper's watch on a node's children, set by a listing of them), with
+    /// its existence: registered when the node exists.
+    WatchGone {
+        path: Cow<'a, str>,
+        watch: WatchTx,
+    },
     SetData {
         path: Cow<'a, str>,
         data: Cow<'a, [u8]>,
@@ -93,6 +99,7 @@ impl<'a> Op<'a> {
             Op::Get { path } => Op::Get { path: own(path) },
             Op::Exists { path, watch } => Op::Exists { path: own(path), watch },
             Op::GetWatch { path, watch } => Op::GetWatch { path: own(path), watch },
+            Op::WatchGone { path, watch } => Op::WatchGone { path: own(path), watch },
             Op::SetData { path, data, version } => Op::SetData {
                 path: own(path),
                 data: own_data(data),
@@ -122,7 +129,9 @@ impl<'a> Op<'a> {
             Op::SetData { path, .. } => (vec![], vec![node(path)]),
             Op::DeleteAll { paths } => (vec![], paths.iter().flat_map(|p| [node(p), children(p)]).collect()),
             Op::Children { path } => (vec![format!("children:{path}")], vec![]),
-            Op::Get { path } | Op::Exists { path, .. } | Op::GetWatch { path, .. } => (vec![node(path)], vec![]),
+            Op::Get { path } | Op::Exists { path, .. } | Op::GetWatch { path, .. } | Op::WatchGone { path, .. } => {
+                (vec![node(path)], vec![])
+            }
             Op::Sync { .. } => (vec![], vec![]),
             // Whether a change below the path is reported depends on its order with this: commutes with nothing.
             Op::AddTreeWatch { .. } => return Access::global(),
@@ -143,6 +152,7 @@ impl<'a> Op<'a> {
             Op::Get { path } => format!("get {path}"),
             Op::Exists { path, .. } => format!("exists+watch {path}"),
             Op::GetWatch { path, .. } => format!("get+watch {path}"),
+            Op::WatchGone { path, .. } => format!("watch deletion {path}"),
             Op::SetData { path, .. } => format!("set {path}"),
             Op::Delete { path } => format!("delete {path}"),
             Op::DeleteCreated { path, czxid } => format!("delete {path} if made by {czxid}"),
@@ -280,7 +290,9 @@ impl State {
                 Reply::Names(names)
             }),
             Op::Get { path } => Ok(Reply::Node(self.tree.node(&path).map(Node::read))),
-            Op::Exists { path, .. } if orphan => Ok(Reply::Exists(self.tree.node(&path).map(Node::stat))),
+            Op::Exists { path, .. } | Op::WatchGone { path, .. } if orphan => {
+                Ok(Reply::Exists(self.tree.node(&path).map(Node::stat)))
+            }
             Op::GetWatch { path, .. } if orphan => Ok(Reply::Node(self.tree.node(&path).map(Node::read))),
             Op::Exists { path, watch } => {
                 let node = self.watch(sid, path.into_owned(), true, watch);
@@ -289,6 +301,10 @@ impl State {
             Op::GetWatch { path, watch } => {
                 let node = self.watch(sid, path.into_owned(), false, watch);
                 Ok(Reply::Node(node.map(Node::read)))
+            }
+            Op::WatchGone { path, watch } => {
+                let node = self.watch_gone(sid, path.into_owned(), watch);
+                Ok(Reply::Exists(node.map(Node::stat)))
             }
             Op::SetData { path, data, version } => {
                 self.tree.set_data(&path, &data, version)?;

@@ -118,6 +118,7 @@ impl Op<'_> {
             | Op::Get { path }
             | Op::Exists { path, .. }
             | Op::GetWatch { path, .. }
+            | Op::WatchGone { path, .. }
             | Op::Delete { path }
             | Op::DeleteCreated { path, .. }
             | Op::Sync { path }

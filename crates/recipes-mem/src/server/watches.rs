@@ -22,6 +22,9 @@ pub(super) struct Watch {
     version: i32,
     /// Its place among the watches set (see `Watches::set`).
     set: u64,
+    /// A watch of the node's deletion alone (ZooKeeper's child watch on a node without children): a change of data
+    /// leaves it set.
+    gone_only: bool,
 }
 
 impl Watch {
@@ -49,7 +52,10 @@ impl Watch {
         let Some(node) = now else {
             return Some(NodeEvent::Deleted);
         };
-        (node.czxid != self.czxid || node.version != self.version).then_some(NodeEvent::DataChanged)
+        // A child watch is answered from the node's children: of a node made again, they changed (ZooKeeper compares
+        // its `pzxid`); a change of data is none of its business.
+        let changed = node.czxid != self.czxid || (node.version != self.version && !self.gone_only);
+        changed.then_some(NodeEvent::DataChanged)
     }
 }
 
@@ -96,13 +102,15 @@ pub(crate) struct PathWatches {
 }
 
 impl Watches {
-    /// Takes out the watches on `path` (a change of its data or its deletion fires them all), in order, but those of
-    /// sessions whose connection is `down`: they stay, to be set again at the reconnection.
-    pub(super) fn fired(&mut self, path: &str, down: impl Fn(SessionId) -> bool) -> Vec<Watch> {
+    /// Takes out the watches on `path` that `event` fires (its deletion fires them all, a change of its data all but
+    /// the watches of its deletion alone), in order, but those of sessions whose connection is `down`: they stay, to
+    /// be set again at the reconnection.
+    pub(super) fn fired(&mut self, path: &str, event: NodeEvent, down: impl Fn(SessionId) -> bool) -> Vec<Watch> {
         let Some(ws) = self.by_path.get_mut(path) else {
             return Vec::new();
         };
-        let (fire, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut ws.list).into_iter().partition(|w| !down(w.session));
+        let fires = |w: &Watch| !down(w.session) && (event == NodeEvent::Deleted || !w.gone_only);
+        let (fire, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut ws.list).into_iter().partition(fires);
         ws.list = keep;
         if ws.list.is_empty() {
             self.by_path.remove(path);
@@ -240,6 +248,16 @@ impl State {
         if exists || self.tree.node(&path).is_some() {
             self.watches.silence_trees(sid, &path);
         }
+        self.add_watch(sid, path, tx, false)
+    }
+
+    /// Sets a watch of `sid` on the deletion alone of the node at `path`, when it exists; returns the node. It
+    /// leaves tree watches as they are: no recipe sets one on a tree's root (see `GoneWatches::watch_gone`).
+    pub(super) fn watch_gone(&mut self, sid: SessionId, path: String, tx: WatchTx) -> Option<&Node> {
+        self.add_watch(sid, path, tx, true)
+    }
+
+    fn add_watch(&mut self, sid: SessionId, path: String, tx: WatchTx, gone_only: bool) -> Option<&Node> {
         let node = self.tree.node(&path)?;
         self.watches.set += 1;
         let watch = Watch {
@@ -248,6 +266,7 @@ impl State {
             czxid: node.czxid,
             version: node.version,
             set: self.watches.set,
+            gone_only,
         };
         self.watches.add(path, watch);
         Some(node)
@@ -258,7 +277,7 @@ impl State {
     pub(super) fn fire_watches(&mut self, path: &str, event: NodeEvent, now: Instant) {
         let sessions = &self.sessions;
         let down = |sid: SessionId| sessions.get(&sid).is_some_and(|r| r.alive && !r.up);
-        for w in self.watches.fired(path, down) {
+        for w in self.watches.fired(path, event, down) {
             self.deliver_event(path, w, Ok(event), now);
         }
         let change = match event {

@@ -1,11 +1,12 @@
-//! The ZooKeeper backend's optional powers: transactions (`multi`), requests sent before the call returns, and tree
-//! watches (persistent recursive).
+//! The ZooKeeper backend's optional powers: transactions (`multi`), requests sent before the call returns, tree
+//! watches (persistent recursive), and watches of a deletion alone (a child watch on a lock node).
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use recipes_core::backend::{
-    tree_watch_until_moved, ReplyFuture, SendNow, SessionId, Transactions, TreeWatch, TreeWatches,
+    tree_watch_until_moved, GoneWatches, NodeWatch, ReplyFuture, SendNow, SessionId, Transactions, TreeWatch,
+    TreeWatches,
 };
 use recipes_core::{Backend, Result};
 
@@ -13,7 +14,7 @@ use super::ZkBackend;
 use crate::convert::settle;
 use crate::lease::Stamp;
 use crate::session::Evidence;
-use crate::watches::tree_events;
+use crate::watches::{node_watch, tree_events};
 use crate::zk;
 
 #[async_trait]
@@ -98,5 +99,24 @@ impl TreeWatches for ZkBackend {
             tree_events(watcher, Arc::downgrade(&self.inner)),
             armed,
         ))
+    }
+}
+
+#[async_trait]
+impl GoneWatches for ZkBackend {
+    /// A watch on the node's children: ZooKeeper fires it at the node's deletion (after a change of data that used the
+    /// session's data watch up, as a release's `multi` makes, with the deletion's own event) and at a change of the
+    /// node's children, which an ephemeral lock node cannot have (reported as a change: look again).
+    async fn watch_gone(&self, session: SessionId, path: &str) -> Result<Option<NodeWatch>> {
+        let r = self
+            .request(session, path, Evidence::Seen, |c| async move {
+                match c.list_and_watch_children(path).await {
+                    Ok((_, w)) => Ok(Some(w)),
+                    Err(zk::Error::NoNode) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            })
+            .await?;
+        Ok(r.map(|w| node_watch(w, Arc::downgrade(&self.inner))))
     }
 }

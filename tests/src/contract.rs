@@ -31,9 +31,9 @@ pub use trees::{
 };
 pub use watches::{
     a_change_before_the_watch_is_polled_is_seen, a_deletion_after_a_change_is_seen_through_a_new_node,
-    a_gone_watch_fires_at_the_deletion_alone, a_node_made_again_while_cut_off_is_reported_deleted,
-    a_watch_armed_at_a_close_ends_closed, a_watch_set_before_a_cut_reports_the_node_as_it_is_then,
-    watch_event_arrives_before_later_reply,
+    a_gone_watch_fires_at_the_deletion_alone, a_gone_watch_is_set_again_at_a_reconnection,
+    a_node_made_again_while_cut_off_is_reported_deleted, a_watch_armed_at_a_close_ends_closed,
+    a_watch_set_before_a_cut_reports_the_node_as_it_is_then, watch_event_arrives_before_later_reply,
 };
 
 /// Calls the macro `$m` with `@expand` arguments and the name of every contract check.
@@ -48,6 +48,7 @@ macro_rules! __for_each_contract {
             one_session_applies_in_order
             watch_event_arrives_before_later_reply a_change_before_the_watch_is_polled_is_seen
             a_watch_armed_at_a_close_ends_closed a_gone_watch_fires_at_the_deletion_alone
+            a_gone_watch_is_set_again_at_a_reconnection
             a_deletion_after_a_change_is_seen_through_a_new_node a_node_made_again_while_cut_off_is_reported_deleted
             a_watch_set_before_a_cut_reports_the_node_as_it_is_then
             lost_reply_returns_to_same_session

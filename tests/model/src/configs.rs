@@ -304,6 +304,21 @@ pub fn switched() -> Vec<(Vec<Mutant>, Config)> {
         // node that comes to hold the lock write it, so that three clients exercise it (and the waiter that trusts it):
         // in the release's transaction (decision 64).
         (vec![Mutant::AlwaysMark], marking("marking")),
+        // Every hold marking and no scout, as in a long queue (no scout there: its holders mark): a waiter not known
+        // to be behind the first watches its blocker's deletion alone, and that watch's event decides its hold
+        // (decision 0092; found by review, helper-149: with scouts, the watch decided no hold in `marking`).
+        (vec![Mutant::AlwaysMark, Mutant::NoScout], marking("marking-no-scout")),
+        (
+            vec![Mutant::AlwaysMark, Mutant::NoScout],
+            Config::new(
+                "marking-one-session-no-scout",
+                vec![
+                    Program::Tasks(vec![plain(Recipe::Fair), plain(Recipe::Fair)]),
+                    plain(Recipe::Fair),
+                ],
+            )
+            .with_faults(2, ALL_FAULTS),
+        ),
         // The same, marked as soon as the node holds (over the data it was made with), as a backend without
         // transactions does: no backend here lacks them, so only this keeps that path checked (helper-34).
         (

@@ -263,3 +263,61 @@ pub async fn a_gone_watch_fires_at_the_deletion_alone(h: &dyn Harness) {
     );
     on_a.delete(&format!("{path}/keep")).await.unwrap();
 }
+
+/// A watch of a node's deletion alone set before a cut is set again at the reconnection, as ZooKeeper's client sets
+/// its child watches again (`setWatches`, which compares the child list's `pzxid`): a change of data meanwhile leaves
+/// it set (it fires at the later deletion), a release's transaction meanwhile reports the deletion, and a node of the
+/// name deleted and made again meanwhile reports a change (look again). Found by review, helper-149, whose check this
+/// is.
+pub async fn a_gone_watch_is_set_again_at_a_reconnection(h: &dyn Harness) {
+    let name = "a_gone_watch_is_set_again_at_a_reconnection";
+    if !h.capabilities().disconnect || !h.capabilities().watches_rebuilt {
+        return skip(h, name, "disconnects");
+    }
+    for case in 0..3 {
+        let (path, a, b) = two_clients(h, &format!("gone-cut-{case}")).await;
+        let (on_a, on_b) = (a.locks.backend().current(), b.locks.backend().current());
+        if b.locks.backend().gone_watches().is_none() {
+            on_a.delete(&format!("{path}/keep")).await.unwrap();
+            return skip(h, name, "watches of a deletion alone");
+        }
+        let node = format!("{path}/n");
+        on_a.create(&node, b"1", CreateMode::Ephemeral).await.unwrap();
+        let mut gone = on_b.watch_gone(&node).await.unwrap().expect("exists");
+        b.faults.disconnect_for(b.faults.session_timeout() / 5).await;
+        match case {
+            0 => on_a.set_data(&node, b"2").await.unwrap(),
+            1 => on_a.set_data_and_delete(&node, b"2").await.unwrap().unwrap(),
+            _ => {
+                on_a.delete(&node).await.unwrap();
+                on_a.create(&node, b"3", CreateMode::Ephemeral).await.unwrap();
+            }
+        }
+        if case == 0 {
+            // A later reply of b's session, after its reconnection (bounded: 50 tries, 100 ms apart).
+            for _ in 0..50 {
+                if on_b.get(&node).await.is_ok() {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            let ready = std::future::poll_fn(|cx| Poll::Ready(gone.as_mut().poll(cx))).await;
+            assert!(ready.is_pending(), "case {case}: {ready:?}");
+            on_a.delete(&node).await.unwrap();
+            let fired = bounded(h, "gone watch", gone).await;
+            assert!(matches!(fired, Ok(NodeEvent::Deleted)), "case {case}: {fired:?}");
+        } else {
+            let fired = bounded(h, "gone watch set again", gone).await;
+            let expected = if case == 1 {
+                NodeEvent::Deleted
+            } else {
+                NodeEvent::DataChanged
+            };
+            assert!(matches!(fired, Ok(e) if e == expected), "case {case}: {fired:?}");
+            if case == 2 {
+                on_a.delete(&node).await.unwrap();
+            }
+        }
+        on_a.delete(&format!("{path}/keep")).await.unwrap();
+    }
+}

@@ -190,7 +190,9 @@ pub trait GoneWatches: Send + Sync {
     ///   [`NodeEvent::DataChanged`](super::NodeEvent::DataChanged): not a deletion, look again.
     /// - A session's events and replies come in one order, as [`Backend::get_and_watch`](super::Backend::get_and_watch)'s
     ///   watches: the deletion's event is ready once any later event or reply of the session is.
-    /// - A lost connection yields [`Error::ConnectionLoss`](crate::Error::ConnectionLoss), as a data watch's.
+    /// - A lost connection leaves it set, as a data watch: the client sets it again at the reconnection, and it then
+    ///   reports what happened meanwhile (the node gone: `Deleted`; a node of the name made again: `DataChanged`;
+    ///   only a change of data: nothing, it stays set). The session's end yields its error.
     /// - Never set one on the root of a [tree watch](TreeWatches::watch_tree) of the same session (ZOOKEEPER-4466: it
     ///   would take the tree watch's place in the server's table of child watches).
     ///

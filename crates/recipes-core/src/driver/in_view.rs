@@ -75,6 +75,7 @@ impl Attempt<'_> {
             if let Some(s) = armed.scouting.as_deref_mut() {
                 s.kept = None;
                 s.watch = None;
+                s.gone = None;
             }
             let scout = armed.scouting.as_deref().and_then(|s| s.path.as_ref());
             // Registered for as long as the slot lives (this wait).

@@ -13,7 +13,7 @@ use super::delete::Identity;
 use super::scout::Armed;
 use super::wait::{InLine, InLineOn};
 use super::{session, HeldNode};
-use crate::backend::{BackendExt, NodeWatch, SessionId};
+use crate::backend::{BackendExt, SessionId};
 use crate::error::Error;
 use crate::info::NodeInfo;
 use crate::mutants::{is_active, Mutant};
@@ -99,13 +99,13 @@ impl Attempt<'_> {
                     match next {
                         Verdict::Wait(wait) => wait,
                         Verdict::Acquired if !self.protocol.session_named() => {
-                            return Ok(Some(self.won(q, mark, armed.own)));
+                            return Ok(Some(self.won(q, mark, armed)));
                         }
                         // Boxed: a refusal, a missing node or a session-named key (etcd's layout, a round trip
                         // of its own) is rare beside a wait, and every waiter would otherwise carry its state.
                         other @ (Verdict::Refuse(_) | Verdict::Acquired | Verdict::Missing) => {
                             if Box::pin(self.not_in_line(other, &q)).await? {
-                                return Ok(Some(self.won(q, mark, armed.own)));
+                                return Ok(Some(self.won(q, mark, armed)));
                             }
                             break;
                         }
@@ -155,7 +155,7 @@ impl Attempt<'_> {
                             _ => false,
                         };
                         let mark = mark || (through_mark && self.marks_in_release() && passes);
-                        return Ok(Some(self.won(q, mark, armed.own)));
+                        return Ok(Some(self.won(q, mark, armed)));
                     }
                     InLine::Missing => {
                         self.vanished(&q.node).await?;
@@ -250,14 +250,18 @@ impl Attempt<'_> {
     /// node goes with it) and its change alone is not trusted: it would only cost the node behind a read of a node
     /// already gone, so none is sent (found by review, helper-97: 3.0 requests per drain handoff, not 2.0). A mark
     /// written while the node holds can be read back, and is written as before.
-    fn won(&mut self, q: Queued, mark: bool, own: Option<NodeWatch>) -> HeldNode {
+    fn won(&mut self, q: Queued, mark: bool, armed: Armed) -> HeldNode {
+        // The watches kept until the node's end: a watch dropped unfired costs the session a request to remove it. The
+        // one of a blocker's deletion alone (decision 0092) has its event on its way when the blocker handed the lock
+        // over within the process (its delete sent before its word).
+        let (own, gone) = (armed.own, armed.scouting.and_then(|s| s.gone));
         let in_release = mark && self.marks_in_release();
         if mark && !in_release {
             self.mark_first(&q.node, q.id);
         }
         let sent_with_release = in_release && (!self.ctx.foreign_writes || is_active(Mutant::MarkSentUnread));
         self.held(q.node, q.czxid, q.id)
-            .watched_by(own)
+            .watched_by(own, gone)
             .marking_on_release(sent_with_release)
     }
 

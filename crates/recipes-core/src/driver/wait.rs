@@ -223,8 +223,6 @@ impl Attempt<'_> {
                     Err(Stop::Fail(Error::ConnectionLoss)) => return relist(armed, watch_own),
                     Err(e) => return Err(e),
                 };
-                // The scout's watch is this wait's alone: one left from an earlier wait (which ended otherwise before
-                // it fired) is dropped.
                 // Only an aid: a watch of the deletion alone that failed (the connection, which the others tell too) is
                 // waited without, and one beside a change not trusted is not kept.
                 let trusted = |b: &Option<(bool, bool, bool, NodeWatch)>| {
@@ -233,6 +231,8 @@ impl Attempt<'_> {
                 if let Some(g) = gone.ok().flatten().filter(|_| trusted(&blocker)) {
                     armed.scouting.get_or_insert_with(Box::default).gone = Some(g);
                 }
+                // The scout's watch is this wait's alone: one left from an earlier wait (which ended otherwise before
+                // it fired) is dropped.
                 let scout_watch = armed.scouting.as_deref_mut().map(|s| &mut s.watch);
                 match scouted {
                     Ok(Some(Some(w))) => {

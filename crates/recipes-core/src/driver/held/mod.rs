@@ -82,7 +82,8 @@ pub(crate) struct Held {
     /// The watch on the node armed while it waited in line, kept only so that it ends with the node's
     /// delete: a watch dropped unfired costs the session a request to remove it. `lost()` arms a watch of its own:
     /// one armed long before may have an event on its way that heartbeats answered since do not show (see
-    /// docs/algorithm.md, the own-node watch).
+    /// docs/algorithm.md, the own-node watch). Beside it, the same way, the last wait's watch of its blocker's deletion
+    /// alone (decision 0092).
     own_watch: OwnWatch,
     /// Whether its delete also marks it `first`, in one transaction (a native lock's or writer's node that judged a
     /// long listing, or that passes on its blocker's mark, on a backend with transactions: the node behind then holds
@@ -96,11 +97,11 @@ pub(crate) struct Held {
 /// The watch a held node keeps (see `HeldNode::own_watch`): set when the node is made, taken when it is dropped,
 /// never shared (the mutex only makes the node `Sync`; it is never locked).
 #[derive(Default)]
-struct OwnWatch(std::sync::Mutex<Option<NodeWatch>>);
+struct OwnWatch(std::sync::Mutex<(Option<NodeWatch>, Option<NodeWatch>)>);
 
 impl std::fmt::Debug for OwnWatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let armed = self.0.try_lock().is_ok_and(|w| w.is_some());
+        let armed = self.0.try_lock().is_ok_and(|w| w.0.is_some());
         f.debug_struct("OwnWatch").field("armed", &armed).finish()
     }
 }
@@ -144,9 +145,9 @@ impl HeldNode {
     }
 
     /// Keeps `watch`, the watch on this very node's data and deletion armed while it waited (on the node this attempt
-    /// made), until the node's end.
-    pub fn watched_by(mut self, watch: Option<NodeWatch>) -> Self {
-        self.own_watch = OwnWatch(std::sync::Mutex::new(watch));
+    /// made), and `gone`, the last wait's watch of its blocker's deletion alone, until the node's end.
+    pub fn watched_by(mut self, watch: Option<NodeWatch>, gone: Option<NodeWatch>) -> Self {
+        self.own_watch = OwnWatch(std::sync::Mutex::new((watch, gone)));
         self
     }
 
@@ -237,7 +238,7 @@ impl Drop for HeldNode {
         let id = self.identity();
         let lost_reply = self.delete_sent.load(Ordering::Acquire);
         // The watch on the node ends with the delete (see `own_watch`).
-        let watch = self.own_watch.0.get_mut().map_or(None, Option::take);
+        let watch = self.own_watch.0.get_mut().map_or((None, None), std::mem::take);
         // The turn passes once the key is deleted (see `turns`).
         let turn = self.turn.get_mut().take();
         if let Some(t) = &turn {

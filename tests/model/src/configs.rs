@@ -299,6 +299,17 @@ pub fn switched() -> Vec<(Vec<Mutant>, Config)> {
             &[FaultKind::Expire, FaultKind::Blip, FaultKind::Crash, FaultKind::Delay],
         )
     };
+    // Two tasks of one session and another session, two faults.
+    let marking_one_session = |name| {
+        Config::new(
+            name,
+            vec![
+                Program::Tasks(vec![plain(Recipe::Fair), plain(Recipe::Fair)]),
+                plain(Recipe::Fair),
+            ],
+        )
+        .with_faults(2, ALL_FAULTS)
+    };
     vec![
         // The `first` mark is written only after a listing of more than 64 names in production; this makes every
         // node that comes to hold the lock write it, so that three clients exercise it (and the waiter that trusts it):
@@ -310,14 +321,7 @@ pub fn switched() -> Vec<(Vec<Mutant>, Config)> {
         (vec![Mutant::AlwaysMark, Mutant::NoScout], marking("marking-no-scout")),
         (
             vec![Mutant::AlwaysMark, Mutant::NoScout],
-            Config::new(
-                "marking-one-session-no-scout",
-                vec![
-                    Program::Tasks(vec![plain(Recipe::Fair), plain(Recipe::Fair)]),
-                    plain(Recipe::Fair),
-                ],
-            )
-            .with_faults(2, ALL_FAULTS),
+            marking_one_session("marking-one-session-no-scout"),
         ),
         // The same, marked as soon as the node holds (over the data it was made with), as a backend without
         // transactions does: no backend here lacks them, so only this keeps that path checked (helper-34).
@@ -327,17 +331,7 @@ pub fn switched() -> Vec<(Vec<Mutant>, Config)> {
         ),
         // Tasks sharing a session, every hold marking: a holder handed the lock within the process marks too, and
         // passes the mark on (decision 75; found by review, helper-69: no configuration had a handed holder mark).
-        (
-            vec![Mutant::AlwaysMark],
-            Config::new(
-                "marking-one-session",
-                vec![
-                    Program::Tasks(vec![plain(Recipe::Fair), plain(Recipe::Fair)]),
-                    plain(Recipe::Fair),
-                ],
-            )
-            .with_faults(2, ALL_FAULTS),
-        ),
+        (vec![Mutant::AlwaysMark], marking_one_session("marking-one-session")),
         (
             vec![Mutant::AlwaysMark],
             Config::new(

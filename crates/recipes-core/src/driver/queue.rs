@@ -237,7 +237,7 @@ impl Attempt<'_> {
             path: self.path.child(&wait.on).into(),
             first: wait.blocker_first,
             change_means_held: wait.change_means_held,
-            watch_gone: long && wait.change_means_held && wait.scout.is_none() && !is_active(Mutant::NoGoneWatch),
+            watch_gone: long && wait.change_means_held && !is_active(Mutant::NoGoneWatch),
         };
         (self.protocol.passes_mark_on(&wait), on)
     }

@@ -8,7 +8,7 @@ use super::attempt::{Attempt, Step, Stop};
 use super::blocker::{blocker_gone, marked_first, Blocker, Watches};
 use super::queue::Queued;
 use super::scout::Armed;
-use crate::backend::{BackendExt, NodeWatch};
+use crate::backend::BackendExt;
 use crate::error::Error;
 use crate::info::NodeInfo;
 use crate::mutants::{is_active, Mutant};
@@ -224,11 +224,8 @@ impl Attempt<'_> {
                     Err(e) => return Err(e),
                 };
                 // Only an aid: a watch of the deletion alone that failed (the connection, which the others tell too) is
-                // waited without, and one beside a change not trusted is not kept.
-                let trusted = |b: &Option<(bool, bool, bool, NodeWatch)>| {
-                    b.as_ref().is_some_and(|(_, _, trust, _)| *trust) || is_active(Mutant::GoneWatchUntrusted)
-                };
-                if let Some(g) = gone.ok().flatten().filter(|_| trusted(&blocker)) {
+                // waited without. Whether the change it would follow is trusted is asked when it comes (`gone_told`).
+                if let Ok(Some(g)) = gone {
                     armed.scouting.get_or_insert_with(Box::default).gone = Some(g);
                 }
                 // The scout's watch is this wait's alone: one left from an earlier wait (which ended otherwise before

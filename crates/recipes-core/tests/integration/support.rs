@@ -319,6 +319,11 @@ impl Backend for SlowGet {
     fn send_now(&self) -> Option<&dyn SendNow> {
         self.inner.send_now().map(|_| self as &dyn SendNow)
     }
+    // Passed through as they are: hidden, they kept every test built on this wrapper off decision 0092's path (found
+    // by review, helper-150).
+    fn gone_watches(&self) -> Option<&dyn recipes_core::backend::GoneWatches> {
+        self.inner.gone_watches()
+    }
     fn session(&self) -> watch::Receiver<SessionStatus> {
         self.inner.session()
     }

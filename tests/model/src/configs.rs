@@ -311,7 +311,7 @@ pub fn switched() -> Vec<(Vec<Mutant>, Config)> {
         .with_faults(2, ALL_FAULTS)
     };
     vec![
-        // The `first` mark is written only after a listing of more than 64 names in production; this makes every
+        // The `first` mark is written only after a listing of more than 32 names in production; this makes every
         // node that comes to hold the lock write it, so that three clients exercise it (and the waiter that trusts it):
         // in the release's transaction (decision 64).
         (vec![Mutant::AlwaysMark], marking("marking")),

@@ -179,7 +179,7 @@ pub async fn exclusive_wakes_every_waiter(h: &dyn Harness) {
     assert!(woke >= 5, "expected every one of 5 waiters to wake, saw {woke}");
 }
 
-/// A queue longer than the marking threshold (more than 64 names), its early waiters queued behind short lists: a
+/// A queue longer than the marking threshold (more than 32 names), its early waiters queued behind short lists: a
 /// waiter that lists the whole queue again after a cancellation ahead of it marks itself once it holds, however
 /// near the front it is. With early waiters cancelled in the middle of the chain, the rest still hold one at a time,
 /// in the order they queued, with increasing tokens, and no node is left.

@@ -117,7 +117,7 @@ async fn a_creator_acl_without_credentials_is_refused_at_connect() {
 async fn a_node_its_owner_may_not_write_is_still_released() {
     use recipes_core::mutants::{self, Mutant};
     let Some(servers) = servers() else { return };
-    // Every node that comes to hold marks itself (in production: after a listing of more than 64 contenders).
+    // Every node that comes to hold marks itself (in production: after a listing of more than 32 contenders).
     mutants::set(Mutant::AlwaysMark, true);
     let acl: NodeAcl = "world:anyone:cdr".parse().unwrap();
     let path = unique("no-write");

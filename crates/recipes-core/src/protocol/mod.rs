@@ -30,12 +30,14 @@ pub(crate) use queue::made_by;
 pub use queue::Queue;
 
 /// A waiter that comes to hold the lock marks itself `first` only when a listing it judged held more than this many
-/// contenders: in a short queue the node behind it lists again more cheaply (a read) than the mark costs (a write). Marking is
-/// only an optimisation: without a mark the node behind lists again. 64, not 16 as first set: a list of fewer names is
-/// cheaper than a committed write per handoff (docs/decisions/0059-marking-from-64-waiters.md). The whole listing
-/// counts, not only the names ahead: the list the node behind would make holds the names behind us
+/// contenders; the node behind a waiter of a short queue watches a scout and lists again instead. Marking is only an
+/// optimisation: without a mark the node behind lists again. 32: since the mark goes in the release's transaction
+/// and the node behind watches its blocker's deletion alone, a mark costs the server about what the scout's watch
+/// and list cost at 32 contenders, more at 8, and takes a list of the whole queue off a drain's path
+/// (docs/decisions/0093-marking-from-32-contenders.md; 64 before, 16 first). The whole listing counts, not only the
+/// names ahead: the list the node behind would make holds the names behind us
 /// (docs/decisions/0060-marking-by-the-length-of-the-listing.md).
-pub const MARK_FROM_QUEUE_LEN: usize = 64;
+pub const MARK_FROM_QUEUE_LEN: usize = 32;
 
 /// How a recipe's contender, in one layout, names its node and judges the lock path: everything the engine decides
 /// between two requests.

@@ -1,4 +1,4 @@
-//! A drain through same-session passes with a chain of marks running (a queue longer than 64), on two worker threads
+//! A drain through same-session passes with a chain of marks running (a queue longer than 32), on two worker threads
 //! where a handed waiter sees its blocker's deletion before the holder's word (`SlowGet::slow_sends`, decision 75),
 //! while waiters are cancelled in line (their tasks aborted), acquires run out of time (`acquire_timeout`) and
 //! releases are dropped right after their delete (and handoff) went out. No two holders are ever inside at once,

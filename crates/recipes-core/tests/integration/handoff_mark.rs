@@ -74,7 +74,7 @@ fn refused_handoff_marks_never_let_two_hold() {
         let holder = sessions[0].fair(path).unwrap().acquire().await.unwrap();
         let mut queued = JoinSet::new();
         for i in 0..WAITERS {
-            // Neighbours two by two on a session: every other release hands over (more than 64 waiters: they mark).
+            // Neighbours two by two on a session: every other release hands over (more than 32 waiters: they mark).
             let lock = sessions[(i / 2) % 4].fair(path).unwrap();
             let holders = holders.clone();
             queued.spawn(async move {
@@ -140,7 +140,7 @@ async fn cancelled_releases(latency_ms: u64, sessions_n: usize, cancel_every: us
     let holder = sessions[0].fair(path).unwrap().acquire().await.unwrap();
     let mut queued = JoinSet::new();
     for i in 0..WAITERS {
-        // Three neighbours to a session; more than 64 waiters, so releases mark.
+        // Three neighbours to a session; more than 32 waiters, so releases mark.
         let lock = sessions[(i / 3) % sessions_n].fair(path).unwrap();
         let holders = holders.clone();
         queued.spawn(async move {

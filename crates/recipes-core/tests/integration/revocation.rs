@@ -230,7 +230,7 @@ async fn the_multi_lock_keeps_its_deadline_through_a_disconnection() {
 )]
 #[tokio::test(start_paused = true)]
 async fn the_first_mark_never_overwrites_a_request_to_let_go() {
-    // Every waiter that comes to hold marks itself (in production: only behind 64 or more).
+    // Every waiter that comes to hold marks itself (in production: only after a listing of more than 32).
     mutants::set(Mutant::AlwaysMark, true);
     mutants::set(Mutant::MarkWhenHeld, true);
     let cluster = MemCluster::new();
@@ -452,4 +452,79 @@ async fn under_foreign_writes_a_release_sends_no_mark() {
     }
     mutants::set(Mutant::AlwaysMark, false);
     mutants::set(Mutant::MarkSentUnread, false);
+}
+
+/// Requests to let go written into the holders of a long queue while it drains, at two phases of the handoff: 48
+/// waiters, so that those behind a listing of more than 32 mark in their releases and the waiter behind each watches
+/// its blocker's deletion alone (decisions 0064, 0092, 0093). A request is a change of the holder's data, which the
+/// waiter behind takes for "it held" (decision 0052) until it reads the data back (then only the mark counts:
+/// decision 0061). It lands while the holder holds, or just before the release's transaction (which writes the mark
+/// over it and deletes the node), so that the waiter's read after it races the deletion's event. No two hold at once,
+/// every waiter holds once, and no node is left.
+#[tokio::test(start_paused = true)]
+async fn requests_to_let_go_in_a_draining_long_queue_never_let_two_hold() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::sync::Arc;
+    const WAITERS: usize = 48;
+    for offset in [0, 3] {
+        let path = "/revoke/long";
+        let cluster = MemCluster::new();
+        cluster.set_latency(Duration::from_millis(2));
+        let sessions: Vec<Locks> = (0..4).map(|_| Locks::new(cluster.client())).collect();
+        let (inside, overlaps, asked) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        let holder = sessions[0].fair(path).unwrap().acquire().await.unwrap();
+        let mut queued = tokio::task::JoinSet::new();
+        for i in 0..WAITERS {
+            let lock = sessions[i % sessions.len()].fair(path).unwrap();
+            let (inside, overlaps, asked) = (inside.clone(), overlaps.clone(), asked.clone());
+            queued.spawn(async move {
+                let g = lock.acquire().await.unwrap();
+                if inside.fetch_add(1, SeqCst) != 0 {
+                    overlaps.fetch_add(1, SeqCst);
+                }
+                // Held for 10 to 40 ms, or until asked to let go: the requests land at many points of a hold.
+                let hold = Duration::from_millis(10 + 10 * (i % 4) as u64);
+                if tokio::time::timeout(hold, g.revocation_requested()).await.is_ok() {
+                    asked.fetch_add(1, SeqCst);
+                }
+                inside.fetch_sub(1, SeqCst);
+                g.release().await.unwrap();
+            });
+            crate::drain::queued_as(&cluster, path, i).await;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let asker = Locks::new(cluster.client());
+        let cluster_view = cluster.clone();
+        let revoker = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(offset)).await;
+            for _ in 0..5_000 {
+                // The holder as the cluster shows it now: the first by sequence. One gone or not yet holding by the
+                // time the request is written is not asked (`Ok(false)`, or a typed refusal of a waiting node).
+                let first = cluster_view.children(path).into_iter().min_by_key(|n| sequence(n));
+                if let Some(node) = first {
+                    let _ = asker.revoke_node(path, &node).await;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        });
+        crate::drain::drain(holder, queued).await;
+        revoker.abort();
+        assert_eq!(overlaps.load(SeqCst), 0, "offset {offset} ms: two held at once");
+        // 35 and 36 of the 48 when written: the others' holds ended before a request reached them.
+        let asked = asked.load(SeqCst);
+        assert!(
+            asked > WAITERS / 4,
+            "offset {offset} ms: only {asked} holders were asked to let go"
+        );
+        assert!(cluster.children(path).is_empty(), "offset {offset} ms: nodes left");
+    }
+}
+
+/// The sequence of a native queue node's name (`L-<attempt>-<sequence>`).
+fn sequence(name: &str) -> u64 {
+    name.rsplit('-').next().and_then(|s| s.parse().ok()).unwrap_or(u64::MAX)
 }

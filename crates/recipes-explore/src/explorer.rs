@@ -81,6 +81,7 @@ pub struct Explorer<S = ()> {
     pub(crate) setup: Option<Setup>,
     pub(crate) paths: Vec<String>,
     pub(crate) order: Option<ChildOrder>,
+    pub(crate) writes_together: bool,
     pub(crate) delete_under: Option<Vec<String>>,
     pub(crate) init: InitFn<S>,
     pub(crate) checks: Vec<CheckFn<S>>,
@@ -139,6 +140,7 @@ impl Explorer<()> {
             setup: None,
             paths: Vec::new(),
             order: None,
+            writes_together: false,
             delete_under: None,
             init: Arc::new(|_| ()),
             checks: Vec::new(),
@@ -210,6 +212,16 @@ impl<S: Clone + Send + Sync + 'static> Explorer<S> {
         self
     }
 
+    /// Delivers every watch event of one write to a process at once, as ZooKeeper sends them in one go
+    /// ([`Controller::events_of_a_write_together`](recipes_mem::Controller::events_of_a_write_together)): the process
+    /// may then see a node's change of data and its deletion by one transaction before it acts on either. By default
+    /// each event is a step of its own, and the process acts on the first before the next arrives; a configuration
+    /// that should cover both runs twice.
+    pub fn events_of_a_write_together(mut self) -> Self {
+        self.writes_together = true;
+        self
+    }
+
     /// Limits [`Fault::OperatorDelete`] to the children of these paths (by default: every ephemeral node).
     pub fn operator_deletes_under(mut self, parents: &[&str]) -> Self {
         self.delete_under = Some(parents.iter().map(|p| (*p).to_owned()).collect());
@@ -238,6 +250,7 @@ impl<S: Clone + Send + Sync + 'static> Explorer<S> {
             setup: self.setup,
             paths: self.paths,
             order: self.order,
+            writes_together: self.writes_together,
             delete_under: self.delete_under,
             init: Arc::new(init),
             checks: Vec::new(),

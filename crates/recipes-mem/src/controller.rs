@@ -22,6 +22,21 @@ impl Controller {
         self.cluster.with(|st, now| st.events(now))
     }
 
+    /// From now on (`true`), a [`NetEvent::Deliver`] brings its session every watch event of one write at once: the
+    /// change of a node's data and its deletion by one transaction, say, as ZooKeeper sends them in one go and its
+    /// client may read both before it acts on the first. By default each event is a delivery of its own, and the
+    /// client acts on the first before the next arrives.
+    ///
+    /// ```
+    /// let cluster = recipes_mem::MemCluster::new();
+    /// let ctl = cluster.controlled();
+    /// ctl.events_of_a_write_together(true);
+    /// assert!(ctl.events().is_empty());
+    /// ```
+    pub fn events_of_a_write_together(&self, on: bool) {
+        self.cluster.with(|st, _| st.events_together = on);
+    }
+
     /// Makes `event` happen; `false` when it is not enabled.
     pub fn fire(&self, event: NetEvent) -> bool {
         self.cluster.with(|st, now| st.fire_event(event, now))

@@ -4,6 +4,7 @@
 //! of the two cores in the test build.
 
 mod closes;
+mod events_together;
 mod heartbeats_in_order;
 mod held;
 mod orphans;

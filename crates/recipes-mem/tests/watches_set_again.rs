@@ -8,26 +8,33 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
 use recipes_core::backend::{BackendExt, CreateMode, NodeEvent, NodeWatch};
-use recipes_mem::{MemCluster, NetEvent};
+use recipes_mem::{MemClient, MemCluster, NetEvent};
 
 /// What a watch has reported so far, without waiting.
-async fn now(w: &mut NodeWatch) -> Poll<recipes_core::Result<NodeEvent>> {
+pub(crate) async fn now(w: &mut NodeWatch) -> Poll<recipes_core::Result<NodeEvent>> {
     std::future::poll_fn(|cx| Poll::Ready(w.as_mut().poll(cx))).await
 }
 
-#[tokio::test(start_paused = true)]
-async fn watches_set_again_report_the_nodes_as_they_are_last_set_first() {
+/// A cluster, a client that made `/p` and the persistent `nodes` under it, and a second client.
+pub(crate) async fn made(nodes: &[&str]) -> (MemCluster, Arc<MemClient>, Arc<MemClient>) {
     let cluster = MemCluster::new();
     let (a, b) = (cluster.client(), cluster.client());
     let on_a = a.current();
     on_a.create("/p", b"", CreateMode::Persistent).await.unwrap();
-    for n in ["/p/1", "/p/2", "/p/3"] {
+    for n in nodes {
         on_a.create(n, b"", CreateMode::Persistent).await.unwrap();
     }
+    (cluster, a, b)
+}
+
+#[tokio::test(start_paused = true)]
+async fn watches_set_again_report_the_nodes_as_they_are_last_set_first() {
+    let (cluster, _a, b) = made(&["/p/1", "/p/2", "/p/3"]).await;
     let on_b = b.current();
     let (_, mut first) = on_b.get_and_watch("/p/1").await.unwrap().expect("there");
     let (_, mut second) = on_b.get_and_watch("/p/2").await.unwrap().expect("there");
@@ -65,13 +72,7 @@ async fn watches_set_again_report_the_nodes_as_they_are_last_set_first() {
 /// it could not fail when both changes came just before the cut).
 #[tokio::test(start_paused = true)]
 async fn events_on_their_way_at_the_cut_are_answered_again() {
-    let cluster = MemCluster::new();
-    let (a, b) = (cluster.client(), cluster.client());
-    let on_a = a.current();
-    on_a.create("/p", b"", CreateMode::Persistent).await.unwrap();
-    for n in ["/p/1", "/p/2"] {
-        on_a.create(n, b"", CreateMode::Persistent).await.unwrap();
-    }
+    let (cluster, _a, b) = made(&["/p/1", "/p/2"]).await;
     let on_b = b.current();
     let (_, mut first) = on_b.get_and_watch("/p/1").await.unwrap().expect("there");
     let (_, mut second) = on_b.get_and_watch("/p/2").await.unwrap().expect("there");

@@ -323,6 +323,13 @@ pub fn switched() -> Vec<(Vec<Mutant>, Config)> {
             vec![Mutant::AlwaysMark, Mutant::NoScout],
             marking_one_session("marking-one-session-no-scout"),
         ),
+        // The same with a write's events delivered together, as ZooKeeper sends them: a waiter may find the
+        // deletion's event there already when it heeds the change of its blocker's data, and hold on it without a read
+        // (`Told::Deleted`), which a delivery per event never reaches (proposed by review, helper-150).
+        (
+            vec![Mutant::AlwaysMark, Mutant::NoScout],
+            marking("marking-no-scout-one-write").with_events_of_a_write_together(),
+        ),
         // The same, marked as soon as the node holds (over the data it was made with), as a backend without
         // transactions does: no backend here lacks them, so only this keeps that path checked (helper-34).
         (

@@ -10,7 +10,8 @@
 //!
 //! - `Apply`: the server applies the oldest in-flight request of a session (one session's requests stay in order;
 //!   sessions interleave freely), including requests orphaned by a broken connection, which may also be lost;
-//! - `Deliver`: a reply or watch event reaches its client (in order per session). Deliveries to different clients
+//! - `Deliver`: a reply or watch event reaches its client (in order per session; with
+//!   [`Config::with_events_of_a_write_together`], every event of one write at once). Deliveries to different clients
 //!   commute with each other and with other sessions' requests, so a pending delivery is made before any other
 //!   network event (a reduction that keeps every reachable state);
 //! - timers when due: a reconnection, the server expiring a session it has not heard from;
@@ -86,6 +87,9 @@ pub struct Config {
     /// Every client's `Locks` built with [`foreign_writes`](recipes_core::LocksBuilder::foreign_writes): for the
     /// operator's writes ([`FaultKind::OperatorWrite`]).
     pub foreign_writes: bool,
+    /// Every watch event of one write delivered to a client at once
+    /// ([`Explorer::events_of_a_write_together`](recipes_explore::Explorer::events_of_a_write_together)).
+    pub writes_together: bool,
 }
 
 impl fmt::Debug for Config {
@@ -98,6 +102,7 @@ impl fmt::Debug for Config {
             .field("fault_kinds", &self.fault_kinds)
             .field("cohorts", &self.cohorts)
             .field("foreign_writes", &self.foreign_writes)
+            .field("writes_together", &self.writes_together)
             .finish()
     }
 }
@@ -115,6 +120,7 @@ impl Config {
             setup: None,
             cohorts: None,
             foreign_writes: false,
+            writes_together: false,
         }
     }
 
@@ -140,6 +146,12 @@ impl Config {
     /// This configuration with every client's `Locks` built for others' writes of lock-node data.
     pub fn with_foreign_writes(mut self) -> Self {
         self.foreign_writes = true;
+        self
+    }
+
+    /// This configuration with every watch event of one write delivered to a client at once.
+    pub fn with_events_of_a_write_together(mut self) -> Self {
+        self.writes_together = true;
         self
     }
 
@@ -208,6 +220,9 @@ fn explorer(config: &Config) -> Explorer<Shared> {
         });
     if let Some(setup) = config.setup {
         explorer = explorer.setup(Arc::new(setup));
+    }
+    if config.writes_together {
+        explorer = explorer.events_of_a_write_together();
     }
     explorer
         .state(move |s| {

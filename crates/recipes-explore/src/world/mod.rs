@@ -140,6 +140,7 @@ impl<'e, S: Clone + Send + Sync + 'static> World<'e, S> {
             setup(&cluster).await;
         }
         let ctl = cluster.controlled();
+        ctl.events_of_a_write_together(ex.writes_together);
         let activity = Activity::new(ctl.activity_notify(), traced);
         let tracker = Arc::new(Mutex::new(Tracker::default()));
         let store = Store::new(ex.processes, activity.clone(), tracker.clone());

@@ -92,6 +92,8 @@ enum Inbound {
         event: Result<NodeEvent>,
         due: Instant,
         seq: u64,
+        /// The write that fired it (the server's `activity` then: every write ends with a `touch`).
+        write: u64,
     },
     /// An event of a tree watch: lost if the connection breaks before it arrives (ZOOKEEPER-4698).
     Tree {
@@ -145,6 +147,9 @@ pub(crate) struct State {
     /// When the container reaper looks ([`MemCluster::set_container_reap_delay`](crate::MemCluster)).
     pub reap_checks: ReapChecks,
     pub controlled: bool,
+    /// A delivery in the controlled mode brings a session every event of one write at once
+    /// ([`Controller::events_of_a_write_together`](crate::Controller::events_of_a_write_together)).
+    pub events_together: bool,
     timers: BTreeMap<(Instant, u64), Timer>,
     seq: u64,
     /// Counts every send, application, delivery and state change (for the model checker's "nothing moves").
@@ -176,6 +181,7 @@ impl Default for State {
                 every: Duration::from_secs(60),
             },
             controlled: false,
+            events_together: false,
             timers: BTreeMap::new(),
             seq: 0,
             activity: 0,
@@ -303,7 +309,21 @@ impl State {
         if let Inbound::Reply { result, sent, .. } = &item {
             rec.note_answer(result, *sent);
         }
+        let write = match &item {
+            Inbound::Event { write, .. } if self.events_together => Some(*write),
+            _ => None,
+        };
         item.hand_over();
+        // The other events of the same write, where they come together: ZooKeeper sends them in one go, and a client
+        // may read them all before it acts on the first.
+        while let Some(Inbound::Event { write: w, .. }) = rec.inbound.front() {
+            if Some(*w) != write {
+                break;
+            }
+            if let Some(next) = rec.inbound.pop_front() {
+                next.hand_over();
+            }
+        }
         self.touch();
     }
 
@@ -325,7 +345,14 @@ impl State {
             return;
         }
         let fired = Box::new((path.to_owned(), watch));
-        rec.queue_inbound(now + watch_delay, |due| Inbound::Event { fired, event, due, seq });
+        let write = self.activity;
+        rec.queue_inbound(now + watch_delay, |due| Inbound::Event {
+            fired,
+            event,
+            due,
+            seq,
+            write,
+        });
     }
 
     /// Sends the event of a tree watch of `sid` to its client, behind the replies and events already on their way

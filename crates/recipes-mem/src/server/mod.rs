@@ -92,7 +92,9 @@ enum Inbound {
         event: Result<NodeEvent>,
         due: Instant,
         seq: u64,
-        /// The write that fired it (the server's `activity` then: every write ends with a `touch`).
+        /// The write that fired it: the server's `activity` then, which every write's end moves (`touch`). A container
+        /// reaped as a request catches up counts with that request's write: events of two writes back to back, which
+        /// ZooKeeper's stream may bring together too.
         write: u64,
     },
     /// An event of a tree watch: lost if the connection breaks before it arrives (ZOOKEEPER-4698).

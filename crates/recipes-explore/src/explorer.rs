@@ -212,11 +212,11 @@ impl<S: Clone + Send + Sync + 'static> Explorer<S> {
         self
     }
 
-    /// Delivers every watch event of one write to a process at once, as ZooKeeper sends them in one go
-    /// ([`Controller::events_of_a_write_together`](recipes_mem::Controller::events_of_a_write_together)): the process
-    /// may then see a node's change of data and its deletion by one transaction before it acts on either. By default
-    /// each event is a step of its own, and the process acts on the first before the next arrives; a configuration
-    /// that should cover both runs twice.
+    /// Delivers the watch events of one write queued back to back to a process at once, as ZooKeeper sends them in
+    /// one go ([`Controller::events_of_a_write_together`](recipes_mem::Controller::events_of_a_write_together)): the
+    /// process may then see a node's change of data and its deletion by one transaction before it acts on either. By
+    /// default each event is a step of its own, and the process acts on the first before the next arrives; a
+    /// configuration that should cover both runs twice.
     pub fn events_of_a_write_together(mut self) -> Self {
         self.writes_together = true;
         self

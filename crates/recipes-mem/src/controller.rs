@@ -22,10 +22,12 @@ impl Controller {
         self.cluster.with(|st, now| st.events(now))
     }
 
-    /// From now on (`true`), a [`NetEvent::Deliver`] brings its session every watch event of one write at once: the
-    /// change of a node's data and its deletion by one transaction, say, as ZooKeeper sends them in one go and its
-    /// client may read both before it acts on the first. By default each event is a delivery of its own, and the
-    /// client acts on the first before the next arrives.
+    /// From now on (`true`), a [`NetEvent::Deliver`] that brings its session a watch event brings the events of the
+    /// same write queued right behind it too: the change of a node's data and its deletion by one transaction, say,
+    /// as ZooKeeper sends them in one go and its client may read both before it acts on the first. (Containers
+    /// reaped as the server catches up count with the next write; a tree watch's event between two of them splits
+    /// them.) By default each reply or event is a delivery of its own, and the client acts on it before the next
+    /// arrives.
     ///
     /// ```
     /// let cluster = recipes_mem::MemCluster::new();

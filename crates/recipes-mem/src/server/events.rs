@@ -57,7 +57,8 @@ impl Access {
             return false;
         }
         if self.local() || other.local() {
-            // A delivery pops the head of its session's inbound queue and lets its client run; every request the
+            // A delivery pops the head of its session's inbound queue (with the events of the same write right behind
+            // it, where they come together) and lets its client run; every request the
             // client then sends goes behind those already queued (or, made while its connection is cut, is held until
             // the reconnection, a timer's: global), so it commutes with every network event.
             return true;
@@ -299,7 +300,14 @@ impl State {
             NetEvent::DropOrphans(s) => format!("{} orphans lost", sid(s)),
             NetEvent::Deliver(s) => match self.sessions.get(&s).and_then(|r| r.inbound.front()) {
                 Some(Inbound::Reply { result, .. }) => format!("{} reply {}", sid(s), Reply::describe(result)),
-                Some(Inbound::Event { event, .. }) => format!("{} watch {:?}", sid(s), event),
+                Some(Inbound::Event { event, .. }) => {
+                    match self.sessions.get(&s).map_or(0, |r| r.same_write_behind_front()) {
+                        n if n > 0 && self.events_together => {
+                            format!("{} watch {:?} and {n} more of its write", sid(s), event)
+                        }
+                        _ => format!("{} watch {:?}", sid(s), event),
+                    }
+                }
                 Some(Inbound::Tree { event, .. }) => format!("{} tree {:?} {}", sid(s), event.change, event.path),
                 None => format!("{} deliver (nothing)", sid(s)),
             },

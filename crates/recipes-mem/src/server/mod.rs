@@ -92,9 +92,9 @@ enum Inbound {
         event: Result<NodeEvent>,
         due: Instant,
         seq: u64,
-        /// The write that fired it: the server's `activity` then, which every write's end moves (`touch`). A container
-        /// reaped as a request catches up counts with that request's write: events of two writes back to back, which
-        /// ZooKeeper's stream may bring together too.
+        /// The write that fired it: the server's `activity` then, which every write's end moves (`touch`). Containers
+        /// reaped as the server catches up (`catch_up`, which does not move it) count with the next write: events of
+        /// two writes back to back, which ZooKeeper's stream may bring together too.
         write: u64,
     },
     /// An event of a tree watch: lost if the connection breaks before it arrives (ZOOKEEPER-4698).
@@ -305,23 +305,22 @@ impl State {
         let Some(rec) = self.sessions.get_mut(&sid) else {
             unreachable!("a delivery is made only when its session has one on the way")
         };
+        // Counted before the front item goes: the events of its write right behind it.
+        let more = if self.events_together {
+            rec.same_write_behind_front()
+        } else {
+            0
+        };
         let Some(item) = rec.inbound.pop_front() else {
             unreachable!("a delivery is made only when its session has one on the way")
         };
         if let Inbound::Reply { result, sent, .. } = &item {
             rec.note_answer(result, *sent);
         }
-        let write = match &item {
-            Inbound::Event { write, .. } if self.events_together => Some(*write),
-            _ => None,
-        };
         item.hand_over();
-        // The other events of the same write, where they come together: ZooKeeper sends them in one go, and a client
-        // may read them all before it acts on the first.
-        while let Some(Inbound::Event { write: w, .. }) = rec.inbound.front() {
-            if Some(*w) != write {
-                break;
-            }
+        // The events of the same write right behind it, where they come together: ZooKeeper sends them in one go, and a
+        // client may read them all before it acts on the first.
+        for _ in 0..more {
             if let Some(next) = rec.inbound.pop_front() {
                 next.hand_over();
             }

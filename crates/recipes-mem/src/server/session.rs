@@ -99,6 +99,18 @@ impl Session {
     }
 
     /// Queues a reply or a watch event behind those on their way to the client, due at `earliest` or later.
+    /// How many watch events of the front item's write come right behind it (none unless the front is such an
+    /// event): what a delivery brings with it where a write's events come together.
+    pub(super) fn same_write_behind_front(&self) -> usize {
+        let mut items = self.inbound.iter();
+        let Some(Inbound::Event { write, .. }) = items.next() else {
+            return 0;
+        };
+        items
+            .take_while(|i| matches!(i, Inbound::Event { write: w, .. } if w == write))
+            .count()
+    }
+
     pub(super) fn queue_inbound(&mut self, earliest: Instant, make: impl FnOnce(Instant) -> Inbound) {
         let due = self.inbound.back().map_or(earliest, |i| i.due().0.max(earliest));
         self.inbound.push_back(make(due));

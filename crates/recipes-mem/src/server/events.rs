@@ -58,9 +58,9 @@ impl Access {
         }
         if self.local() || other.local() {
             // A delivery pops the head of its session's inbound queue (with the events of the same write right behind
-            // it, where they come together) and lets its client run; every request the
-            // client then sends goes behind those already queued (or, made while its connection is cut, is held until
-            // the reconnection, a timer's: global), so it commutes with every network event.
+            // it, where they come together) and lets its client run; every request the client then sends goes behind
+            // those already queued (or, made while its connection is cut, is held until the reconnection, a timer's:
+            // global), so it commutes with every network event.
             return true;
         }
         match (self.session, other.session) {
@@ -298,19 +298,20 @@ impl State {
                 None => format!("{} apply orphan (nothing)", sid(s)),
             },
             NetEvent::DropOrphans(s) => format!("{} orphans lost", sid(s)),
-            NetEvent::Deliver(s) => match self.sessions.get(&s).and_then(|r| r.inbound.front()) {
-                Some(Inbound::Reply { result, .. }) => format!("{} reply {}", sid(s), Reply::describe(result)),
-                Some(Inbound::Event { event, .. }) => {
-                    match self.sessions.get(&s).map_or(0, |r| r.same_write_behind_front()) {
+            NetEvent::Deliver(s) => {
+                let rec = self.sessions.get(&s);
+                match rec.and_then(|r| r.inbound.front()) {
+                    Some(Inbound::Reply { result, .. }) => format!("{} reply {}", sid(s), Reply::describe(result)),
+                    Some(Inbound::Event { event, .. }) => match rec.map_or(0, |r| r.same_write_behind_front()) {
                         n if n > 0 && self.events_together => {
                             format!("{} watch {:?} and {n} more of its write", sid(s), event)
                         }
                         _ => format!("{} watch {:?}", sid(s), event),
-                    }
+                    },
+                    Some(Inbound::Tree { event, .. }) => format!("{} tree {:?} {}", sid(s), event.change, event.path),
+                    None => format!("{} deliver (nothing)", sid(s)),
                 }
-                Some(Inbound::Tree { event, .. }) => format!("{} tree {:?} {}", sid(s), event.change, event.path),
-                None => format!("{} deliver (nothing)", sid(s)),
-            },
+            }
             NetEvent::Timer(seq) => match self.timers.iter().find(|((_, q), _)| *q == seq) {
                 Some((_, Timer::Reconnect(s, _))) => format!("{} reconnects", sid(*s)),
                 Some((_, Timer::ServerExpire(s, _))) => format!("{} expired by the server", sid(*s)),

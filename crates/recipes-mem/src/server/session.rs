@@ -98,7 +98,6 @@ impl Session {
         self.outbound.back().map_or(earliest, |r| r.due.max(earliest))
     }
 
-    /// Queues a reply or a watch event behind those on their way to the client, due at `earliest` or later.
     /// How many watch events of the front item's write come right behind it (none unless the front is such an
     /// event): what a delivery brings with it where a write's events come together.
     pub(super) fn same_write_behind_front(&self) -> usize {
@@ -111,6 +110,7 @@ impl Session {
             .count()
     }
 
+    /// Queues a reply or a watch event behind those on their way to the client, due at `earliest` or later.
     pub(super) fn queue_inbound(&mut self, earliest: Instant, make: impl FnOnce(Instant) -> Inbound) {
         let due = self.inbound.back().map_or(earliest, |i| i.due().0.max(earliest));
         self.inbound.push_back(make(due));

@@ -191,9 +191,11 @@ enum Told {
 /// Takes the watch of the blocker's deletion alone, when the change of its data is trusted to say it held, and polls
 /// it once, unconstrained (a watch that respects tokio's budget answers `Pending` in a task whose budget is spent).
 fn gone_told(b: &mut Blocker<'_>) -> Told {
+    // Left in place beside a change not trusted: the blocker's deletion fires it later, and a hold keeps it fired
+    // (dropped unfired, it would cost the session a request to remove it; found by review, helper-153).
     let trusted = b.trust_change || is_active(Mutant::GoneWatchUntrusted);
-    let gone = b.aside.as_deref_mut().and_then(|a| a.gone.take());
-    let Some(mut gone) = gone.filter(|_| trusted) else {
+    let gone = b.aside.as_deref_mut().filter(|_| trusted).and_then(|a| a.gone.take());
+    let Some(mut gone) = gone else {
         return Told::No;
     };
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());

@@ -187,3 +187,65 @@ pub async fn until_session_ended(backend: &dyn recipes_core::Backend, old: recip
     .await;
     assert!(seen.is_ok(), "the client did not learn that its session {old:#x} ended");
 }
+
+/// A multi-thread runtime of two workers, all drivers on (a service's runtime, as the runtime tests make it).
+pub fn multi_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("app-worker")
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+/// Where a session must run for each `SessionRuntime` (decision 0094): the runtimes to connect on, and the cases.
+pub struct SessionRuntimes {
+    /// A multi-thread runtime, threads named `app-worker`.
+    pub app: tokio::runtime::Runtime,
+    /// A current-thread runtime.
+    pub current: tokio::runtime::Runtime,
+}
+
+impl Default for SessionRuntimes {
+    fn default() -> Self {
+        SessionRuntimes {
+            app: multi_thread_runtime(),
+            current: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime"),
+        }
+    }
+}
+
+impl SessionRuntimes {
+    /// Each case: its description, the runtime to connect on, the choice, and the thread a task spawned on the
+    /// session's runtime must run on, for a backend whose own runtime's threads are named `own`.
+    pub fn cases(
+        &self,
+        own: &'static str,
+    ) -> [(
+        &'static str,
+        &tokio::runtime::Runtime,
+        recipes_core::backend::SessionRuntime,
+        &'static str,
+    ); 4] {
+        use recipes_core::backend::SessionRuntime;
+        [
+            ("caller, multi-thread", &self.app, SessionRuntime::Caller, "app-worker"),
+            ("own, multi-thread", &self.app, SessionRuntime::Own, own),
+            ("default, multi-thread", &self.app, SessionRuntime::default(), own),
+            ("caller, current-thread", &self.current, SessionRuntime::Caller, own),
+        ]
+    }
+}
+
+/// The name of the thread a task spawned on `rt` runs on (at most 10 s to run it).
+pub fn thread_of(rt: &tokio::runtime::Handle) -> String {
+    let (tx, rx) = std::sync::mpsc::channel();
+    rt.spawn(async move {
+        let _ = tx.send(std::thread::current().name().unwrap_or_default().to_owned());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the runtime runs its tasks")
+}

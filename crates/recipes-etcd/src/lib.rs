@@ -49,7 +49,8 @@ pub struct EtcdBackend {
 }
 
 impl EtcdBackend {
-    /// Connects, grants the session's lease, and starts keeping it alive.
+    /// Connects, grants the session's lease, and starts keeping it alive. The session's tasks run where the options'
+    /// [`session_runtime`](EtcdOptions::session_runtime) say: by default on a runtime of the backend's own.
     ///
     /// ```no_run
     /// # async fn f() -> recipes_core::Result<()> {

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use etcd_client::ConnectOptions;
+use recipes_core::backend::SessionRuntime;
 use recipes_core::{Error, Result};
 
 /// How to reach etcd, and the session to ask for.
@@ -15,6 +16,7 @@ pub struct EtcdOptions {
     pub(crate) session_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     user: Option<(String, String)>,
+    pub(crate) runtime: SessionRuntime,
     #[cfg(feature = "tls")]
     tls: Option<EtcdTls>,
 }
@@ -26,7 +28,8 @@ impl fmt::Debug for EtcdOptions {
             .field("session_timeout", &self.session_timeout)
             .field("connect_timeout", &self.connect_timeout)
             // Never the password.
-            .field("user", &self.user.as_ref().map(|(name, _)| name));
+            .field("user", &self.user.as_ref().map(|(name, _)| name))
+            .field("runtime", &self.runtime);
         #[cfg(feature = "tls")]
         d.field("tls", &self.tls.is_some());
         d.finish()
@@ -47,6 +50,7 @@ impl EtcdOptions {
             session_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),
             user: None,
+            runtime: SessionRuntime::Own,
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -68,6 +72,30 @@ impl EtcdOptions {
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
+    }
+
+    /// Where the session's connection, keep-alive and sender run. By default ([`SessionRuntime::Own`]) on a runtime of
+    /// the backend's own, which works whatever calls it (a sync program may connect from a runtime made for the
+    /// purpose). [`SessionRuntime::Caller`] runs them on the multi-thread runtime
+    /// [`EtcdBackend::connect`](crate::EtcdBackend::connect) is called on, which spares a thread's wake-up on every
+    /// reply, for a service that closes the backend before its runtime ends: dropped first, the runtime closes the
+    /// backend with it.
+    ///
+    /// ```
+    /// use recipes_core::backend::SessionRuntime;
+    /// use recipes_etcd::EtcdOptions;
+    ///
+    /// let options = EtcdOptions::new("127.0.0.1:2379").session_runtime(SessionRuntime::Caller);
+    /// assert_eq!(options.runtime(), SessionRuntime::Caller);
+    /// ```
+    pub fn session_runtime(mut self, runtime: SessionRuntime) -> Self {
+        self.runtime = runtime;
+        self
+    }
+
+    /// Where the session runs (see [`session_runtime`](Self::session_runtime)).
+    pub fn runtime(&self) -> SessionRuntime {
+        self.runtime
     }
 
     /// Authenticates as etcd user `name` (etcd's own users, `etcdctl user add`; with `etcdctl auth enable`, every

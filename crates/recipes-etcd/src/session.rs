@@ -41,8 +41,9 @@ pub(crate) struct Shared {
     publishing: Mutex<()>,
 }
 
-/// The backend's own runtime: every session's connection, keep-alive and sender run here, whatever runtime (or
-/// none) the application calls from (as the ZooKeeper backend's, decision 0042).
+/// The backend's own runtime: the connection, keep-alive and sender of every session that does not run on the
+/// caller's (`SessionRuntime`, decision 0094) run here, whatever runtime (or none) the application calls from (as the
+/// ZooKeeper backend's, decision 0042).
 fn io_runtime() -> Result<&'static tokio::runtime::Runtime> {
     static RT: std::sync::OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = std::sync::OnceLock::new();
     RT.get_or_init(|| {
@@ -57,8 +58,12 @@ fn io_runtime() -> Result<&'static tokio::runtime::Runtime> {
     .map_err(|e| Error::Backend(format!("could not start the etcd backend's runtime: {e}")))
 }
 
-/// Connects (on the backend's own runtime), grants the first lease, and starts the keep-alive task and the sender.
+/// Connects (on the runtime the session is to run on: the caller's or the backend's own, as `SessionRuntime` says),
+/// grants the first lease, and starts the keep-alive task and the sender.
 pub(crate) async fn start(options: EtcdOptions) -> Result<Arc<Shared>> {
+    if let Some(here) = options.runtime.callers() {
+        return start_here(options, here).await;
+    }
     let rt = io_runtime()?;
     let task = rt.spawn(start_here(options, rt.handle().clone()));
     task.await
@@ -238,6 +243,23 @@ impl Shared {
             .await
             .map_err(crate::ops::error)?;
         Ok(())
+    }
+
+    /// The keep-alive task was dropped unfinished (its runtime was shut down before the backend was closed, or it
+    /// panicked): the backend is closed, and the revoke queued as a close queues it, not awaited (the sender went with
+    /// the runtime, or sends it; a lease not revoked lapses within its TTL).
+    pub fn closed_with_its_runtime(&self) {
+        let _held = self.publishing.lock();
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        tracing::warn!("the keep-alive of an etcd session ended before the backend was closed (its runtime was shut down?); closing it");
+        let id = self.status.borrow().id;
+        self.status.send_replace(SessionStatus {
+            id,
+            state: SessionState::Closed,
+        });
+        drop(self.sender.close(id));
     }
 
     /// Closes the session: revokes the lease (etcd deletes its keys at once), waiting a bounded time, and not at all

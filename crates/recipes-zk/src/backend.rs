@@ -24,8 +24,9 @@ use crate::zk;
 
 mod powers;
 
-/// The backend's own runtime: every session's connection, heartbeat and monitor run here, whatever runtime (or none)
-/// the application calls from.
+/// The backend's own runtime: the connection, heartbeat and monitor of every session that does not run on the caller's
+/// ([`SessionRuntime`](recipes_core::backend::SessionRuntime)) run here, whatever runtime (or none) the application
+/// calls from.
 fn io_runtime() -> Result<&'static tokio::runtime::Runtime> {
     static RT: std::sync::OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = std::sync::OnceLock::new();
     RT.get_or_init(|| {
@@ -74,9 +75,11 @@ impl fmt::Debug for ZkBackend {
 impl ZkBackend {
     /// Connects and opens a session.
     ///
-    /// The session's connection, heartbeat and monitor run on a small runtime of the backend's own (threads named
-    /// `recipes-zk`, one per core up to four, shared by every session of the process), not on the caller's: the backend works whatever runtime calls it, a current-thread runtime that
-    /// is not being driven and the blocking API's included, and outlives the runtime it was connected from.
+    /// The session's connection, heartbeat and monitor run, by default, on a small runtime of the backend's own
+    /// (threads named `recipes-zk`, one per core up to four, shared by every session of the process), not on the
+    /// caller's: the backend works whatever runtime calls it, a current-thread runtime that is not being driven and
+    /// the blocking API's included, and outlives the runtime it was connected from. The options'
+    /// [`session_runtime`](ZkOptions::session_runtime) may put them on the caller's multi-thread runtime instead.
     ///
     /// The lease starts with the timeout the connected server granted. In the background, every server of the connect
     /// string is asked which session timeout it grants this client (with a short-lived session each), and the lease
@@ -90,6 +93,9 @@ impl ZkBackend {
     /// # Cancel safety
     /// Cancel safe: dropping the future abandons the connect, and a session it opened is closed.
     pub async fn connect(options: ZkOptions) -> Result<Arc<ZkBackend>> {
+        if options.runtime.callers().is_some() {
+            return Self::connect_here(options).await;
+        }
         let mut task = AbortOnDrop(io_runtime()?.spawn(Self::connect_here(options)));
         match (&mut task.0).await {
             Ok(r) => r,
@@ -124,7 +130,8 @@ impl ZkBackend {
         io_runtime()?.block_on(Self::connect_here(options))
     }
 
-    /// Connects, on the backend's own runtime.
+    /// Connects, on the runtime the session is to run on (the backend's own, or the caller's:
+    /// [`SessionRuntime`](recipes_core::backend::SessionRuntime)).
     async fn connect_here(options: ZkOptions) -> Result<Arc<ZkBackend>> {
         let sent = Stamp::now();
         let client = options.connect().await?;
@@ -334,11 +341,9 @@ impl Backend for ZkBackend {
         if let Ok(client) = self.inner.client_for(session) {
             // Sent now (zookeeper-client sends at call time); the reply is awaited in the background and ignored.
             let reply = client.set_data(path, data, version);
-            if let Ok(rt) = io_runtime() {
-                rt.spawn(async move {
-                    let _ = reply.await;
-                });
-            }
+            drop(self.inner.runtime.spawn(async move {
+                let _ = reply.await;
+            }));
         }
     }
 
@@ -374,7 +379,7 @@ impl Backend for ZkBackend {
     }
 
     fn runtime(&self) -> Option<tokio::runtime::Handle> {
-        io_runtime().ok().map(|rt| rt.handle().clone())
+        Some(self.inner.runtime.clone())
     }
 
     async fn close(&self) {

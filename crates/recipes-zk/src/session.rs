@@ -48,10 +48,13 @@ pub(crate) struct Inner {
     pub beat_now: Notify,
     /// How many rounds of timeout probes are running.
     pub probing: watch::Sender<u32>,
+    /// The runtime the session's tasks run on: the backend's own, or the caller's (`SessionRuntime`).
+    pub runtime: tokio::runtime::Handle,
 }
 
 impl Inner {
-    /// A backend's state for a session just connected by `client` (its connect request sent at `sent`).
+    /// A backend's state for a session just connected by `client` (its connect request sent at `sent`), on the
+    /// runtime the session is to run on (its tasks are spawned there).
     pub fn new(options: ZkOptions, client: zk::Client, sent: Stamp) -> Self {
         let id = session_id(&client);
         let (status, _) = watch::channel(SessionStatus {
@@ -68,6 +71,7 @@ impl Inner {
             lease: Mutex::new(lease),
             beat_now: Notify::new(),
             probing: watch::channel(0).0,
+            runtime: tokio::runtime::Handle::current(),
         }
     }
 
@@ -215,10 +219,35 @@ fn set_status(inner: &Inner, new: SessionStatus, always: bool) {
     });
 }
 
+/// Follows the session's state (see [`follow`]). Dropped unfinished, it closes the backend: its runtime was shut
+/// down (a session on the caller's runtime, `SessionRuntime::Caller`), and the session's connection with it (or the
+/// task panicked, and nothing follows the session any more), so that
+/// whoever waits on the session on another runtime learns that it is over instead of waiting on a connection that no
+/// task serves (found by review, helper-154).
+pub(crate) async fn monitor(inner: Weak<Inner>, watcher: zk::StateWatcher, id: SessionId) {
+    let mut unfinished = ClosesIfDropped(Some(inner.clone()));
+    follow(inner, watcher, id).await;
+    unfinished.0 = None;
+}
+
+/// Closes the backend when dropped while it holds it (see [`monitor`]).
+struct ClosesIfDropped(Option<Weak<Inner>>);
+
+impl Drop for ClosesIfDropped {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0.as_ref().and_then(Weak::upgrade) {
+            if !inner.is_closed() {
+                warn!("the monitor of a ZooKeeper session ended before the backend was closed (its runtime was shut down?); closing it");
+            }
+            drop(inner.close());
+        }
+    }
+}
+
 /// Follows the session's state; after a reconnection, asks the servers again which session timeout they grant (a
 /// reconnection renegotiates it); after an expiry, connects a new session, retrying with a backoff until the backend
 /// goes (it holds the backend only while an attempt runs).
-pub(crate) async fn monitor(inner: Weak<Inner>, mut watcher: zk::StateWatcher, mut id: SessionId) {
+async fn follow(inner: Weak<Inner>, mut watcher: zk::StateWatcher, mut id: SessionId) {
     loop {
         let state = watcher.changed().await;
         let Some(strong) = inner.upgrade() else { return };

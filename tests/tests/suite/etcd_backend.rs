@@ -276,3 +276,70 @@ async fn a_dead_endpoint_among_live_ones_is_passed_over() {
         b.close().await;
     }
 }
+
+/// Where a session runs (`SessionRuntime`, decision 0094), as on ZooKeeper: on the backend's own runtime by default,
+/// on the caller's multi-thread runtime when asked to (and on the backend's own from a current-thread runtime all the
+/// same).
+#[test]
+fn a_session_runs_where_its_options_say() {
+    use recipes_conformance::util::{thread_of, SessionRuntimes};
+    let Some(endpoints) = endpoints() else { return };
+    let runtimes = SessionRuntimes::default();
+    for (case, rt, choice, thread) in runtimes.cases("recipes-etcd") {
+        let options = EtcdOptions::new(&endpoints).session_runtime(choice);
+        let b = rt.block_on(EtcdBackend::connect(options)).unwrap();
+        assert_eq!(thread_of(&b.runtime().unwrap()), thread, "{case}");
+        rt.block_on(async {
+            let p = recipes_conformance::zk::unique_path("etcd-backend", "where");
+            b.current().create(&p, b"", CreateMode::Ephemeral).await.unwrap();
+            b.close().await;
+        });
+    }
+}
+
+/// A session on the caller's runtime (`SessionRuntime::Caller`) whose runtime is dropped before the backend is closed
+/// is closed with it: a wait of that session on another runtime ends instead of retrying its watch for ever on the
+/// connection that went with the runtime (found by review, helper-154), and the lock it held is freed at its TTL.
+#[test]
+fn a_session_whose_runtime_is_dropped_is_closed_and_its_waits_end() {
+    use recipes_conformance::util::multi_thread_runtime;
+    use recipes_core::backend::SessionRuntime;
+    use recipes_core::Locks;
+    use std::time::Duration;
+    let Some(endpoints) = endpoints() else { return };
+    let (app, elsewhere) = (multi_thread_runtime(), multi_thread_runtime());
+    let path = recipes_conformance::zk::unique_path("etcd-backend", "runtime-dropped");
+    let other = elsewhere.block_on(async {
+        let b = EtcdBackend::connect(EtcdOptions::new(&endpoints)).await.unwrap();
+        Locks::new(std::sync::Arc::new(b))
+    });
+    let held = elsewhere.block_on(async { other.fair(&path).unwrap().acquire().await.unwrap() });
+    let options = EtcdOptions::new(&endpoints)
+        .session_timeout(Duration::from_secs(2))
+        .session_runtime(SessionRuntime::Caller);
+    let b = app.block_on(EtcdBackend::connect(options)).unwrap();
+    let waiter = Locks::new(std::sync::Arc::new(b));
+    let lock = waiter.fair(&path).unwrap();
+    let waiting = elsewhere.spawn(async move { lock.acquire().await.map(|_| ()) });
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!waiting.is_finished(), "the lock is held by another session");
+    drop(app);
+    let waited = elsewhere
+        .block_on(async { tokio::time::timeout(Duration::from_secs(10), waiting).await })
+        .expect("the wait did not end within 10 s")
+        .expect("the wait panicked");
+    assert!(waited.is_err(), "the wait of a closed session acquired: {waited:?}");
+    elsewhere.block_on(async {
+        held.release().await.unwrap();
+        let again = other
+            .fair(&path)
+            .unwrap()
+            .acquire_timeout(Duration::from_secs(8))
+            .await
+            .unwrap();
+        assert!(again.is_some(), "the closed session's node kept the lock past its TTL");
+        again.unwrap().release().await.unwrap();
+        other.close().await;
+    });
+    drop(waiter);
+}

@@ -10,6 +10,7 @@ use std::time::Duration;
 use recipes_core::{BlockingLock, Locks};
 use recipes_zk::{ZkBackend, ZkOptions};
 
+use recipes_conformance::util::{multi_thread_runtime, thread_of, SessionRuntimes};
 use recipes_conformance::zk::server_or_skip as servers;
 
 fn unique(name: &str) -> String {
@@ -94,4 +95,84 @@ fn acquire_cancelled_on_a_runtime_that_then_ends_leaves_no_node() {
     );
     waiter.close_blocking().unwrap();
     holder.close_blocking().unwrap();
+}
+
+/// The name of the thread a task spawned on `backend`'s session runtime runs on.
+fn session_thread(backend: &std::sync::Arc<ZkBackend>) -> String {
+    use recipes_core::Backend;
+    thread_of(
+        &backend
+            .runtime()
+            .expect("a ZooKeeper session runs on a runtime it names"),
+    )
+}
+
+/// Where a session runs (`SessionRuntime`, decision 0094): on the backend's own runtime by default, on the caller's
+/// multi-thread runtime when asked to (and on the backend's own from a current-thread runtime all the same).
+#[test]
+fn a_session_runs_where_its_options_say() {
+    let Some(servers) = servers() else { return };
+    let runtimes = SessionRuntimes::default();
+    for (case, rt, choice, thread) in runtimes.cases("recipes-zk") {
+        let options = ZkOptions::new(servers.clone()).session_runtime(choice);
+        let backend = rt.block_on(ZkBackend::connect(options)).unwrap();
+        assert_eq!(session_thread(&backend), thread, "{case}");
+        let locks = Locks::new(backend);
+        rt.block_on(async {
+            let guard = locks.fair(unique("where")).unwrap().acquire().await.unwrap();
+            guard.release().await.unwrap();
+            locks.close().await;
+        });
+    }
+    let backend = ZkBackend::connect_blocking(ZkOptions::new(servers)).unwrap();
+    assert_eq!(session_thread(&backend), "recipes-zk", "connect_blocking");
+    Locks::new(backend).close_blocking().unwrap();
+}
+
+/// A session on the caller's runtime (`SessionRuntime::Caller`) ends with it, and the backend is closed: a wait of
+/// that session on another runtime ends (its watch is never polled after the connection's task is gone, which
+/// zookeeper-client answers with a panic), the guard's `lost()` says so, the lock it held is freed by the server at the
+/// session timeout, and dropping the guard afterwards neither panics nor leaves anything. Found by review
+/// (helper-154): before, the wait on the other runtime panicked.
+#[test]
+fn a_session_whose_runtime_is_dropped_is_closed_and_its_waits_end() {
+    use recipes_core::backend::SessionRuntime;
+    let Some(servers) = servers() else { return };
+    let (held, busy) = (unique("dropped-held"), unique("dropped-busy"));
+    let other = Locks::new(ZkBackend::connect_blocking(ZkOptions::new(servers.clone())).unwrap());
+    let busy_guard = other.fair(&busy).unwrap().acquire_blocking().unwrap();
+    let (app, elsewhere) = (multi_thread_runtime(), multi_thread_runtime());
+    let options = ZkOptions::new(servers.clone())
+        .session_timeout(Duration::from_secs(2))
+        .session_runtime(SessionRuntime::Caller);
+    let holder = Locks::new(app.block_on(ZkBackend::connect(options)).unwrap());
+    let guard = app.block_on(async { holder.fair(&held).unwrap().acquire().await.unwrap() });
+    let waiter = holder.fair(&busy).unwrap();
+    let waiting = elsewhere.spawn(async move { waiter.acquire().await.map(|_| ()) });
+    let (tx, lost) = std::sync::mpsc::channel();
+    let guard = std::sync::Arc::new(guard);
+    let watched = guard.clone();
+    elsewhere.spawn(async move {
+        let _ = tx.send(watched.lost().await);
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!waiting.is_finished(), "the lock at {busy} is held by another client");
+    drop(app);
+    let reason = lost
+        .recv_timeout(Duration::from_secs(10))
+        .expect("lost() did not resolve within 10 s");
+    let waited = elsewhere
+        .block_on(async { tokio::time::timeout(Duration::from_secs(10), waiting).await })
+        .expect("the wait did not end within 10 s")
+        .expect("the wait panicked");
+    assert!(waited.is_err(), "the wait of a closed session acquired: {waited:?}");
+    assert!(!guard.is_valid(), "lost ({reason:?}) yet valid");
+    assert!(
+        another_client_gets(&servers, &held),
+        "the session's runtime was dropped, yet another client could not take its lock within 8 s"
+    );
+    drop(guard);
+    drop(holder);
+    busy_guard.release().unwrap();
+    other.close_blocking().unwrap();
 }

@@ -210,10 +210,10 @@ impl Cleanup {
 /// dropped unfinished when it was spawned on a runtime that shuts down, or on none: a backend with no runtime of its own
 /// (the in-memory one) runs it on the caller's, and a runtime dropped with acquires or guards still alive on it left
 /// their nodes behind while their session lived (found in the thirty-third session; on ZooKeeper the cleanup runs on
-/// the connection's own runtime). Only on the session that made the node. A node whose name is its attempt's alone is
-/// deleted as it is; one of a fixed name (the exclusive recipe's `lock`, a session-named key) only if its creation id
-/// is the one its attempt's create returned (found in the thirty-fourth session), as a later attempt may have made
-/// the name again.
+/// the session's runtime, and a session ends with its runtime). Only on the session that made the node. A node whose
+/// name is its attempt's alone is deleted as it is; one of a fixed name (the exclusive recipe's `lock`, a
+/// session-named key) only if its creation id is the one its attempt's create returned (found in the thirty-fourth
+/// session), as a later attempt may have made the name again.
 pub(crate) struct LastResort {
     ctx: Arc<Ctx>,
     node: Arc<str>,

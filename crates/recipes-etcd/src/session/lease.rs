@@ -83,9 +83,30 @@ pub(super) async fn grant(
     }
 }
 
+/// Keeps the current lease alive (see [`keep_alive_loop`]). Dropped unfinished, it closes the backend: its runtime
+/// was shut down (a session on the caller's runtime, `SessionRuntime::Caller`), and the client's connection with
+/// it (or the task panicked, and nothing keeps the lease alive any more), so that whoever waits on the session on another runtime learns that it is over (a waiter's watch retried
+/// for ever on the dead connection: found by review, helper-154).
+pub(super) async fn keep_alive(shared: Weak<Shared>) {
+    let mut unfinished = ClosesIfDropped(Some(shared.clone()));
+    keep_alive_loop(shared).await;
+    unfinished.0 = None;
+}
+
+/// Closes the backend when dropped while it holds it (see [`keep_alive`]).
+struct ClosesIfDropped(Option<Weak<Shared>>);
+
+impl Drop for ClosesIfDropped {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0.as_ref().and_then(Weak::upgrade) {
+            shared.closed_with_its_runtime();
+        }
+    }
+}
+
 /// Keeps the current lease alive, a keep-alive every quarter of the TTL; on expiry, grants a new lease (a new
 /// session). Ends when the backend is dropped or closed.
-pub(super) async fn keep_alive(shared: Weak<Shared>) {
+async fn keep_alive_loop(shared: Weak<Shared>) {
     loop {
         let Some(s) = shared.upgrade() else { return };
         if s.is_closed() {

@@ -47,7 +47,11 @@ fn path(name: &str) -> String {
 }
 
 async fn locks(endpoints: &str, layout: &str) -> (Arc<EtcdBackend>, Locks) {
-    let b = Arc::new(EtcdBackend::connect(EtcdOptions::new(endpoints)).await.unwrap());
+    let b = Arc::new(
+        EtcdBackend::connect(EtcdOptions::new(endpoints).session_runtime(crate::session_runtime()))
+            .await
+            .unwrap(),
+    );
     let layout: Layout = layout.parse().unwrap();
     (b.clone(), Locks::builder(b).layout(layout).build())
 }

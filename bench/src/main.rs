@@ -14,7 +14,7 @@ use clap::{Parser, Subcommand};
 #[cfg(feature = "etcd")]
 mod etcd;
 mod view;
-use recipes_core::backend::BackendExt;
+use recipes_core::backend::{BackendExt, SessionRuntime};
 use recipes_core::{Backend, Lock, Locks, Recipe};
 use recipes_zk::{ZkBackend, ZkOptions};
 
@@ -68,6 +68,18 @@ static ALLOC: Counting = Counting;
 struct Cli {
     #[command(subcommand)]
     figure: Figure,
+    /// Where the library's ZooKeeper and etcd sessions run (`SessionRuntime`): own (the backends' default: a runtime of
+    /// their own) or caller (this benchmark's runtime, where the raw client's floors run)
+    #[arg(long, global = true, default_value = "own", value_parser = ["own", "caller"])]
+    session_runtime: String,
+}
+
+/// The `--session-runtime` of this run.
+static SESSION_RUNTIME: std::sync::OnceLock<SessionRuntime> = std::sync::OnceLock::new();
+
+/// The `--session-runtime` of this run (the backends' default until it is set).
+fn session_runtime() -> SessionRuntime {
+    SESSION_RUNTIME.get().copied().unwrap_or_default()
 }
 
 #[derive(Subcommand)]
@@ -233,9 +245,10 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 async fn zk(servers: &str) -> Arc<ZkBackend> {
-    ZkBackend::connect(ZkOptions::new(servers).session_timeout(Duration::from_secs(30)))
-        .await
-        .expect("connect")
+    let options = ZkOptions::new(servers)
+        .session_timeout(Duration::from_secs(30))
+        .session_runtime(session_runtime());
+    ZkBackend::connect(options).await.expect("connect")
 }
 
 /// A session of the raw ZooKeeper client, as the floor figures use it.
@@ -345,6 +358,10 @@ async fn wait_children(backend: &dyn Backend, path: &str, n: usize) {
 
 fn main() {
     let cli = Cli::parse();
+    let _ = SESSION_RUNTIME.set(match cli.session_runtime.as_str() {
+        "caller" => SessionRuntime::Caller,
+        _ => SessionRuntime::Own,
+    });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

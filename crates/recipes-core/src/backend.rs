@@ -196,7 +196,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn lease(&self) -> Lease;
 
     /// The runtime the session's own tasks (its connection) run on, if the backend chose one: its own, or the
-    /// runtime it was connected on ([`SessionRuntime`](crate::backend::SessionRuntime)). The library deletes the nodes
+    /// runtime it was connected on ([`SessionRuntime`]). The library deletes the nodes
     /// of dropped guards and abandoned acquires there, so that the deletion runs as long as the session lives, even
     /// when the runtime the application called from has been dropped or is no longer driven. `None` (the default): on
     /// the caller's runtime.

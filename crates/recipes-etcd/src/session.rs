@@ -253,7 +253,10 @@ impl Shared {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        tracing::warn!("the keep-alive of an etcd session ended before the backend was closed (its runtime was shut down?); closing it");
+        tracing::warn!(
+            "the keep-alive of an etcd session ended before the backend was closed (its runtime was shut down?); \
+             closing it"
+        );
         let id = self.status.borrow().id;
         self.status.send_replace(SessionStatus {
             id,

@@ -221,9 +221,8 @@ fn set_status(inner: &Inner, new: SessionStatus, always: bool) {
 
 /// Follows the session's state (see [`follow`]). Dropped unfinished, it closes the backend: its runtime was shut
 /// down (a session on the caller's runtime, `SessionRuntime::Caller`), and the session's connection with it (or the
-/// task panicked, and nothing follows the session any more), so that
-/// whoever waits on the session on another runtime learns that it is over instead of waiting on a connection that no
-/// task serves (found by review, helper-154).
+/// task panicked, and nothing follows the session any more), so that whoever waits on the session on another runtime
+/// learns that it is over instead of waiting on a connection that no task serves (found by review, helper-154).
 pub(crate) async fn monitor(inner: Weak<Inner>, watcher: zk::StateWatcher, id: SessionId) {
     let mut unfinished = ClosesIfDropped(Some(inner.clone()));
     follow(inner, watcher, id).await;
@@ -237,7 +236,10 @@ impl Drop for ClosesIfDropped {
     fn drop(&mut self) {
         if let Some(inner) = self.0.as_ref().and_then(Weak::upgrade) {
             if !inner.is_closed() {
-                warn!("the monitor of a ZooKeeper session ended before the backend was closed (its runtime was shut down?); closing it");
+                warn!(
+                    "the monitor of a ZooKeeper session ended before the backend was closed (its runtime was shut \
+                     down?); closing it"
+                );
             }
             drop(inner.close());
         }

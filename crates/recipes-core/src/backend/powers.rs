@@ -87,8 +87,8 @@ pub trait SendNow: Send + Sync {
     /// The library sends it only as a last resort, for a background delete of a fixed name dropped unfinished with the
     /// runtime it ran on ([`Backend::runtime`](super::Backend::runtime) is `None`). So the in-memory backend sends it
     /// in ZooKeeper's order too, where it offers no [`CreationChecks`]: it stands for the delete the ZooKeeper backend
-    /// would go on to make on its session's runtime (a read of the node's creation id, then the delete). A recipe's ordinary
-    /// paths never use it.
+    /// would go on to make on its session's runtime (a read of the node's creation id, then the delete). A recipe's
+    /// ordinary paths never use it.
     fn delete_if_created_sent(&self, session: SessionId, path: &str, czxid: i64) -> Option<ReplyFuture> {
         let _ = (session, path, czxid);
         None

@@ -214,13 +214,13 @@ pub enum SessionRuntime {
     #[default]
     Own,
     /// The runtime `connect` is called on, when it is a multi-thread tokio runtime (a service's `#[tokio::main]`;
-    /// it needs its time and IO drivers, `enable_all()`); on a current-thread runtime, the backend's own. The session then lives only as long as
-    /// that runtime: **close the backend before the runtime is dropped**. A runtime dropped first closes the backend
-    /// with it: requests fail (with `Error::Closed` once the close is published), a guard's lease runs out
-    /// (`is_valid()`), waits end, and the server frees the session's nodes at its timeout. On ZooKeeper a wait ends
-    /// through a panic of zookeeper-client's watcher, caught by the backend; under `panic = "abort"` it ends the
-    /// process. Not for a runtime made only to connect (`Runtime::new()?.block_on(connect(..))`): the session would
-    /// end with it.
+    /// it needs its time and IO drivers, `enable_all()`); on a current-thread runtime, the backend's own. The session
+    /// then lives only as long as that runtime: **close the backend before the runtime is dropped**. A runtime
+    /// dropped first closes the backend with it: requests fail (with `Error::Closed` once the close is published), a
+    /// guard's lease runs out (`is_valid()`), waits end, and the server frees the session's nodes at its timeout. On
+    /// ZooKeeper a wait ends through a panic of zookeeper-client's watcher, caught by the backend; under
+    /// `panic = "abort"` it ends the process. Not for a runtime made only to connect
+    /// (`Runtime::new()?.block_on(connect(..))`): the session would end with it.
     Caller,
 }
 

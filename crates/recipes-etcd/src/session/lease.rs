@@ -85,8 +85,9 @@ pub(super) async fn grant(
 
 /// Keeps the current lease alive (see [`keep_alive_loop`]). Dropped unfinished, it closes the backend: its runtime
 /// was shut down (a session on the caller's runtime, `SessionRuntime::Caller`), and the client's connection with
-/// it (or the task panicked, and nothing keeps the lease alive any more), so that whoever waits on the session on another runtime learns that it is over (a waiter's watch retried
-/// for ever on the dead connection: found by review, helper-154).
+/// it (or the task panicked, and nothing keeps the lease alive any more), so that whoever waits on the session on
+/// another runtime learns that it is over (a waiter's watch retried for ever on the dead connection: found by
+/// review, helper-154).
 pub(super) async fn keep_alive(shared: Weak<Shared>) {
     let mut unfinished = ClosesIfDropped(Some(shared.clone()));
     keep_alive_loop(shared).await;

@@ -1,6 +1,7 @@
 //! The session: its client, its published state, its lease, and the two tasks that keep them current (the monitor of
 //! the client's state, which opens a new session after an expiry, and the heartbeat).
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Weak;
 use std::time::Duration;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 
 use futures::StreamExt;
-use recipes_core::backend::{Lease, SessionId, SessionState, SessionStatus};
+use recipes_core::backend::{on_drop_unfinished, Lease, SessionId, SessionState, SessionStatus};
 use recipes_core::mutants::{is_active, Mutant};
 use recipes_core::{Error, Result};
 use tokio::sync::{watch, Notify};
@@ -223,18 +224,11 @@ fn set_status(inner: &Inner, new: SessionStatus, always: bool) {
 /// down (a session on the caller's runtime, `SessionRuntime::Caller`), and the session's connection with it (or the
 /// task panicked, and nothing follows the session any more), so that whoever waits on the session on another runtime
 /// learns that it is over instead of waiting on a connection that no task serves (found by review, helper-154).
-pub(crate) async fn monitor(inner: Weak<Inner>, watcher: zk::StateWatcher, id: SessionId) {
-    let mut unfinished = ClosesIfDropped(Some(inner.clone()));
-    follow(inner, watcher, id).await;
-    unfinished.0 = None;
-}
-
-/// Closes the backend when dropped while it holds it (see [`monitor`]).
-struct ClosesIfDropped(Option<Weak<Inner>>);
-
-impl Drop for ClosesIfDropped {
-    fn drop(&mut self) {
-        if let Some(inner) = self.0.as_ref().and_then(Weak::upgrade) {
+pub(crate) fn monitor(inner: Weak<Inner>, watcher: zk::StateWatcher, id: SessionId) -> impl Future<Output = ()> {
+    // Not an `async fn`: the guard is made now, so that a task dropped before its first poll closes the backend too.
+    let closing = inner.clone();
+    on_drop_unfinished(follow(inner, watcher, id), move || {
+        if let Some(inner) = closing.upgrade() {
             if !inner.is_closed() {
                 warn!(
                     "the monitor of a ZooKeeper session ended before the backend was closed (its runtime was shut \
@@ -243,7 +237,7 @@ impl Drop for ClosesIfDropped {
             }
             drop(inner.close());
         }
-    }
+    })
 }
 
 /// Follows the session's state; after a reconnection, asks the servers again which session timeout they grant (a

@@ -19,7 +19,7 @@ use crate::zk;
 /// the future in its own state beside it (48 bytes more per watch: the watcher's 40 and the block's own state tag),
 /// and every waiter in line keeps two (issue 26).
 pub(crate) fn node_watch(watcher: zk::OneshotWatcher, inner: Weak<Inner>) -> NodeWatch {
-    Box::pin(changed(watcher).map(move |event| {
+    Box::pin(caught(watcher.changed()).map(move |event| {
         let Ok(event) = event else {
             return Err(gone(&inner));
         };
@@ -36,17 +36,15 @@ pub(crate) fn node_watch(watcher: zk::OneshotWatcher, inner: Weak<Inner>) -> Nod
     }))
 }
 
-/// The watch's event, or `Err` when the connection's task went with its runtime before it sent one (a session on the
+/// A watcher's event, or `Err` when the connection's task went with its runtime before it sent one (a session on the
 /// caller's runtime, `SessionRuntime::Caller`, whose runtime was dropped before the backend was closed): the client's
-/// watcher then panics (zookeeper-client unwraps its channel), which is caught here (found by review, helper-154), and
-/// answered as [`gone`] says. (No map of its own: a second `Map` made every node watch 8 bytes larger.)
-fn changed(
-    watcher: zk::OneshotWatcher,
-) -> futures::future::CatchUnwind<AssertUnwindSafe<impl std::future::Future<Output = zk::WatchedEvent>>> {
-    AssertUnwindSafe(watcher.changed()).catch_unwind()
+/// watchers then panic (zookeeper-client unwraps their channel), which is caught here (found by review, helper-154),
+/// and answered as [`gone`] says. (No map of its own: a second `Map` made every node watch 8 bytes larger.)
+fn caught<F: std::future::Future>(event: F) -> futures::future::CatchUnwind<AssertUnwindSafe<F>> {
+    AssertUnwindSafe(event).catch_unwind()
 }
 
-/// What a watcher that panicked (see [`changed`]) answers. The backend's monitor, dropped with the same runtime,
+/// What a watcher that panicked (see [`caught`]) answers. The backend's monitor, dropped with the same runtime,
 /// closes the backend: `Closed` once it has, `ConnectionLoss` before (the runtime's tasks are dropped in no set order),
 /// which a waiter meets as a disconnection, its cleanup still armed: a panic of the watcher while the session lives
 /// (zookeeper-client 0.11 has no way to cause one: helper-155) is not taken for the session's end.
@@ -85,7 +83,7 @@ pub(crate) fn deletion_watch(
     Box::pin(async move {
         let mut watcher = watcher;
         loop {
-            let event = changed(watcher).await.map_err(|_| gone(&inner))?;
+            let event = caught(watcher.changed()).await.map_err(|_| gone(&inner))?;
             match event.event_type {
                 zk::EventType::NodeDeleted => return Ok(()),
                 zk::EventType::Session => {
@@ -126,8 +124,7 @@ pub(crate) fn tree_events(
         async move {
             let mut watcher = watcher?;
             loop {
-                // Caught as the one-shot watcher's is (`changed`).
-                let Ok(event) = AssertUnwindSafe(watcher.changed()).catch_unwind().await else {
+                let Ok(event) = caught(watcher.changed()).await else {
                     return Some((Err(gone(&inner)), None));
                 };
                 let change = match event.event_type {
@@ -162,7 +159,7 @@ mod tests {
         std::mem::size_of::<Fut>()
     }
 
-    /// Catching the watcher's panic (`changed`) costs a node watch no byte: every waiter in line keeps two (issue 26's
+    /// Catching the watcher's panic (`caught`) costs a node watch no byte: every waiter in line keeps two (issue 26's
     /// live heap per waiter). A first draft that mapped the caught panic in a closure of its own took 8 bytes more.
     #[test]
     fn a_watch_that_catches_the_clients_panic_is_no_larger() {
@@ -172,7 +169,7 @@ mod tests {
         });
         let caught = size_of_return(|w: zk::OneshotWatcher| {
             let inner: Weak<Inner> = Weak::new();
-            changed(w).map(move |e| (e.is_ok(), inner.upgrade().is_none()))
+            caught(w.changed()).map(move |e| (e.is_ok(), inner.upgrade().is_none()))
         });
         assert!(caught <= plain, "{caught} bytes against {plain}");
     }

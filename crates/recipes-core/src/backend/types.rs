@@ -224,6 +224,43 @@ pub enum SessionRuntime {
     Caller,
 }
 
+/// Runs `task`, and `unfinished` if the task is dropped before it ends: what a backend's session task does when the
+/// runtime it runs on is shut down under it ([`SessionRuntime::Caller`]), or when it panics.
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// use recipes_core::backend::on_drop_unfinished;
+///
+/// static CLOSED: AtomicBool = AtomicBool::new(false);
+/// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+/// // Finished: `unfinished` does not run.
+/// rt.block_on(on_drop_unfinished(async {}, || CLOSED.store(true, Ordering::SeqCst)));
+/// assert!(!CLOSED.load(Ordering::SeqCst));
+/// // Dropped with its runtime before it ends (here before its first poll): it runs.
+/// rt.spawn(on_drop_unfinished(std::future::pending::<()>(), || CLOSED.store(true, Ordering::SeqCst)));
+/// drop(rt);
+/// assert!(CLOSED.load(Ordering::SeqCst));
+/// ```
+pub fn on_drop_unfinished<F: Future>(task: F, unfinished: impl FnOnce()) -> impl Future<Output = F::Output> {
+    /// Runs its closure when dropped while it still holds it.
+    struct Unfinished<G: FnOnce()>(Option<G>);
+    impl<G: FnOnce()> Drop for Unfinished<G> {
+        fn drop(&mut self) {
+            if let Some(g) = self.0.take() {
+                g();
+            }
+        }
+    }
+    // Made here, not in the block: a task dropped before its first poll (its runtime shut down first) drops it too.
+    let guard = Unfinished(Some(unfinished));
+    async move {
+        let mut guard = guard;
+        let out = task.await;
+        guard.0 = None;
+        out
+    }
+}
+
 impl SessionRuntime {
     /// The runtime a session connected now runs on when it is the caller's: `Some` under
     /// [`Caller`](SessionRuntime::Caller) on a multi-thread tokio runtime; `None` where the backend's own is meant.

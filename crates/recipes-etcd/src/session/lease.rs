@@ -5,7 +5,7 @@ use std::sync::Weak;
 use std::time::Duration;
 
 use etcd_client::Client;
-use recipes_core::backend::{Lease, SessionId, SessionState};
+use recipes_core::backend::{on_drop_unfinished, Lease, SessionId, SessionState};
 use recipes_core::Error;
 use tokio::time::Instant;
 use tracing::{debug, warn};
@@ -88,21 +88,14 @@ pub(super) async fn grant(
 /// it (or the task panicked, and nothing keeps the lease alive any more), so that whoever waits on the session on
 /// another runtime learns that it is over (a waiter's watch retried for ever on the dead connection: found by
 /// review, helper-154).
-pub(super) async fn keep_alive(shared: Weak<Shared>) {
-    let mut unfinished = ClosesIfDropped(Some(shared.clone()));
-    keep_alive_loop(shared).await;
-    unfinished.0 = None;
-}
-
-/// Closes the backend when dropped while it holds it (see [`keep_alive`]).
-struct ClosesIfDropped(Option<Weak<Shared>>);
-
-impl Drop for ClosesIfDropped {
-    fn drop(&mut self) {
-        if let Some(shared) = self.0.as_ref().and_then(Weak::upgrade) {
+pub(super) fn keep_alive(shared: Weak<Shared>) -> impl std::future::Future<Output = ()> {
+    // Not an `async fn`: the guard is made now, so that a task dropped before its first poll closes the backend too.
+    let closing = shared.clone();
+    on_drop_unfinished(keep_alive_loop(shared), move || {
+        if let Some(shared) = closing.upgrade() {
             shared.closed_with_its_runtime();
         }
-    }
+    })
 }
 
 /// Keeps the current lease alive, a keep-alive every quarter of the TTL; on expiry, grants a new lease (a new

@@ -47,11 +47,11 @@ fn path(name: &str) -> String {
 }
 
 async fn locks(endpoints: &str, layout: &str) -> (Arc<EtcdBackend>, Locks) {
-    let b = Arc::new(
-        EtcdBackend::connect(EtcdOptions::new(endpoints).session_runtime(crate::session_runtime()))
-            .await
-            .unwrap(),
-    );
+    let mut options = EtcdOptions::new(endpoints);
+    if let Some(runtime) = crate::session_runtime() {
+        options = options.session_runtime(runtime);
+    }
+    let b = Arc::new(EtcdBackend::connect(options).await.unwrap());
     let layout: Layout = layout.parse().unwrap();
     (b.clone(), Locks::builder(b).layout(layout).build())
 }

@@ -68,18 +68,19 @@ static ALLOC: Counting = Counting;
 struct Cli {
     #[command(subcommand)]
     figure: Figure,
-    /// Where the library's ZooKeeper and etcd sessions run (`SessionRuntime`): own (the backends' default: a runtime of
-    /// their own) or caller (this benchmark's runtime, where the raw client's floors run)
-    #[arg(long, global = true, default_value = "own", value_parser = ["own", "caller"])]
+    /// Where the library's ZooKeeper and etcd sessions run (`SessionRuntime`): default (each backend's: the caller's
+    /// runtime for ZooKeeper, its own for etcd), own (a runtime of the backend's own) or caller (this benchmark's
+    /// runtime, where the raw client's floors run)
+    #[arg(long, global = true, default_value = "default", value_parser = ["default", "own", "caller"])]
     session_runtime: String,
 }
 
-/// The `--session-runtime` of this run.
-static SESSION_RUNTIME: std::sync::OnceLock<SessionRuntime> = std::sync::OnceLock::new();
+/// The `--session-runtime` of this run (`None`: each backend's default).
+static SESSION_RUNTIME: std::sync::OnceLock<Option<SessionRuntime>> = std::sync::OnceLock::new();
 
-/// The `--session-runtime` of this run (the backends' default until it is set).
-fn session_runtime() -> SessionRuntime {
-    SESSION_RUNTIME.get().copied().unwrap_or_default()
+/// The `--session-runtime` of this run (`None`: each backend's default).
+fn session_runtime() -> Option<SessionRuntime> {
+    SESSION_RUNTIME.get().copied().flatten()
 }
 
 #[derive(Subcommand)]
@@ -245,9 +246,10 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 async fn zk(servers: &str) -> Arc<ZkBackend> {
-    let options = ZkOptions::new(servers)
-        .session_timeout(Duration::from_secs(30))
-        .session_runtime(session_runtime());
+    let mut options = ZkOptions::new(servers).session_timeout(Duration::from_secs(30));
+    if let Some(runtime) = session_runtime() {
+        options = options.session_runtime(runtime);
+    }
     ZkBackend::connect(options).await.expect("connect")
 }
 
@@ -359,8 +361,9 @@ async fn wait_children(backend: &dyn Backend, path: &str, n: usize) {
 fn main() {
     let cli = Cli::parse();
     let _ = SESSION_RUNTIME.set(match cli.session_runtime.as_str() {
-        "caller" => SessionRuntime::Caller,
-        _ => SessionRuntime::Own,
+        "caller" => Some(SessionRuntime::Caller),
+        "own" => Some(SessionRuntime::Own),
+        _ => None,
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

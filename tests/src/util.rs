@@ -219,23 +219,41 @@ impl Default for SessionRuntimes {
 }
 
 impl SessionRuntimes {
-    /// Each case: its description, the runtime to connect on, the choice, and the thread a task spawned on the
-    /// session's runtime must run on, for a backend whose own runtime's threads are named `own`.
+    /// Each case: its description, the runtime to connect on, the choice (`None`: the options' default), and the
+    /// thread a task spawned on the session's runtime must run on, for a backend whose own runtime's threads are named
+    /// `own` and whose default is `default`.
     pub fn cases(
         &self,
         own: &'static str,
+        default: recipes_core::backend::SessionRuntime,
     ) -> [(
         &'static str,
         &tokio::runtime::Runtime,
-        recipes_core::backend::SessionRuntime,
+        Option<recipes_core::backend::SessionRuntime>,
         &'static str,
-    ); 4] {
+    ); 6] {
         use recipes_core::backend::SessionRuntime;
+        let on_the_app = match default {
+            SessionRuntime::Caller => "app-worker",
+            _ => own,
+        };
         [
-            ("caller, multi-thread", &self.app, SessionRuntime::Caller, "app-worker"),
-            ("own, multi-thread", &self.app, SessionRuntime::Own, own),
-            ("default, multi-thread", &self.app, SessionRuntime::default(), own),
-            ("caller, current-thread", &self.current, SessionRuntime::Caller, own),
+            (
+                "caller, multi-thread",
+                &self.app,
+                Some(SessionRuntime::Caller),
+                "app-worker",
+            ),
+            ("own, multi-thread", &self.app, Some(SessionRuntime::Own), own),
+            ("default, multi-thread", &self.app, None, on_the_app),
+            (
+                "caller, current-thread",
+                &self.current,
+                Some(SessionRuntime::Caller),
+                own,
+            ),
+            ("own, current-thread", &self.current, Some(SessionRuntime::Own), own),
+            ("default, current-thread", &self.current, None, own),
         ]
     }
 }

@@ -18,41 +18,12 @@ use crate::convert::{created, settle, stat, zk_mode};
 use crate::errors::map_err;
 use crate::lease::Stamp;
 use crate::options::ZkOptions;
-use crate::session::{heartbeat, monitor, probe_timeouts, session_id, Evidence, Inner};
+use crate::runtime::{io_runtime, start, AbortOnDrop};
+use crate::session::{session_id, Evidence, Inner};
 use crate::watches::{deletion_watch, node_watch};
 use crate::zk;
 
 mod powers;
-
-/// The backend's own runtime: the connection, heartbeat and monitor of every session that does not run on the caller's
-/// ([`SessionRuntime`](recipes_core::backend::SessionRuntime)) run here, whatever runtime (or none) the application
-/// calls from.
-fn io_runtime() -> Result<&'static tokio::runtime::Runtime> {
-    static RT: std::sync::OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = std::sync::OnceLock::new();
-    RT.get_or_init(|| {
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(IO_THREADS_AT_MOST));
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads)
-            .thread_name("recipes-zk")
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())
-    })
-    .as_ref()
-    .map_err(|e| Error::Backend(format!("could not start the ZooKeeper backend's runtime: {e}")))
-}
-
-/// The backend's runtime has one thread per core, up to this many.
-const IO_THREADS_AT_MOST: usize = 4;
-
-/// Aborts a task when dropped (a connect abandoned by its caller).
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
 
 /// How long [`Backend::close`] waits for the server to confirm the close.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
@@ -75,11 +46,12 @@ impl fmt::Debug for ZkBackend {
 impl ZkBackend {
     /// Connects and opens a session.
     ///
-    /// The session's connection, heartbeat and monitor run, by default, on a small runtime of the backend's own
-    /// (threads named `recipes-zk`, one per core up to four, shared by every session of the process), not on the
-    /// caller's: the backend works whatever runtime calls it, a current-thread runtime that is not being driven and
-    /// the blocking API's included, and outlives the runtime it was connected from. The options'
-    /// [`session_runtime`](ZkOptions::session_runtime) may put them on the caller's multi-thread runtime instead.
+    /// The session's connection, heartbeat and monitor run, by default, on the caller's runtime when it is a
+    /// multi-thread one, and otherwise on a small runtime of the backend's own (threads named `recipes-zk`, one per
+    /// core up to four, shared by every session of the process), which works whatever runtime calls the backend, a
+    /// current-thread runtime that is not being driven and the blocking API's included. A caller's runtime dropped
+    /// before the backend is closed ends the session, as an expiry would, and the backend goes on with a new session
+    /// on its own runtime. The options' [`session_runtime`](ZkOptions::session_runtime) say where (decision 0095).
     ///
     /// The lease starts with the timeout the connected server granted. In the background, every server of the connect
     /// string is asked which session timeout it grants this client (with a short-lived session each), and the lease
@@ -139,9 +111,7 @@ impl ZkBackend {
         info!(servers = %options.servers, session = format!("{id:#x}"), timeout = ?client.session_timeout(), "ZooKeeper session opened");
         let watcher = client.state_watcher();
         let inner = Arc::new(Inner::new(options, client, sent));
-        tokio::spawn(probe_timeouts(Arc::downgrade(&inner), id));
-        tokio::spawn(monitor(Arc::downgrade(&inner), watcher, id));
-        tokio::spawn(heartbeat(Arc::downgrade(&inner)));
+        start(&inner, &Arc::downgrade(&inner), id, watcher);
         Ok(Arc::new(ZkBackend { inner }))
     }
 
@@ -341,7 +311,7 @@ impl Backend for ZkBackend {
         if let Ok(client) = self.inner.client_for(session) {
             // Sent now (zookeeper-client sends at call time); the reply is awaited in the background and ignored.
             let reply = client.set_data(path, data, version);
-            drop(self.inner.runtime.spawn(async move {
+            drop(self.inner.runtime().spawn(async move {
                 let _ = reply.await;
             }));
         }
@@ -379,7 +349,7 @@ impl Backend for ZkBackend {
     }
 
     fn runtime(&self) -> Option<tokio::runtime::Handle> {
-        Some(self.inner.runtime.clone())
+        Some(self.inner.runtime())
     }
 
     async fn close(&self) {

@@ -44,6 +44,7 @@ mod convert;
 mod errors;
 mod lease;
 mod options;
+mod runtime;
 mod session;
 #[cfg(feature = "tls")]
 mod tls;

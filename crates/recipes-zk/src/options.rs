@@ -48,7 +48,7 @@ impl ZkOptions {
             connect_timeout: Duration::from_secs(5),
             auth: None,
             acl: NodeAcl::Open,
-            runtime: SessionRuntime::Own,
+            runtime: SessionRuntime::Caller,
             #[cfg(feature = "tls")]
             tls: None,
             #[cfg(feature = "sasl")]
@@ -69,18 +69,21 @@ impl ZkOptions {
         self
     }
 
-    /// Where the session's connection, heartbeats and monitor run. By default ([`SessionRuntime::Own`]) on a runtime
-    /// of the backend's own, which works whatever calls it. [`SessionRuntime::Caller`] runs them on the multi-thread
-    /// runtime [`ZkBackend::connect`](crate::ZkBackend::connect) is called on, which spares a thread's wake-up on every
-    /// event and reply (contended handoffs 3 – 13% faster), for a service that closes the backend before its runtime
-    /// ends: dropped first, the runtime closes the backend with it.
+    /// Where the session's connection, heartbeats and monitor run. By default ([`SessionRuntime::Caller`], decision
+    /// 0095) on the multi-thread runtime [`ZkBackend::connect`](crate::ZkBackend::connect) is called on, which spares
+    /// a thread's wake-up on every event and reply (contended handoffs 3 – 13% faster), and on the backend's own
+    /// runtime from a current-thread runtime or [`connect_blocking`](crate::ZkBackend::connect_blocking). Close the
+    /// backend before that runtime ends: a runtime dropped first ends the session, as an expiry would, and the backend
+    /// opens a new one on its own runtime. [`SessionRuntime::Own`] keeps the session on the backend's own runtime
+    /// from the start, whatever calls it.
     ///
     /// ```
     /// use recipes_core::backend::SessionRuntime;
     /// use recipes_zk::ZkOptions;
     ///
-    /// let options = ZkOptions::new("zk1:2181").session_runtime(SessionRuntime::Caller);
-    /// assert_eq!(options.runtime(), SessionRuntime::Caller);
+    /// assert_eq!(ZkOptions::new("zk1:2181").runtime(), SessionRuntime::Caller);
+    /// let options = ZkOptions::new("zk1:2181").session_runtime(SessionRuntime::Own);
+    /// assert_eq!(options.runtime(), SessionRuntime::Own);
     /// ```
     pub fn session_runtime(mut self, runtime: SessionRuntime) -> Self {
         self.runtime = runtime;

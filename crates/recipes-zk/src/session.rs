@@ -2,7 +2,7 @@
 //! the client's state, which opens a new session after an expiry, and the heartbeat).
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Weak;
 use std::time::Duration;
 
@@ -49,8 +49,10 @@ pub(crate) struct Inner {
     pub beat_now: Notify,
     /// How many rounds of timeout probes are running.
     pub probing: watch::Sender<u32>,
-    /// The runtime the session's tasks run on: the backend's own, or the caller's (`SessionRuntime`).
-    pub runtime: tokio::runtime::Handle,
+    /// The runtime the session's tasks run on: the backend's own, or the caller's (`SessionRuntime`) until it ends.
+    runtime: RwLock<tokio::runtime::Handle>,
+    /// How often the session moved to the backend's own runtime (its tasks on the old one stop).
+    moves: AtomicU32,
 }
 
 impl Inner {
@@ -72,12 +74,23 @@ impl Inner {
             lease: Mutex::new(lease),
             beat_now: Notify::new(),
             probing: watch::channel(0).0,
-            runtime: tokio::runtime::Handle::current(),
+            runtime: RwLock::new(tokio::runtime::Handle::current()),
+            moves: AtomicU32::new(0),
         }
     }
 
     fn lease_clock(&self) -> MutexGuard<'_, LeaseClock> {
         self.lease.lock()
+    }
+
+    /// The runtime the session's tasks run on.
+    pub fn runtime(&self) -> tokio::runtime::Handle {
+        self.runtime.read().clone()
+    }
+
+    /// How often the session moved to the backend's own runtime.
+    pub fn moves(&self) -> u32 {
+        self.moves.load(Ordering::SeqCst)
     }
 
     pub fn client(&self) -> Result<zk::Client> {
@@ -204,7 +217,7 @@ pub(crate) async fn probe_timeouts(inner: Weak<Inner>, session: SessionId) {
     }
 }
 
-fn publish(inner: &Inner, id: SessionId, state: SessionState) {
+pub(crate) fn publish(inner: &Inner, id: SessionId, state: SessionState) {
     set_status(inner, SessionStatus { id, state }, false);
 }
 
@@ -220,23 +233,16 @@ fn set_status(inner: &Inner, new: SessionStatus, always: bool) {
     });
 }
 
-/// Follows the session's state (see [`follow`]). Dropped unfinished, it closes the backend: its runtime was shut
-/// down (a session on the caller's runtime, `SessionRuntime::Caller`), and the session's connection with it (or the
-/// task panicked, and nothing follows the session any more), so that whoever waits on the session on another runtime
-/// learns that it is over instead of waiting on a connection that no task serves (found by review, helper-154).
+/// Follows the session's state (see [`follow`]). Dropped unfinished, it ends the session and opens a new one on the
+/// backend's own runtime ([`session_runtime_ended`](crate::runtime::session_runtime_ended)): its runtime was shut down
+/// (a session on the caller's runtime, `SessionRuntime::Caller`), and the session's connection with it, or the task
+/// panicked, and nothing follows the session any more. Whoever waits on the session on another runtime learns that it
+/// is over instead of waiting on a connection that no task serves (found by review, helper-154).
 pub(crate) fn monitor(inner: Weak<Inner>, watcher: zk::StateWatcher, id: SessionId) -> impl Future<Output = ()> {
-    // Not an `async fn`: the guard is made now, so that a task dropped before its first poll closes the backend too.
-    let closing = inner.clone();
+    // Not an `async fn`: the guard is made now, so that a task dropped before its first poll ends the session too.
+    let ended = inner.clone();
     on_drop_unfinished(follow(inner, watcher, id), move || {
-        if let Some(inner) = closing.upgrade() {
-            if !inner.is_closed() {
-                warn!(
-                    "the monitor of a ZooKeeper session ended before the backend was closed (its runtime was shut \
-                     down?); closing it"
-                );
-            }
-            drop(inner.close());
-        }
+        crate::runtime::session_runtime_ended(&ended)
     })
 }
 
@@ -276,12 +282,9 @@ async fn follow(inner: Weak<Inner>, mut watcher: zk::StateWatcher, mut id: Sessi
                 };
                 id = session_id(&client);
                 watcher = client.state_watcher();
-                let mut slot = strong.client.write();
-                if slot.is_none() {
+                if !install(&strong, client, None) {
                     return; // closed meanwhile
                 }
-                *slot = Some(client);
-                drop(slot);
                 info!(session = format!("{id:#x}"), "new ZooKeeper session");
                 publish(&strong, id, SessionState::Connected);
                 tokio::spawn(probe_timeouts(inner.clone(), id));
@@ -294,8 +297,26 @@ async fn follow(inner: Weak<Inner>, mut watcher: zk::StateWatcher, mut id: Sessi
     }
 }
 
+/// Puts `client`, a new session's, in place of the session that ended, and its tasks' runtime `moved_to` when they
+/// move; false (and nothing done) once the backend is closed. The old client goes: when its connection still runs,
+/// that closes its session.
+pub(crate) fn install(inner: &Inner, client: zk::Client, moved_to: Option<tokio::runtime::Handle>) -> bool {
+    let mut slot = inner.client.write();
+    if slot.is_none() {
+        return false;
+    }
+    if let Some(rt) = moved_to {
+        *inner.runtime.write() = rt;
+        inner.moves.fetch_add(1, Ordering::SeqCst);
+    }
+    let old = slot.replace(client);
+    drop(slot);
+    drop(old);
+    true
+}
+
 /// Connects a new session after an expiry, with a backoff; `None` once the backend is closed or gone.
-async fn reconnect(inner: &Weak<Inner>) -> Option<(zk::Client, std::sync::Arc<Inner>)> {
+pub(crate) async fn reconnect(inner: &Weak<Inner>) -> Option<(zk::Client, std::sync::Arc<Inner>)> {
     let mut backoff = RECONNECT_BACKOFF.0;
     loop {
         let options = {
@@ -322,11 +343,15 @@ async fn reconnect(inner: &Weak<Inner>) -> Option<(zk::Client, std::sync::Arc<In
 }
 
 /// Keeps the lease fresh on an idle session: a `sync` (it passes through the leader) every eighth of the session
-/// timeout, and at once after a reconnection.
-pub(crate) async fn heartbeat(inner: Weak<Inner>) {
+/// timeout, and at once after a reconnection; until the session moves to another runtime (`moves` differs), where
+/// another heartbeat starts.
+pub(crate) async fn heartbeat(inner: Weak<Inner>, moves: u32) {
     loop {
         let (interval, client) = {
             let Some(strong) = inner.upgrade() else { return };
+            if strong.moves() != moves {
+                return;
+            }
             let Ok(client) = strong.client() else { return };
             ((strong.session_timeout() / 8).max(Duration::from_millis(25)), client)
         };

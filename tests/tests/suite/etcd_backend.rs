@@ -285,8 +285,11 @@ fn a_session_runs_where_its_options_say() {
     use recipes_conformance::util::{thread_of, SessionRuntimes};
     let Some(endpoints) = endpoints() else { return };
     let runtimes = SessionRuntimes::default();
-    for (case, rt, choice, thread) in runtimes.cases("recipes-etcd") {
-        let options = EtcdOptions::new(&endpoints).session_runtime(choice);
+    for (case, rt, choice, thread) in runtimes.cases("recipes-etcd", recipes_core::backend::SessionRuntime::Own) {
+        let mut options = EtcdOptions::new(&endpoints);
+        if let Some(choice) = choice {
+            options = options.session_runtime(choice);
+        }
         let b = rt.block_on(EtcdBackend::connect(options)).unwrap();
         assert_eq!(thread_of(&b.runtime().unwrap()), thread, "{case}");
         rt.block_on(async {

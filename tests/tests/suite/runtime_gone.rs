@@ -107,14 +107,19 @@ fn session_thread(backend: &std::sync::Arc<ZkBackend>) -> String {
     )
 }
 
-/// Where a session runs (`SessionRuntime`, decision 0094): on the backend's own runtime by default, on the caller's
-/// multi-thread runtime when asked to (and on the backend's own from a current-thread runtime all the same).
+/// Where a session runs (`SessionRuntime`, decisions 0094 and 0095): on the caller's multi-thread runtime by default
+/// or when asked to, on the backend's own when asked to, and on the backend's own from a current-thread runtime all the
+/// same.
 #[test]
 fn a_session_runs_where_its_options_say() {
+    use recipes_core::backend::SessionRuntime;
     let Some(servers) = servers() else { return };
     let runtimes = SessionRuntimes::default();
-    for (case, rt, choice, thread) in runtimes.cases("recipes-zk") {
-        let options = ZkOptions::new(servers.clone()).session_runtime(choice);
+    for (case, rt, choice, thread) in runtimes.cases("recipes-zk", SessionRuntime::Caller) {
+        let mut options = ZkOptions::new(servers.clone());
+        if let Some(choice) = choice {
+            options = options.session_runtime(choice);
+        }
         let backend = rt.block_on(ZkBackend::connect(options)).unwrap();
         assert_eq!(session_thread(&backend), thread, "{case}");
         let locks = Locks::new(backend);
@@ -129,23 +134,46 @@ fn a_session_runs_where_its_options_say() {
     Locks::new(backend).close_blocking().unwrap();
 }
 
-/// A session on the caller's runtime (`SessionRuntime::Caller`) ends with it, and the backend is closed: a wait of
-/// that session on another runtime ends (its watch is never polled after the connection's task is gone, which
-/// zookeeper-client answers with a panic), the guard's `lost()` says so, the lock it held is freed by the server at the
-/// session timeout, and dropping the guard afterwards neither panics nor leaves anything. Found by review
-/// (helper-154): before, the wait on the other runtime panicked.
+/// Waits (at most 10 s) until `backend` has a connected session other than `ended`.
+fn reopened(backend: &std::sync::Arc<ZkBackend>, ended: i64) {
+    use recipes_core::backend::SessionState;
+    use recipes_core::Backend;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = backend.session_status();
+        if now.id != ended && now.state == SessionState::Connected {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no new session within 10 s after the session's runtime ended: {now:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A session on the caller's runtime (the default, decision 0095) ends with it, as an expiry would: a wait of that
+/// session on another runtime ends (its watch is never polled after the connection's task is gone, which
+/// zookeeper-client answers with a panic, caught), the guard's `lost()` says so, the lock it held is freed by the
+/// server at the session timeout, and dropping the guard afterwards neither panics nor leaves anything. Then the
+/// backend goes on, with a new session on its own runtime. Found by review (helper-154): before, the wait on the other
+/// runtime panicked.
 #[test]
-fn a_session_whose_runtime_is_dropped_is_closed_and_its_waits_end() {
-    use recipes_core::backend::SessionRuntime;
+fn a_session_whose_runtime_is_dropped_ends_and_the_backend_opens_another() {
     let Some(servers) = servers() else { return };
     let (held, busy) = (unique("dropped-held"), unique("dropped-busy"));
     let other = Locks::new(ZkBackend::connect_blocking(ZkOptions::new(servers.clone())).unwrap());
     let busy_guard = other.fair(&busy).unwrap().acquire_blocking().unwrap();
     let (app, elsewhere) = (multi_thread_runtime(), multi_thread_runtime());
-    let options = ZkOptions::new(servers.clone())
-        .session_timeout(Duration::from_secs(2))
-        .session_runtime(SessionRuntime::Caller);
-    let holder = Locks::new(app.block_on(ZkBackend::connect(options)).unwrap());
+    let options = ZkOptions::new(servers.clone()).session_timeout(Duration::from_secs(2));
+    let backend = app.block_on(ZkBackend::connect(options)).unwrap();
+    assert_eq!(
+        session_thread(&backend),
+        "app-worker",
+        "the default: the caller's runtime"
+    );
+    let ended = backend.session_id();
+    let holder = Locks::new(backend.clone());
     let guard = app.block_on(async { holder.fair(&held).unwrap().acquire().await.unwrap() });
     let waiter = holder.fair(&busy).unwrap();
     let waiting = elsewhere.spawn(async move { waiter.acquire().await.map(|_| ()) });
@@ -193,10 +221,45 @@ fn a_session_whose_runtime_is_dropped_is_closed_and_its_waits_end() {
         .block_on(async { tokio::time::timeout(Duration::from_secs(10), waiting).await })
         .expect("the wait did not end within 10 s")
         .expect("the wait panicked");
-    assert!(waited.is_err(), "the wait of a closed session acquired: {waited:?}");
+    assert!(waited.is_err(), "the wait of an ended session acquired: {waited:?}");
     assert!(!guard.is_valid(), "lost ({reason:?}) yet valid");
     drop(guard);
-    drop(holder);
+    // The backend goes on: a new session, on its own runtime, that takes the lock the old one waited for.
+    reopened(&backend, ended);
+    assert_eq!(session_thread(&backend), "recipes-zk", "the new session's runtime");
     busy_guard.release().unwrap();
+    let again = holder
+        .fair(&busy)
+        .unwrap()
+        .acquire_timeout_blocking(Duration::from_secs(10))
+        .unwrap()
+        .expect("the new session takes the lock its ended session waited for, once it is free");
+    again.release().unwrap();
+    holder.close_blocking().unwrap();
     other.close_blocking().unwrap();
+}
+
+/// A sync program that connects through a runtime made only for the connect
+/// (`Runtime::new()?.block_on(ZkBackend::connect(..))`) keeps a working backend when that runtime is dropped: the
+/// session on it ends, and the backend opens a new one on its own runtime, where its locks then work from the blocking
+/// API (decision 0095; with the caller's runtime as the default, decision 0094 had found this a trap).
+#[test]
+fn a_backend_connected_through_a_runtime_made_for_the_connect_goes_on() {
+    let Some(servers) = servers() else { return };
+    let rt = multi_thread_runtime();
+    let backend = rt.block_on(ZkBackend::connect(ZkOptions::new(servers))).unwrap();
+    let ended = backend.session_id();
+    drop(rt);
+    // At once, as a sync program would: the acquire waits for the new session.
+    let locks = Locks::new(backend.clone());
+    let guard = locks
+        .fair(unique("made-for-the-connect"))
+        .unwrap()
+        .acquire_timeout_blocking(Duration::from_secs(10))
+        .unwrap()
+        .expect("a free lock, taken on the backend's new session");
+    assert_ne!(backend.session_id(), ended, "the lock was taken on the new session");
+    assert_eq!(session_thread(&backend), "recipes-zk");
+    guard.release().unwrap();
+    locks.close_blocking().unwrap();
 }

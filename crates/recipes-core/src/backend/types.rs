@@ -190,9 +190,10 @@ pub type ReplyFuture = Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>
 /// [`Backend::runtime`](crate::Backend::runtime)).
 ///
 /// Every event and every reply of a session is read by its connection's task and handed to the task that waits for
-/// it. On a runtime of the backend's own (the default) that is a wake-up of a thread of another runtime each way; on
-/// the caller's, a wake-up within one runtime: contended handoffs on ZooKeeper go 3 – 13% faster, etcd's up to a
-/// third (docs/performance.md, "The session on the caller's runtime"; decision 0094).
+/// it. On a runtime of the backend's own that is a wake-up of a thread of another runtime each way; on the caller's,
+/// a wake-up within one runtime: contended handoffs on ZooKeeper go 3 – 13% faster, etcd's up to a third
+/// (docs/performance.md, "The session on the caller's runtime"; decisions 0094 and 0095). Each backend's options
+/// say which is its default.
 ///
 /// ```
 /// use recipes_core::backend::SessionRuntime;
@@ -205,22 +206,24 @@ pub type ReplyFuture = Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>
 /// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
 /// assert!(rt.block_on(async { SessionRuntime::Caller.callers().is_none() }));
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum SessionRuntime {
     /// The backend's own runtime (threads named after the backend, shared by every session of the process), whatever
     /// calls it: the session works from any runtime or none (the blocking API), a runtime that is not being driven
-    /// included, and outlives the runtime it was connected from.
-    #[default]
+    /// included, and outlives the runtime it was connected from. The etcd backend's default.
     Own,
     /// The runtime `connect` is called on, when it is a multi-thread tokio runtime (a service's `#[tokio::main]`;
-    /// it needs its time and IO drivers, `enable_all()`); on a current-thread runtime, the backend's own. The session
-    /// then lives only as long as that runtime: **close the backend before the runtime is dropped**. A runtime
-    /// dropped first closes the backend with it: requests fail (with `Error::Closed` once the close is published), a
-    /// guard's lease runs out (`is_valid()`), waits end, and the server frees the session's nodes at its timeout. On
-    /// ZooKeeper a wait ends through a panic of zookeeper-client's watcher, caught by the backend; under
-    /// `panic = "abort"` it ends the process. Not for a runtime made only to connect
-    /// (`Runtime::new()?.block_on(connect(..))`): the session would end with it.
+    /// it needs its time and IO drivers, `enable_all()`); on a current-thread runtime, and for a blocking connect,
+    /// the backend's own. The ZooKeeper backend's default (decision 0095). Close the backend before the runtime is
+    /// dropped: the session cannot outlive it.
+    ///
+    /// A runtime dropped first ends the session with it, as an expiry would: its guards are no longer valid, its
+    /// waits end, and the server frees its nodes at its timeout. Then the backend goes on: on ZooKeeper it opens a new
+    /// session on its own runtime (a sync program that connected through a runtime made only for the connect keeps a
+    /// working backend), on etcd it is closed. On ZooKeeper a wait of the ended session on another runtime ends
+    /// through a panic of zookeeper-client's watcher, caught by the backend; under `panic = "abort"` it ends the
+    /// process.
     Caller,
 }
 
